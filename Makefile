@@ -1,0 +1,39 @@
+# The two commands of the README: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test lint pytest bench clean
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
+		{ echo "taccl_py needs Python >= 3.11 (found: $$($(PYTHON) --version 2>&1))"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/taccl synthesize --topology ndv2x2 --collective allgather --size 1GB -o demo-allgather.xml
+	$(BIN)/taccl verify demo-allgather.xml
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check taccl_py solver_models tests benchmarks
+	$(BIN)/mypy
+
+pytest: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q
+
+test: lint pytest
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

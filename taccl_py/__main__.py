@@ -1,0 +1,3 @@
+from taccl_py.cli.main import main
+
+main()

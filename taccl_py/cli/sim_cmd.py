@@ -1,0 +1,5 @@
+"""Placeholder: simulate/baseline/bound are being built (replaced before landing)."""
+
+import click
+
+COMMANDS: list[click.Command] = []

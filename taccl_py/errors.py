@@ -1,0 +1,81 @@
+"""One exception hierarchy for the whole package.
+
+Every error a user can cause derives from :class:`TacclError` and renders as a
+single line; the CLI alone turns them into ``taccl: error: ...`` and an exit
+status (2 for bad input, 1 for a result that is wrong or not found).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Infeasible",
+    "InputError",
+    "LoweringError",
+    "ProfileInputError",
+    "ScheduleError",
+    "SketchError",
+    "SolverError",
+    "SolverTimeout",
+    "TacclError",
+    "TopologyError",
+    "XmlError",
+]
+
+
+class TacclError(Exception):
+    """Base of every error this package raises on purpose."""
+
+    exit_status = 1
+
+
+class InputError(TacclError, ValueError):
+    """Bad user input: a file, a field or an argument. Exit status 2.
+
+    ``where`` names the file (or argument) and ``field`` the offending field,
+    so the message reads ``mytopo.json: links[3].bandwidth must be > 0 (got -5)``.
+    """
+
+    exit_status = 2
+
+    def __init__(self, message: str, *, where: str = "", field: str = "") -> None:
+        self.where = where
+        self.field = field
+        self.detail = message
+        text = f"{field} {message}" if field else message
+        super().__init__(f"{where}: {text}" if where else text)
+
+
+class TopologyError(InputError):
+    """A topology file or object is malformed or inconsistent."""
+
+
+class ScheduleError(InputError):
+    """A schedule file is malformed or references things that do not exist."""
+
+
+class XmlError(InputError):
+    """An MSCCL XML file cannot be parsed into a program."""
+
+
+class SketchError(InputError):
+    """A communication sketch or TACCL profile is malformed or does not fit the topology."""
+
+
+class ProfileInputError(InputError):
+    """A measurement file (nccl-tests log, CSV) cannot be fitted."""
+
+
+class LoweringError(TacclError):
+    """A schedule cannot be expressed in the chosen MSCCL dialect; says which limit is hit."""
+
+
+class SolverError(TacclError):
+    """A solver failed for a reason other than infeasibility or time."""
+
+
+class Infeasible(SolverError):
+    """The encoding has no solution; the message names the constraint that cannot hold."""
+
+
+class SolverTimeout(SolverError):
+    """The time limit passed before any solution was found."""

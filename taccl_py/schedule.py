@@ -1,0 +1,231 @@
+"""The schedule IR every producer emits and every judge reads.
+
+A :class:`Schedule` is a collective plus an ordered tuple of :class:`Transfer`.
+The tuple order is the *program order*; a transfer's id is its index. Semantics
+(what the simulator, the lowering and the SimGrid oracle all implement):
+
+* A transfer moves ``chunks`` (sent as one message) from GPU ``src`` to GPU
+  ``dst`` along ``route`` (link indices through switches only; a relay through
+  another GPU is two transfers). ``op`` is ``copy`` (the destination's copy is
+  replaced) or ``reduce`` (the contributions are combined into it).
+* It **starts** when every earlier transfer (in program order) that writes one
+  of its chunks at ``src`` has committed, the previous transfer on the same
+  connection ``(src, dst, channel)`` has arrived, every transfer listed in
+  ``after`` has committed, and ``not_before_us`` has passed. The data is read
+  when it starts.
+* It then waits the route latency, moves its bytes with the bandwidth it gets
+  (links are shared max-min fairly) and **arrives**.
+* It **commits** (writes at ``dst``) once it has arrived, every earlier writer
+  of the same chunk at ``dst`` has committed and every earlier reader of it
+  there has arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from taccl_py.collectives import Collective, parse_collective
+from taccl_py.errors import ScheduleError, TopologyError
+from taccl_py.topology import Route, Topology
+
+__all__ = ["Op", "Schedule", "Transfer", "load_schedule", "save_schedule", "schedule_from_dict",
+           "schedule_to_dict"]
+
+SCHEDULE_FORMAT = "taccl_py-schedule/1"
+
+
+class Op(StrEnum):
+    COPY = "copy"
+    REDUCE = "reduce"
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """Chunks sent from GPU ``src`` to GPU ``dst`` as one message along ``route``."""
+
+    src: int
+    dst: int
+    chunks: tuple[int, ...]
+    route: Route
+    op: Op = Op.COPY
+    channel: int = 0
+    after: tuple[int, ...] = ()
+    not_before_us: float | None = None
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An algorithm for one collective on one topology, in program order."""
+
+    collective: Collective
+    transfers: tuple[Transfer, ...]
+    name: str = ""
+    topology: str = ""
+    notes: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.transfers)
+
+    @property
+    def num_channels(self) -> int:
+        return 1 + max((t.channel for t in self.transfers), default=0)
+
+    def with_transfers(self, transfers: Iterable[Transfer]) -> Schedule:
+        return replace(self, transfers=tuple(transfers))
+
+    def structural_error(self, topology: Topology) -> str | None:
+        """First reason the schedule cannot run on ``topology`` at all, or None."""
+        n = self.collective.num_ranks
+        if n != topology.num_gpus:
+            return f"collective has {n} ranks but topology {topology.name!r} has {topology.num_gpus} GPUs"
+        num_chunks = self.collective.num_chunks
+        links = topology.links
+        count = len(self.transfers)
+        for i, t in enumerate(self.transfers):
+            if not (0 <= t.src < n and 0 <= t.dst < n):
+                return f"transfer {i}: ranks {t.src} -> {t.dst} out of range 0..{n - 1}"
+            if t.src == t.dst:
+                return f"transfer {i}: sends from rank {t.src} to itself"
+            if not t.chunks:
+                return f"transfer {i}: carries no chunk"
+            for c in t.chunks:
+                if not 0 <= c < num_chunks:
+                    return f"transfer {i}: chunk {c} out of range 0..{num_chunks - 1}"
+            if len(set(t.chunks)) != len(t.chunks):
+                return f"transfer {i}: lists a chunk twice"
+            if t.channel < 0:
+                return f"transfer {i}: negative channel {t.channel}"
+            for a in t.after:
+                if not 0 <= a < count or a == i:
+                    return f"transfer {i}: 'after' names transfer {a}, which does not exist"
+            if not t.route:
+                return f"transfer {i}: empty route"
+            at: object = t.src
+            for k, li in enumerate(t.route):
+                if not 0 <= li < len(links):
+                    return f"transfer {i}: route names link {li}, which does not exist"
+                link = links[li]
+                if link.src != at:
+                    return f"transfer {i}: route is not connected at hop {k} ({at!r} then link {link.src!r}->{link.dst!r})"
+                at = link.dst
+                if k < len(t.route) - 1 and topology.is_gpu(at):
+                    return (f"transfer {i}: route passes through GPU {at}; relaying through a GPU takes two "
+                            "transfers")
+            if at != t.dst:
+                return f"transfer {i}: route ends at {at!r}, not at rank {t.dst}"
+        return None
+
+
+# ----------------------------------------------------------------------- JSON
+def schedule_to_dict(schedule: Schedule, topology: Topology) -> dict[str, Any]:
+    """JSON form: routes as vertex lists so a file reads without the link table."""
+    col = schedule.collective
+    transfers = []
+    for t in schedule.transfers:
+        entry: dict[str, Any] = {"src": t.src, "dst": t.dst, "chunks": list(t.chunks),
+                                 "route": list(topology.route_vertices(t.route))}
+        if t.op is not Op.COPY:
+            entry["op"] = t.op.value
+        if t.channel:
+            entry["channel"] = t.channel
+        if t.after:
+            entry["after"] = list(t.after)
+        if t.not_before_us is not None:
+            entry["not_before_us"] = t.not_before_us
+        transfers.append(entry)
+    return {
+        "format": SCHEDULE_FORMAT,
+        "name": schedule.name,
+        "topology": schedule.topology or topology.name,
+        "collective": {"kind": col.kind.value, "ranks": col.num_ranks, "chunk_factor": col.chunk_factor,
+                       "root": col.root},
+        "notes": dict(schedule.notes),
+        "transfers": transfers,
+    }
+
+
+def schedule_from_dict(data: Any, topology: Topology, *, where: str = "<schedule>") -> Schedule:
+    """Parse and structurally check a schedule; raise :class:`ScheduleError` with file and field."""
+    def fail(field_name: str, message: str) -> ScheduleError:
+        return ScheduleError(message, where=where, field=field_name)
+
+    if not isinstance(data, dict):
+        raise fail("", "top level must be a JSON object")
+    if data.get("format") != SCHEDULE_FORMAT:
+        raise fail("format", f"must be {SCHEDULE_FORMAT!r} (got {data.get('format')!r})")
+    col = data.get("collective")
+    if not isinstance(col, dict):
+        raise fail("collective", "must be an object with kind, ranks, chunk_factor")
+    try:
+        collective = Collective(parse_collective(str(col.get("kind")), where=where),
+                                int(col.get("ranks", 0)), int(col.get("chunk_factor", 1)), int(col.get("root", 0)))
+    except (TypeError, ValueError) as exc:
+        raise fail("collective", str(exc)) from None
+    raw = data.get("transfers")
+    if not isinstance(raw, list):
+        raise fail("transfers", "must be a list")
+    transfers = []
+    for i, entry in enumerate(raw):
+        f = f"transfers[{i}]"
+        if not isinstance(entry, dict):
+            raise fail(f, "must be an object")
+        try:
+            route_vertices = entry["route"]
+            if not isinstance(route_vertices, list):
+                raise fail(f"{f}.route", "must be a list of vertices")
+            route = topology.route_from_vertices(route_vertices)
+            transfers.append(Transfer(
+                src=_int(entry["src"]), dst=_int(entry["dst"]),
+                chunks=tuple(_int(c) for c in entry["chunks"]), route=route,
+                op=Op(entry.get("op", "copy")), channel=_int(entry.get("channel", 0)),
+                after=tuple(_int(a) for a in entry.get("after", [])),
+                not_before_us=(None if entry.get("not_before_us") is None else float(entry["not_before_us"])),
+            ))
+        except KeyError as exc:
+            raise fail(f"{f}.{exc.args[0]}", "is missing") from None
+        except TopologyError as exc:
+            raise fail(f"{f}.route", exc.detail) from None
+        except (TypeError, ValueError) as exc:
+            raise fail(f, f"has a malformed field: {exc}") from None
+    notes = data.get("notes", {})
+    schedule = Schedule(collective, tuple(transfers), name=str(data.get("name", "")),
+                        topology=str(data.get("topology", "")), notes=notes if isinstance(notes, dict) else {})
+    problem = schedule.structural_error(topology)
+    if problem:
+        raise fail("transfers", problem)
+    return schedule
+
+
+def _int(x: Any) -> int:
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ValueError(f"expected an integer, got {x!r}")
+    return x
+
+
+def save_schedule(schedule: Schedule, topology: Topology, path: str | os.PathLike[str]) -> None:
+    from taccl_py.topology_io import atomic_write_text
+
+    atomic_write_text(path, json.dumps(schedule_to_dict(schedule, topology), separators=(",", ":")) + "\n")
+
+
+def load_schedule(path: str | os.PathLike[str], topology: Topology) -> Schedule:
+    where = str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ScheduleError("no such file", where=where) from None
+    except json.JSONDecodeError as exc:
+        raise ScheduleError(f"not valid JSON: {exc.msg} (line {exc.lineno})", where=where) from None
+    return schedule_from_dict(data, topology, where=where)
+
+
+def renumber(transfers: Sequence[Transfer], order: Sequence[int]) -> list[Transfer]:
+    """Reorder transfers (``order`` lists old ids in new program order), remapping ``after``."""
+    new_id = {old: new for new, old in enumerate(order)}
+    return [replace(transfers[old], after=tuple(new_id[a] for a in transfers[old].after)) for old in order]

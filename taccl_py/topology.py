@@ -1,0 +1,370 @@
+"""The topology model: GPUs, switches and directed links with latency and bandwidth.
+
+GPUs are ranks ``0..N-1`` (ints); switches, NICs and other non-compute vertices
+are named (strings) and carry capability flags. A directed link ``u -> v`` has a
+latency (us) and a bandwidth (GB/s, 1e9 bytes). Data can only *rest* on GPUs: a
+route between two GPUs passes through switches only, and a relay through a
+third GPU is two transfers.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from itertools import pairwise
+from typing import Any
+
+from taccl_py.errors import TopologyError
+
+__all__ = ["Link", "Route", "Switch", "Topology", "Vertex", "check_topology"]
+
+Vertex = int | str
+"""A GPU rank (int) or a switch name (str)."""
+
+Route = tuple[int, ...]
+"""A route as the indices of its links in ``Topology.links``, in travel order."""
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A non-compute vertex: an NVSwitch, an IB switch, a NIC, a PCIe switch.
+
+    ``multicast``: one injected chunk can leave on several ports (replication).
+    ``reduce``: the switch can combine contributions in the network.
+    """
+
+    name: str
+    kind: str = "switch"
+    multicast: bool = False
+    reduce: bool = False
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed link ``src -> dst``: latency in us, bandwidth in GB/s (1e9 B/s)."""
+
+    src: Vertex
+    dst: Vertex
+    bandwidth: float
+    latency: float
+    kind: str = "nvlink"
+    provenance: Mapping[str, Any] | None = field(default=None, hash=False, compare=True)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A multi-GPU system. Build it directly, from a generator, or with ``load_topology``.
+
+    ``machines`` optionally partitions the GPUs into servers; links between
+    machines usually pass through NIC and IB-switch vertices.
+    """
+
+    name: str
+    num_gpus: int
+    links: tuple[Link, ...]
+    switches: tuple[Switch, ...] = ()
+    machines: tuple[tuple[int, ...], ...] = ()
+    source: str = ""
+
+    # ----------------------------------------------------------------- vertices
+    @property
+    def gpus(self) -> range:
+        return range(self.num_gpus)
+
+    @cached_property
+    def vertices(self) -> tuple[Vertex, ...]:
+        """GPUs first (by rank), then switches in declaration order."""
+        return (*range(self.num_gpus), *(s.name for s in self.switches))
+
+    @cached_property
+    def vertex_id(self) -> dict[Vertex, int]:
+        """Dense integer id of every vertex: a GPU's rank, then N + switch position."""
+        return {v: i for i, v in enumerate(self.vertices)}
+
+    def is_gpu(self, vertex: Vertex) -> bool:
+        return isinstance(vertex, int) and not isinstance(vertex, bool) and 0 <= vertex < self.num_gpus
+
+    @cached_property
+    def switch_by_name(self) -> dict[str, Switch]:
+        return {s.name: s for s in self.switches}
+
+    # -------------------------------------------------------------------- links
+    @cached_property
+    def out_links(self) -> tuple[tuple[int, ...], ...]:
+        """Link indices leaving each vertex, by dense vertex id."""
+        out: list[list[int]] = [[] for _ in self.vertices]
+        for i, link in enumerate(self.links):
+            out[self.vertex_id[link.src]].append(i)
+        return tuple(tuple(x) for x in out)
+
+    @cached_property
+    def in_links(self) -> tuple[tuple[int, ...], ...]:
+        """Link indices entering each vertex, by dense vertex id."""
+        inc: list[list[int]] = [[] for _ in self.vertices]
+        for i, link in enumerate(self.links):
+            inc[self.vertex_id[link.dst]].append(i)
+        return tuple(tuple(x) for x in inc)
+
+    def links_from(self, vertex: Vertex) -> tuple[int, ...]:
+        return self.out_links[self.vertex_id[vertex]]
+
+    def links_to(self, vertex: Vertex) -> tuple[int, ...]:
+        return self.in_links[self.vertex_id[vertex]]
+
+    @cached_property
+    def link_index(self) -> dict[tuple[Vertex, Vertex], int]:
+        """Index of the link ``(src, dst)``; links are unique per ordered pair."""
+        return {(link.src, link.dst): i for i, link in enumerate(self.links)}
+
+    def injection_bandwidth(self, gpu: int) -> float:
+        """Total GB/s a GPU can send on all its outgoing links."""
+        return sum(self.links[i].bandwidth for i in self.links_from(gpu))
+
+    def ejection_bandwidth(self, gpu: int) -> float:
+        """Total GB/s a GPU can receive on all its incoming links."""
+        return sum(self.links[i].bandwidth for i in self.links_to(gpu))
+
+    # ----------------------------------------------------------------- machines
+    @cached_property
+    def machine_of(self) -> dict[int, int]:
+        """Machine index of every GPU (every GPU is its own machine when none are declared)."""
+        if not self.machines:
+            return {g: g for g in self.gpus}
+        return {g: m for m, members in enumerate(self.machines) for g in members}
+
+    @property
+    def num_machines(self) -> int:
+        return len(self.machines) if self.machines else self.num_gpus
+
+    # ------------------------------------------------------------------- routes
+    def route_latency(self, route: Route) -> float:
+        return sum(self.links[i].latency for i in route)
+
+    def route_bandwidth(self, route: Route) -> float:
+        """Bottleneck bandwidth of a route in GB/s (infinite for an empty route)."""
+        return min((self.links[i].bandwidth for i in route), default=float("inf"))
+
+    def route_vertices(self, route: Route) -> tuple[Vertex, ...]:
+        if not route:
+            return ()
+        return (self.links[route[0]].src, *(self.links[i].dst for i in route))
+
+    def route_from_vertices(self, vertices: Sequence[Vertex]) -> Route:
+        """Link indices along a vertex sequence; raises TopologyError for a missing link."""
+        route = []
+        for u, v in pairwise(vertices):
+            try:
+                route.append(self.link_index[(u, v)])
+            except KeyError:
+                raise TopologyError(f"no link {u!r} -> {v!r} in topology {self.name!r}") from None
+        return tuple(route)
+
+    def _dijkstra(self, source: Vertex, *, through_gpus: bool) -> dict[int, tuple[float, int, int]]:
+        """Shortest routes from ``source`` by (latency, hops); returns id -> (lat, hops, via link)."""
+        vid = self.vertex_id
+        start = vid[source]
+        best: dict[int, tuple[float, int, int]] = {start: (0.0, 0, -1)}
+        heap: list[tuple[float, int, int]] = [(0.0, 0, start)]
+        done: set[int] = set()
+        links = self.links
+        while heap:
+            lat, hops, u = heapq.heappop(heap)
+            if u in done:
+                continue
+            done.add(u)
+            if u != start and u < self.num_gpus and not through_gpus:
+                continue  # data rests on a GPU: a route does not pass through one
+            for li in self.out_links[u]:
+                v = vid[links[li].dst]
+                cand = (lat + links[li].latency, hops + 1, li)
+                old = best.get(v)
+                if old is None or cand[:2] < old[:2]:
+                    best[v] = cand
+                    heapq.heappush(heap, (cand[0], cand[1], v))
+        return best
+
+    @cached_property
+    def _route_cache(self) -> dict[int, dict[int, Route]]:
+        return {}
+
+    def gpu_route(self, src: int, dst: int) -> Route | None:
+        """Lowest-latency route from GPU ``src`` to GPU ``dst`` through switches only.
+
+        ``None`` when the two GPUs are not connected without relaying through
+        another GPU. Ties break on fewer hops, then on link order.
+        """
+        cache = self._route_cache
+        if src not in cache:
+            best = self._dijkstra(src, through_gpus=False)
+            routes: dict[int, Route] = {}
+            for g in range(self.num_gpus):
+                if g == src or g not in best:
+                    continue
+                path: list[int] = []
+                v = g
+                while v != src:
+                    li = best[v][2]
+                    path.append(li)
+                    v = self.vertex_id[self.links[li].src]
+                routes[g] = tuple(reversed(path))
+            cache[src] = routes
+        return cache[src].get(dst)
+
+    def shortest_path(self, src: Vertex, dst: Vertex, *, through_gpus: bool = True) -> Route | None:
+        """Lowest-latency route between any two vertices (may relay through GPUs if allowed)."""
+        best = self._dijkstra(src, through_gpus=through_gpus)
+        target = self.vertex_id[dst]
+        if target not in best:
+            return None
+        path: list[int] = []
+        v = target
+        start = self.vertex_id[src]
+        while v != start:
+            li = best[v][2]
+            path.append(li)
+            v = self.vertex_id[self.links[li].src]
+        return tuple(reversed(path))
+
+    def gpu_neighbors(self, gpu: int) -> tuple[int, ...]:
+        """GPUs reachable from ``gpu`` through switches only (one logical hop)."""
+        return tuple(g for g in self.gpus if g != gpu and self.gpu_route(gpu, g) is not None)
+
+    # --------------------------------------------------------------- transforms
+    def reversed(self) -> Topology:
+        """Every link turned around (same bandwidth and latency); used to synthesize reductions."""
+        links = tuple(replace(link, src=link.dst, dst=link.src) for link in self.links)
+        return replace(self, name=f"{self.name}-reversed", links=links)
+
+    def to_networkx(self) -> Any:
+        """A ``networkx.DiGraph`` with ``bandwidth``, ``latency``, ``kind`` and ``index`` on edges."""
+        import networkx as nx
+
+        graph = nx.DiGraph(name=self.name)
+        for v in self.vertices:
+            graph.add_node(v, gpu=self.is_gpu(v))
+        for i, link in enumerate(self.links):
+            graph.add_edge(link.src, link.dst, bandwidth=link.bandwidth, latency=link.latency,
+                           kind=link.kind, index=i)
+        return graph
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and per-GPU bandwidths, the figures ``taccl topo show`` prints."""
+        kinds: dict[str, dict[str, float]] = {}
+        for link in self.links:
+            entry = kinds.setdefault(link.kind, {"count": 0, "min_bandwidth": link.bandwidth,
+                                                 "max_bandwidth": link.bandwidth,
+                                                 "min_latency": link.latency, "max_latency": link.latency})
+            entry["count"] += 1
+            entry["min_bandwidth"] = min(entry["min_bandwidth"], link.bandwidth)
+            entry["max_bandwidth"] = max(entry["max_bandwidth"], link.bandwidth)
+            entry["min_latency"] = min(entry["min_latency"], link.latency)
+            entry["max_latency"] = max(entry["max_latency"], link.latency)
+        return {
+            "name": self.name,
+            "gpus": self.num_gpus,
+            "switches": len(self.switches),
+            "switch_kinds": sorted({s.kind for s in self.switches}),
+            "links": len(self.links),
+            "link_kinds": {k: kinds[k] for k in sorted(kinds)},
+            "machines": [list(m) for m in self.machines],
+            "injection_GBps": [self.injection_bandwidth(g) for g in self.gpus],
+            "ejection_GBps": [self.ejection_bandwidth(g) for g in self.gpus],
+            "source": self.source,
+        }
+
+
+def _reachable(topology: Topology, start: int, *, forward: bool) -> set[int]:
+    adjacency = topology.out_links if forward else topology.in_links
+    seen = {start}
+    stack = [start]
+    while stack:
+        u = stack.pop()
+        for li in adjacency[u]:
+            link = topology.links[li]
+            v = topology.vertex_id[link.dst if forward else link.src]
+            if v not in seen:
+                seen.add(v)
+                stack.append(v)
+    return seen
+
+
+def check_topology(topology: Topology, *, where: str = "") -> Topology:
+    """Raise :class:`TopologyError` naming the first inconsistency; return the topology.
+
+    Checks vertices, duplicate links, bandwidth > 0, latency >= 0, machines
+    partitioning the GPUs, and that every GPU can reach every other GPU.
+    """
+    where = where or topology.name
+    if topology.num_gpus < 1:
+        raise TopologyError(f"must be >= 1 (got {topology.num_gpus})", where=where, field="gpus")
+    names: set[str] = set()
+    for k, switch in enumerate(topology.switches):
+        if not isinstance(switch.name, str) or not switch.name:
+            raise TopologyError(f"must be a non-empty string (got {switch.name!r})", where=where,
+                                field=f"switches[{k}].name")
+        if switch.name in names:
+            raise TopologyError(f"duplicates switch name {switch.name!r}", where=where, field=f"switches[{k}].name")
+        names.add(switch.name)
+    seen: dict[tuple[Vertex, Vertex], int] = {}
+    for i, link in enumerate(topology.links):
+        for end in ("src", "dst"):
+            v = getattr(link, end)
+            if isinstance(v, bool) or not (topology.is_gpu(v) or (isinstance(v, str) and v in names)):
+                raise TopologyError(_unknown_vertex(v, topology.num_gpus), where=where, field=f"links[{i}].{end}")
+        if link.src == link.dst:
+            raise TopologyError(f"is a self-loop on {link.src!r}", where=where, field=f"links[{i}]")
+        if not link.bandwidth > 0:
+            raise TopologyError(f"must be > 0 (got {link.bandwidth:g})", where=where, field=f"links[{i}].bandwidth")
+        if not link.latency >= 0:
+            raise TopologyError(f"must be >= 0 (got {link.latency:g})", where=where, field=f"links[{i}].latency")
+        key = (link.src, link.dst)
+        if key in seen:
+            raise TopologyError(f"duplicates links[{seen[key]}] ({link.src!r} -> {link.dst!r})", where=where,
+                                field=f"links[{i}]")
+        seen[key] = i
+    check_machines(topology.machines, topology.num_gpus, where=where)
+    check_connected(topology, where=where)
+    return topology
+
+
+def _unknown_vertex(v: object, num_gpus: int) -> str:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"is GPU {v} but GPU ids are 0..{num_gpus - 1}"
+    return f"names unknown vertex {v!r} (GPUs are 0..{num_gpus - 1}; switches must be declared)"
+
+
+def check_machines(machines: Iterable[Sequence[int]], num_gpus: int, *, where: str) -> None:
+    """Machines, when given, must partition the GPUs ``0..N-1``."""
+    machines = list(machines)
+    if not machines:
+        return
+    owner: dict[int, int] = {}
+    for m, members in enumerate(machines):
+        for k, g in enumerate(members):
+            if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < num_gpus:
+                raise TopologyError(f"must be a GPU id in 0..{num_gpus - 1} (got {g!r})", where=where,
+                                    field=f"machines[{m}][{k}]")
+            if g in owner:
+                raise TopologyError(f"lists GPU {g} already in machines[{owner[g]}]", where=where,
+                                    field=f"machines[{m}][{k}]")
+            owner[g] = m
+    missing = [g for g in range(num_gpus) if g not in owner]
+    if missing:
+        raise TopologyError(f"do not include GPU {missing[0]} (machines must cover every GPU)", where=where,
+                            field="machines")
+
+
+def check_connected(topology: Topology, *, where: str) -> None:
+    """Every GPU must reach every other GPU (through switches or relaying GPUs)."""
+    if topology.num_gpus < 2:
+        return
+    forward = _reachable(topology, 0, forward=True)
+    for g in topology.gpus:
+        if g not in forward:
+            raise TopologyError(f"GPU 0 cannot reach GPU {g}", where=where, field="links")
+    backward = _reachable(topology, 0, forward=False)
+    for g in topology.gpus:
+        if g not in backward:
+            raise TopologyError(f"GPU {g} cannot reach GPU 0", where=where, field="links")

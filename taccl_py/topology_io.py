@@ -1,0 +1,268 @@
+"""The topology JSON file format: load with clear errors, save canonically.
+
+::
+
+    {"name": "...", "source": "where the numbers come from", "gpus": 8,
+     "machines": [[0, 1, 2, 3, 4, 5, 6, 7]],
+     "switches": [{"name": "nvs0", "kind": "nvswitch"}],
+     "links": [{"src": 0, "dst": "nvs0", "bandwidth": 300, "latency": 0.35,
+                "kind": "nvlink", "bidirectional": true}]}
+
+GPUs are ints ``0..gpus-1``; switches are declared by name (optional ``kind``,
+``multicast``, ``reduce``). A link with ``"bidirectional": true`` stands for two
+directed links with the same figures. ``save`` writes one element per line and
+merges a link with its reverse when they are adjacent and identical, so
+``save(load(f))`` reproduces a saved file byte for byte and ``load(save(t)) == t``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from taccl_py.errors import TopologyError
+from taccl_py.topology import Link, Switch, Topology, Vertex, check_connected, check_machines
+
+__all__ = ["atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
+           "topology_to_dict"]
+
+_TOP_KEYS = {"name", "source", "gpus", "machines", "switches", "links", "format"}
+_LINK_KEYS = {"src", "dst", "bandwidth", "latency", "kind", "bidirectional", "provenance"}
+_SWITCH_KEYS = {"name", "kind", "multicast", "reduce"}
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_topology(path: str | os.PathLike[str]) -> Topology:
+    """Read and validate a topology file; raise :class:`TopologyError` naming file and field."""
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TopologyError("no such file", where=where) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TopologyError(f"cannot read: {exc}", where=where) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TopologyError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+                            where=where) from None
+    return topology_from_dict(data, where=where, default_name=Path(path).stem)
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def _require(cond: bool, message: str, where: str, field: str) -> None:
+    if not cond:
+        raise TopologyError(message, where=where, field=field)
+
+
+def _typename(x: object) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(x), type(x).__name__)
+
+
+def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: str = "topology") -> Topology:
+    """Build a validated :class:`Topology` from parsed JSON."""
+    _require(isinstance(data, dict), f"top level must be a JSON object (got {_typename(data)})", where, "")
+    unknown = sorted(set(data) - _TOP_KEYS)
+    _require(not unknown, f"unknown field {unknown[0]!r} (expected: {', '.join(sorted(_TOP_KEYS))})"
+             if unknown else "", where, "")
+    _require("gpus" in data, "is missing", where, "gpus")
+    num_gpus = data["gpus"]
+    _require(isinstance(num_gpus, int) and not isinstance(num_gpus, bool),
+             f"must be an integer (got {_typename(num_gpus)} {num_gpus!r})", where, "gpus")
+    _require(num_gpus >= 1, f"must be >= 1 (got {num_gpus})", where, "gpus")
+    name = data.get("name", default_name)
+    _require(isinstance(name, str), f"must be a string (got {_typename(name)})", where, "name")
+    source = data.get("source", "")
+    _require(isinstance(source, str), f"must be a string (got {_typename(source)})", where, "source")
+
+    switches = _parse_switches(data.get("switches", []), where)
+    names = {s.name for s in switches}
+    machines_raw = data.get("machines", [])
+    _require(isinstance(machines_raw, list) and all(isinstance(m, list) for m in machines_raw),
+             "must be a list of lists of GPU ids", where, "machines")
+    check_machines(machines_raw, num_gpus, where=where)
+    machines = tuple(tuple(m) for m in machines_raw)
+
+    links_raw = data.get("links")
+    _require(links_raw is not None, "is missing", where, "links")
+    _require(isinstance(links_raw, list), f"must be a list (got {_typename(links_raw)})", where, "links")
+    links: list[Link] = []
+    first_entry: dict[tuple[Vertex, Vertex], int] = {}
+    for i, entry in enumerate(links_raw):
+        for link in _parse_link(entry, i, num_gpus, names, where):
+            key = (link.src, link.dst)
+            if key in first_entry:
+                raise TopologyError(f"duplicates links[{first_entry[key]}] ({link.src!r} -> {link.dst!r})",
+                                    where=where, field=f"links[{i}]")
+            first_entry[key] = i
+            links.append(link)
+    topology = Topology(name=name, num_gpus=num_gpus, links=tuple(links), switches=switches,
+                        machines=machines, source=source)
+    check_connected(topology, where=where)
+    return topology
+
+
+def _parse_switches(raw: Any, where: str) -> tuple[Switch, ...]:
+    _require(isinstance(raw, list), f"must be a list (got {_typename(raw)})", where, "switches")
+    result = []
+    seen: set[str] = set()
+    for k, entry in enumerate(raw):
+        field = f"switches[{k}]"
+        _require(isinstance(entry, dict), f"must be an object (got {_typename(entry)})", where, field)
+        unknown = sorted(set(entry) - _SWITCH_KEYS)
+        _require(not unknown, f"has unknown field {unknown[0]!r}" if unknown else "", where, field)
+        name = entry.get("name")
+        _require(isinstance(name, str) and name != "", f"must be a non-empty string (got {name!r})", where,
+                 f"{field}.name")
+        _require(name not in seen, f"duplicates switch name {name!r}", where, f"{field}.name")
+        seen.add(name)
+        kind = entry.get("kind", "switch")
+        _require(isinstance(kind, str), f"must be a string (got {_typename(kind)})", where, f"{field}.kind")
+        flags = {}
+        for flag in ("multicast", "reduce"):
+            value = entry.get(flag, False)
+            _require(isinstance(value, bool), f"must be true or false (got {value!r})", where, f"{field}.{flag}")
+            flags[flag] = value
+        result.append(Switch(name=name, kind=kind, **flags))
+    return tuple(result)
+
+
+def _parse_vertex(value: Any, num_gpus: int, names: set[str], where: str, field: str) -> Vertex:
+    if isinstance(value, int) and not isinstance(value, bool):
+        _require(0 <= value < num_gpus, f"is GPU {value} but GPU ids are 0..{num_gpus - 1}", where, field)
+        return value
+    if isinstance(value, str):
+        _require(value in names, f"names unknown vertex {value!r} (declare it under \"switches\")", where, field)
+        return value
+    raise TopologyError(f"must be a GPU id or a switch name (got {_typename(value)} {value!r})",
+                        where=where, field=field)
+
+
+def _parse_link(entry: Any, i: int, num_gpus: int, names: set[str], where: str) -> list[Link]:
+    field = f"links[{i}]"
+    _require(isinstance(entry, dict), f"must be an object (got {_typename(entry)})", where, field)
+    unknown = sorted(set(entry) - _LINK_KEYS)
+    _require(not unknown, f"has unknown field {unknown[0]!r}" if unknown else "", where, field)
+    for key in ("src", "dst", "bandwidth"):
+        _require(key in entry, "is missing", where, f"{field}.{key}")
+    src = _parse_vertex(entry["src"], num_gpus, names, where, f"{field}.src")
+    dst = _parse_vertex(entry["dst"], num_gpus, names, where, f"{field}.dst")
+    _require(src != dst, f"is a self-loop on {src!r}", where, field)
+    bandwidth = entry["bandwidth"]
+    _require(_is_number(bandwidth), f"must be a number (got {_typename(bandwidth)} {bandwidth!r})", where,
+             f"{field}.bandwidth")
+    _require(bandwidth > 0, f"must be > 0 (got {bandwidth:g})", where, f"{field}.bandwidth")
+    latency = entry.get("latency", 0.0)
+    _require(_is_number(latency), f"must be a number (got {_typename(latency)} {latency!r})", where,
+             f"{field}.latency")
+    _require(latency >= 0, f"must be >= 0 (got {latency:g})", where, f"{field}.latency")
+    kind = entry.get("kind", "nvlink")
+    _require(isinstance(kind, str), f"must be a string (got {_typename(kind)})", where, f"{field}.kind")
+    bidirectional = entry.get("bidirectional", False)
+    _require(isinstance(bidirectional, bool), f"must be true or false (got {bidirectional!r})", where,
+             f"{field}.bidirectional")
+    provenance = entry.get("provenance")
+    _require(provenance is None or isinstance(provenance, dict), "must be an object", where,
+             f"{field}.provenance")
+    link = Link(src=src, dst=dst, bandwidth=float(bandwidth), latency=float(latency), kind=kind,
+                provenance=provenance)
+    if bidirectional:
+        return [link, Link(src=dst, dst=src, bandwidth=float(bandwidth), latency=float(latency), kind=kind,
+                           provenance=provenance)]
+    return [link]
+
+
+def _num(x: float) -> int | float:
+    return int(x) if float(x).is_integer() and abs(x) < 1e15 else float(x)
+
+
+def _link_entry(link: Link, bidirectional: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"src": link.src, "dst": link.dst, "bandwidth": _num(link.bandwidth),
+                             "latency": _num(link.latency), "kind": link.kind}
+    if bidirectional:
+        entry["bidirectional"] = True
+    if link.provenance is not None:
+        entry["provenance"] = dict(link.provenance)
+    return entry
+
+
+def _is_reverse(a: Link, b: Link) -> bool:
+    return (a.src == b.dst and a.dst == b.src and a.bandwidth == b.bandwidth and a.latency == b.latency
+            and a.kind == b.kind and a.provenance == b.provenance)
+
+
+def topology_to_dict(topology: Topology) -> dict[str, Any]:
+    """The JSON object ``save_topology`` writes (adjacent reverse pairs merged)."""
+    links: list[dict[str, Any]] = []
+    i = 0
+    items = topology.links
+    while i < len(items):
+        if i + 1 < len(items) and _is_reverse(items[i], items[i + 1]):
+            links.append(_link_entry(items[i], True))
+            i += 2
+        else:
+            links.append(_link_entry(items[i], False))
+            i += 1
+    switches = []
+    for s in topology.switches:
+        entry: dict[str, Any] = {"name": s.name}
+        if s.kind != "switch":
+            entry["kind"] = s.kind
+        if s.multicast:
+            entry["multicast"] = True
+        if s.reduce:
+            entry["reduce"] = True
+        switches.append(entry)
+    data: dict[str, Any] = {"name": topology.name, "source": topology.source, "gpus": topology.num_gpus}
+    if topology.machines:
+        data["machines"] = [list(m) for m in topology.machines]
+    data["switches"] = switches
+    data["links"] = links
+    return data
+
+
+def dumps_topology(topology: Topology) -> str:
+    """Canonical text: top-level keys on their own lines, one machine/switch/link per line."""
+    data = topology_to_dict(topology)
+    lines = ["{"]
+    keys = list(data)
+    for n, key in enumerate(keys):
+        value = data[key]
+        comma = "," if n < len(keys) - 1 else ""
+        if isinstance(value, list) and value:
+            lines.append(f"  {json.dumps(key)}: [")
+            for k, item in enumerate(value):
+                item_comma = "," if k < len(value) - 1 else ""
+                lines.append(f"    {json.dumps(item, separators=(', ', ': '))}{item_comma}")
+            lines.append(f"  ]{comma}")
+        else:
+            lines.append(f"  {json.dumps(key)}: {json.dumps(value)}{comma}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def save_topology(topology: Topology, path: str | os.PathLike[str]) -> None:
+    """Write the canonical JSON atomically (temporary file, then rename)."""
+    atomic_write_text(path, dumps_topology(topology))

@@ -1,0 +1,85 @@
+"""Units and size conventions shared by every stage.
+
+Time is in microseconds, sizes in bytes, bandwidth in GB/s with GB = 1e9
+bytes, so ``bytes / (GBps * 1e3)`` is microseconds. Size strings follow
+nccl-tests: ``K``, ``M``, ``G`` (with or without ``B``/``iB``) are powers of
+1024; plain integers are bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from taccl_py.errors import InputError
+
+__all__ = [
+    "BYTES_PER_US_PER_GBPS",
+    "GIB",
+    "format_bytes",
+    "gbps_to_bytes_per_us",
+    "parse_size",
+    "parse_size_range",
+    "transfer_time_us",
+]
+
+BYTES_PER_US_PER_GBPS = 1e3
+"""1 GB/s (1e9 bytes per second) moves 1000 bytes per microsecond."""
+
+GIB = 1 << 30
+
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def gbps_to_bytes_per_us(bandwidth_gbps: float) -> float:
+    """Bandwidth in GB/s (1e9 B/s) as bytes per microsecond."""
+    return bandwidth_gbps * BYTES_PER_US_PER_GBPS
+
+
+def transfer_time_us(num_bytes: float, bandwidth_gbps: float, latency_us: float = 0.0) -> float:
+    """alpha + bytes / bandwidth, in microseconds."""
+    return latency_us + num_bytes / gbps_to_bytes_per_us(bandwidth_gbps)
+
+
+def parse_size(text: str | int, *, where: str = "--size") -> int:
+    """Parse ``1MiB``, ``256KB``, ``1G``, ``4096`` or ``1e6`` into bytes (K/M/G are binary)."""
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _SIZE_RE.match(str(text))
+        if not match:
+            raise InputError(f"cannot read size {text!r}; use e.g. 4096, 256KB, 1MiB or 1GB", where=where)
+        number, suffix = match.groups()
+        scaled = float(number) * _SUFFIX[suffix.upper()]
+        if not math.isfinite(scaled) or scaled != int(scaled):
+            raise InputError(f"size {text!r} is not a whole number of bytes", where=where)
+        value = int(scaled)
+    if value <= 0:
+        raise InputError(f"size must be > 0 bytes (got {text!r})", where=where)
+    return value
+
+
+def parse_size_range(text: str, *, where: str = "--size") -> list[int]:
+    """Parse ``LO:HI`` into the powers of two from LO to HI (both included), or one size."""
+    if ":" not in str(text):
+        return [parse_size(text, where=where)]
+    lo_text, _, hi_text = str(text).partition(":")
+    lo, hi = parse_size(lo_text, where=where), parse_size(hi_text, where=where)
+    if lo > hi:
+        raise InputError(f"range {text!r} has its lower end above its upper end", where=where)
+    sizes = []
+    size = lo
+    while size <= hi:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def format_bytes(num_bytes: float) -> str:
+    """Short human form: 1KB, 64MB, 1GB (binary multiples, as nccl-tests users read them)."""
+    for suffix, factor in (("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if num_bytes >= factor:
+            value = num_bytes / factor
+            return f"{value:g}{suffix}" if value == int(value) else f"{value:.3g}{suffix}"
+    return f"{num_bytes:g}B"

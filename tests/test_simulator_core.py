@@ -1,0 +1,146 @@
+"""The simulator's core semantics on hand-checkable cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.schedule import Op, Schedule, Transfer
+from taccl_py.simulator import SimOptions, simulate
+from taccl_py.topology import Link, Switch, Topology, check_topology
+
+GOLDEN_BW = 50 * 2**30 / 1e9  # ASTRA-sim's 50 GB/s of 2^30 bytes, in GB/s of 1e9 bytes
+
+
+def ring(n: int, bandwidth: float, latency: float) -> Topology:
+    links: dict[tuple[int, int], Link] = {}
+    for i in range(n):
+        j = (i + 1) % n
+        links.setdefault((i, j), Link(i, j, bandwidth, latency))
+        links.setdefault((j, i), Link(j, i, bandwidth, latency))
+    return check_topology(Topology(f"ring{n}", n, tuple(links.values())))
+
+
+def ring_allgather(topology: Topology) -> Schedule:
+    n = topology.num_gpus
+    transfers = []
+    for step in range(n - 1):
+        for r in range(n):
+            nxt = (r + 1) % n
+            transfers.append(Transfer(r, nxt, ((r - step) % n,), (topology.link_index[(r, nxt)],)))
+    return Schedule(Collective(CollectiveKind.ALLGATHER, n), tuple(transfers))
+
+
+def test_golden_value_ring_allgather_8_ranks() -> None:
+    topo = ring(8, GOLDEN_BW, 0.5)
+    result = simulate(topo, ring_allgather(topo), 8 * 2**20)
+    assert result.correct, result.error
+    assert result.time_us == pytest.approx(140.21875, abs=1e-9)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 16])
+def test_ring_formula(n: int) -> None:
+    topo = ring(n, 25.0, 0.7)
+    size = n * 3_000_000
+    result = simulate(topo, ring_allgather(topo), size)
+    assert result.correct
+    assert result.time_us == pytest.approx((n - 1) * (0.7 + size / n / 25e3), rel=1e-12)
+    assert result.algbw_GBps == pytest.approx(size / result.time_us / 1e3)
+    assert result.busbw_GBps == pytest.approx(result.algbw_GBps * (n - 1) / n)
+
+
+def star(n: int) -> Topology:
+    links = []
+    for g in range(n):
+        links += [Link(g, "sw", 10.0, 1.0), Link("sw", g, 10.0, 1.0)]
+    return check_topology(Topology("star", n, tuple(links), switches=(Switch("sw"),)))
+
+
+def test_two_flows_share_a_link_max_min() -> None:
+    topo = star(3)
+    up0, up1 = topo.link_index[(0, "sw")], topo.link_index[(1, "sw")]
+    down2 = topo.link_index[("sw", 2)]
+    col = Collective(CollectiveKind.ALLGATHER, 3)
+    ag = [Transfer(0, 2, (0,), (up0, down2)), Transfer(1, 2, (1,), (up1, down2))]
+    # rank 2's chunk and the remaining deliveries, so the schedule is a complete allgather
+    rest = []
+    for src in range(3):
+        for dst in range(3):
+            if src != dst and dst != 2:
+                rest.append(Transfer(src, dst, (src,), topo.gpu_route(src, dst) or ()))
+    sched = Schedule(col, tuple(ag + rest))
+    size = 3 * 10_000.0
+    result = simulate(topo, sched, size)
+    assert result.correct, result.error
+    # both flows into rank 2 share the 10 GB/s down-link: 2 us latency + 2 x 10 KB at 10 GB/s
+    assert result.arrive_us[0] == pytest.approx(2.0 + 2 * 10_000 / 10e3)
+
+
+def test_sending_a_chunk_not_held_is_caught() -> None:
+    topo = ring(3, 10.0, 1.0)
+    col = Collective(CollectiveKind.ALLGATHER, 3)
+    bad = Schedule(col, (Transfer(0, 1, (2,), (topo.link_index[(0, 1)],)),))
+    result = simulate(topo, bad, 3000)
+    assert not result.correct
+    assert result.time_us is None
+    assert "does not hold" in (result.error or "")
+
+
+def test_double_reduction_is_caught() -> None:
+    topo = ring(2, 10.0, 1.0)
+    col = Collective(CollectiveKind.ALLREDUCE, 2)
+    l01 = topo.link_index[(0, 1)]
+    sched = Schedule(col, (
+        Transfer(0, 1, (0, 1), (l01,), Op.REDUCE),
+        Transfer(0, 1, (0,), (l01,), Op.REDUCE),
+    ))
+    result = simulate(topo, sched, 2000)
+    assert not result.correct and "second time" in (result.error or "")
+
+
+def test_allreduce_two_ranks_correct() -> None:
+    topo = ring(2, 10.0, 1.0)
+    col = Collective(CollectiveKind.ALLREDUCE, 2)
+    l01, l10 = topo.link_index[(0, 1)], topo.link_index[(1, 0)]
+    sched = Schedule(col, (
+        Transfer(0, 1, (1,), (l01,), Op.REDUCE),
+        Transfer(1, 0, (0,), (l10,), Op.REDUCE),
+        Transfer(1, 0, (1,), (l10,)),
+        Transfer(0, 1, (0,), (l01,)),
+    ))
+    result = simulate(topo, sched, 2000)
+    assert result.correct, result.error
+    assert result.time_us == pytest.approx(2 * (1.0 + 1000 / 10e3))
+
+
+def test_deadlock_names_stuck_transfers() -> None:
+    topo = ring(2, 10.0, 1.0)
+    col = Collective(CollectiveKind.ALLGATHER, 2)
+    l01, l10 = topo.link_index[(0, 1)], topo.link_index[(1, 0)]
+    sched = Schedule(col, (Transfer(0, 1, (0,), (l01,), after=(1,)), Transfer(1, 0, (1,), (l10,), after=(0,))))
+    result = simulate(topo, sched, 2000)
+    assert not result.correct and "deadlock" in (result.error or "")
+    assert result.stuck == (0, 1)
+
+
+def test_missing_delivery_violates_postcondition() -> None:
+    topo = ring(3, 10.0, 1.0)
+    sched = ring_allgather(topo)
+    dropped = sched.with_transfers(sched.transfers[:-1])
+    result = simulate(topo, dropped, 3000)
+    assert not result.correct and "post-condition" in (result.error or "")
+
+
+def test_step_overhead_adds_per_transfer() -> None:
+    topo = ring(4, 10.0, 1.0)
+    base = simulate(topo, ring_allgather(topo), 4000).time_us
+    slow = simulate(topo, ring_allgather(topo), 4000, SimOptions(step_overhead_us=2.0)).time_us
+    assert base is not None and slow == pytest.approx(base + 3 * 2.0)
+
+
+def test_route_through_gpu_is_rejected() -> None:
+    topo = ring(3, 10.0, 1.0)
+    col = Collective(CollectiveKind.ALLGATHER, 3)
+    route = (topo.link_index[(0, 1)], topo.link_index[(1, 2)])
+    result = simulate(topo, Schedule(col, (Transfer(0, 2, (0,), route),)), 3000)
+    assert not result.correct and "passes through GPU 1" in (result.error or "")
