@@ -1,9 +1,231 @@
-"""Placeholder: this command group is being built (replaced before landing)."""
+"""``taccl profile``: fit measurements into a topology, measure links live, show fits."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
 
 import click
 
+from taccl_py.cli.common import emit_json, err_console, fmt, json_option, make_table, out_console
+from taccl_py.errors import ProfileInputError
+from taccl_py.profiler.calibration import LinkFit, link_classes
+from taccl_py.profiler.fitting import FitOutcome, FitRequest, fit_measurements
+from taccl_py.profiler.report import FitRow, fit_to_json, rows_from_fits, rows_from_topology, write_plot
+from taccl_py.topology import Topology
+from taccl_py.topology_io import load_topology, save_topology
+from taccl_py.units import format_bytes, parse_size_range
 
-@click.command("profile")
+__all__ = ["profile"]
+
+_COLUMNS = ("link class", "alpha us", "bandwidth GB/s", "R^2", "samples", "dropped", "links")
+
+
+@click.group("profile")
 def profile() -> None:
-    """Not built yet."""
-    raise click.ClickException("not built yet")
+    """Fit per-link latency and bandwidth from measurements into a topology.
+
+    \b
+    taccl profile fit sendrecv.log -o fitted.json      nccl-tests logs or CSVs -> topology
+    taccl profile run --nproc 4 -o m.csv --fit t.json  live ping-pong with torch.distributed
+    taccl profile show fitted.json --plot fit.png      the fitted table (and plot)
+    """
+
+
+def _warn(warnings: tuple[str, ...] | list[str]) -> None:
+    for warning in warnings:
+        err_console.print(f"taccl: warning: {warning}", markup=False, highlight=False)
+
+
+def _table_rows(rows: list[FitRow]) -> list[list[Any]]:
+    return [[r.label, fmt(r.alpha_us), fmt(r.bandwidth_gbps),
+             "-" if r.r_squared is None else f"{r.r_squared:.5f}", r.samples, r.dropped, r.links] for r in rows]
+
+
+def _load_base(spec: str, option: str) -> Topology:
+    if Path(spec).is_file():
+        return load_topology(spec)
+    if spec.lower().endswith(".json"):
+        raise ProfileInputError("no such file", where=spec)
+    try:
+        from taccl_py.cli.common import load_topology_arg
+        return load_topology_arg(spec)
+    except ImportError:
+        raise ProfileInputError(f"no topology file {spec!r}", where=option) from None
+
+
+def _fit_json(outcome: FitOutcome, output: str | None) -> dict[str, Any]:
+    topo = outcome.topology
+    return {
+        "command": "profile fit",
+        "inputs": list(outcome.inputs),
+        "output": output,
+        "topology": {"name": topo.name, "gpus": topo.num_gpus, "links": len(topo.links), "source": topo.source},
+        "fits": [fit_to_json(f) for f in outcome.fits],
+        "warnings": list(outcome.warnings),
+    }
+
+
+def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
+    if as_json:
+        emit_json(_fit_json(outcome, output))
+        return
+    _warn(outcome.warnings)
+    for line in outcome.inputs:
+        out_console.print(f"read {line}", markup=False)
+    rows = rows_from_fits(outcome.fits, outcome.topology)
+    out_console.print(make_table("fitted links (alpha-beta)", _COLUMNS, _table_rows(rows)))
+    if output is None:
+        out_console.print("no output file given (-o FILE or --into TOPO): nothing written", markup=False)
+    else:
+        topo = outcome.topology
+        out_console.print(f"wrote {output}: {topo.name!r}, {topo.num_gpus} GPUs, {len(topo.links)} links",
+                          markup=False)
+
+
+@profile.command("fit")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.option("-o", "--output", metavar="FILE", help="Write the fitted topology here.")
+@click.option("--into", "into", metavar="TOPO",
+              help="Re-calibrate this topology file (overwritten unless -o is given).")
+@click.option("--collective", metavar="NAME",
+              help="nccl-tests binary when the log does not say (sendrecv, allgather, allreduce, ...).")
+@click.option("--ranks", type=click.IntRange(min=1), help="Ranks of the nccl-tests run when the log lacks Rank lines.")
+@click.option("--group", type=click.Choice(["pair", "class"]),
+              help="CSV: one fit per measured direction (default without --into) or per link class of the "
+                   "topology (default with --into).")
+@click.option("--class", "class_name", metavar="NAME", help="Link class of --into to re-calibrate.")
+@click.option("--name", metavar="NAME", help="Name of a new topology (default: the first file's stem).")
+@json_option
+def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
+            ranks: int | None, group: str | None, class_name: str | None, name: str | None, as_json: bool) -> None:
+    """Fit alpha (us) and bandwidth (GB/s) per link from nccl-tests logs or CSVs.
+
+    FILE is an nccl-tests log (sendrecv_perf, all_gather_perf, all_reduce_perf,
+    reduce_scatter_perf, alltoall_perf, broadcast_perf, reduce_perf) or a CSV
+    ``src,dst,bytes,time_us[,repeat]``. Without --into the result is a new
+    topology (a ring, fully connected or measured-pairs topology); with --into
+    the fitted values replace the links of the measured pairs or link classes.
+    """
+    base = load_topology(into) if into is not None else None
+    request = FitRequest(files=files, collective=collective, ranks=ranks, group=group, base=base,
+                         base_where=into or "", class_name=class_name, name=name)
+    outcome = fit_measurements(request)
+    target = output or into
+    if target is not None:
+        save_topology(outcome.topology, target)
+    _report_fit(outcome, target, as_json)
+
+
+@profile.command("run")
+@click.option("--nproc", type=click.IntRange(min=2), help="Ranks to spawn locally (default: the topology's "
+              "GPUs, else 2). Ignored under torchrun, which sets the world size.")
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), help="Default: nccl with GPUs, gloo without.")
+@click.option("--sizes", "sizes_spec", default="1KB:256MB", show_default=True, metavar="LO:HI",
+              help="Powers of two from LO to HI (K/M/G binary).")
+@click.option("--repeats", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--pairs", "pairs_mode", type=click.Choice(["all", "per-class"]), default="all", show_default=True,
+              help="Every pair of ranks, or one pair per link class of --topology.")
+@click.option("--topology", "-t", "topology_spec", metavar="NAME|FILE",
+              help="Topology whose link classes to measure and re-calibrate.")
+@click.option("-o", "--output", required=True, metavar="CSV", help="Measurements CSV to write.")
+@click.option("--fit", "fit_output", metavar="FILE", help="Also fit the measurements and write this topology.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=600.0, show_default=True,
+              help="Seconds a rank waits for its peers.")
+@json_option
+def run_cmd(nproc: int | None, backend: str | None, sizes_spec: str, repeats: int, warmup: int, pairs_mode: str,
+            topology_spec: str | None, output: str, fit_output: str | None, timeout_s: float, as_json: bool) -> None:
+    """Measure every pair of ranks with torch.distributed ping-pongs and write a CSV.
+
+    Launch with ``torchrun --nproc-per-node N -m taccl_py.profile ...`` on a
+    cluster, or let this command spawn --nproc local processes.
+    """
+    from taccl_py.profiler import live
+
+    sizes = tuple(parse_size_range(sizes_spec, where="--sizes"))
+    if len(sizes) < 2:
+        raise ProfileInputError("give a range LO:HI with at least two sizes (alpha and bandwidth need both)",
+                                where="--sizes")
+    topology = _load_base(topology_spec, "--topology") if topology_spec else None
+    under_torchrun = live.launched_by_torchrun()
+    world = int(os.environ["WORLD_SIZE"]) if under_torchrun else (
+        nproc or (topology.num_gpus if topology is not None else 2))
+    if topology is not None and world > topology.num_gpus:
+        raise ProfileInputError(f"{world} ranks but the topology has {topology.num_gpus} GPUs", where="--nproc")
+    if pairs_mode == "per-class":
+        if topology is None:
+            raise ProfileInputError("--pairs per-class needs --topology", where="--pairs")
+        classes = link_classes(topology)
+        pairs = tuple(sorted({min(p for p in members if max(p) < world) for members in classes.values()
+                              if any(max(p) < world for p in members)}))
+    else:
+        pairs = live.all_pairs(world)
+    config = live.PingPongConfig(sizes=sizes, pairs=pairs, repeats=repeats, warmup=warmup,
+                                 backend=live.resolve_backend(backend), timeout_s=timeout_s)
+    if under_torchrun:
+        _, rank = live.run_torchrun(config, output)
+        if rank != 0:
+            return
+    else:
+        live.run_local(config, world, output)
+    outcome = None
+    if fit_output is not None:
+        request = FitRequest(files=(output,), base=topology, base_where=topology_spec or "",
+                             group="class" if topology is not None else "pair")
+        outcome = fit_measurements(request)
+        save_topology(outcome.topology, fit_output)
+    if as_json:
+        emit_json({"command": "profile run", "measurements": output, "backend": config.backend, "ranks": world,
+                   "pairs": [list(p) for p in pairs], "sizes": list(sizes), "repeats": repeats,
+                   "fit": _fit_json(outcome, fit_output) if outcome is not None else None})
+        return
+    out_console.print(f"wrote {output}: {len(pairs)} pairs x {len(sizes)} sizes "
+                      f"({format_bytes(sizes[0])}..{format_bytes(sizes[-1])}) x {repeats} repeats, "
+                      f"backend {config.backend}, {world} ranks", markup=False)
+    if outcome is not None:
+        _report_fit(outcome, fit_output, as_json=False)
+
+
+def _is_topology_file(path: str) -> bool:
+    if not path.lower().endswith(".json"):
+        return False
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True  # let load_topology report it
+    return isinstance(data, dict) and "links" in data
+
+
+@profile.command("show")
+@click.argument("file", metavar="FILE")
+@click.option("--plot", "plot_path", metavar="PNG", help="Also plot time versus size with the fitted lines.")
+@click.option("--collective", metavar="NAME", help="nccl-tests binary when a log does not say.")
+@click.option("--ranks", type=click.IntRange(min=1), help="Ranks of an nccl-tests run without Rank lines.")
+@json_option
+def show_cmd(file: str, plot_path: str | None, collective: str | None, ranks: int | None, as_json: bool) -> None:
+    """The fitted table of a fitted topology (its links' provenance), a CSV or an nccl-tests log."""
+    fits: tuple[LinkFit, ...] = ()
+    warnings: tuple[str, ...] = ()
+    if _is_topology_file(file):
+        topology = load_topology(file)
+        rows = rows_from_topology(topology, where=file)
+        kind = "topology"
+    else:
+        outcome = fit_measurements(FitRequest(files=(file,), collective=collective, ranks=ranks))
+        fits, warnings = outcome.fits, outcome.warnings
+        rows = rows_from_fits(fits, outcome.topology)
+        kind = "measurements"
+    if plot_path is not None:
+        write_plot(plot_path, title=f"{Path(file).name}: time vs size (alpha-beta fit)", fits=fits,
+                   rows=rows if not fits else ())
+    if as_json:
+        emit_json({"command": "profile show", "file": file, "kind": kind, "rows": [r.as_dict() for r in rows],
+                   "fits": [fit_to_json(f) for f in fits], "plot": plot_path, "warnings": list(warnings)})
+        return
+    _warn(warnings)
+    out_console.print(make_table(f"{file}: fitted links", _COLUMNS, _table_rows(rows)))
+    if plot_path is not None:
+        out_console.print(f"wrote {plot_path}", markup=False)

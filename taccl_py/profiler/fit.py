@@ -10,11 +10,13 @@ Method (stated in every provenance record as :data:`FIT_METHOD`):
 * weighted least squares on *relative* residuals (weight 1/time), so a 10 us
   point counts as much as a 10 ms point and alpha is not drowned by the
   largest sizes;
-* outliers: after the first fit, an observation whose relative residual is
-  more than :data:`OUTLIER_MADS` scaled median absolute deviations
-  (1.4826 MAD) from the median residual *and* more than
-  :data:`OUTLIER_FLOOR` (2 %) away from it is dropped, then the fit is done
-  once more (no further iteration);
+* outliers: after the first fit, an observation whose log residual
+  ``ln(time / fitted)`` is more than :data:`OUTLIER_MADS` scaled median
+  absolute deviations (1.4826 MAD) from the median log residual *and* more
+  than :data:`OUTLIER_FLOOR` (about 2 %) away from it is dropped, then the fit
+  is done once more (no further iteration). Log residuals keep a 50x spike
+  (a scheduler hiccup) far from the bulk, where a relative residual would
+  cap it at 100 %;
 * a negative fitted latency is unphysical: alpha is then fixed at 0 and the
   bandwidth refitted, with a warning.
 
@@ -44,11 +46,11 @@ __all__ = [
     "fit_alpha_beta",
 ]
 
-OUTLIER_MADS = 5.0
-"""An observation this many scaled MADs from the median relative residual is an outlier."""
+OUTLIER_MADS = 3.5
+"""An observation this many scaled MADs from the median log residual is an outlier (Iglewicz-Hoaglin)."""
 
 OUTLIER_FLOOR = 0.02
-"""... and only when it is also more than 2 % away (so near-perfect data loses nothing)."""
+"""... and only when it is also more than 0.02 in ln (about 2 %) away (near-perfect data loses nothing)."""
 
 POOR_R_SQUARED = 0.99
 """Below this R-squared the fit is reported as poor."""
@@ -56,8 +58,8 @@ POOR_R_SQUARED = 0.99
 MIN_SIZE_SPAN = 8.0
 """Largest / smallest size below which alpha and bandwidth cannot be told apart reliably."""
 
-FIT_METHOD = (f"weighted least squares on relative residuals; outliers beyond {OUTLIER_MADS:g} scaled MADs "
-              f"and {OUTLIER_FLOOR:.0%} dropped, refitted once")
+FIT_METHOD = (f"weighted least squares on relative residuals; outliers (ln residual beyond {OUTLIER_MADS:g} scaled "
+              f"MADs and {OUTLIER_FLOOR:g}) dropped, refitted once")
 
 _MAD_SCALE = 1.4826
 _MAX_ALPHA_REL_SE = 0.5
@@ -148,10 +150,11 @@ def _solve(design: np.ndarray, times: np.ndarray, *, clamp: bool) -> _Solution:
     return _Solution(float(params[0]), float(params[1]), cov, False)
 
 
-def _outliers(rel_resid: np.ndarray) -> np.ndarray:
-    """Mask of observations the stated MAD rule drops."""
-    med = float(np.median(rel_resid))
-    dev = np.abs(rel_resid - med)
+def _outliers(times: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """Mask of observations the stated MAD rule on log residuals drops."""
+    log_resid = np.log(times / np.maximum(predicted, times * 1e-6))
+    med = float(np.median(log_resid))
+    dev = np.abs(log_resid - med)
     mad = float(np.median(dev)) * _MAD_SCALE
     return (dev > OUTLIER_MADS * mad) & (dev > OUTLIER_FLOOR)
 
@@ -191,8 +194,7 @@ def fit_alpha_beta(observations: Sequence[Observation], *, where: str = "measure
     keep = np.ones(len(times), dtype=bool)
     sol = _solve(design, times, clamp=False)
     if len(times) >= 4:
-        rel = (times - design @ np.array([sol.alpha, sol.inv_bw])) / times
-        drop = _outliers(rel)
+        drop = _outliers(times, design @ np.array([sol.alpha, sol.inv_bw]))
         candidate = ~drop
         if drop.any() and len(set(sizes[candidate])) >= 2 and candidate.sum() >= 3:
             keep = candidate
