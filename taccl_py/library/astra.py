@@ -148,10 +148,13 @@ def _link_count(dims: Sequence[AstraDimension]) -> int:
     return count
 
 
-def astra_topology(dims: Sequence[AstraDimension], *, name: str | None = None,
-                   source: str | None = None) -> Topology:
-    """Build an ASTRA-sim multi-dimensional network as a :class:`Topology` (see the module doc)."""
-    where = name or "astra"
+def astra_topology(dims: Sequence[AstraDimension], *, name: str | None = None, source: str | None = None,
+                   where: str | None = None) -> Topology:
+    """Build an ASTRA-sim multi-dimensional network as a :class:`Topology` (see the module doc).
+
+    ``where`` names the origin (a file) in error messages; it defaults to the name.
+    """
+    where = where or name or "astra"
     dims = _validate_dims(dims, where)
     sizes = _sizes(dims)
     total = math.prod(sizes)
@@ -283,7 +286,7 @@ def load_astra_yaml(path: str | os.PathLike[str]) -> Topology:
         raise TopologyError(f"not valid YAML: {problem}{at}", where=where) from None
     dims = parse_astra_network(data, where=where)
     shape = " x ".join(d.describe() for d in dims)
-    return astra_topology(dims, name=Path(path).stem, source=(
+    return astra_topology(dims, name=Path(path).stem, where=where, source=(
         f"ASTRA-sim network file {Path(path).name}: {shape}; bandwidth GB/s of 2^30 bytes converted to GB/s "
         f"of 1e9, latency ns to us, per link; NPU id mixed radix, dimension 0 fastest"))
 
