@@ -173,7 +173,7 @@ def _check_inputs(observations: Sequence[Observation], where: str) -> None:
     if len(sizes) < 2:
         only = next(iter(sizes))
         raise ProfileInputError(
-            f"all {len(observations)} measurements use one size ({only} bytes); alpha and bandwidth need "
+            f"every measurement uses one size ({only} bytes); alpha and bandwidth need "
             "at least two sizes, ideally from ~1KB to tens of MB", where=where)
 
 

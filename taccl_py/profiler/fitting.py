@@ -2,7 +2,8 @@
 
 Inputs are either nccl-tests logs (pooled into one per-hop fit of the ring or
 the direct links the collectives ran on) or point-to-point CSVs (one fit per
-measured direction, or per link class of a base topology). Without a base
+measured direction, or per link class of a base topology; the repeats of a
+size are reduced to their median first). Without a base
 topology the result is a new topology; with one (``--into``) the fitted
 values replace the links of the measured pairs or classes and everything else
 is kept.
@@ -10,6 +11,7 @@ is kept.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,7 +140,16 @@ def samples_to_fits(samples: Sequence[Sample], *, files: Sequence[str], group: s
 
 
 def _observations(samples: Sequence[Sample]) -> list[Observation]:
-    return [Observation(s.size_bytes, s.time_us, 1.0, 1.0, s.origin) for s in samples]
+    """One observation per size: the median of its repeats (a hiccup in one repeat does not move the fit)."""
+    by_size: dict[int, list[Sample]] = {}
+    for s in samples:
+        by_size.setdefault(s.size_bytes, []).append(s)
+    out = []
+    for size in sorted(by_size):
+        group = by_size[size]
+        origin = group[0].origin if len(group) == 1 else f"{group[0].origin} (median of {len(group)} repeats)"
+        out.append(Observation(size, float(statistics.median(s.time_us for s in group)), 1.0, 1.0, origin))
+    return out
 
 
 def _fit_csvs(request: FitRequest) -> FitOutcome:

@@ -1,0 +1,231 @@
+"""`taccl profile fit|show|run` through the CLI: outputs, --into, --json, and every bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from taccl_py.cli.main import cli, main
+from taccl_py.topology_io import load_topology
+
+DATA = Path(__file__).parent / "data" / "profiler"
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """Run ``taccl ARGS`` in-process; return (exit status, stdout, stderr)."""
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    out, err = capsys.readouterr()
+    code = info.value.code
+    return (code if isinstance(code, int) else 0), out, err
+
+
+def test_fit_sendrecv_log_writes_a_valid_ring_topology(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "fitted.json"
+    code, stdout, stderr = run(["profile", "fit", str(DATA / "sample_sendrecv.log"), "-o", str(out)], capsys)
+    assert code == 0, stderr
+    topology = load_topology(out)
+    assert topology.num_gpus == 2
+    assert [(link.src, link.dst) for link in topology.links] == [(0, 1), (1, 0)]
+    link = topology.links[0]
+    assert link.bandwidth == pytest.approx(230.0, rel=0.03) and link.latency == pytest.approx(9.0, rel=0.05)
+    assert link.provenance is not None
+    prov = dict(link.provenance)
+    assert prov["files"] == [str(DATA / "sample_sendrecv.log")] and prov["samples"] == 52 and prov["dropped"] == 1
+    assert prov["r_squared"] > 0.999 and "weighted least squares" in prov["method"]
+    assert "ring of 2 GPUs assumed" in topology.source
+    assert "ring hop" in stdout and "wrote" in stdout
+    assert "dropped 1 outlier(s): 2MB" in stderr
+
+
+def test_fit_is_deterministic_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    texts, jsons = [], []
+    for k in range(2):
+        out = tmp_path / f"f{k}.json"
+        code, stdout, _ = run(["profile", "fit", str(DATA / "all_reduce_2nodes.log"), "-o", str(out),
+                               "--name", "ar", "--json"], capsys)
+        assert code == 0
+        texts.append(out.read_bytes())
+        jsons.append(stdout.replace(str(out), "OUT"))
+    assert texts[0] == texts[1] and jsons[0] == jsons[1]
+
+
+def test_fit_json_is_exactly_one_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "a2a.json"
+    code, stdout, _ = run(["profile", "fit", str(DATA / "alltoall_4gpu.log"), "-o", str(out), "--json"], capsys)
+    assert code == 0
+    data = json.loads(stdout)
+    assert data["command"] == "profile fit" and data["output"] == str(out)
+    assert data["topology"]["gpus"] == 4 and data["topology"]["links"] == 12  # fully connected
+    (fit,) = data["fits"]
+    assert fit["class"] == "direct link" and fit["bandwidth_GBps"] == pytest.approx(40, rel=0.03)
+    assert len(fit["residuals"]) == fit["samples"] == 38
+    assert stdout.count("\n") == 1
+
+
+def test_fit_csv_per_pair_without_topology(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "pp.json"
+    code, _, _ = run(["profile", "fit", str(DATA / "sample_pingpong.csv"), "-o", str(out)], capsys)
+    assert code == 0
+    topology = load_topology(out)
+    assert topology.num_gpus == 4 and len(topology.links) == 12
+    fast = {(link.src, link.dst) for link in topology.links if link.bandwidth > 100}
+    assert fast == {(0, 1), (1, 0), (2, 3), (3, 2)}
+
+
+def test_into_recalibrates_classes_and_keeps_everything_else(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    topo_path = tmp_path / "cluster.json"
+    shutil.copy(DATA / "two_node_4gpu.json", topo_path)
+    before = load_topology(topo_path)
+    code, _, stderr = run(["profile", "fit", str(DATA / "sample_pingpong.csv"), "--into", str(topo_path)], capsys)
+    assert code == 0, stderr
+    after = load_topology(topo_path)
+    assert (after.name, after.num_gpus, after.machines, after.switches) == (
+        before.name, before.num_gpus, before.machines, before.switches)
+    assert after.source.startswith(before.source + "; re-calibrated by taccl profile fit")
+    assert [(link.src, link.dst, link.kind) for link in after.links] == [
+        (link.src, link.dst, link.kind) for link in before.links]
+    for link in after.links:
+        assert link.provenance is not None
+        if link.kind == "nvlink":
+            assert link.bandwidth == pytest.approx(130, rel=0.02) and link.latency == pytest.approx(2.1, rel=0.03)
+        else:  # GPU -> ib0 -> GPU: bandwidth on both hops, the 4.5 us split as the datasheet split it (1.3 + 1.3)
+            assert link.bandwidth == pytest.approx(11.8, rel=0.02) and link.latency == pytest.approx(2.25, rel=0.03)
+
+
+def test_into_with_a_log_recalibrates_one_class_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = DATA / "two_node_4gpu.json"
+    out = tmp_path / "out.json"
+    code, _, stderr = run(["profile", "fit", str(DATA / "sample_sendrecv.log"), "--into", str(base), "-o", str(out)],
+                          capsys)
+    assert code == 0, stderr
+    before, after = load_topology(base), load_topology(out)
+    for old, new in zip(before.links, after.links, strict=True):
+        if old.kind == "nvlink":
+            assert new.bandwidth == pytest.approx(230, rel=0.03) and new.provenance is not None
+            assert new.provenance["class"] == "nvlink 150GB/s"
+        else:
+            assert new == old
+    code, _, stderr = run(["profile", "fit", str(DATA / "sample_sendrecv.log"), "--into", str(base), "-o", str(out),
+                           "--class", "ib 12.5GB/s > ib 12.5GB/s"], capsys)
+    assert code == 0, stderr
+    ib = [link for link in load_topology(out).links if link.kind == "ib"]
+    assert all(link.bandwidth == pytest.approx(230, rel=0.03) for link in ib)
+
+
+def test_show_fitted_topology_csv_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fitted = tmp_path / "fitted.json"
+    assert run(["profile", "fit", str(DATA / "sample_sendrecv.log"), "-o", str(fitted)], capsys)[0] == 0
+    code, stdout, _ = run(["profile", "show", str(fitted), "--json"], capsys)
+    assert code == 0
+    (row,) = json.loads(stdout)["rows"]
+    assert row["class"] == "ring hop" and row["links"] == 2 and row["samples"] == 52
+    assert row["bandwidth_GBps"] == pytest.approx(230, rel=0.03)
+    plot = tmp_path / "fit.png"
+    code, stdout, _ = run(["profile", "show", str(DATA / "sample_pingpong.csv"), "--plot", str(plot)], capsys)
+    assert code == 0 and "0->1" in stdout and "alpha us" in stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plot2 = tmp_path / "lines.png"
+    assert run(["profile", "show", str(fitted), "--plot", str(plot2)], capsys)[0] == 0
+    assert plot2.stat().st_size > 1000
+
+
+def test_show_topology_without_fits_is_an_input_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, stderr = run(["profile", "show", str(DATA / "two_node_4gpu.json")], capsys)
+    assert code == 2 and "no link carries fit provenance" in stderr
+
+
+def test_fitted_topology_simulates_once_simulate_exists(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if "simulate" not in cli.commands:
+        pytest.skip("`taccl simulate` is not registered in this checkout yet")
+    fitted = tmp_path / "fitted.json"
+    assert run(["profile", "fit", str(DATA / "sample_sendrecv.log"), "-o", str(fitted)], capsys)[0] == 0
+    code, _, stderr = run(["simulate", "--topology", str(fitted), "--collective", "allgather", "--size", "1MB",
+                           "--algorithm", "ring"], capsys)
+    assert code == 0, stderr
+
+
+# ----------------------------------------------------------------------------------------------- bad input
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+BAD_INPUTS = [
+    ("empty.log", "", "empty.log: file is empty"),
+    ("truncated_all_reduce.log", None, "truncated_all_reduce.log: line 54: table row has 6 of 13 fields"),
+    ("garbled_all_reduce.log", None, "garbled_all_reduce.log: line 41: column 'time' is not a number"),
+    ("single_size_sendrecv.log", None, "single_size_sendrecv.log: every measurement uses one size"),
+    ("missing.csv", "src,dst,bytes\n0,1,1024\n", "missing.csv: line 1: header lacks column 'time_us'"),
+    ("noheader.csv", "0,1,1024,5.0\n0,1,2048,6.0\n", "noheader.csv: line 1: the header line is missing"),
+    ("text.csv", "src,dst,bytes,time_us\n0,1,1024,5.0\n0,1,abc,6.0\n",
+     "text.csv: line 3: bytes must be an integer (got 'abc')"),
+    ("nan.csv", "# measured\nsrc,dst,bytes,time_us\n0,1,1024,fast\n", "nan.csv: line 3: time_us must be a number"),
+    ("short.csv", "src,dst,bytes,time_us,repeat\n0,1,1024,5.0,0\n0,1,2048\n", "short.csv: line 3: has 3 fields"),
+    ("one_size.csv", "src,dst,bytes,time_us\n0,1,1024,5.0\n0,1,1024,5.1\n", "one_size.csv: pair 0->1: every measurement uses one size"),
+    ("self.csv", "src,dst,bytes,time_us\n1,1,1024,5.0\n", "self.csv: line 2: src and dst are both 1"),
+    ("run.log", "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+                "  8 2 float sum -1 9.1 0.00 0.00 0 9.2 0.00 0.00 0\n"
+                "  16 4 float sum -1 9.1 0.00 0.00 0 9.2 0.00 0.00 0\n", "run.log: cannot tell which nccl-tests binary"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "message"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(name: str, text: str | None, message: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    source = _write(tmp_path, name, text) if text is not None else str(DATA / name)
+    out = tmp_path / "out.json"
+    code, stdout, stderr = run(["profile", "fit", source, "-o", str(out)], capsys)
+    assert code == 2
+    assert stderr.count("\n") == 1 and stderr.startswith("taccl: error: ")
+    assert message in stderr
+    assert "Traceback" not in stderr and stdout == ""
+    assert not out.exists()
+
+
+def test_bad_input_leaves_the_into_topology_untouched(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topo_path = tmp_path / "cluster.json"
+    shutil.copy(DATA / "two_node_4gpu.json", topo_path)
+    before = topo_path.read_bytes()
+    code, _, stderr = run(["profile", "fit", str(DATA / "truncated_all_reduce.log"), "--into", str(topo_path)], capsys)
+    assert code == 2 and "line 54" in stderr
+    bad_rank = _write(tmp_path, "far.csv", "src,dst,bytes,time_us\n0,7,1024,5.0\n0,7,4096,6.0\n")
+    code, _, stderr = run(["profile", "fit", bad_rank, "--into", str(topo_path)], capsys)
+    assert code == 2 and "far.csv: line 2: rank 7 is not a GPU" in stderr
+    assert topo_path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.json", "far.csv"]
+
+
+def test_missing_file_and_mixed_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, stderr = run(["profile", "fit", str(tmp_path / "nope.log")], capsys)
+    assert code == 2 and "nope.log: no such file" in stderr
+    code, _, stderr = run(["profile", "fit", str(DATA / "sample_sendrecv.log"), str(DATA / "sample_pingpong.csv")],
+                          capsys)
+    assert code == 2 and "cannot mix" in stderr
+
+
+def test_run_without_torch_says_how_to_install(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    out = tmp_path / "m.csv"
+    code, stdout, stderr = run(["profile", "run", "--nproc", "2", "-o", str(out)], capsys)
+    assert code == 2 and stdout == ""
+    assert stderr.count("\n") == 1 and "pip install 'taccl_py[profile]'" in stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--sizes", "1KB"], "--sizes: give a range LO:HI"),
+    (["--sizes", "1KB:2KB", "--pairs", "per-class"], "--pairs: --pairs per-class needs --topology"),
+    (["--sizes", "4KB:1KB"], "lower end above its upper end"),
+])
+def test_run_argument_errors(args: list[str], message: str, tmp_path: Path,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, stderr = run(["profile", "run", "-o", str(tmp_path / "m.csv"), *args], capsys)
+    assert code == 2 and message in stderr and stderr.count("\n") == 1
