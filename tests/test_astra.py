@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import networkx as nx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -120,6 +121,8 @@ def out_bandwidth(dims: list[AstraDimension]) -> float:
 @given(st.lists(dimension, min_size=1, max_size=3), st.data())
 def test_random_multi_dimensional_networks(dims: list[AstraDimension], data: st.DataObject) -> None:
     topology = astra_topology(dims)  # validated and connected, or it raises
+    graph = topology.to_networkx()
+    assert set(topology.gpus) <= next(c for c in nx.strongly_connected_components(graph) if 0 in c)
     total = math.prod(d.npus for d in dims)
     assert topology.num_gpus == total
     assert len(topology.links) == expected_links(dims)

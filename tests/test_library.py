@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import networkx as nx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -268,6 +269,13 @@ def test_dgx2_cluster_shares_each_nic_between_two_gpus() -> None:
 
 
 # ------------------------------------------------------------ generator properties
+def assert_connected(topology: Topology) -> None:
+    """Independent of check_topology: all GPUs lie in one strongly connected component."""
+    graph = topology.to_networkx()
+    component = next(c for c in nx.strongly_connected_components(graph) if 0 in c)
+    assert set(topology.gpus) <= component
+
+
 def ring_links(size: int) -> int:
     return 0 if size == 1 else 2 if size == 2 else 2 * size
 
@@ -276,12 +284,15 @@ def ring_links(size: int) -> int:
 @given(st.integers(2, 40), st.floats(0.5, 500), st.floats(0, 5))
 def test_ring_fully_connected_and_switch(n: int, bandwidth: float, latency: float) -> None:
     r = ring(n, bandwidth, latency)
+    assert_connected(r)
     assert len(r.links) == ring_links(n) and r.num_gpus == n
     assert all(r.injection_bandwidth(g) == pytest.approx(bandwidth * min(2, n - 1)) for g in r.gpus)
     fc = fully_connected(n, bandwidth, latency)
     assert len(fc.links) == n * (n - 1)
     assert all(fc.ejection_bandwidth(g) == pytest.approx(bandwidth * (n - 1)) for g in fc.gpus)
     star = switch_star(n, bandwidth, latency)
+    assert_connected(fc)
+    assert_connected(star)
     assert len(star.links) == 2 * n and len(star.switches) == 1
     route = star.gpu_route(0, n - 1)
     assert route is not None and star.route_latency(route) == pytest.approx(2 * latency)
@@ -293,6 +304,8 @@ def test_torus_and_mesh_link_counts_and_degrees(dims: list[int]) -> None:
     n = math.prod(dims)
     t = torus(dims, 10.0, 1.0)
     m = mesh(dims, 10.0, 1.0)
+    assert_connected(t)
+    assert_connected(m)
     assert t.num_gpus == m.num_gpus == n
     assert len(t.links) == sum(n // s * ring_links(s) for s in dims)
     assert len(m.links) == sum(n // s * 2 * (s - 1) for s in dims)
@@ -307,6 +320,7 @@ def test_torus_and_mesh_link_counts_and_degrees(dims: list[int]) -> None:
 @given(st.integers(1, 7))
 def test_hypercube(d: int) -> None:
     h = hypercube(d, 20.0, 0.1)
+    assert_connected(h)
     assert h.num_gpus == 2**d and len(h.links) == 2**d * d
     assert all(h.injection_bandwidth(g) == 20.0 * d for g in h.gpus)
     assert h.gpu_neighbors(0) == tuple(1 << k for k in range(d))
@@ -323,6 +337,8 @@ def test_ndv2_and_dgx2_clusters(k: int) -> None:
         assert nd.injection_bandwidth(g) == 150.0 + (12.5 if local == 0 else 0.0)
         assert nd.ejection_bandwidth(g) == 150.0 + (12.5 if local == 1 else 0.0)
     d2 = dgx2_cluster(k)
+    assert_connected(nd)
+    assert_connected(d2)
     assert d2.num_gpus == 16 * k
     for g in d2.gpus:
         assert d2.injection_bandwidth(g) == 125.0 + (12.5 if g % 2 else 0.0)
@@ -336,6 +352,7 @@ def test_ndv2_and_dgx2_clusters(k: int) -> None:
 @given(st.integers(2, 12), st.sampled_from(list(Fabric)), st.booleans())
 def test_a100_and_h100_clusters(k: int, fabric: Fabric, h100: bool) -> None:
     topology = dgx_h100_cluster(k, fabric) if h100 else dgx_a100_cluster(k, fabric)
+    assert_connected(topology)
     nvswitch, nic = (450.0, 50.0) if h100 else (300.0, 25.0)
     ib_switches = {Fabric.FORESTCOLL: 2, Fabric.SINGLE: 1, Fabric.RAIL: 8}[fabric]
     assert topology.num_gpus == 8 * k
@@ -354,6 +371,7 @@ def test_a100_and_h100_clusters(k: int, fabric: Fabric, h100: bool) -> None:
 @given(st.integers(2, 8))
 def test_mi250_cluster(k: int) -> None:
     topology = mi250_cluster(k)
+    assert_connected(topology)
     assert topology.num_gpus == 16 * k and len(topology.links) == 56 * k + 32 * k
     assert all(topology.injection_bandwidth(g) == 366.0 for g in topology.gpus)
     route = topology.gpu_route(0, 16 * k - 1)
