@@ -229,3 +229,27 @@ def test_run_argument_errors(args: list[str], message: str, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
     code, _, stderr = run(["profile", "run", "-o", str(tmp_path / "m.csv"), *args], capsys)
     assert code == 2 and message in stderr and stderr.count("\n") == 1
+
+
+def test_into_a_shipped_topology_writes_a_recalibrated_copy(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    log = str(DATA / "sample_sendrecv.log")
+    code, _, stderr = run(["profile", "fit", log, "--into", "dgx-a100"], capsys)
+    assert code == 2 and "give -o FILE" in stderr
+    out = tmp_path / "a100.json"
+    code, stdout, stderr = run(["profile", "fit", log, "--into", "dgx-a100", "-o", str(out), "--json"], capsys)
+    assert code == 0, stderr
+    (fit,) = json.loads(stdout)["fits"]
+    topology = load_topology(out)
+    route = topology.gpu_route(0, 5)
+    assert route is not None and len(route) == 2  # GPU -> NVSwitch -> GPU
+    assert topology.route_latency(route) == pytest.approx(fit["alpha_us"], rel=1e-5)
+    assert topology.route_bandwidth(route) == pytest.approx(fit["bandwidth_GBps"], rel=1e-5)
+    assert "re-calibrated by taccl profile fit" in topology.source
+
+
+def test_output_in_a_missing_directory_fails_before_any_work(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "no" / "such" / "dir" / "f.json"
+    code, _, stderr = run(["profile", "fit", str(DATA / "sample_sendrecv.log"), "-o", str(out)], capsys)
+    assert code == 2 and "does not exist" in stderr and stderr.count("\n") == 1

@@ -49,11 +49,18 @@ def _load_base(spec: str, option: str) -> Topology:
         return load_topology(spec)
     if spec.lower().endswith(".json"):
         raise ProfileInputError("no such file", where=spec)
-    try:
-        from taccl_py.cli.common import load_topology_arg
-        return load_topology_arg(spec)
-    except ImportError:
-        raise ProfileInputError(f"no topology file {spec!r}", where=option) from None
+    from taccl_py.cli.common import load_topology_arg
+
+    return load_topology_arg(spec)
+
+
+def _check_output(path: str, option: str) -> None:
+    """Fail before any work when an output cannot be written where asked."""
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise ProfileInputError(f"directory {str(parent)!r} does not exist", where=f"{option} {path}")
+    if Path(path).is_dir():
+        raise ProfileInputError("is a directory, not a file", where=f"{option} {path}")
 
 
 def _fit_json(outcome: FitOutcome, output: str | None) -> dict[str, Any]:
@@ -89,7 +96,8 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option("-o", "--output", metavar="FILE", help="Write the fitted topology here.")
 @click.option("--into", "into", metavar="TOPO",
-              help="Re-calibrate this topology file (overwritten unless -o is given).")
+              help="Re-calibrate this topology file (overwritten unless -o is given) or shipped topology "
+                   "(then -o is required).")
 @click.option("--collective", metavar="NAME",
               help="nccl-tests binary when the log does not say (sendrecv, allgather, allreduce, ...).")
 @click.option("--ranks", type=click.IntRange(min=1), help="Ranks of the nccl-tests run when the log lacks Rank lines.")
@@ -109,11 +117,18 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
     topology (a ring, fully connected or measured-pairs topology); with --into
     the fitted values replace the links of the measured pairs or link classes.
     """
-    base = load_topology(into) if into is not None else None
+    base = None
+    if into is not None:
+        if not Path(into).is_file() and not into.lower().endswith(".json") and output is None:
+            raise ProfileInputError(f"{into!r} is not a file; to re-calibrate a shipped topology give -o FILE "
+                                    "for the re-calibrated copy", where="--into")
+        base = _load_base(into, "--into")
+    target = output or into
+    if target is not None:
+        _check_output(target, "-o" if output else "--into")
     request = FitRequest(files=files, collective=collective, ranks=ranks, group=group, base=base,
                          base_where=into or "", class_name=class_name, name=name)
     outcome = fit_measurements(request)
-    target = output or into
     if target is not None:
         save_topology(outcome.topology, target)
     _report_fit(outcome, target, as_json)
@@ -149,6 +164,9 @@ def run_cmd(nproc: int | None, backend: str | None, sizes_spec: str, repeats: in
     if len(sizes) < 2:
         raise ProfileInputError("give a range LO:HI with at least two sizes (alpha and bandwidth need both)",
                                 where="--sizes")
+    for path, option in ((output, "-o"), (fit_output, "--fit")):
+        if path is not None:
+            _check_output(path, option)
     topology = _load_base(topology_spec, "--topology") if topology_spec else None
     under_torchrun = live.launched_by_torchrun()
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else (
@@ -207,6 +225,8 @@ def _is_topology_file(path: str) -> bool:
 @json_option
 def show_cmd(file: str, plot_path: str | None, collective: str | None, ranks: int | None, as_json: bool) -> None:
     """The fitted table of a fitted topology (its links' provenance), a CSV or an nccl-tests log."""
+    if plot_path is not None:
+        _check_output(plot_path, "--plot")
     fits: tuple[LinkFit, ...] = ()
     warnings: tuple[str, ...] = ()
     if _is_topology_file(file):
