@@ -35,6 +35,13 @@ _LINK_KEYS = {"src", "dst", "bandwidth", "latency", "kind", "bidirectional", "pr
 _SWITCH_KEYS = {"name", "kind", "multicast", "reduce"}
 
 
+def _new_file_mode() -> int:
+    """The mode ``open()`` would give a new file (0o666 less the umask); mkstemp alone gives 0o600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
     target = Path(path)
@@ -43,6 +50,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, _new_file_mode())
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
