@@ -253,3 +253,15 @@ def test_output_in_a_missing_directory_fails_before_any_work(tmp_path: Path,
     out = tmp_path / "no" / "such" / "dir" / "f.json"
     code, _, stderr = run(["profile", "fit", str(DATA / "sample_sendrecv.log"), "-o", str(out)], capsys)
     assert code == 2 and "does not exist" in stderr and stderr.count("\n") == 1
+
+
+def test_outputs_get_the_usual_file_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    out, plot = tmp_path / "f.json", tmp_path / "f.png"
+    assert run(["profile", "fit", str(DATA / "sample_sendrecv.log"), "-o", str(out)], capsys)[0] == 0
+    assert run(["profile", "show", str(out), "--plot", str(plot)], capsys)[0] == 0
+    for path in (out, plot):
+        assert path.stat().st_mode & 0o777 == 0o666 & ~umask

@@ -160,6 +160,9 @@ def _atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would; mkstemp alone gives 0o600
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
