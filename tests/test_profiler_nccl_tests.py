@@ -145,3 +145,31 @@ def test_empty_and_tableless_logs() -> None:
     header = "# nThread 1 nGpus 2 minBytes 8 maxBytes 64\n#  size count type redop root time algbw busbw #wrong\n"
     with pytest.raises(ProfileInputError, match=r"x\.log: line 2: the result table has no rows"):
         parse_nccl_tests_text(header, where="x.log")
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("sample_sendrecv.log", "allgather"),
+    ("all_gather_perf_h100x8.log", "allgather"),
+    ("all_reduce_2nodes.log", "allreduce"),
+    ("reduce_scatter_old_format.log", "reducescatter"),
+])
+def test_simulating_the_measured_collective_on_the_fitted_topology_gives_the_measured_time(name: str,
+                                                                                           kind: str) -> None:
+    baselines = pytest.importorskip("taccl_py.baselines")
+    from taccl_py.simulator import simulate
+
+    outcome = fit_measurements(FitRequest(files=(str(DATA / name),)))
+    (run,) = parse_nccl_tests_log(DATA / name)
+    rows = {row.size_bytes: row for row in run.rows}
+    topology = outcome.topology
+    binary = TRUTH[name][0]
+    simulated_binary = {"allgather": "all_gather_perf", "allreduce": "all_reduce_perf",
+                        "reducescatter": "reduce_scatter_perf"}[kind]
+    lat, byt = BINARY_MODELS[simulated_binary].coefficients(topology.num_gpus)
+    for size in (1 << 20, 1 << 26):
+        result = simulate(topology, baselines.baseline(topology, kind, "ring", size_bytes=size), size)
+        assert result.time_us is not None, result.error
+        # the ring on the fitted topology runs exactly at the fitted model's time ...
+        assert result.time_us == pytest.approx(outcome.fits[0].fit.predict_us(size, lat, byt), rel=1e-4)
+        if binary == simulated_binary:  # ... which is the measured time, up to the fit's residual
+            assert result.time_us == pytest.approx(rows[size].time_us_out, rel=0.06)

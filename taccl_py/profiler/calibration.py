@@ -85,8 +85,9 @@ def link_classes(topology: Topology) -> dict[str, tuple[tuple[int, int], ...]]:
 
 
 def topology_from_fits(fits: Sequence[LinkFit], *, name: str, source: str, num_gpus: int | None = None,
-                       kind: str = "measured", where: str = "measurements") -> Topology:
-    """A topology with one link per fitted direction (the reverse gets the same fit if unmeasured).
+                       kind: str = "measured", mirror: bool = True, where: str = "measurements") -> Topology:
+    """A topology with one link per fitted direction; with ``mirror`` an unmeasured reverse direction
+    gets the same fit (a ping-pong measures both ways).
 
     Raises :class:`ProfileInputError` when the measured pairs do not connect every GPU.
     """
@@ -96,8 +97,9 @@ def topology_from_fits(fits: Sequence[LinkFit], *, name: str, source: str, num_g
             measured.setdefault(pair, link_fit)
     gpus = num_gpus if num_gpus is not None else 1 + max(max(p) for p in measured)
     directions = dict(measured)
-    for (src, dst), link_fit in measured.items():
-        directions.setdefault((dst, src), link_fit)
+    if mirror:
+        for (src, dst), link_fit in measured.items():
+            directions.setdefault((dst, src), link_fit)
     links = []
     for (src, dst) in sorted(directions, key=lambda p: (min(p), max(p), p[0] > p[1])):
         link_fit = directions[(src, dst)]

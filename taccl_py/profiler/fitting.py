@@ -254,7 +254,7 @@ def _fit_logs(request: FitRequest) -> FitOutcome:
     fit = fit_alpha_beta(observations, where=where)
     n = max_ranks
     if shape == "ring":
-        pairs = tuple(sorted({(r, (r + 1) % n) for r in range(n)} | {((r + 1) % n, r) for r in range(n)}))
+        pairs = tuple(sorted({(r, (r + 1) % n) for r in range(n)}))
         label = "ring hop"
     else:
         pairs = tuple((s, d) for s in range(n) for d in range(n) if s != d)
@@ -263,10 +263,15 @@ def _fit_logs(request: FitRequest) -> FitOutcome:
     base = request.base
     if base is None:
         name = request.name or Path(request.files[0]).stem
-        layout = f"ring of {n} GPUs" if shape == "ring" else f"{n} fully connected GPUs"
-        source = (f"fitted by taccl profile fit from {'; '.join(inputs)}; {layout} assumed, links carry the "
-                  f"per-hop alpha and bandwidth of that {'ring' if shape == 'ring' else 'all-to-all'}")
-        topology = topology_from_fits([link_fit], name=name, source=source, num_gpus=n, where=where)
+        if shape == "ring":
+            layout = (f"ring of {n} GPUs assumed, one way 0->1->...->{n - 1}->0 as NCCL's rings and sendrecv_perf "
+                      "run it (re-simulating the measured collective gives the measured time; re-calibrate your "
+                      "real topology with --into for anything else)" if n > 2 else "ring of 2 GPUs assumed")
+        else:
+            layout = f"{n} fully connected GPUs assumed, one link per ordered pair"
+        source = (f"fitted by taccl profile fit from {'; '.join(inputs)}; {layout}; links carry the fitted per-hop "
+                  "alpha and bandwidth")
+        topology = topology_from_fits([link_fit], name=name, source=source, num_gpus=n, mirror=False, where=where)
         return _outcome(topology, [link_fit], inputs, warnings)
     return _log_into(request, base, link_fit, n, inputs, warnings)
 
