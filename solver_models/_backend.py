@@ -1,0 +1,226 @@
+"""The one place that imports solver libraries (OR-Tools, PuLP).
+
+Encodings describe their problems with the small neutral types below; this
+module turns them into GLOP linear programs, CP-SAT models or PuLP MILPs,
+applies the time limit, seed and thread count, and reports status, incumbent,
+bound and gap in a :class:`SolveStats`. Statuses become :class:`Infeasible` or
+:class:`SolverTimeout` here, nowhere else.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from taccl_py.errors import Infeasible, SolverError, SolverTimeout
+
+__all__ = ["IntegerProgram", "LinearResult", "SolveStats", "SolverConfig", "solve_integer_program", "solve_lp"]
+
+
+@dataclass(frozen=True)
+class SolverConfig:
+    """Solver control shared by every stage: which MILP solver, limits, seed, threads."""
+
+    solver: str = "cpsat"
+    time_limit_s: float = 30.0
+    threads: int = 2
+    seed: int = 0
+
+
+@dataclass
+class SolveStats:
+    """What one solver call did; printed in the report's per-stage table."""
+
+    stage: str
+    solver: str
+    status: str
+    objective: float | None = None
+    bound: float | None = None
+    time_s: float = 0.0
+    variables: int = 0
+    constraints: int = 0
+    iterations: int = 0
+    note: str = ""
+
+    @property
+    def gap(self) -> float | None:
+        if self.objective is None or self.bound is None:
+            return None
+        if abs(self.objective) < 1e-12:
+            return 0.0
+        return max(0.0, (self.objective - self.bound) / abs(self.objective))
+
+    def to_dict(self) -> dict[str, object]:
+        return {"stage": self.stage, "solver": self.solver, "status": self.status, "objective": self.objective,
+                "bound": self.bound, "gap": self.gap, "time_s": round(self.time_s, 4), "variables": self.variables,
+                "constraints": self.constraints, "iterations": self.iterations, "note": self.note}
+
+
+# ---------------------------------------------------------------------------- LP
+@dataclass(frozen=True)
+class LinearResult:
+    objective: float
+    values: list[float]
+    duals: list[float]
+
+
+def solve_lp(objective: Sequence[float], rows: Sequence[tuple[Sequence[tuple[int, float]], str, float]],
+             lower: Sequence[float], upper: Sequence[float]) -> LinearResult:
+    """Minimize ``objective . x`` subject to rows ``(terms, sense, rhs)`` with sense in ``<=, =, >=``.
+
+    Solved with GLOP (OR-Tools' primal/dual simplex). Duals follow the textbook
+    sign for a minimization: >= rows have non-negative duals, <= rows non-positive.
+    """
+    from ortools.linear_solver import pywraplp
+
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    if solver is None:  # pragma: no cover - GLOP ships with every ortools wheel
+        raise SolverError("OR-Tools GLOP is not available")
+    xs = [solver.NumVar(lo, up if math.isfinite(up) else solver.infinity(), f"x{i}")
+          for i, (lo, up) in enumerate(zip(lower, upper, strict=True))]
+    cons = []
+    for terms, sense, rhs in rows:
+        lo, up = {"<=": (-solver.infinity(), rhs), "=": (rhs, rhs), ">=": (rhs, solver.infinity())}[sense]
+        ct = solver.Constraint(lo, up)
+        for i, coef in terms:
+            ct.SetCoefficient(xs[i], coef)
+        cons.append(ct)
+    obj = solver.Objective()
+    for x, coef in zip(xs, objective, strict=True):
+        obj.SetCoefficient(x, coef)
+    obj.SetMinimization()
+    status = solver.Solve()
+    if status == pywraplp.Solver.INFEASIBLE:
+        raise Infeasible("the routing linear program is infeasible")
+    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+        raise SolverError(f"GLOP stopped with status {status}")
+    return LinearResult(objective=obj.Value(), values=[x.solution_value() for x in xs],
+                        duals=[ct.dual_value() for ct in cons])
+
+
+# ------------------------------------------------------------------ integer master
+@dataclass
+class IntegerProgram:
+    """min c.x, rows (terms, sense, rhs), integer bounds per variable; ``is_int[i]`` marks integers."""
+
+    names: list[str] = field(default_factory=list)
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    is_int: list[bool] = field(default_factory=list)
+    objective: list[float] = field(default_factory=list)
+    rows: list[tuple[list[tuple[int, float]], str, float, str]] = field(default_factory=list)
+    hint: dict[int, float] = field(default_factory=dict)
+
+    def var(self, name: str, lower: float, upper: float, *, integer: bool, cost: float = 0.0) -> int:
+        self.names.append(name)
+        self.lower.append(lower)
+        self.upper.append(upper)
+        self.is_int.append(integer)
+        self.objective.append(cost)
+        return len(self.names) - 1
+
+    def add(self, terms: list[tuple[int, float]], sense: str, rhs: float, name: str) -> None:
+        self.rows.append((terms, sense, rhs, name))
+
+
+def solve_integer_program(program: IntegerProgram, config: SolverConfig, stage: str,
+                          scale: float = 1e3) -> tuple[list[float], SolveStats]:
+    """Solve with CP-SAT (``cpsat``) or any PuLP solver by name (``cbc``, ``gurobi``, ``cplex``...).
+
+    CP-SAT needs integer data: continuous variables and coefficients are scaled by
+    ``scale`` and rounded (the stats note the resolution). Returns the values and stats.
+    """
+    started = time.perf_counter()
+    if config.solver.lower() in ("cpsat", "cp-sat", "ortools"):
+        values, stats = _solve_cpsat(program, config, stage, scale)
+    else:
+        values, stats = _solve_pulp(program, config, stage)
+    stats.time_s = time.perf_counter() - started
+    stats.variables = len(program.names)
+    stats.constraints = len(program.rows)
+    return values, stats
+
+
+def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
+                 scale: float) -> tuple[list[float], SolveStats]:
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    factor = [1.0 if integer else scale for integer in program.is_int]
+    xs = []
+    for i, name in enumerate(program.names):
+        lo = math.floor(program.lower[i] * factor[i])
+        up = math.ceil(program.upper[i] * factor[i]) if math.isfinite(program.upper[i]) else 2**40
+        xs.append(model.NewIntVar(lo, up, name))
+    for terms, sense, rhs, _ in program.rows:
+        # row: sum coef * x_real (x_real = x_int / factor) sense rhs; multiply through by `scale`
+        expr = sum(round(coef * scale / factor[i] * 1e3) * xs[i] for i, coef in terms)
+        bound = round(rhs * scale * 1e3)
+        if sense == "<=":
+            model.Add(expr <= bound)
+        elif sense == ">=":
+            model.Add(expr >= bound)
+        else:
+            model.Add(expr == bound)
+    model.Minimize(sum(round(c * 1e3 / factor[i] * scale) * xs[i] for i, c in enumerate(program.objective) if c))
+    for i, value in program.hint.items():
+        model.AddHint(xs[i], round(value * factor[i]))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = config.time_limit_s
+    solver.parameters.num_workers = max(1, config.threads)
+    solver.parameters.random_seed = config.seed
+    status = solver.Solve(model)
+    name = solver.StatusName(status)
+    if status == cp_model.INFEASIBLE:
+        raise Infeasible(f"{stage}: no integer solution exists (CP-SAT proved it)")
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise SolverTimeout(f"{stage}: CP-SAT found no solution within {config.time_limit_s:g} s")
+    norm = scale * 1e3
+    stats = SolveStats(stage=stage, solver="CP-SAT", status=name.lower(), objective=solver.ObjectiveValue() / norm,
+                       bound=solver.BestObjectiveBound() / norm,
+                       note=f"continuous values at resolution 1/{scale:g}")
+    return [solver.Value(x) / factor[i] for i, x in enumerate(xs)], stats
+
+
+def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tuple[list[float], SolveStats]:
+    import pulp
+
+    prob = pulp.LpProblem(stage.replace(" ", "_"), pulp.LpMinimize)
+    xs = []
+    for i, name in enumerate(program.names):
+        up = program.upper[i] if math.isfinite(program.upper[i]) else None
+        xs.append(pulp.LpVariable(name, lowBound=program.lower[i], upBound=up,
+                                  cat=pulp.LpInteger if program.is_int[i] else pulp.LpContinuous))
+    prob += pulp.lpSum(c * xs[i] for i, c in enumerate(program.objective) if c)
+    for terms, sense, rhs, rname in program.rows:
+        expr = pulp.lpSum(coef * xs[i] for i, coef in terms)
+        prob += (expr <= rhs if sense == "<=" else expr >= rhs if sense == ">=" else expr == rhs), rname
+    for i, value in program.hint.items():
+        xs[i].setInitialValue(value)
+    name = config.solver.lower()
+    kwargs = {"msg": False, "timeLimit": config.time_limit_s}
+    if name in ("cbc", "pulp_cbc", "pulp_cbc_cmd"):
+        solver = pulp.PULP_CBC_CMD(threads=config.threads, options=[f"randomSeed {config.seed}",
+                                                                    f"randomCbcSeed {config.seed}"], **kwargs)
+    else:
+        available = {s.upper(): s for s in pulp.listSolvers(onlyAvailable=True)}
+        key = next((v for k, v in available.items() if name.upper() in k), None)
+        if key is None:
+            raise SolverError(f"solver {config.solver!r} is not available to PuLP here (available: "
+                              f"{', '.join(sorted(available.values()))}, or cpsat)")
+        solver = pulp.getSolver(key, **kwargs)
+    status = prob.solve(solver)
+    status_name = pulp.LpStatus.get(status, str(status)).lower()
+    if status == pulp.LpStatusInfeasible:
+        raise Infeasible(f"{stage}: no integer solution exists ({config.solver} proved it)")
+    if any(x.varValue is None for x in xs):
+        raise SolverTimeout(f"{stage}: {config.solver} found no solution within {config.time_limit_s:g} s")
+    objective = pulp.value(prob.objective)
+    bound = getattr(prob, "bestBound", None)
+    stats = SolveStats(stage=stage, solver=config.solver.upper(), status=status_name,
+                       objective=float(objective) if objective is not None else None,
+                       bound=float(bound) if bound is not None else (float(objective) if status_name == "optimal"
+                                                                      and objective is not None else None))
+    return [float(x.varValue) for x in xs], stats
