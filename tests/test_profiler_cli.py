@@ -15,6 +15,14 @@ from taccl_py.topology_io import load_topology
 DATA = Path(__file__).parent / "data" / "profiler"
 
 
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables as a wide terminal shows them, so that a link class is not wrapped across lines."""
+    from taccl_py.cli import common
+
+    monkeypatch.setattr(common.out_console, "_width", 200)
+
+
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """Run ``taccl ARGS`` in-process; return (exit status, stdout, stderr)."""
     with pytest.raises(SystemExit) as info:

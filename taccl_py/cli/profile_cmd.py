@@ -20,7 +20,7 @@ from taccl_py.units import format_bytes, parse_size_range
 
 __all__ = ["profile"]
 
-_COLUMNS = ("link class", "alpha us", "bandwidth GB/s", "R^2", "samples", "dropped", "links")
+_COLUMNS = ("link class", "alpha us", "GB/s", "R^2", "rms resid %", "samples", "dropped", "links")
 
 
 @click.group("profile")
@@ -39,9 +39,16 @@ def _warn(warnings: tuple[str, ...] | list[str]) -> None:
         err_console.print(f"taccl: warning: {warning}", markup=False, highlight=False)
 
 
+def _fit_table(title: str, rows: list[FitRow]) -> Any:
+    """The fitted table: link class, alpha, bandwidth, R^2, rms residual, samples, dropped, links."""
+    return make_table(title, _COLUMNS, _table_rows(rows))
+
+
 def _table_rows(rows: list[FitRow]) -> list[list[Any]]:
     return [[r.label, fmt(r.alpha_us), fmt(r.bandwidth_gbps),
-             "-" if r.r_squared is None else f"{r.r_squared:.5f}", r.samples, r.dropped, r.links] for r in rows]
+             "-" if r.r_squared is None else f"{r.r_squared:.5f}",
+             "-" if r.rms_residual_pct is None else f"{r.rms_residual_pct:.2f}", r.samples, r.dropped, r.links]
+            for r in rows]
 
 
 def _load_base(spec: str, option: str) -> Topology:
@@ -83,7 +90,7 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
     for line in outcome.inputs:
         out_console.print(f"read {line}", markup=False)
     rows = rows_from_fits(outcome.fits, outcome.topology)
-    out_console.print(make_table("fitted links (alpha-beta)", _COLUMNS, _table_rows(rows)))
+    out_console.print(_fit_table("fitted links (alpha-beta)", rows))
     if output is None:
         out_console.print("no output file given (-o FILE or --into TOPO): nothing written", markup=False)
     else:
@@ -246,6 +253,6 @@ def show_cmd(file: str, plot_path: str | None, collective: str | None, ranks: in
                    "fits": [fit_to_json(f) for f in fits], "plot": plot_path, "warnings": list(warnings)})
         return
     _warn(warnings)
-    out_console.print(make_table(f"{file}: fitted links", _COLUMNS, _table_rows(rows)))
+    out_console.print(_fit_table(f"{file}: fitted links", rows))
     if plot_path is not None:
         out_console.print(f"wrote {plot_path}", markup=False)

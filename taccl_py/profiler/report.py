@@ -28,6 +28,7 @@ class FitRow:
     alpha_us: float
     bandwidth_gbps: float
     r_squared: float | None
+    rms_residual_pct: float | None
     samples: int | None
     dropped: int | None
     links: int
@@ -36,7 +37,7 @@ class FitRow:
 
     def as_dict(self) -> dict[str, Any]:
         return {"class": self.label, "alpha_us": self.alpha_us, "bandwidth_GBps": self.bandwidth_gbps,
-                "r_squared": self.r_squared, "samples": self.samples, "dropped": self.dropped,
+                "r_squared": self.r_squared, "rms_residual_pct": self.rms_residual_pct, "samples": self.samples, "dropped": self.dropped,
                 "links": self.links, "min_bytes": self.min_bytes, "max_bytes": self.max_bytes}
 
 
@@ -48,7 +49,8 @@ def _links_with(topology: Topology | None, label: str) -> int:
 
 def rows_from_fits(fits: Sequence[LinkFit], topology: Topology | None = None) -> list[FitRow]:
     """Table rows of freshly made fits (``links`` counts the links of ``topology`` each one set)."""
-    return [FitRow(f.label, f.fit.alpha_us, f.fit.bandwidth_gbps, f.fit.r_squared, f.fit.num_samples,
+    return [FitRow(f.label, f.fit.alpha_us, f.fit.bandwidth_gbps, f.fit.r_squared, f.fit.rms_residual_pct,
+                   f.fit.num_samples,
                    f.fit.num_dropped, _links_with(topology, f.label), f.fit.min_bytes, f.fit.max_bytes)
             for f in fits]
 
@@ -70,7 +72,8 @@ def rows_from_topology(topology: Topology, *, where: str) -> list[FitRow]:
     for prov, count in groups.values():
         try:
             rows.append(FitRow(str(prov.get("class", "?")), float(prov["alpha_us"]), float(prov["bandwidth_GBps"]),
-                               _opt_float(prov.get("r_squared")), _opt_int(prov.get("samples")),
+                               _opt_float(prov.get("r_squared")), _opt_float(prov.get("rms_residual_pct")),
+                               _opt_int(prov.get("samples")),
                                _opt_int(prov.get("dropped")), count, _opt_int(prov.get("min_bytes")),
                                _opt_int(prov.get("max_bytes"))))
         except (KeyError, TypeError, ValueError):
