@@ -173,3 +173,26 @@ def test_simulating_the_measured_collective_on_the_fitted_topology_gives_the_mea
         assert result.time_us == pytest.approx(outcome.fits[0].fit.predict_us(size, lat, byt), rel=1e-4)
         if binary == simulated_binary:  # ... which is the measured time, up to the fit's residual
             assert result.time_us == pytest.approx(rows[size].time_us_out, rel=0.06)
+
+
+def test_rank_count_without_rank_lines_warns_and_ranks_overrides(tmp_path: Path) -> None:
+    text = "\n".join(line for line in (DATA / "reduce_scatter_old_format.log").read_text().splitlines()
+                     if "Rank" not in line)
+    log = tmp_path / "reduce_scatter.log"
+    log.write_text(text)
+    outcome = fit_measurements(FitRequest(files=(str(log),)))
+    assert outcome.topology.num_gpus == 4  # nThread 1 x nGpus 4
+    assert any("assuming nThread x nGpus = 4 ranks" in w for w in outcome.warnings)
+    override = fit_measurements(FitRequest(files=(str(log),), ranks=8))
+    assert override.topology.num_gpus == 8 and not any("assuming" in w for w in override.warnings)
+    # 8 ranks instead of 4: the same times mean a faster per-hop bandwidth, (7/8) / (3/4) times
+    ratio = override.fits[0].fit.bandwidth_gbps / outcome.fits[0].fit.bandwidth_gbps
+    assert ratio == pytest.approx((7 / 8) / (3 / 4), rel=1e-6)
+
+
+def test_single_rank_run_is_an_input_error(tmp_path: Path) -> None:
+    text = (DATA / "sample_sendrecv.log").read_text().replace("#  Rank  1 Group", "#  Rank  0 Group")
+    log = tmp_path / "one.log"
+    log.write_text(text)
+    with pytest.raises(ProfileInputError, match="ran on 1 rank"):
+        fit_measurements(FitRequest(files=(str(log),)))
