@@ -183,9 +183,7 @@ def run_cmd(nproc: int | None, backend: str | None, sizes_spec: str, repeats: in
     if pairs_mode == "per-class":
         if topology is None:
             raise ProfileInputError("--pairs per-class needs --topology", where="--pairs")
-        classes = link_classes(topology)
-        pairs = tuple(sorted({min(p for p in members if max(p) < world) for members in classes.values()
-                              if any(max(p) < world for p in members)}))
+        pairs = _one_pair_per_class(topology, world)
     else:
         pairs = live.all_pairs(world)
     config = live.PingPongConfig(sizes=sizes, pairs=pairs, repeats=repeats, warmup=warmup,
@@ -212,6 +210,16 @@ def run_cmd(nproc: int | None, backend: str | None, sizes_spec: str, repeats: in
                       f"backend {config.backend}, {world} ranks", markup=False)
     if outcome is not None:
         _report_fit(outcome, fit_output, as_json=False)
+
+
+def _one_pair_per_class(topology: Topology, world: int) -> tuple[tuple[int, int], ...]:
+    """The lowest (src, dst) pair of every link class whose ranks both take part (< ``world``)."""
+    chosen = set()
+    for members in link_classes(topology).values():
+        usable = [pair for pair in members if max(pair) < world]
+        if usable:
+            chosen.add(min(usable))
+    return tuple(sorted(chosen))
 
 
 def _is_topology_file(path: str) -> bool:
