@@ -165,6 +165,8 @@ class Program:
     min_bytes: int | None = None
     max_bytes: int | None = None
     nthreads: int | None = None
+    root: int = 0
+    """Broadcast/Reduce root. The runtimes ignore it (an extra ``root`` attribute we write when not 0)."""
     attributes: tuple[str, ...] = field(default=(), compare=False)
     source: str = field(default="", compare=False)
     source_issues: tuple[SourceIssue, ...] = field(default=(), compare=False)

@@ -241,6 +241,7 @@ def _build_program(root: _Node, where: str, issues: tuple[SourceIssue, ...]) -> 
         min_bytes=algo.optional_integer("minBytes", INT64_MIN, INT64_MAX),
         max_bytes=algo.optional_integer("maxBytes", INT64_MIN, INT64_MAX),
         nthreads=algo.optional_integer("nthreads"),
+        root=algo.optional_integer("root") or 0,
         attributes=tuple(root.attrs),
         source=where,
         source_issues=issues,

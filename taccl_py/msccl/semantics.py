@@ -20,8 +20,6 @@ from taccl_py.msccl.ir import Buffer
 
 __all__ = ["DataSpec", "Garbage", "Value", "describe_value", "reduce_values"]
 
-ROOT = 0
-"""MSCCL XML has no root attribute; broadcast and reduce programs are checked for root 0."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +69,8 @@ class DataSpec:
     ngpus: int
     nchunks: int
     in_place: bool
+    root: int = 0
+    """Broadcast/Reduce root (MSCCL XML has none; our optional ``root`` attribute, else 0)."""
 
     @property
     def block(self) -> int:
@@ -85,6 +85,8 @@ class DataSpec:
         """Why this collective cannot be defined for these numbers, or None."""
         if self.ngpus < 1 or self.nchunks < 1:
             return "ngpus and nchunksperloop must be >= 1"
+        if not 0 <= self.root < self.ngpus:
+            return f"root {self.root} is not a rank"
         if self.kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLTOALL) and (
                 self.nchunks % self.ngpus):
             return (f"{self.kind.value} needs nchunksperloop ({self.nchunks}) to be a multiple of ngpus "
@@ -106,7 +108,7 @@ class DataSpec:
 
     def initial(self, rank: int) -> Iterator[tuple[Buffer, int, int]]:
         """``(buffer, offset, value)`` of every input chunk ``rank`` holds at the start."""
-        if self.kind is CollectiveKind.BROADCAST and rank != ROOT:
+        if self.kind is CollectiveKind.BROADCAST and rank != self.root:
             return
         for j in range(self.input_chunks):
             buffer, offset = self.canonical(rank, Buffer.INPUT, j)
@@ -119,7 +121,7 @@ class DataSpec:
         if kind is CollectiveKind.ALLGATHER:
             for k in range(c):
                 yield k, 1 << k
-        elif kind is CollectiveKind.ALLREDUCE or (kind is CollectiveKind.REDUCE and rank == ROOT):
+        elif kind is CollectiveKind.ALLREDUCE or (kind is CollectiveKind.REDUCE and rank == self.root):
             for k in range(c):
                 yield k, _sum(self.contribution(s, k) for s in range(n))
         elif kind is CollectiveKind.REDUCESCATTER:
@@ -131,7 +133,7 @@ class DataSpec:
                     yield s * b + j, self.contribution(s, rank * b + j)
         elif kind is CollectiveKind.BROADCAST:
             for k in range(c):
-                yield k, self.contribution(ROOT, k)
+                yield k, self.contribution(self.root, k)
 
     def describe(self, value: Value) -> str:
         if isinstance(value, Garbage):

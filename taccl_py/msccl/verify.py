@@ -122,7 +122,7 @@ def execute_program(machine: Machine, in_place: bool) -> Outcome:
     if kind is None:
         return Outcome((Violation("unchecked-collective", f"coll={program.coll!r} has no definition to check the "
                                   "result against"),), (), {})
-    spec = DataSpec(kind, program.ngpus, program.nchunksperloop, in_place)
+    spec = DataSpec(kind, program.ngpus, program.nchunksperloop, in_place, program.root)
     problem = spec.problem()
     if problem:
         return Outcome((Violation("wrong-result", problem),), (), {})

@@ -59,6 +59,8 @@ def write_xml(program: Program, dialect: str = "v2") -> str:
             attrs += [("minBytes", str(program.min_bytes or 0)), ("maxBytes", str(program.max_bytes or 0))]
         if program.nthreads is not None:
             attrs.append(("nthreads", str(program.nthreads)))
+    if program.root:
+        attrs.append(("root", str(program.root)))
     lines = [_tag("algo", attrs, close=False)]
     for gpu in program.gpus:
         lines.append("  " + _tag("gpu", [("id", str(gpu.id)), ("i_chunks", str(gpu.i_chunks)),

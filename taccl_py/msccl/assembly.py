@@ -1,0 +1,294 @@
+"""Lowered operations -> Program: dependencies, nops, channels, threadblock ids and limits.
+
+The lowering produces :class:`LoweredOp` records (one MSCCL step each) grouped
+by threadblock and ordered, with dependencies on other operations of the same
+rank. Here they become XML: dependencies already implied by threadblock order
+or by another dependency are dropped, the rest become ``depid``/``deps`` (one
+per step, extra ones on ``nop`` steps before it) with ``hasdep`` on their
+targets; connections get channels (a ring of paired threadblocks shares one,
+two connections between the same ranks never do, at most 32 threadblocks send
+and 32 receive per channel); threadblocks get ids (dependency targets first,
+since ``depid`` is 8 bits). Every dialect limit is checked.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from taccl_py.errors import LoweringError
+from taccl_py.msccl.ir import (
+    DIALECTS,
+    INT8_MAX,
+    INT16_MAX,
+    MAX_CHANNELS,
+    MAX_NODES_PER_RANK,
+    MAX_TBS_PER_CHANNEL,
+    Buffer,
+    Gpu,
+    Step,
+    StepType,
+    Threadblock,
+)
+from taccl_py.msccl.layout import Location
+
+__all__ = ["Assembly", "Connection", "LoweredOp", "TbKey", "assemble"]
+
+Connection = tuple[int, int, int, int]
+"""(src rank, dst rank, schedule channel, segment)."""
+
+
+_NO_CONNECTION = (-1, -1, -1, -1)
+
+
+@dataclass(frozen=True)
+class TbKey:
+    """A threadblock before it has an id: its rank, the connections it sends on / receives from."""
+
+    rank: int
+    send: Connection | None
+    recv: Connection | None
+    local: int = 0
+    """Index among a rank's local (copy-only) threadblocks."""
+
+    def sort_key(self) -> tuple[int, Connection, Connection, int]:
+        return (self.rank, self.send or _NO_CONNECTION, self.recv or _NO_CONNECTION, self.local)
+
+
+@dataclass
+class LoweredOp:
+    """One step: ``deps`` are ids of operations of the same rank that must complete first."""
+
+    id: int
+    tb: TbKey
+    type: StepType
+    src: Location
+    dst: Location
+    cnt: int
+    deps: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Assembly:
+    """The result: GPUs ready for a Program, and threadblocks over the step limit (to split)."""
+
+    gpus: tuple[Gpu, ...]
+    nchannels: int
+    overflowing: list[TbKey]
+
+
+def _prune(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], position: dict[int, int]) -> tuple[
+        dict[int, list[int]], list[TbKey]]:
+    """Per op, the dependencies not implied by threadblock order or by another kept dependency.
+
+    Vector clocks over the rank's threadblocks (positions known complete) are
+    propagated in a topological order of threadblock order + dependencies;
+    a dependency is dropped when the clock already covers it. Also returns the
+    threadblocks where a step waits for a later step of its own (to split).
+    """
+    op_by_id = {op.id: op for op in ops}
+    prev_in_tb = {ids[k]: ids[k - 1] for ids in tb_order.values() for k in range(1, len(ids))}
+    direct: dict[int, list[int]] = {}
+    backwards: dict[TbKey, None] = {}
+    for op in ops:
+        best: dict[TbKey, int] = {}
+        for d in op.deps:
+            target = op_by_id[d]
+            if target.tb == op.tb:
+                if position[d] > position[op.id]:
+                    backwards[op.tb] = None
+                continue
+            if target.tb not in best or position[d] > position[best[target.tb]]:
+                best[target.tb] = d
+        direct[op.id] = list(best.values())
+    # topological order (Kahn) over threadblock order and dependencies
+    indegree = {op.id: len(direct[op.id]) + (op.id in prev_in_tb) for op in ops}
+    succs: dict[int, list[int]] = defaultdict(list)
+    for op in ops:
+        for d in direct[op.id]:
+            succs[d].append(op.id)
+        if op.id in prev_in_tb:
+            succs[prev_in_tb[op.id]].append(op.id)
+    ready = sorted(i for i, deg in indegree.items() if deg == 0)
+    topo_index: dict[int, int] = {}
+    clock: dict[int, dict[TbKey, int]] = {}
+    kept: dict[int, list[int]] = {}
+    while ready:
+        op_id = ready.pop()
+        topo_index[op_id] = len(topo_index)
+        op = op_by_id[op_id]
+        prev = prev_in_tb.get(op_id)
+        base = dict(clock[prev]) if prev is not None else {}
+        chosen = []
+        for d in sorted(direct[op_id], key=lambda d: -topo_index[d]):
+            tb = op_by_id[d].tb
+            if base.get(tb, -1) >= position[d]:
+                continue
+            chosen.append(d)
+            for key, pos in clock[d].items():
+                if base.get(key, -1) < pos:
+                    base[key] = pos
+        base[op.tb] = position[op_id]
+        clock[op_id] = base
+        kept[op_id] = sorted(chosen, key=lambda d: (op_by_id[d].tb.sort_key(), position[d]))
+        for s in succs[op_id]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                ready.append(s)
+    for op in ops:  # a cycle (reported by the deadlock check): keep what is there
+        kept.setdefault(op.id, sorted(direct[op.id], key=lambda d: (op_by_id[d].tb.sort_key(), position[d])))
+    return kept, list(backwards)
+
+
+def assemble(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], ngpus: int, dialect: str,
+             preferred_channel: dict[Connection, int], buffer_sizes: tuple[int, int], scratch: list[int]) -> Assembly:
+    """Turn ordered operations into GPUs with threadblocks and steps (see the module docstring)."""
+    spec = DIALECTS[dialect]
+    op_by_id = {op.id: op for op in ops}
+    position = {op_id: k for key, ids in tb_order.items() for k, op_id in enumerate(ids)}
+    deps, backwards = _prune(ops, tb_order, position)
+    if backwards:
+        single = [k for k in backwards if k.send is None or k.recv is None]
+        if single:
+            raise LoweringError(f"rank {single[0].rank}: a transfer must wait for a later transfer of the same "
+                                "connection (an 'after' pointing forward?); MSCCL connections are FIFO")
+        return Assembly((), 0, backwards)
+
+    # steps per threadblock with nops; remember where each op lands
+    xml_pos: dict[int, int] = {}
+    targets: set[int] = set()
+    layouts: dict[TbKey, list[tuple[StepType, int, list[int]]]] = {}
+    overflowing: list[TbKey] = []
+    for key, ids in tb_order.items():
+        rows: list[tuple[StepType, int, list[int]]] = []
+        for op_id in ids:
+            ds = deps[op_id]
+            for d in ds[:-1]:
+                rows.append((StepType.NOP, -1, [d]))
+                targets.add(d)
+            xml_pos[op_id] = len(rows)
+            rows.append((op_by_id[op_id].type, op_id, ds[-1:]))
+            targets.update(ds[-1:])
+        layouts[key] = rows
+        if len(rows) > spec.max_steps:
+            overflowing.append(key)
+    if overflowing:
+        return Assembly((), 0, overflowing)
+
+    channel_of, conflicts = _assign_channels(list(tb_order), preferred_channel)
+    if conflicts:
+        return Assembly((), 0, conflicts)
+    tb_channel = {key: (channel_of[key.send] if key.send else channel_of[key.recv] if key.recv else 0)
+                  for key in tb_order}
+    target_tbs = {op_by_id[t].tb for t in targets}
+
+    by_rank: dict[int, list[TbKey]] = defaultdict(list)
+    for key in tb_order:
+        by_rank[key.rank].append(key)
+    tb_id: dict[TbKey, int] = {}
+    for rank, keys in by_rank.items():
+        keys.sort(key=lambda k: (k not in target_tbs, tb_channel[k], _peer(k.send, 1), _peer(k.recv, 0),
+                                 k.sort_key()))
+        if len(keys) > spec.max_threadblocks:
+            raise LoweringError(f"rank {rank} needs {len(keys)} threadblocks; the {dialect} runtime allows at most "
+                                f"{spec.max_threadblocks} per GPU")
+        for i, key in enumerate(keys):
+            tb_id[key] = i
+            if key in target_tbs and i > INT8_MAX:
+                raise LoweringError(f"rank {rank} has more than {INT8_MAX + 1} threadblocks that others wait for; "
+                                    "depid is an 8-bit field in the runtime")
+
+    gpus = []
+    i_chunks, o_chunks = buffer_sizes
+    for rank in range(ngpus):
+        tbs = []
+        total_steps = 0
+        for key in by_rank.get(rank, []):
+            steps = []
+            for pos, (kind, op_id, ds) in enumerate(layouts[key]):
+                depid, dstep = (tb_id[op_by_id[ds[0]].tb], xml_pos[ds[0]]) if ds else (-1, -1)
+                hasdep = 1 if op_id >= 0 and op_id in targets else 0
+                if kind is StepType.NOP:
+                    steps.append(Step(pos, kind, Buffer.INPUT, -1, Buffer.OUTPUT, -1, 0, depid, dstep, 0))
+                    continue
+                op = op_by_id[op_id]
+                for off in (op.src[1], op.dst[1]):
+                    if off > INT16_MAX:
+                        raise LoweringError(f"rank {rank} needs buffer offset {off}; the runtime stores offsets "
+                                            "in 16 bits (at most 32767 chunks per buffer)")
+                steps.append(Step(pos, kind, op.src[0], op.src[1], op.dst[0], op.dst[1], op.cnt, depid, dstep,
+                                  hasdep))
+            total_steps += len(steps)
+            tbs.append(Threadblock(tb_id[key], _peer(key.send, 1), _peer(key.recv, 0), tb_channel[key],
+                                   tuple(steps)))
+        tbs.sort(key=lambda tb: tb.id)
+        nodes = 1 + ngpus + len(tbs) + total_steps
+        if nodes > MAX_NODES_PER_RANK:
+            raise LoweringError(f"rank {rank} needs {nodes} XML nodes; the runtime parser stores at most "
+                                f"{MAX_NODES_PER_RANK} per rank (1 + ngpus + threadblocks + steps)")
+        gpus.append(Gpu(rank, i_chunks, o_chunks, scratch[rank], tuple(tbs)))
+    nchannels = 1 + max(tb_channel.values(), default=0)
+    return Assembly(tuple(gpus), nchannels, [])
+
+
+def _peer(conn: Connection | None, end: int) -> int:
+    return -1 if conn is None else conn[end]
+
+
+def _assign_channels(keys: list[TbKey], preferred: dict[Connection, int]) -> tuple[dict[Connection, int],
+                                                                                  list[TbKey]]:
+    """A channel per connection: paired threadblocks share it; two connections of one rank pair never do.
+
+    Returns the channels, or the paired threadblocks to split when pairing
+    ties two connections between the same ranks to one channel.
+    """
+    parent: dict[Connection, Connection] = {}
+
+    def find(c: Connection) -> Connection:
+        while parent[c] != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    for key in keys:
+        for conn in (key.send, key.recv):
+            if conn is not None:
+                parent.setdefault(conn, conn)
+        if key.send is not None and key.recv is not None:
+            a, b = find(key.send), find(key.recv)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    components: dict[Connection, list[Connection]] = defaultdict(list)
+    for conn in parent:
+        components[find(conn)].append(conn)
+    used_pair: dict[tuple[int, int], set[int]] = defaultdict(set)
+    sending: dict[tuple[int, int], int] = defaultdict(int)
+    receiving: dict[tuple[int, int], int] = defaultdict(int)
+    channel: dict[Connection, int] = {}
+    conflicts = []
+    for members in components.values():
+        if len({(c[0], c[1]) for c in members}) < len(members):
+            conflicts += [k for k in keys if k.send in members and k.recv is not None]
+    if conflicts:
+        return {}, conflicts
+    for root in sorted(components, key=lambda c: (preferred.get(c, c[2]), c)):
+        members = sorted(components[root])
+        wish = min(preferred.get(c, c[2]) for c in members)
+        order = ([wish] if 0 <= wish < MAX_CHANNELS else []) + [c for c in range(MAX_CHANNELS) if c != wish]
+        for ch in order:
+            if any(ch in used_pair[(c[0], c[1])] for c in members):
+                continue
+            if any(sending[(c[0], ch)] >= MAX_TBS_PER_CHANNEL or receiving[(c[1], ch)] >= MAX_TBS_PER_CHANNEL
+                   for c in members):
+                continue
+            break
+        else:
+            raise LoweringError(f"connections {members[0][0]}->{members[0][1]} need a channel but all "
+                                f"{MAX_CHANNELS} are taken (one connection per peer and channel, at most "
+                                f"{MAX_TBS_PER_CHANNEL} peers per channel)")
+        for c in members:
+            channel[c] = ch
+            used_pair[(c[0], c[1])].add(ch)
+            sending[(c[0], ch)] += 1
+            receiving[(c[1], ch)] += 1
+    return channel, []

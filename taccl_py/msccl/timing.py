@@ -1,0 +1,213 @@
+"""simulate_program: how long an MSCCL program takes on a topology (the fluid link model).
+
+Every threadblock is a sequential process. A transmission runs once its
+threadblock reaches it and its waits are met; a send-type step (``s``, and the
+sending half of ``rcs``/``rrs``/``rrcs``) then waits the route latency, moves
+``cnt`` chunks through the links (shared max-min fairly with every other flow,
+:class:`taccl_py.fluid.FluidNetwork`) and completes when the data arrives.
+Sends are buffered like NCCL's FIFOs: they never wait for the receiver. A
+receive completes as soon as its threadblock reaches it and the matching send
+has arrived; ``cpy``, ``re`` and ``nop`` take no time. A schedule and its
+lowering therefore take the same time, because a schedule's connection
+``(src, dst, channel)`` is a FIFO too.
+
+One chunk is ``size_bytes / nchunksperloop`` bytes, where ``size_bytes`` is the
+nccl-tests size (Allgather output, ReduceScatter input, Alltoall per-rank
+buffer, Allreduce/Broadcast buffer).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+import numpy as np
+
+from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.errors import InputError, TopologyError
+from taccl_py.fluid import FluidNetwork
+from taccl_py.msccl.ir import Program
+from taccl_py.msccl.machine import Machine, build_machine
+from taccl_py.msccl.verify import verify_program
+from taccl_py.simulator import SimOptions, SimResult
+from taccl_py.topology import Route, Topology
+
+__all__ = ["simulate_program"]
+
+_ACTIVATE, _FLOW_DONE = 0, 1
+
+
+def simulate_program(program: Program, topology: Topology, size_bytes: float,
+                     options: SimOptions | None = None) -> SimResult:
+    """Verify ``program`` and time it for an nccl-tests ``size_bytes`` on ``topology``.
+
+    ``correct`` is the verifier's verdict (valid and right result); ``time_us``
+    is set only when it is correct (``notes["time_us"]`` holds the makespan of
+    a valid but wrong program). Per communication (send step) the result has
+    start, arrival and receive-completion times; ``critical_path`` lists
+    transmission ids (``notes["transmissions"]`` describes them).
+
+    Raises :class:`TopologyError` when the rank count differs or two ranks
+    that communicate have no route through switches only.
+    """
+    options = options or SimOptions()
+    kind = program.kind
+    if kind is None:
+        raise InputError(f"coll={program.coll!r} has no size convention to time it with", where=program.source)
+    if program.ngpus != topology.num_gpus:
+        raise TopologyError(f"the program has ngpus={program.ngpus} but topology {topology.name!r} has "
+                            f"{topology.num_gpus} GPUs", where=program.source or "program")
+    if not size_bytes > 0:
+        raise InputError(f"size must be > 0 bytes (got {size_bytes})", where="--size")
+    collective = _collective(program, kind)
+    report = verify_program(program)
+    links = len(topology.links)
+    empty = np.zeros(0)
+
+    def failed(message: str) -> SimResult:
+        return SimResult(correct=False, error=message, time_us=None, size_bytes=size_bytes, collective=collective,
+                         start_us=empty, arrive_us=empty, commit_us=empty, link_busy_us=(0.0,) * links,
+                         link_bytes=(0.0,) * links, critical_path=(), notes={"errors": [str(e) for e in
+                                                                                        report.errors[:10]]})
+
+    if not report.valid:
+        return failed(f"invalid program: {report.errors[0]}")
+    machine = build_machine(program)
+    timing = _Timing(machine, topology, size_bytes / program.nchunksperloop, options)
+    timing.run()
+    makespan = max(timing.done_at, default=0.0)
+    sends = [t.node for t in machine.nodes if t.type.sends]
+    start = np.array([timing.start_at[s] for s in sends])
+    arrive = np.array([timing.done_at[s] for s in sends])
+    commit = np.array([timing.done_at[machine.matching_recv[s]] if s in machine.matching_recv else math.nan
+                       for s in sends])
+    notes: dict[str, Any] = {"transmissions": [machine.describe(i) for i in timing.critical_path()],
+                             "chunk_bytes": size_bytes / program.nchunksperloop}
+    lo, hi = program.min_bytes, program.max_bytes
+    if lo is not None and (size_bytes < lo or (hi and size_bytes > hi)):
+        notes["outside_size_range"] = f"the runtime selects this program only for {lo}..{hi or 'any'} bytes"
+    error = None if report.correct else str(report.errors[0]) if report.errors else "result not checked"
+    if not report.correct:
+        notes["time_us"] = makespan
+    return SimResult(correct=report.correct, error=error, time_us=makespan if report.correct else None,
+                     size_bytes=size_bytes, collective=collective, start_us=start, arrive_us=arrive,
+                     commit_us=commit, link_busy_us=tuple(timing.net.busy_us),
+                     link_bytes=tuple(timing.net.bytes_carried), critical_path=tuple(timing.critical_path()),
+                     notes=notes)
+
+
+def _collective(program: Program, kind: CollectiveKind) -> Collective:
+    n, c = program.ngpus, program.nchunksperloop
+    if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+        factor = c
+    else:
+        factor = c // n if c % n == 0 and c >= n else 1
+    return Collective(kind, n, max(factor, 1))
+
+
+class _Timing:
+    """The event loop: transmissions become ready, sends become flows, flows arrive."""
+
+    def __init__(self, machine: Machine, topology: Topology, chunk_bytes: float, options: SimOptions) -> None:
+        self.machine = machine
+        self.topology = topology
+        n = len(machine.nodes)
+        self.start_at = [math.nan] * n
+        self.done_at = [math.nan] * n
+        self.cause = [-1] * n
+        self.pending = [len(p) for p in machine.preds]
+        self.succs: list[list[int]] = [[] for _ in range(n)]
+        for node, preds in enumerate(machine.preds):
+            for p in preds:
+                self.succs[p].append(node)
+        self.routes: list[Route] = []
+        self.latency: list[float] = []
+        self.num_bytes: list[float] = []
+        for t in machine.nodes:
+            route: Route = ()
+            if t.type.sends:
+                peer = machine.tbs[t.tb][1].send
+                found = topology.gpu_route(t.rank, peer)
+                if found is None:
+                    raise TopologyError(f"ranks {t.rank} and {peer} communicate but topology {topology.name!r} has "
+                                        "no route between them through switches only", where="topology")
+                route = found
+            self.routes.append(route)
+            self.latency.append(topology.route_latency(route) + options.step_overhead_us if t.type.sends else 0.0)
+            self.num_bytes.append(t.count * chunk_bytes)
+        self.net = FluidNetwork([link.bandwidth * 1e3 for link in topology.links])
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.version = [0] * n
+
+    def push(self, time: float, kind: int, node: int, version: int = 0) -> None:
+        heapq.heappush(self.heap, (time, self.seq, kind, node, version))
+        self.seq += 1
+
+    def ready(self, node: int, now: float) -> None:
+        """All predecessors are done: start the send or complete at once."""
+        self.start_at[node] = now
+        if not self.machine.nodes[node].type.sends:
+            self.complete(node, now)
+        elif self.latency[node] > 0:
+            self.push(now + self.latency[node], _ACTIVATE, node)
+        else:
+            self.activate(node, now)
+
+    def activate(self, node: int, now: float) -> None:
+        if self.num_bytes[node] > 0 and self.routes[node]:
+            self.net.add(node, self.routes[node], self.num_bytes[node], now)
+        else:
+            self.complete(node, now)
+
+    def complete(self, node: int, now: float) -> None:
+        stack = [node]
+        self.done_at[node] = now
+        while stack:
+            done = stack.pop()
+            for s in self.succs[done]:
+                self.pending[s] -= 1
+                if self.pending[s] == 0:
+                    self.cause[s] = done
+                    self.start_at[s] = now
+                    if self.machine.nodes[s].type.sends:
+                        self.ready(s, now)
+                    else:
+                        self.done_at[s] = now
+                        stack.append(s)
+
+    def run(self) -> None:
+        initial = [node for node in range(len(self.machine.nodes))
+                   if self.pending[node] == 0 and node not in self.machine.blocked]
+        for node in initial:
+            self.ready(node, 0.0)
+        now = 0.0
+        while self.heap:
+            now = self.heap[0][0]
+            horizon = now + 1e-9 * max(1.0, abs(now))
+            while self.heap and self.heap[0][0] <= horizon:
+                _, _, kind, node, version = heapq.heappop(self.heap)
+                if kind == _ACTIVATE:
+                    self.activate(node, now)
+                elif version == self.version[node]:
+                    self.net.remove(node, now)
+                    self.complete(node, now)
+            for f in self.net.reshare(now):
+                self.version[f] += 1
+                rate = self.net.rate[f]
+                self.push(now + self.net.remaining[f] / rate if rate > 0 else math.inf, _FLOW_DONE, f,
+                          self.version[f])
+        self.net.finish_busy(now)
+
+    def critical_path(self) -> list[int]:
+        done = self.done_at
+        finished = [i for i in range(len(done)) if not math.isnan(done[i])]
+        if not finished:
+            return []
+        node = max(finished, key=lambda i: (done[i], -i))
+        path: list[int] = []
+        while node >= 0 and len(path) < len(done):
+            path.append(node)
+            node = self.cause[node]
+        return path[::-1]
