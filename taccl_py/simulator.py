@@ -15,9 +15,10 @@ every required (rank, chunk) must hold the complete set.
 
 from __future__ import annotations
 
+import gc
 import heapq
+import itertools
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from taccl_py.topology import Topology
 
 __all__ = ["SimOptions", "SimResult", "simulate"]
 
-_START, _ACTIVATE, _FLOW_DONE = 0, 1, 2
+_ACTIVATE, _FLOW_DONE, _START = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -81,44 +82,108 @@ class SimResult:
                 "algbw_GBps": self.algbw_GBps, "busbw_GBps": self.busbw_GBps}
 
 
-def _dependencies(schedule: Schedule, num_chunks: int) -> tuple[list[set[int]], list[int], list[set[int]],
-                                                                  list[set[int]]]:
-    """Per transfer: start-after-commit deps, connection predecessor, commit-after-commit deps,
-    commit-after-arrival deps (all on earlier transfers, except explicit ``after``)."""
+@dataclass
+class _Dependencies:
+    """Who waits for whom, derived once from program order (see :mod:`taccl_py.schedule`)."""
+
+    start_pending: list[int]
+    commit_pending: list[int]
+    start_on_commit: list[list[int] | None]
+    """Transfers whose start waits for this one's commit (earlier writers at the source, ``after``)."""
+    conn_next: list[int]
+    """The next transfer on the same connection (its start waits for this one's arrival), or -1."""
+    conn_prev: list[int]
+    commit_on_commit: list[list[int] | None]
+    """Transfers whose commit waits for this one's commit (later writers of the same chunk there)."""
+    commit_on_arrive: list[list[int] | None]
+    """Transfers whose commit waits for this one's arrival (later writers of a chunk it read)."""
+
+
+def _dependencies(transfers: tuple[Transfer, ...], num_chunks: int) -> _Dependencies:
+    n = len(transfers)
+    start_pending = [0] * n
+    commit_pending = [1] * n  # its own arrival
+    start_on_commit: list[list[int] | None] = [None] * n
+    commit_on_commit: list[list[int] | None] = [None] * n
+    commit_on_arrive: list[list[int] | None] = [None] * n
+    conn_next = [-1] * n
+    conn_prev = [-1] * n
     last_writer: dict[int, int] = {}
     readers: dict[int, list[int]] = {}
     last_on_connection: dict[tuple[int, int, int], int] = {}
-    start_commit: list[set[int]] = []
-    connection_prev: list[int] = []
-    commit_commit: list[set[int]] = []
-    commit_arrive: list[set[int]] = []
-    for i, t in enumerate(schedule.transfers):
-        s_deps: set[int] = set(t.after)
-        c_deps: set[int] = set()
-        a_deps: set[int] = set()
+
+    def wait(table: list[list[int] | None], on: int, waiter: int) -> None:
+        entry = table[on]
+        if entry is None:
+            table[on] = [waiter]
+        else:
+            entry.append(waiter)
+
+    for i, t in enumerate(transfers):
+        chunks = t.chunks
         src_base, dst_base = t.src * num_chunks, t.dst * num_chunks
-        for c in t.chunks:
-            key = src_base + c
+        if len(chunks) == 1 and not t.after:
+            key = src_base + chunks[0]
             w = last_writer.get(key)
             if w is not None:
-                s_deps.add(w)
-            readers.setdefault(key, []).append(i)
-        for c in t.chunks:
-            key = dst_base + c
+                wait(start_on_commit, w, i)
+                start_pending[i] = 1
+            prior = readers.get(key)
+            if prior is None:
+                readers[key] = [i]
+            else:
+                prior.append(i)
+            key = dst_base + chunks[0]
             w = last_writer.get(key)
             if w is not None:
-                c_deps.add(w)
+                wait(commit_on_commit, w, i)
+                commit_pending[i] += 1
             prior = readers.pop(key, None)
             if prior:
-                a_deps.update(prior)
+                for r in prior:
+                    wait(commit_on_arrive, r, i)
+                commit_pending[i] += len(prior)
             last_writer[key] = i
+        else:
+            s_deps: set[int] = set(t.after)
+            c_deps: set[int] = set()
+            a_deps: set[int] = set()
+            for c in chunks:
+                key = src_base + c
+                w = last_writer.get(key)
+                if w is not None:
+                    s_deps.add(w)
+                prior = readers.get(key)
+                if prior is None:
+                    readers[key] = [i]
+                else:
+                    prior.append(i)
+            for c in chunks:
+                key = dst_base + c
+                w = last_writer.get(key)
+                if w is not None:
+                    c_deps.add(w)
+                prior = readers.pop(key, None)
+                if prior:
+                    a_deps.update(prior)
+                last_writer[key] = i
+            for w in sorted(s_deps):
+                wait(start_on_commit, w, i)
+            for w in sorted(c_deps):
+                wait(commit_on_commit, w, i)
+            for r in sorted(a_deps):
+                wait(commit_on_arrive, r, i)
+            start_pending[i] = len(s_deps)
+            commit_pending[i] += len(c_deps) + len(a_deps)
         conn = (t.src, t.dst, t.channel)
-        connection_prev.append(last_on_connection.get(conn, -1))
+        p = last_on_connection.get(conn)
+        if p is not None:
+            conn_next[p] = i
+            conn_prev[i] = p
+            start_pending[i] += 1
         last_on_connection[conn] = i
-        start_commit.append(s_deps)
-        commit_commit.append(c_deps)
-        commit_arrive.append(a_deps)
-    return start_commit, connection_prev, commit_commit, commit_arrive
+    return _Dependencies(start_pending, commit_pending, start_on_commit, conn_next, conn_prev, commit_on_commit,
+                         commit_on_arrive)
 
 
 def _describe(t: Transfer, i: int) -> str:
@@ -131,8 +196,22 @@ def _mask_ranks(mask: int) -> list[int]:
 
 def simulate(topology: Topology, schedule: Schedule, size_bytes: float,
              options: SimOptions | None = None) -> SimResult:
-    """Run ``schedule`` for an nccl-tests ``size_bytes`` on ``topology`` and judge it."""
-    options = options or SimOptions()
+    """Run ``schedule`` for an nccl-tests ``size_bytes`` on ``topology`` and judge it.
+
+    Python's cyclic garbage collector is paused while it runs: a simulation
+    allocates millions of small objects and no cycles, and the collector's
+    passes would otherwise dominate large runs.
+    """
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate(topology, schedule, size_bytes, options or SimOptions())
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options: SimOptions) -> SimResult:
     collective = schedule.collective
     transfers = schedule.transfers
     n = len(transfers)
@@ -156,145 +235,176 @@ def simulate(topology: Topology, schedule: Schedule, size_bytes: float,
 
     num_chunks = collective.num_chunks
     chunk_bytes = collective.chunk_bytes(size_bytes)
-    links = topology.links
     state: dict[int, int] = {}
     for rank, chunk, mask in collective.initial():
         state[rank * num_chunks + chunk] = mask
 
-    start_commit, connection_prev, commit_commit, commit_arrive = _dependencies(schedule, num_chunks)
-    start_pending = [0] * n
-    commit_pending = [1] * n  # its own arrival
-    on_commit_start: dict[int, list[int]] = defaultdict(list)
-    on_arrive_start: dict[int, list[int]] = defaultdict(list)
-    on_commit_commit: dict[int, list[int]] = defaultdict(list)
-    on_arrive_commit: dict[int, list[int]] = defaultdict(list)
-    for i in range(n):
-        for w in start_commit[i]:
-            on_commit_start[w].append(i)
-        p = connection_prev[i]
-        if p >= 0:
-            on_arrive_start[p].append(i)
-        start_pending[i] = len(start_commit[i]) + (p >= 0)
-        for w in commit_commit[i]:
-            on_commit_commit[w].append(i)
-        for r in commit_arrive[i]:
-            on_arrive_commit[r].append(i)
-        commit_pending[i] += len(commit_commit[i]) + len(commit_arrive[i])
-    del start_commit, commit_commit, commit_arrive
+    deps = _dependencies(transfers, num_chunks)
+    start_pending, commit_pending = deps.start_pending, deps.commit_pending
+    start_on_commit, commit_on_commit, commit_on_arrive = deps.start_on_commit, deps.commit_on_commit, \
+        deps.commit_on_arrive
+    conn_next = deps.conn_next
 
-    latency = [topology.route_latency(t.route) + options.step_overhead_us for t in transfers]
-    num_bytes = [len(t.chunks) * chunk_bytes for t in transfers]
-    net = FluidNetwork([link.bandwidth * 1e3 for link in links])
+    overhead = options.step_overhead_us
+    route_latency: dict[tuple[int, ...], float] = {}
+    latency = [0.0] * n
+    num_bytes = [0.0] * n
+    for i, t in enumerate(transfers):
+        lat = route_latency.get(t.route)
+        if lat is None:
+            lat = route_latency[t.route] = topology.route_latency(t.route)
+        latency[i] = lat + overhead
+        num_bytes[i] = len(t.chunks) * chunk_bytes
+    net = FluidNetwork([link.bandwidth * 1e3 for link in topology.links])
+    net_add = net.add
     start_cause = [-1] * n
     commit_cause = [-1] * n
-    snapshot: dict[int, tuple[int, ...]] = {}
+    snapshot: list[tuple[int, ...] | None] = [None] * n
     version = [0] * n
     heap: list[tuple[float, int, int, int, int]] = []
-    seq = 0
+    heappush, heappop = heapq.heappush, heapq.heappop
+    counter = itertools.count()
+    copy = Op.COPY
+    error: str | None = None
+    committed = 0
+    commits: list[tuple[int, int]] = []  # (transfer, cause) ready to commit, processed as a stack
 
-    def push(time: float, kind: int, tid: int, ver: int = 0) -> None:
-        nonlocal seq
-        heapq.heappush(heap, (time, seq, kind, tid, ver))
-        seq += 1
+    def begin(i: int, now: float) -> bool:
+        """Start transfer i: read the sender's data now; False (and ``error``) if it holds none of a chunk."""
+        nonlocal error
+        t = transfers[i]
+        base = t.src * num_chunks
+        chunks = t.chunks
+        if len(chunks) == 1:
+            mask = state.get(base + chunks[0], 0)
+            masks: tuple[int, ...] = (mask,)
+            missing = mask == 0
+        else:
+            masks = tuple([state.get(base + c, 0) for c in chunks])
+            missing = 0 in masks
+        if missing:
+            c = chunks[masks.index(0)]
+            error = (f"{_describe(t, i)} starts at {now:.6g} us but rank {t.src} does not hold "
+                     f"{collective.describe_chunk(c)}")
+            return False
+        snapshot[i] = masks
+        start_at[i] = now
+        lat = latency[i]
+        if lat > 0:
+            heappush(heap, (now + lat, next(counter), _ACTIVATE, i, 0))
+        else:
+            net_add(i, t.route, num_bytes[i], now)
+        return True
 
-    def release_start(i: int, now: float, cause: int) -> None:
+    def release_start(i: int, now: float, cause: int) -> bool:
         start_pending[i] -= 1
-        if start_pending[i] == 0:
-            start_cause[i] = cause
-            nb = transfers[i].not_before_us
-            push(now if nb is None or nb <= now else nb, _START, i)
+        if start_pending[i]:
+            return True
+        start_cause[i] = cause
+        nb = transfers[i].not_before_us
+        if nb is not None and nb > now:
+            heappush(heap, (nb, next(counter), _START, i, 0))
+            return True
+        return begin(i, now)
 
+    def settle(now: float) -> bool:
+        """Commit every transfer whose conditions now hold (and what that releases)."""
+        nonlocal error, committed
+        while commits:
+            i, cause = commits.pop()
+            commit_cause[i] = cause
+            t = transfers[i]
+            base = t.dst * num_chunks
+            masks = snapshot[i]
+            assert masks is not None
+            snapshot[i] = None
+            if t.op is copy:
+                for c, mask in zip(t.chunks, masks, strict=True):
+                    state[base + c] = mask
+            else:
+                for c, mask in zip(t.chunks, masks, strict=True):
+                    held = state.get(base + c, 0)
+                    if held & mask:
+                        error = (f"{_describe(t, i)} reduces the contribution of rank(s) "
+                                 f"{_mask_ranks(held & mask)} into {collective.describe_chunk(c)} at rank {t.dst} "
+                                 f"a second time")
+                        return False
+                    state[base + c] = held | mask
+            commit_at[i] = now
+            committed += 1
+            waiters = start_on_commit[i]
+            if waiters is not None:
+                for j in waiters:
+                    if not release_start(j, now, i):
+                        return False
+            waiters = commit_on_commit[i]
+            if waiters is not None:
+                for j in waiters:
+                    commit_pending[j] -= 1
+                    if not commit_pending[j]:
+                        commits.append((j, i))
+        return True
+
+    def arrive(i: int, now: float) -> bool:
+        arrive_at[i] = now
+        j = conn_next[i]
+        if j >= 0 and not release_start(j, now, i):
+            return False
+        waiters = commit_on_arrive[i]
+        if waiters is not None:
+            for j in waiters:
+                commit_pending[j] -= 1
+                if not commit_pending[j]:
+                    commits.append((j, i))
+        commit_pending[i] -= 1
+        if not commit_pending[i]:
+            commits.append((i, i))
+        return settle(now)
+
+    ok = True
     for i in range(n):
         if start_pending[i] == 0:
             nb = transfers[i].not_before_us
-            push(0.0 if nb is None else max(0.0, nb), _START, i)
-
-    error: str | None = None
-    committed = 0
-
-    def commit(i: int, now: float) -> None:
-        nonlocal error, committed
-        t = transfers[i]
-        base = t.dst * num_chunks
-        masks = snapshot.pop(i)
-        if t.op is Op.COPY:
-            for c, mask in zip(t.chunks, masks, strict=True):
-                state[base + c] = mask
-        else:
-            for c, mask in zip(t.chunks, masks, strict=True):
-                held = state.get(base + c, 0)
-                if held & mask:
-                    if error is None:
-                        error = (f"{_describe(t, i)} reduces the contribution of rank(s) {_mask_ranks(held & mask)} "
-                                 f"into {collective.describe_chunk(c)} at rank {t.dst} a second time")
-                    return
-                state[base + c] = held | mask
-        commit_at[i] = now
-        committed += 1
-        for j in on_commit_start.get(i, ()):
-            release_start(j, now, i)
-        for j in on_commit_commit.get(i, ()):
-            release_commit(j, now, i)
-
-    def release_commit(i: int, now: float, cause: int) -> None:
-        commit_pending[i] -= 1
-        if commit_pending[i] == 0:
-            commit_cause[i] = cause
-            commit(i, now)
-
-    def arrive(i: int, now: float) -> None:
-        arrive_at[i] = now
-        for j in on_arrive_start.get(i, ()):
-            release_start(j, now, i)
-        for j in on_arrive_commit.get(i, ()):
-            release_commit(j, now, i)
-        release_commit(i, now, i)
+            if nb is not None and nb > 0:
+                heappush(heap, (nb, next(counter), _START, i, 0))
+            elif not begin(i, 0.0):
+                ok = False
+                break
 
     now = 0.0
-    while heap and error is None:
-        now = heap[0][0]
-        horizon = now + 1e-9 * max(1.0, abs(now))
-        while heap and heap[0][0] <= horizon and error is None:
-            time, _, kind, i, ver = heapq.heappop(heap)
-            if kind == _START:
-                t = transfers[i]
-                base = t.src * num_chunks
-                masks = tuple(state.get(base + c, 0) for c in t.chunks)
-                for c, mask in zip(t.chunks, masks, strict=True):
-                    if mask == 0:
-                        error = (f"{_describe(t, i)} starts at {time:.6g} us but rank {t.src} does not hold "
-                                 f"{collective.describe_chunk(c)}")
-                        break
-                if error:
-                    break
-                snapshot[i] = masks
-                start_at[i] = time
-                if latency[i] > 0:
-                    push(time + latency[i], _ACTIVATE, i)
-                elif num_bytes[i] > 0:
-                    net.add(i, t.route, num_bytes[i], now)
-                else:
-                    arrive(i, time)
-            elif kind == _ACTIVATE:
-                if num_bytes[i] > 0:
-                    net.add(i, transfers[i].route, num_bytes[i], now)
-                else:
-                    arrive(i, time)
-            elif ver == version[i]:  # _FLOW_DONE, not superseded by a later rate change
-                net.remove(i, now)
-                arrive(i, now)
-        if error:
-            break
+    rate, remaining = net.rate, net.remaining
+    while ok:
         for f in net.reshare(now):
             version[f] += 1
-            rate = net.rate[f]
-            push(now + net.remaining[f] / rate if rate > 0 else math.inf, _FLOW_DONE, f, version[f])
+            r = rate[f]
+            heappush(heap, (now + remaining[f] / r if r > 0 else math.inf, next(counter), _FLOW_DONE, f, version[f]))
+        if not heap:
+            break
+        now = heap[0][0]
+        horizon = now + 1e-9 * max(1.0, abs(now))
+        while heap and heap[0][0] <= horizon:
+            time, _, kind, i, ver = heappop(heap)
+            if kind == _ACTIVATE:
+                if num_bytes[i] > 0:
+                    net_add(i, transfers[i].route, num_bytes[i], now)
+                elif not arrive(i, time):
+                    ok = False
+                    break
+            elif kind == _FLOW_DONE:
+                if ver == version[i]:  # not superseded by a later rate change
+                    net.remove(i, now)
+                    if not arrive(i, now):
+                        ok = False
+                        break
+            elif not begin(i, time):  # _START after not_before_us
+                ok = False
+                break
 
     net.finish_busy(now)
     if error:
         return result(error, None, net)
     if committed < n:
-        return result(_deadlock_message(schedule, start_at, commit_at, connection_prev), None, net,
+        return result(_deadlock_message(schedule, start_at, commit_at, deps.conn_prev), None, net,
                       stuck=tuple(i for i in range(n) if math.isnan(commit_at[i])))
     for rank, chunk in collective.required():
         have = state.get(rank * num_chunks + chunk, 0)

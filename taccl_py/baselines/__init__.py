@@ -1,0 +1,147 @@
+"""NCCL-style baselines, emitted as schedules so they are judged exactly like synthesized ones.
+
+``baseline(topology, kind, "ring" | "tree" | "direct" | "rd")`` builds one;
+``applicable_baselines(topology, kind)`` lists those that can run. Rings and
+trees pick their channel count to spread the load over the links (one ring per
+NIC rail on DGX A100 clusters, several disjoint rings on DGX-1); the pipelined
+ones (Broadcast, Reduce, trees) pick their depth from ``size_bytes`` when given.
+"""
+
+from __future__ import annotations
+
+from taccl_py.baselines.common import Leg, NotApplicable
+from taccl_py.baselines.direct import check_direct, direct_schedule
+from taccl_py.baselines.layout import Ring, RingPlan, ring_plan
+from taccl_py.baselines.recursive import check_recursive, recursive_schedule
+from taccl_py.baselines.ring import (
+    ring_allgather,
+    ring_allreduce,
+    ring_broadcast,
+    ring_reduce,
+    ring_reducescatter,
+)
+from taccl_py.baselines.tree import TreePlan, tree_allreduce, tree_broadcast, tree_plan, tree_reduce
+from taccl_py.collectives import CollectiveKind, parse_collective
+from taccl_py.errors import InputError
+from taccl_py.schedule import Schedule
+from taccl_py.topology import Topology
+
+__all__ = ["ALGORITHMS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan", "applicable_baselines",
+           "baseline", "ring_plan", "tree_plan"]
+
+ALGORITHMS = ("ring", "tree", "direct", "rd")
+"""Baseline names, in the order tables list them."""
+
+_RING_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
+               CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
+_TREE_KINDS = (CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
+
+
+def _kind(kind: CollectiveKind | str) -> CollectiveKind:
+    return kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
+
+
+def _check_args(topology: Topology, algorithm: str, channels: int | None, chunk_factor: int | None,
+                root: int) -> None:
+    if algorithm not in ALGORITHMS:
+        raise InputError(f"unknown baseline {algorithm!r} (choose one of: {', '.join(ALGORITHMS)})",
+                         where="--algorithm")
+    if channels is not None and (isinstance(channels, bool) or not 1 <= channels <= 64):
+        raise InputError(f"must be in 1..64 (got {channels!r})", where="--channels")
+    if chunk_factor is not None and chunk_factor < 1:
+        raise InputError(f"must be >= 1 (got {chunk_factor!r})", where="chunk_factor")
+    if not 0 <= root < topology.num_gpus:
+        raise InputError(f"must be a rank in 0..{topology.num_gpus - 1} (got {root})", where="--root")
+
+
+def _orders(topology: Topology, channels: int | None) -> list[tuple[int, ...]]:
+    """Virtual-rank orders for recursive algorithms: along the rings, machines contiguous."""
+    plan = ring_plan(topology, channels)
+    count = channels or 1
+    orders = []
+    for k in range(count):
+        orders.append(_machine_aligned(plan.rings[k % plan.channels], plan))
+    return orders
+
+
+def _machine_aligned(ring: Ring, plan: RingPlan) -> tuple[int, ...]:
+    """Rotate a ring so it starts where it enters the first machine (machines then sit contiguously)."""
+    if len(plan.groups) == 1:
+        return ring.order
+    members = set(plan.groups[0])
+    n = len(ring.order)
+    for i, g in enumerate(ring.order):
+        if g in members and ring.order[(i - 1) % n] not in members:
+            return ring.rotated(g).order
+    return ring.order
+
+
+def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, channels: int | None = None,
+             chunk_factor: int | None = None, root: int = 0, size_bytes: float | None = None,
+             step_overhead_us: float = 0.0) -> Schedule:
+    """The NCCL-style ``algorithm`` (ring, tree, direct, rd) for ``kind`` on ``topology``.
+
+    ``channels``: rings / trees / parallel copies (chosen to spread the load when None).
+    ``chunk_factor``: chunks per block of the collective (a multiple of the channels).
+    ``size_bytes`` and ``step_overhead_us`` only tune the pipelining depth.
+    Raises :class:`NotApplicable` (an :class:`InputError`) when it cannot run here.
+    """
+    kind = _kind(kind)
+    _check_args(topology, algorithm, channels, chunk_factor, root)
+    name = topology.name
+    if algorithm == "ring":
+        if kind not in _RING_KINDS:
+            raise NotApplicable(f"there is no ring {kind.value} baseline (try direct)", where=name)
+        plan = ring_plan(topology, channels)
+        if kind is CollectiveKind.ALLGATHER:
+            return ring_allgather(plan, name, chunk_factor=chunk_factor)
+        if kind is CollectiveKind.REDUCESCATTER:
+            return ring_reducescatter(plan, name, chunk_factor=chunk_factor)
+        if kind is CollectiveKind.ALLREDUCE:
+            return ring_allreduce(plan, name, chunk_factor=chunk_factor)
+        if kind is CollectiveKind.BROADCAST:
+            return ring_broadcast(plan, name, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes,
+                                  step_overhead_us=step_overhead_us)
+        return ring_reduce(plan, name, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes,
+                           step_overhead_us=step_overhead_us)
+    if algorithm == "tree":
+        if kind not in _TREE_KINDS:
+            raise NotApplicable(f"there is no tree {kind.value} baseline (trees run allreduce, broadcast, reduce)",
+                                where=name)
+        tplan = tree_plan(topology, kind, root if kind is not CollectiveKind.ALLREDUCE else 0, channels)
+        n = topology.num_gpus
+        if kind is CollectiveKind.ALLREDUCE:
+            return tree_allreduce(tplan, n, name, chunk_factor=chunk_factor, size_bytes=size_bytes,
+                                  step_overhead_us=step_overhead_us)
+        if kind is CollectiveKind.BROADCAST:
+            return tree_broadcast(tplan, n, name, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes,
+                                  step_overhead_us=step_overhead_us)
+        return tree_reduce(tplan, n, name, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes,
+                           step_overhead_us=step_overhead_us)
+    if algorithm == "direct":
+        return direct_schedule(topology, kind, channels=channels or 1, chunk_factor=chunk_factor, root=root)
+    return recursive_schedule(topology, kind, _orders(topology, channels), chunk_factor=chunk_factor)
+
+
+def applicable_baselines(topology: Topology, kind: CollectiveKind | str, *, root: int = 0) -> list[str]:
+    """Names of the baselines that can run ``kind`` on ``topology`` (in :data:`ALGORITHMS` order)."""
+    kind = _kind(kind)
+    names = []
+    for algorithm in ALGORITHMS:
+        try:
+            if algorithm == "ring":
+                if kind not in _RING_KINDS:
+                    continue
+                ring_plan(topology)
+            elif algorithm == "tree":
+                if kind not in _TREE_KINDS:
+                    continue
+                tree_plan(topology, kind, root if kind is not CollectiveKind.ALLREDUCE else 0)
+            elif algorithm == "direct":
+                check_direct(topology, kind, root)
+            else:
+                check_recursive(topology, kind, _orders(topology, None))
+        except NotApplicable:
+            continue
+        names.append(algorithm)
+    return names

@@ -1,0 +1,344 @@
+"""Where NCCL-style rings run: machine groups, Hamiltonian paths, one ring per channel.
+
+A ring is a cyclic order of all GPUs. Inside a machine it follows a Hamiltonian
+path over direct GPU -> GPU routes (through the NVSwitch where there is one);
+between machines it leaves at one GPU and enters the next machine at another,
+through the NICs. Rings are chosen one channel at a time, each preferring the
+links (NICs first of all) that earlier channels loaded least, and the channel
+count is the one that spreads the load best: the most loaded link, in uses per
+GB/s per channel, is lowest. When no Hamiltonian path exists (a 3x3 mesh), a
+ring step relays through other GPUs as several legs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from taccl_py.baselines.common import Leg, NotApplicable, legs_between, route_cost
+from taccl_py.topology import Topology
+
+__all__ = ["Ring", "RingPlan", "SearchSpace", "groups_of", "hamiltonian_path", "ring_plan"]
+
+MAX_CHANNELS = 16
+"""Most rings a plan considers (NCCL allows 32 channels; 16 already saturate every shipped machine)."""
+_SEARCH_BUDGET = 20_000
+"""Expansions a Hamiltonian search may spend beyond the group size before settling for what it found."""
+
+
+@dataclass(frozen=True)
+class Ring:
+    """A cyclic order of every GPU and the legs joining each GPU to the next."""
+
+    order: tuple[int, ...]
+    legs: tuple[tuple[Leg, ...], ...]
+    """``legs[i]`` carries data from ``order[i]`` to ``order[(i + 1) % n]`` (several when relayed)."""
+
+    @property
+    def relays(self) -> bool:
+        return any(len(step) > 1 for step in self.legs)
+
+    def rotated(self, first: int) -> Ring:
+        """The same ring starting at GPU ``first``."""
+        at = self.order.index(first)
+        return Ring(self.order[at:] + self.order[:at], self.legs[at:] + self.legs[:at])
+
+
+@dataclass(frozen=True)
+class RingPlan:
+    """The rings of every channel and how evenly they load the links."""
+
+    rings: tuple[Ring, ...]
+    groups: tuple[tuple[int, ...], ...]
+    us_per_byte: float
+    """Max over links of (ring legs crossing it) / (channels x bytes per us): a ring step of b bytes
+    per rank (summed over channels) keeps the busiest link busy ``b * us_per_byte`` us."""
+    step_latency_us: float
+    """Largest latency of one ring step (the sum over its legs when it relays)."""
+
+    @property
+    def channels(self) -> int:
+        return len(self.rings)
+
+    @property
+    def relays(self) -> bool:
+        return any(ring.relays for ring in self.rings)
+
+
+def groups_of(topology: Topology) -> tuple[tuple[int, ...], ...]:
+    """Machines as GPU groups; a topology without machines is one group."""
+    if len(topology.machines) > 1:
+        return tuple(tuple(m) for m in topology.machines)
+    return (tuple(topology.gpus),)
+
+
+class SearchSpace:
+    """Direct GPU -> GPU routes and how loaded they are, for path searches."""
+
+    def __init__(self, topology: Topology, loads: Sequence[float]) -> None:
+        self.topology = topology
+        self.loads = loads
+        self._cost: dict[tuple[int, int], float | None] = {}
+
+    def cost(self, src: int, dst: int) -> float | None:
+        """Load of the direct route ``src -> dst`` with one more use; None without a direct route."""
+        key = (src, dst)
+        if key not in self._cost:
+            route = self.topology.gpu_route(src, dst)
+            self._cost[key] = None if route is None else route_cost(self.topology, route, self.loads)
+        return self._cost[key]
+
+    def neighbors(self, src: int, members: Sequence[int]) -> list[tuple[float, int]]:
+        """(cost, GPU) of every member directly reachable from ``src``, cheapest first."""
+        out = []
+        for dst in members:
+            if dst != src:
+                c = self.cost(src, dst)
+                if c is not None:
+                    out.append((c, dst))
+        out.sort()
+        return out
+
+
+def hamiltonian_path(members: Sequence[int], start: int, space: SearchSpace, *, end: int | None = None,
+                     cycle: bool = False, reverse: bool = False, budget: int = _SEARCH_BUDGET) -> list[int] | None:
+    """A path from ``start`` through every member on direct routes, or None.
+
+    ``end`` fixes the last member, ``cycle`` requires a direct route back to
+    ``start``; ``reverse`` searches on reversed routes (the path is returned
+    as walked backwards from ``start``). Depth-first branch and bound on the
+    bottleneck route cost; neighbours are tried cheapest first, then fewest
+    onward options first (Warnsdorff), so structured graphs are solved at once.
+    """
+    n = len(members)
+    if n == 1:
+        return [start] if end in (None, start) else None
+
+    def cost(a: int, b: int) -> float | None:
+        return space.cost(b, a) if reverse else space.cost(a, b)
+
+    member_set = set(members)
+    adjacency: dict[int, list[tuple[float, int]]] = {}
+    for g in members:
+        nbrs = [(c, h) for h in members if h != g and (c := cost(g, h)) is not None]
+        nbrs.sort()
+        adjacency[g] = nbrs
+    dense = max(len(v) for v in adjacency.values()) > 16
+    visited = {start}
+    path = [start]
+    bottleneck = [0.0]
+    best: list[int] | None = None
+    best_cost = float("inf")
+    spent = 0
+    limit = budget + 4 * n
+
+    def options(g: int) -> list[int]:
+        nbrs = [(c, h) for c, h in adjacency[g] if h not in visited]
+        if not dense:
+            nbrs.sort(key=lambda ch: (ch[0], sum(1 for _, x in adjacency[ch[1]] if x not in visited), ch[1]))
+        return [h for _, h in nbrs]
+
+    stack = [iter(options(start))]
+    while stack:
+        nxt = next(stack[-1], None)
+        if nxt is None:
+            stack.pop()
+            visited.discard(path.pop())
+            bottleneck.pop()
+            continue
+        spent += 1
+        if spent > limit and best is not None:
+            break
+        if spent > 4 * limit:
+            break
+        if nxt in visited or nxt not in member_set:
+            continue
+        if end is not None and nxt == end and len(path) + 1 < n:
+            continue
+        c = cost(path[-1], nxt)
+        assert c is not None
+        bn = max(bottleneck[-1], c)
+        if bn >= best_cost:
+            continue
+        if len(path) + 1 == n:
+            if cycle:
+                back = cost(nxt, start)
+                if back is None:
+                    continue
+                bn = max(bn, back)
+                if bn >= best_cost:
+                    continue
+            best, best_cost = [*path, nxt], bn
+            continue
+        path.append(nxt)
+        visited.add(nxt)
+        bottleneck.append(bn)
+        stack.append(iter(options(nxt)))
+    return best
+
+
+def _fallback_order(topology: Topology, members: Sequence[int], start: int, space: SearchSpace,
+                    end: int | None = None) -> list[int]:
+    """Visit every member greedily (cheapest direct neighbour, else the nearest by relay latency)."""
+    order = [start]
+    left = [g for g in members if g != start and g != end]
+    while left:
+        here = order[-1]
+        direct = [(c, g) for g in left if (c := space.cost(here, g)) is not None]
+        if direct:
+            nxt = min(direct)[1]
+        else:
+            nxt = min(left, key=lambda g: (sum(topology.route_latency(leg.route)
+                                               for leg in legs_between(topology, here, g)), g))
+        order.append(nxt)
+        left.remove(nxt)
+    if end is not None and end != start:
+        order.append(end)
+    return order
+
+
+def _single_group_ring(topology: Topology, members: Sequence[int], space: SearchSpace) -> list[int]:
+    start = members[0]
+    cycle = hamiltonian_path(members, start, space, cycle=True)
+    if cycle is not None:
+        return cycle
+    path = hamiltonian_path(members, start, space)
+    return path if path is not None else _fallback_order(topology, members, start, space)
+
+
+def _multi_group_ring(topology: Topology, groups: Sequence[Sequence[int]], space: SearchSpace) -> list[int]:
+    """Ring over machines in order: pick each machine's exit and the next one's entry, least loaded first."""
+    count = len(groups)
+    entries: list[int | None] = [None] * count
+    exits: list[int | None] = [None] * count
+    paths: dict[tuple[int, int, int], list[int] | None] = {}
+    tries = [0]
+    budget = 64 * count + 1024
+
+    def inner(m: int, entry: int, exit_: int) -> list[int] | None:
+        key = (m, entry, exit_)
+        if key not in paths:
+            members = groups[m]
+            if len(members) == 1:
+                paths[key] = [entry] if entry == exit_ else None
+            elif entry == exit_:
+                paths[key] = None
+            else:
+                paths[key] = hamiltonian_path(members, entry, space, end=exit_, budget=2_000)
+        return paths[key]
+
+    def candidates(b: int) -> list[tuple[int, int]]:
+        here, there = groups[b], groups[(b + 1) % count]
+        entry_here = entries[b]
+        exit_there = exits[0] if b + 1 == count else None
+        scored = []
+        for x in here:
+            if entry_here is not None and (x == entry_here) != (len(here) == 1):
+                continue
+            for e in there:
+                if exit_there is not None and (e == exit_there) != (len(there) == 1):
+                    continue
+                route = topology.gpu_route(x, e)
+                if route is not None:
+                    scored.append((route_cost(topology, route, space.loads), x, e))
+        scored.sort()
+        return [(x, e) for _, x, e in scored]
+
+    def search(b: int) -> bool:
+        for x, e in candidates(b):
+            tries[0] += 1
+            if tries[0] > budget:
+                return False
+            entry = entries[b]
+            if entry is not None and inner(b, entry, x) is None:
+                continue
+            exits[b] = x
+            if b + 1 < count:
+                entries[b + 1] = e
+                if search(b + 1):
+                    return True
+                entries[b + 1] = None
+            elif inner(0, e, exits[0] or x) is not None:
+                entries[0] = e
+                return True
+        exits[b] = None
+        return False
+
+    found = search(0)
+    order: list[int] = []
+    for m, members in enumerate(groups):
+        if found:
+            entry, exit_ = entries[m], exits[m]
+            assert entry is not None and exit_ is not None
+            path = inner(m, entry, exit_)
+        else:
+            path = None
+        if path is None:
+            first = members[0] if not found or entries[m] is None else entries[m]
+            assert first is not None
+            last = exits[m] if found else None
+            path = _fallback_order(topology, members, first, space, end=last)
+        order.extend(path)
+    return order
+
+
+def _ring_from_order(topology: Topology, order: Sequence[int]) -> Ring:
+    n = len(order)
+    legs = tuple(legs_between(topology, order[i], order[(i + 1) % n]) for i in range(n))
+    return Ring(tuple(order), legs)
+
+
+def build_ring(topology: Topology, groups: Sequence[Sequence[int]], loads: Sequence[float]) -> Ring:
+    """One more ring, avoiding the links ``loads`` marks as used."""
+    space = SearchSpace(topology, loads)
+    if len(groups) == 1:
+        order = _single_group_ring(topology, groups[0], space)
+    else:
+        order = _multi_group_ring(topology, groups, space)
+    return _ring_from_order(topology, order)
+
+
+def _add_loads(loads: list[float], ring: Ring) -> None:
+    for step in ring.legs:
+        for leg in step:
+            for li in leg.route:
+                loads[li] += 1.0
+
+
+def _us_per_byte(topology: Topology, loads: Sequence[float], channels: int) -> float:
+    return max((load / (channels * link.bandwidth * 1e3) for load, link in zip(loads, topology.links, strict=True)),
+               default=0.0)
+
+
+@lru_cache(maxsize=16)
+def ring_plan(topology: Topology, channels: int | None = None) -> RingPlan:
+    """NCCL-style rings for ``topology``: ``channels`` of them, or as many as spread the load best.
+
+    Raises :class:`NotApplicable` for a single GPU.
+    """
+    if topology.num_gpus < 2:
+        raise NotApplicable("a ring needs at least 2 GPUs", where=topology.name)
+    if channels is not None and not 1 <= channels <= 64:
+        raise NotApplicable(f"channels must be in 1..64 (got {channels})", where=topology.name)
+    groups = groups_of(topology)
+    loads = [0.0] * len(topology.links)
+    rings: list[Ring] = []
+    best_score, best_count = float("inf"), 1
+    for k in range(channels or MAX_CHANNELS):
+        ring = build_ring(topology, groups, loads)
+        rings.append(ring)
+        _add_loads(loads, ring)
+        if channels is None:
+            score = _us_per_byte(topology, loads, k + 1)
+            if score < best_score * (1 - 1e-9):
+                best_score, best_count = score, k + 1
+            elif k + 1 >= 2 * best_count + 2:
+                break
+    count = channels or best_count
+    rings = rings[:count]
+    final = [0.0] * len(topology.links)
+    for ring in rings:
+        _add_loads(final, ring)
+    latency = max(sum(topology.route_latency(leg.route) for leg in step) for ring in rings for step in ring.legs)
+    return RingPlan(tuple(rings), tuple(tuple(g) for g in groups), _us_per_byte(topology, final, count), latency)

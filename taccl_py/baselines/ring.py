@@ -1,0 +1,169 @@
+"""NCCL-style ring algorithms: Allgather, ReduceScatter, Allreduce, Broadcast and Reduce.
+
+Every channel runs the same algorithm on its own ring (see
+:mod:`taccl_py.baselines.layout`) with an equal share of the data. Allgather
+and ReduceScatter take N-1 steps of one block; Allreduce is ReduceScatter then
+Allgather; Broadcast and Reduce are chains along the ring, pipelined in pieces.
+Transfers are emitted step by step, so each connection sends in step order,
+as NCCL's FIFOs do.
+
+When a ring step relays through other GPUs, a relayed partial sum must not
+lose the relay's own data: the relay adds its contribution the first time a
+chain passes it and only forwards (copies) afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from taccl_py.baselines.common import Leg, NotApplicable, pipeline_pieces
+from taccl_py.baselines.layout import RingPlan
+from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.schedule import Op, Schedule, Transfer
+
+__all__ = ["ring_allgather", "ring_allreduce", "ring_broadcast", "ring_reduce", "ring_reducescatter"]
+
+_COPY, _REDUCE = Op.COPY, Op.REDUCE
+
+
+def _chain_ops(legs: Iterable[Leg], first: int) -> list[Op]:
+    """Ops of a reduction chain starting at GPU ``first``: reduce where a GPU first contributes, else copy."""
+    done = {first}
+    ops = []
+    for leg in legs:
+        ops.append(_COPY if leg.dst in done else _REDUCE)
+        done.add(leg.dst)
+    return ops
+
+
+def _pieces_per_channel(chunk_factor: int | None, channels: int, default: int) -> tuple[int, int]:
+    """(chunk_factor, pieces per channel); a given chunk factor must split evenly over the channels."""
+    if chunk_factor is None:
+        return channels * default, default
+    if chunk_factor < 1 or chunk_factor % channels:
+        raise NotApplicable(f"chunk_factor {chunk_factor} is not a positive multiple of the {channels} channels")
+    return chunk_factor, chunk_factor // channels
+
+
+def _allgather_steps(plan: RingPlan, c: int, pieces: int, out: list[Transfer]) -> None:
+    """N-1 steps: at step s, ring position i forwards the block that started at position i - s."""
+    n = len(plan.rings[0].order)
+    for s in range(n - 1):
+        for k, ring in enumerate(plan.rings):
+            order, legs = ring.order, ring.legs
+            base = k * pieces
+            for i in range(n):
+                origin = order[(i - s) % n] * c + base
+                for leg in legs[i]:
+                    src, dst, route = leg.src, leg.dst, leg.route
+                    for p in range(pieces):
+                        out.append(Transfer(src, dst, (origin + p,), route, _COPY, k))
+
+
+def _reducescatter_steps(plan: RingPlan, c: int, pieces: int, out: list[Transfer]) -> None:
+    """N-1 steps: the chain of the block owned by position j starts at j+1 and ends at j."""
+    n = len(plan.rings[0].order)
+    relay_ops: dict[int, list[list[list[Op]]]] = {}
+    for k, ring in enumerate(plan.rings):
+        if ring.relays:
+            per_block = []
+            for j in range(n):
+                steps = [ring.legs[(j + 1 + s) % n] for s in range(n - 1)]
+                flat = _chain_ops((leg for step in steps for leg in step), ring.order[(j + 1) % n])
+                split, at = [], 0
+                for step in steps:
+                    split.append(flat[at:at + len(step)])
+                    at += len(step)
+                per_block.append(split)
+            relay_ops[k] = per_block
+    for s in range(n - 1):
+        for k, ring in enumerate(plan.rings):
+            order, legs = ring.order, ring.legs
+            base = k * pieces
+            ops = relay_ops.get(k)
+            for i in range(n):
+                j = (i - s - 1) % n
+                block = order[j] * c + base
+                step_ops = ops[j][s] if ops is not None else None
+                for q, leg in enumerate(legs[i]):
+                    op = step_ops[q] if step_ops is not None else _REDUCE
+                    src, dst, route = leg.src, leg.dst, leg.route
+                    for p in range(pieces):
+                        out.append(Transfer(src, dst, (block + p,), route, op, k))
+
+
+def _schedule(kind: CollectiveKind, plan: RingPlan, c: int, transfers: list[Transfer], topology_name: str,
+              notes: dict[str, object], root: int = 0) -> Schedule:
+    n = len(plan.rings[0].order)
+    return Schedule(Collective(kind, n, c, root), tuple(transfers), name="ring", topology=topology_name,
+                    notes={"algorithm": "ring", "channels": plan.channels, **notes})
+
+
+def ring_allgather(plan: RingPlan, topology_name: str = "", *, chunk_factor: int | None = None) -> Schedule:
+    """Ring Allgather: N-1 steps of one block per channel."""
+    c, pieces = _pieces_per_channel(chunk_factor, plan.channels, 1)
+    out: list[Transfer] = []
+    _allgather_steps(plan, c, pieces, out)
+    return _schedule(CollectiveKind.ALLGATHER, plan, c, out, topology_name, {"pieces": pieces})
+
+
+def ring_reducescatter(plan: RingPlan, topology_name: str = "", *, chunk_factor: int | None = None) -> Schedule:
+    """Ring ReduceScatter: N-1 reduce steps; rank b ends with block b."""
+    c, pieces = _pieces_per_channel(chunk_factor, plan.channels, 1)
+    out: list[Transfer] = []
+    _reducescatter_steps(plan, c, pieces, out)
+    return _schedule(CollectiveKind.REDUCESCATTER, plan, c, out, topology_name, {"pieces": pieces})
+
+
+def ring_allreduce(plan: RingPlan, topology_name: str = "", *, chunk_factor: int | None = None) -> Schedule:
+    """Ring Allreduce = ReduceScatter then Allgather: 2(N-1) steps."""
+    c, pieces = _pieces_per_channel(chunk_factor, plan.channels, 1)
+    out: list[Transfer] = []
+    _reducescatter_steps(plan, c, pieces, out)
+    _allgather_steps(plan, c, pieces, out)
+    return _schedule(CollectiveKind.ALLREDUCE, plan, c, out, topology_name, {"pieces": pieces})
+
+
+def chain_pieces(plan: RingPlan, size_bytes: float | None, step_overhead_us: float) -> int:
+    """Pipelining depth of a ring chain (Broadcast, Reduce) for this buffer size."""
+    hops = max(sum(len(step) for step in ring.legs) - len(ring.legs[-1]) for ring in plan.rings)
+    per_channel = None if size_bytes is None else size_bytes / plan.channels
+    return pipeline_pieces(hops, per_channel, plan.us_per_byte * plan.channels,
+                           plan.step_latency_us + step_overhead_us)
+
+
+def ring_broadcast(plan: RingPlan, topology_name: str = "", *, root: int = 0, chunk_factor: int | None = None,
+                   size_bytes: float | None = None, step_overhead_us: float = 0.0) -> Schedule:
+    """Pipelined chain from ``root`` along each channel's ring."""
+    default = chain_pieces(plan, size_bytes, step_overhead_us)
+    c, pieces = _pieces_per_channel(chunk_factor, plan.channels, default)
+    rings = [ring.rotated(root) for ring in plan.rings]
+    out: list[Transfer] = []
+    for p in range(pieces):
+        for k, ring in enumerate(rings):
+            chunk = (k * pieces + p,)
+            for step in ring.legs[:-1]:
+                for leg in step:
+                    out.append(Transfer(leg.src, leg.dst, chunk, leg.route, _COPY, k))
+    return _schedule(CollectiveKind.BROADCAST, plan, c, out, topology_name, {"pieces": pieces}, root)
+
+
+def ring_reduce(plan: RingPlan, topology_name: str = "", *, root: int = 0, chunk_factor: int | None = None,
+                size_bytes: float | None = None, step_overhead_us: float = 0.0) -> Schedule:
+    """Pipelined reduction chain along each ring, starting after ``root`` and ending at it."""
+    default = chain_pieces(plan, size_bytes, step_overhead_us)
+    c, pieces = _pieces_per_channel(chunk_factor, plan.channels, default)
+    chains = []
+    for ring in plan.rings:
+        n = len(ring.order)
+        start = ring.order[(ring.order.index(root) + 1) % n]
+        rotated = ring.rotated(start)
+        legs = [leg for step in rotated.legs[:-1] for leg in step]
+        chains.append((legs, _chain_ops(legs, start)))
+    out: list[Transfer] = []
+    for p in range(pieces):
+        for k, (legs, ops) in enumerate(chains):
+            chunk = (k * pieces + p,)
+            for leg, op in zip(legs, ops, strict=True):
+                out.append(Transfer(leg.src, leg.dst, chunk, leg.route, op, k))
+    return _schedule(CollectiveKind.REDUCE, plan, c, out, topology_name, {"pieces": pieces}, root)

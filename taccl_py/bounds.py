@@ -1,0 +1,472 @@
+"""Lower bounds on the time of a collective: the physical limit every report compares against.
+
+All bounds hold in the fluid model the simulator implements (a flow waits its
+route latency, then moves bytes; links are shared), so for every correct
+schedule ``simulated time >= bound``. Bandwidth terms come from cuts: a set S
+of vertices (switches included) that some data must leave, over the bandwidth
+leaving it.
+
+* Allgather: ``T >= (M/N) |S n GPUs| / B_out(S)``, maximised exactly by
+  Dinkelbach's method with one max-flow per GPU kept outside S (ForestColl).
+  ReduceScatter: the same with the bandwidth entering S.
+* Alltoall: ``T >= (M/N) |S n GPUs| |GPUs \\ S| / B_out(S)`` over single GPUs,
+  machines, unions of machines, their complements and the Allgather cuts
+  (each with its best switch set, by max-flow); where small enough, the exact
+  multi-commodity-flow LP optimum (``solver_models.mcf_bound``).
+* Allreduce: ReduceScatter + Allgather is *not* a valid bound in general (a
+  GPU whose only link is slow can stream its data out while the sum streams
+  back in). Valid instead: every cut separating GPUs carries the whole buffer
+  each way (``M / B(S)``), and, splitting the GPUs into P parts (single GPUs,
+  machines), every element needs 2(P-1) messages between parts (one-way
+  gossip), so ``T >= 2(P-1) M / sum of the parts' outgoing bandwidth``. On
+  symmetric systems this equals ReduceScatter + Allgather.
+* Broadcast / Reduce: ``M`` over the min cut between the root and any GPU.
+* Latency: data must travel from its source to its farthest destination (the
+  latency eccentricity, relays allowed); and the bytes crossing the binding
+  cut cannot start before the cheapest route through it has paid its latency,
+  so that latency is added to the bandwidth term.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from taccl_py.collectives import CollectiveKind, parse_collective
+from taccl_py.errors import InputError
+from taccl_py.topology import Topology, Vertex
+
+__all__ = ["Bound", "BoundProfile", "bound_profile", "lower_bound"]
+
+_ECCENTRICITY_SOURCES = 64
+"""Above this many GPUs the latency eccentricity is taken over this many evenly spaced sources (still valid)."""
+_LP_SAFETY = 1 - 1e-7
+"""GLOP's optimum carries a tolerance; shave it so the bound stays below every schedule."""
+
+
+@dataclass(frozen=True)
+class BoundProfile:
+    """The size-independent part of a bound: ``bandwidth_us = size_bytes * us_per_byte``."""
+
+    kind: CollectiveKind
+    us_per_byte: float
+    cut: tuple[Vertex, ...]
+    cut_latency_us: float
+    latency_us: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A lower bound on the time of one collective at one size (us)."""
+
+    kind: CollectiveKind
+    size_bytes: float
+    bound_us: float
+    bandwidth_us: float
+    """Bytes that must cross the binding cut over its bandwidth."""
+    cut_latency_us: float
+    """Latency before any byte can cross the binding cut (added to the bandwidth term)."""
+    latency_us: float
+    """Latency eccentricity: the slowest source-to-destination route."""
+    cut: tuple[Vertex, ...]
+    """The binding vertex set S (empty when the bound comes from a partition or the flow LP)."""
+    explanation: str
+
+    @property
+    def algbw_GBps(self) -> float | None:
+        """The best algbw any schedule can reach at this size."""
+        return self.size_bytes / self.bound_us / 1e3 if self.bound_us > 0 else None
+
+    def efficiency(self, time_us: float | None) -> float | None:
+        """``bound_us / time_us`` (1.0 means optimal)."""
+        if time_us is None or time_us <= 0:
+            return None
+        return self.bound_us / time_us
+
+    def summary(self) -> dict[str, Any]:
+        return {"bound_us": self.bound_us, "algbw_GBps": self.algbw_GBps, "bandwidth_us": self.bandwidth_us,
+                "cut_latency_us": self.cut_latency_us, "latency_us": self.latency_us,
+                "cut": [v for v in self.cut], "explanation": self.explanation}
+
+
+def lower_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: float, *, root: int = 0,
+                step_overhead_us: float = 0.0) -> Bound:
+    """Lower bound on the time of ``kind`` for an nccl-tests ``size_bytes`` on ``topology``.
+
+    ``step_overhead_us`` (the simulator option of the same name) is paid at
+    least once by every transfer, so it is added to both latency terms.
+    """
+    kind = kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
+    if not size_bytes > 0:
+        raise InputError(f"must be > 0 bytes (got {size_bytes!r})", where="--size")
+    if not 0 <= root < topology.num_gpus:
+        raise InputError(f"must be a rank in 0..{topology.num_gpus - 1} (got {root})", where="--root")
+    profile = bound_profile(topology, kind, root)
+    bandwidth_us = size_bytes * profile.us_per_byte
+    if topology.num_gpus < 2:
+        return Bound(kind, size_bytes, 0.0, 0.0, 0.0, 0.0, (), "a single GPU moves nothing")
+    cut_latency = profile.cut_latency_us + step_overhead_us
+    latency = profile.latency_us + step_overhead_us
+    bound = max(latency, bandwidth_us + cut_latency)
+    if bandwidth_us + cut_latency >= latency:
+        text = f"{profile.reason}: {bandwidth_us:.6g} us of data after {cut_latency:.6g} us of latency"
+    else:
+        text = f"latency: the farthest destination is {latency:.6g} us away"
+    return Bound(kind, size_bytes, bound, bandwidth_us, cut_latency, latency, profile.cut, text)
+
+
+# ------------------------------------------------------------------ the graph
+class _Graph:
+    """Dense vertex ids, link arrays and helpers for cuts and flows."""
+
+    def __init__(self, topology: Topology, *, reverse: bool = False) -> None:
+        self.topology = topology
+        self.n = topology.num_gpus
+        self.v = len(topology.vertices)
+        vid = topology.vertex_id
+        src = [vid[link.src] for link in topology.links]
+        dst = [vid[link.dst] for link in topology.links]
+        self.tail = np.array(dst if reverse else src, dtype=np.int64)
+        self.head = np.array(src if reverse else dst, dtype=np.int64)
+        self.cap = np.array([link.bandwidth * 1e3 for link in topology.links], dtype=np.float64)  # bytes/us
+
+    def out_bandwidth(self, inside: np.ndarray) -> float:
+        """Bytes/us leaving the vertex set ``inside`` (a boolean mask)."""
+        crossing = inside[self.tail] & ~inside[self.head]
+        return float(self.cap[crossing].sum())
+
+    def mask(self, vertices: Iterable[int]) -> np.ndarray:
+        m = np.zeros(self.v, dtype=bool)
+        m[list(vertices)] = True
+        return m
+
+    def names(self, inside: np.ndarray) -> tuple[Vertex, ...]:
+        verts = self.topology.vertices
+        return tuple(verts[i] for i in np.flatnonzero(inside))
+
+    def max_flow(self, sources: Sequence[int], sinks: Sequence[int],
+                 capacity: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """Max flow from a set of vertices to another (as bytes/us) and the source side of a min cut."""
+        from ortools.graph.python import max_flow
+
+        cap = self.cap if capacity is None else capacity
+        scale = 2.0 ** 50 / max(1.0, float(cap.sum()))
+        s, t = self.v, self.v + 1
+        flow = max_flow.SimpleMaxFlow()
+        big = 2 ** 60
+        tails = np.concatenate([self.tail, np.full(len(sources), s), np.asarray(sinks, dtype=np.int64)])
+        heads = np.concatenate([self.head, np.asarray(sources, dtype=np.int64), np.full(len(sinks), t)])
+        caps = np.concatenate([np.floor(cap * scale).astype(np.int64), np.full(len(sources) + len(sinks), big)])
+        flow.add_arcs_with_capacity(tails, heads, caps)
+        status = flow.solve(s, t)
+        if status != flow.OPTIMAL:
+            raise RuntimeError(f"max-flow failed with status {status}")
+        side = np.zeros(self.v, dtype=bool)
+        for node in flow.get_source_side_min_cut():
+            if node < self.v:
+                side[node] = True
+        return flow.optimal_flow() / scale, side
+
+
+# ------------------------------------------------------ Allgather-type ratio cut
+def _max_ratio_cut(graph: _Graph, seeds: Iterable[np.ndarray]) -> tuple[float, np.ndarray]:
+    """max over S (>= 1 GPU inside and outside) of |S n GPUs| / B_out(S), by Dinkelbach + max-flow."""
+    from ortools.graph.python import max_flow
+
+    n, v = graph.n, graph.v
+    best, best_side = 0.0, np.zeros(v, dtype=bool)
+
+    def consider(side: np.ndarray) -> bool:
+        nonlocal best, best_side
+        gpus = int(side[:n].sum())
+        if gpus == 0 or gpus == n:
+            return False
+        out = graph.out_bandwidth(side)
+        ratio = math.inf if out <= 0 else gpus / out
+        if ratio > best * (1 + 1e-12):
+            best, best_side = ratio, side
+            return True
+        return False
+
+    for side in seeds:
+        consider(side)
+    s, t = v, v + 1
+    gpu_ids = np.arange(n, dtype=np.int64)
+    for _ in range(100):
+        improved = False
+        for outside in range(n):
+            # min over S not holding `outside` of |GPUs \ S| + best * B_out(S)
+            scale = 2.0 ** 50 / (n + best * float(graph.cap.sum()) + 1.0)
+            flow = max_flow.SimpleMaxFlow()
+            others = gpu_ids[gpu_ids != outside]
+            tails = np.concatenate([graph.tail, np.full(n - 1, s), [outside]])
+            heads = np.concatenate([graph.head, others, [t]])
+            caps = np.concatenate([np.floor(graph.cap * best * scale).astype(np.int64),
+                                   np.full(n - 1, int(scale)), [2 ** 60]])
+            flow.add_arcs_with_capacity(tails, heads, caps)
+            if flow.solve(s, t) != flow.OPTIMAL:
+                raise RuntimeError("max-flow failed in the cut bound")
+            side = np.zeros(v, dtype=bool)
+            for node in flow.get_source_side_min_cut():
+                if node < v:
+                    side[node] = True
+            if consider(side):
+                improved = True
+        if not improved:
+            break
+    return best, best_side
+
+
+def _seed_sets(graph: _Graph) -> list[np.ndarray]:
+    """Single GPUs, their complements, machines and their complements (switches on either side)."""
+    topology, n = graph.topology, graph.n
+    seeds = []
+    groups = [[g] for g in range(n)] + [list(m) for m in topology.machines if len(topology.machines) > 1]
+    for members in groups:
+        side = graph.mask(members)
+        seeds += [side, ~side]
+        with_switches = side.copy()
+        with_switches[n:] = True
+        seeds += [with_switches, ~with_switches]
+    return seeds
+
+
+# ------------------------------------------------------------------ latencies
+def _switch_distances(topology: Topology, *, forward: bool) -> list[float]:
+    """Latency from the nearest GPU to every vertex (forward) or from it to the nearest GPU, through switches."""
+    vid = topology.vertex_id
+    n = topology.num_gpus
+    dist = [math.inf] * len(topology.vertices)
+    heap = []
+    for g in range(n):
+        dist[g] = 0.0
+        heap.append((0.0, g))
+    heapq.heapify(heap)
+    adjacency = topology.out_links if forward else topology.in_links
+    while heap:
+        d, u = heapq.heappop(heap)
+        if d > dist[u] or (u < n and d > 0):
+            continue
+        for li in adjacency[u]:
+            link = topology.links[li]
+            w = vid[link.dst] if forward else vid[link.src]
+            if w < n:
+                continue
+            nd = d + link.latency
+            if nd < dist[w]:
+                dist[w] = nd
+                heapq.heappush(heap, (nd, w))
+    return dist
+
+
+def _cut_latency(topology: Topology, side: np.ndarray, *, entering: bool = False) -> float:
+    """Cheapest GPU-to-GPU route latency among routes that cross out of (or into) ``side``."""
+    vid = topology.vertex_id
+    to_vertex = _switch_distances(topology, forward=True)
+    from_vertex = _switch_distances(topology, forward=False)
+    best = math.inf
+    for link in topology.links:
+        a, b = vid[link.src], vid[link.dst]
+        crosses = (not side[a] and side[b]) if entering else (side[a] and not side[b])
+        if crosses:
+            best = min(best, to_vertex[a] + link.latency + from_vertex[b])
+    return 0.0 if math.isinf(best) else best
+
+
+def _min_route_latency(topology: Topology) -> float:
+    """Cheapest latency of any GPU-to-GPU route: no byte moves before it."""
+    vid = topology.vertex_id
+    to_vertex = _switch_distances(topology, forward=True)
+    from_vertex = _switch_distances(topology, forward=False)
+    best = min((to_vertex[vid[link.src]] + link.latency + from_vertex[vid[link.dst]] for link in topology.links),
+               default=0.0)
+    return 0.0 if math.isinf(best) else best
+
+
+def _distances_from(topology: Topology, source: int, *, reverse: bool = False) -> list[float]:
+    """Latency from GPU ``source`` to every vertex (to it when ``reverse``), relays through GPUs allowed."""
+    vid = topology.vertex_id
+    dist = [math.inf] * len(topology.vertices)
+    dist[source] = 0.0
+    heap = [(0.0, source)]
+    adjacency = topology.in_links if reverse else topology.out_links
+    while heap:
+        d, u = heapq.heappop(heap)
+        if d > dist[u]:
+            continue
+        for li in adjacency[u]:
+            link = topology.links[li]
+            w = vid[link.src] if reverse else vid[link.dst]
+            nd = d + link.latency
+            if nd < dist[w]:
+                dist[w] = nd
+                heapq.heappush(heap, (nd, w))
+    return dist
+
+
+def _eccentricity(topology: Topology, kind: CollectiveKind, root: int) -> float:
+    n = topology.num_gpus
+    if kind is CollectiveKind.BROADCAST:
+        return max(_distances_from(topology, root)[:n])
+    if kind is CollectiveKind.REDUCE:
+        return max(_distances_from(topology, root, reverse=True)[:n])
+    step = max(1, n // _ECCENTRICITY_SOURCES)
+    return max(max(_distances_from(topology, s)[:n]) for s in range(0, n, step))
+
+
+# ------------------------------------------------------------ per collective
+def _describe(topology: Topology, side: np.ndarray) -> str:
+    """Short name of a vertex set by its GPUs: one GPU, all but one, a machine, or a count."""
+    n = topology.num_gpus
+    inside = [g for g in range(n) if side[g]]
+    outside = [g for g in range(n) if not side[g]]
+    if len(inside) == 1:
+        return f"GPU {inside[0]}"
+    if len(outside) == 1:
+        return f"every GPU but {outside[0]}"
+    for m, members in enumerate(topology.machines):
+        if len(topology.machines) > 1 and sorted(members) == inside:
+            return f"machine {m}"
+        if len(topology.machines) > 1 and sorted(members) == outside:
+            return f"every machine but {m}"
+    return f"{len(inside)} of {n} GPUs"
+
+
+def _gather_profile(topology: Topology, kind: CollectiveKind, latency: float) -> BoundProfile:
+    entering = kind is CollectiveKind.REDUCESCATTER
+    graph = _Graph(topology, reverse=entering)
+    ratio, side = _max_ratio_cut(graph, _seed_sets(graph))
+    gpus = int(side[:graph.n].sum())
+    bandwidth = graph.out_bandwidth(side) / 1e3
+    verb = "enter" if entering else "leave"
+    reason = f"cut bound: {gpus} of {graph.n} blocks must {verb} {_describe(topology, side)} over {bandwidth:.6g} GB/s"
+    return BoundProfile(kind, ratio / graph.n, graph.names(side), _cut_latency(topology, side, entering=entering),
+                        latency, reason)
+
+
+def _alltoall_profile(topology: Topology, latency: float) -> BoundProfile:
+    graph = _Graph(topology)
+    n = graph.n
+    candidates: list[frozenset[int]] = [frozenset([g]) for g in range(n)]
+    machines = [frozenset(m) for m in topology.machines] if len(topology.machines) > 1 else []
+    candidates += machines
+    union: set[int] = set()
+    for members in machines[:-1]:
+        union |= members
+        candidates.append(frozenset(union))
+    for reverse in (False, True):
+        _, side = _max_ratio_cut(_Graph(topology, reverse=reverse), _seed_sets(graph))
+        candidates.append(frozenset(int(g) for g in np.flatnonzero(side[:n])))
+    everyone = frozenset(range(n))
+    candidates += [everyone - c for c in candidates]
+    best, best_side = 0.0, graph.mask([])
+    for gpus in sorted(set(candidates), key=sorted):
+        if not gpus or gpus == everyone:
+            continue
+        value, side = graph.max_flow(sorted(gpus), sorted(everyone - gpus))
+        ratio = len(gpus) * (n - len(gpus)) / value if value > 0 else math.inf
+        if ratio > best * (1 + 1e-12):
+            best, best_side = ratio, side
+    bandwidth = graph.out_bandwidth(best_side) / 1e3
+    k = int(best_side[:n].sum())
+    profile = BoundProfile(CollectiveKind.ALLTOALL, best / n, graph.names(best_side),
+                           _cut_latency(topology, best_side), latency,
+                           f"cut bound: {k} x {n - k} pieces must leave {_describe(topology, best_side)} "
+                           f"over {bandwidth:.6g} GB/s")
+    from solver_models.mcf_bound import alltoall_mcf
+
+    links = [(int(a), int(b), float(c)) for a, b, c in zip(graph.tail, graph.head, graph.cap, strict=True)]
+    mcf = alltoall_mcf(n, graph.v, links)
+    if mcf is not None and mcf.us_per_pair_byte * _LP_SAFETY / n > profile.us_per_byte:
+        return BoundProfile(CollectiveKind.ALLTOALL, mcf.us_per_pair_byte * _LP_SAFETY / n, (),
+                            _min_route_latency(topology), latency,
+                            "flow bound: the optimum of the multi-commodity flow LP")
+    return profile
+
+
+def _part_masks(topology: Topology, graph: _Graph) -> list[np.ndarray]:
+    """Machines with the switches only they use (NVSwitch, NICs); shared switches stay apart."""
+    owner = topology.machine_of
+    vid = topology.vertex_id
+    masks = [graph.mask(members) for members in topology.machines]
+    for switch in topology.switches:
+        sid = vid[switch.name]
+        touching: set[int] = set()
+        for li in (*topology.out_links[sid], *topology.in_links[sid]):
+            link = topology.links[li]
+            for end in (link.src, link.dst):
+                if topology.is_gpu(end):
+                    assert isinstance(end, int)
+                    touching.add(owner[end])
+        if len(touching) == 1:
+            masks[touching.pop()][sid] = True
+    return masks
+
+
+def _allreduce_profile(topology: Topology, latency: float) -> BoundProfile:
+    graph = _Graph(topology)
+    n = graph.n
+    # every cut separating GPUs carries the whole buffer, each way
+    cut_value, cut_side = math.inf, graph.mask([0])
+    for t in range(1, n):
+        for sources, sinks in (([0], [t]), ([t], [0])):
+            value, side = graph.max_flow(sources, sinks)
+            if value < cut_value * (1 - 1e-12):
+                cut_value, cut_side = value, side
+    best = BoundProfile(CollectiveKind.ALLREDUCE, 1.0 / cut_value, graph.names(cut_side),
+                        _cut_latency(topology, cut_side), latency,
+                        f"cut bound: the whole buffer must leave {_describe(topology, cut_side)} over "
+                        f"{cut_value / 1e3:.6g} GB/s")
+    # 2(P-1) messages per element between P parts (one-way gossip)
+    partitions = [("single GPUs", [graph.mask([g]) for g in range(n)])]
+    if len(topology.machines) > 1:
+        partitions.append(("machines", _part_masks(topology, graph)))
+    route_latency = _min_route_latency(topology)
+    for label, parts in partitions:
+        inward = _Graph(topology, reverse=True)
+        out_total = sum(graph.out_bandwidth(m) for m in parts)
+        in_total = sum(inward.out_bandwidth(m) for m in parts)
+        total = min(out_total, in_total)
+        us_per_byte = 2 * (len(parts) - 1) / total
+        if us_per_byte > best.us_per_byte * (1 + 1e-12):
+            best = BoundProfile(CollectiveKind.ALLREDUCE, us_per_byte, (), route_latency, latency,
+                                f"traffic bound: {2 * (len(parts) - 1)} buffer copies must move between "
+                                f"{len(parts)} {label} over {total / 1e3:.6g} GB/s")
+    return best
+
+
+def _rooted_profile(topology: Topology, kind: CollectiveKind, root: int, latency: float) -> BoundProfile:
+    graph = _Graph(topology)
+    best_value, best_side = math.inf, graph.mask([root])
+    for g in range(graph.n):
+        if g == root:
+            continue
+        sources, sinks = ([root], [g]) if kind is CollectiveKind.BROADCAST else ([g], [root])
+        value, side = graph.max_flow(sources, sinks)
+        if value < best_value * (1 - 1e-12):
+            best_value, best_side = value, side
+    return BoundProfile(kind, 1.0 / best_value, graph.names(best_side), _cut_latency(topology, best_side), latency,
+                        f"cut bound: the whole buffer must leave {_describe(topology, best_side)} over "
+                        f"{best_value / 1e3:.6g} GB/s")
+
+
+@lru_cache(maxsize=64)
+def bound_profile(topology: Topology, kind: CollectiveKind, root: int = 0) -> BoundProfile:
+    """The size-independent bound of ``kind`` on ``topology`` (cached; ``root`` for Broadcast/Reduce)."""
+    if topology.num_gpus < 2:
+        return BoundProfile(kind, 0.0, (), 0.0, 0.0, "a single GPU moves nothing")
+    latency = _eccentricity(topology, kind, root)
+    if kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER):
+        return _gather_profile(topology, kind, latency)
+    if kind is CollectiveKind.ALLTOALL:
+        return _alltoall_profile(topology, latency)
+    if kind is CollectiveKind.ALLREDUCE:
+        return _allreduce_profile(topology, latency)
+    return _rooted_profile(topology, kind, root, latency)
