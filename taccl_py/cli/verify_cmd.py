@@ -1,9 +1,71 @@
-"""Placeholder: this command group is being built (replaced before landing)."""
+"""``taccl verify FILE.xml``: does an MSCCL XML file load in the runtime, run without hanging, compute the right thing.
+
+Exit status: 0 when the file is valid and correct, 1 when it is not, 2 when it
+cannot be read at all (the JSON then still reports it, as one error).
+"""
+
+from __future__ import annotations
 
 import click
+from rich.table import Table
+
+from taccl_py.cli.common import emit_json, err_console, json_option, out_console
+
+__all__ = ["verify"]
 
 
 @click.command("verify")
-def verify() -> None:
-    """Not built yet."""
-    raise click.ClickException("not built yet")
+@click.argument("xml_file", metavar="FILE.xml", type=click.Path(dir_okay=False))
+@click.option("--dialect", type=click.Choice(["v1", "v2"]), default=None,
+              help="Check against the v1 (MSCCL fork) or v2 (msccl-executor, RCCL) parser; detected when omitted "
+                   "(v2 needs outofplace, minBytes and maxBytes).")
+@json_option
+def verify(xml_file: str, dialect: str | None, as_json: bool) -> None:
+    """Check an MSCCL XML algorithm: parser rules, deadlocks, data races and the result on every rank."""
+    from taccl_py.msccl.loader import XmlLoadError, load_program
+    from taccl_py.msccl.verify import verify_program
+
+    ctx = click.get_current_context()
+    try:
+        program = load_program(xml_file)
+    except XmlLoadError as exc:
+        if not as_json:
+            raise
+        emit_json({"valid": False, "correct": False, "file": xml_file, "dialect": dialect,
+                   "errors": [{"rank": None, "tb": None, "step": None, "rule": exc.rule, "message": str(exc)}]})
+        click.echo(f"taccl: error: {exc}", err=True)
+        ctx.exit(2)
+        return
+    report = verify_program(program, dialect)
+    if as_json:
+        emit_json({"valid": report.valid, "correct": report.correct, "file": xml_file, "dialect": report.dialect,
+                   "coll": program.coll, "ngpus": program.ngpus, "modes_checked": list(report.modes),
+                   "errors": [e.to_dict() for e in report.errors], "notes": list(report.notes)})
+    else:
+        _print_report(xml_file, program, report)
+    ctx.exit(0 if report.valid and report.correct else 1)
+
+
+def _print_report(path: str, program: object, report: object) -> None:
+    from taccl_py.msccl.ir import Program
+    from taccl_py.msccl.report import VerifyReport
+
+    assert isinstance(program, Program) and isinstance(report, VerifyReport)
+    channels = f"{program.nchannels} channel{'s' if program.nchannels != 1 else ''}"
+    out_console.print(f"[bold]{path}[/]: MSCCL {report.dialect} {program.coll}, {program.ngpus} GPUs, "
+                      f"{program.nchunksperloop} chunks per loop, {channels}, {program.proto}, "
+                      f"{program.num_threadblocks} threadblocks, {program.num_steps} steps")
+    yes_no = {True: "[green]yes[/]", False: "[red]no[/]"}
+    modes = f" ({', '.join(report.modes)})" if report.modes else ""
+    out_console.print(f"valid: {yes_no[report.valid]}   correct: {yes_no[report.correct]}{modes}")
+    if report.errors:
+        table = Table(header_style="bold")
+        table.add_column("rule")
+        for column in ("rank", "tb", "step"):
+            table.add_column(column, justify="right")
+        table.add_column("message")
+        for e in report.errors:
+            table.add_row(e.rule, *("-" if v is None else str(v) for v in (e.rank, e.tb, e.step)), e.message)
+        out_console.print(table)
+    for note in report.notes:
+        err_console.print(f"note: {note}")

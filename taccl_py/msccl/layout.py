@@ -107,17 +107,22 @@ def buffer_sizes(col: Collective, in_place: bool) -> tuple[int, int]:
     return total, total
 
 
-def plan_layout(schedule: Schedule, in_place: bool) -> BufferLayout:
-    """Working location of every (rank, chunk) the schedule touches or the collective defines."""
+def plan_layout(schedule: Schedule, in_place: bool, unstored: frozenset[int] = frozenset()) -> BufferLayout:
+    """Working location of every (rank, chunk) the schedule touches or the collective defines.
+
+    ``unstored``: transfers whose result is never stored (lowered to ``rrs``),
+    so they do not force their chunks out of the input buffer.
+    """
     col = schedule.collective
     n = col.num_ranks
     touched: dict[tuple[int, int], None] = {}
     written: set[tuple[int, int]] = set()
-    for t in schedule.transfers:
+    for i, t in enumerate(schedule.transfers):
         for k in t.chunks:
             touched[(t.src, k)] = None
             touched[(t.dst, k)] = None
-            written.add((t.dst, k))
+            if i not in unstored:
+                written.add((t.dst, k))
     for rank, chunk, _ in col.initial():
         touched.setdefault((rank, chunk), None)
     for rank, chunk in col.required():

@@ -175,6 +175,7 @@ class _Lowering:
         for _ in range(_MAX_ROUNDS):
             layout = plan_layout(self.schedule, self.in_place)
             orders = self._threadblock_orders(layout)
+            layout = self._leaner_layout(orders, layout)
             ops, tb_ops = self._build_ops(orders, layout)
             preferred = {self.connection_of(t): self.transfers[t].channel for t in range(len(self.transfers))}
             col = self.schedule.collective
@@ -193,6 +194,20 @@ class _Lowering:
             self.pairs = set()
         raise LoweringError("could not fit the schedule in the dialect's limits after splitting threadblocks "
                             f"{_MAX_ROUNDS} times")
+
+    def _leaner_layout(self, orders: dict[TbKey, list[_Item]], layout: BufferLayout) -> BufferLayout:
+        """Keep chunks in the input buffer when their only writes become ``rrs`` (nothing stored)."""
+        fused = [item for items in orders.values() for item in items if item.recv >= 0 and item.send >= 0]
+        unstored = frozenset(item.recv for item in fused if self.transfers[item.recv].op is Op.REDUCE
+                             and self._dead_after(item.recv, item.send))
+        if not unstored:
+            return layout
+        leaner = plan_layout(self.schedule, self.in_place, unstored)
+        for item in fused:
+            ta = self.transfers[item.recv]
+            if not _contiguous([leaner.where(ta.dst, k) for k in ta.chunks]):
+                return layout
+        return leaner
 
     def _relieve(self, keys: list[TbKey]) -> None:
         """Unpair threadblocks over the step limit, or split single-connection ones over more channels."""
@@ -487,7 +502,7 @@ class _Lowering:
         if ta.op is Op.COPY:
             kind = StepType.RECV_COPY_SEND
         else:
-            kind = StepType.RECV_REDUCE_SEND if self._dead_after(a, b, layout) else StepType.RECV_REDUCE_COPY_SEND
+            kind = StepType.RECV_REDUCE_SEND if self._dead_after(a, b) else StepType.RECV_REDUCE_COPY_SEND
         first = last = -1
         for off, cnt in _pieces(len(locs)):
             loc = (locs[0][0], locs[0][1] + off)
@@ -495,7 +510,7 @@ class _Lowering:
             first = last if first < 0 else first
         return first, last
 
-    def _dead_after(self, a: int, b: int, layout: BufferLayout) -> bool:
+    def _dead_after(self, a: int, b: int) -> bool:
         """The reduced value ``a`` writes is read only by ``b`` and then overwritten or never needed."""
         ta = self.transfers[a]
         for k in ta.chunks:
