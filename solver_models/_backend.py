@@ -153,35 +153,35 @@ def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
     for i, name in enumerate(program.names):
         lo = math.floor(program.lower[i] * factor[i])
         up = math.ceil(program.upper[i] * factor[i]) if math.isfinite(program.upper[i]) else 2**40
-        xs.append(model.NewIntVar(lo, up, name))
+        xs.append(model.new_int_var(lo, up, name))
     for terms, sense, rhs, _ in program.rows:
         # row: sum coef * x_real (x_real = x_int / factor) sense rhs; multiply through by `scale`
         expr = sum(round(coef * scale / factor[i] * 1e3) * xs[i] for i, coef in terms)
         bound = round(rhs * scale * 1e3)
         if sense == "<=":
-            model.Add(expr <= bound)
+            model.add(expr <= bound)
         elif sense == ">=":
-            model.Add(expr >= bound)
+            model.add(expr >= bound)
         else:
-            model.Add(expr == bound)
-    model.Minimize(sum(round(c * 1e3 / factor[i] * scale) * xs[i] for i, c in enumerate(program.objective) if c))
+            model.add(expr == bound)
+    model.minimize(sum(round(c * 1e3 / factor[i] * scale) * xs[i] for i, c in enumerate(program.objective) if c))
     for i, value in program.hint.items():
-        model.AddHint(xs[i], round(value * factor[i]))
+        model.add_hint(xs[i], round(value * factor[i]))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = config.time_limit_s
     solver.parameters.num_workers = max(1, config.threads)
     solver.parameters.random_seed = config.seed
-    status = solver.Solve(model)
-    name = solver.StatusName(status)
+    status = solver.solve(model)
+    name = solver.status_name(status)
     if status == cp_model.INFEASIBLE:
         raise Infeasible(f"{stage}: no integer solution exists (CP-SAT proved it)")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise SolverTimeout(f"{stage}: CP-SAT found no solution within {config.time_limit_s:g} s")
     norm = scale * 1e3
-    stats = SolveStats(stage=stage, solver="CP-SAT", status=name.lower(), objective=solver.ObjectiveValue() / norm,
-                       bound=solver.BestObjectiveBound() / norm,
+    stats = SolveStats(stage=stage, solver="CP-SAT", status=name.lower(), objective=solver.objective_value / norm,
+                       bound=solver.best_objective_bound / norm,
                        note=f"continuous values at resolution 1/{scale:g}")
-    return [solver.Value(x) / factor[i] for i, x in enumerate(xs)], stats
+    return [solver.value(x) / factor[i] for i, x in enumerate(xs)], stats
 
 
 def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tuple[list[float], SolveStats]:

@@ -173,7 +173,7 @@ def _shallow(graph: LogicalGraph, signature: Sequence[tuple[int, ...]], parent: 
             sig = signature[graph.index[(p, v)]]
             best = (int(depth[p]), int(children[p]) - 1, p)
             for q in range(n):
-                if q == v or q == p:
+                if q in (v, p):
                     continue
                 e = graph.index.get((q, v))
                 if e is None or e in forbidden or signature[e] != sig:
@@ -302,7 +302,7 @@ def _column_generation(graph: LogicalGraph, model: LinkModel, commodities: list[
         orbit_rows = [o for o in range(num_orbits) if any(col.load[o] for _, col in flat)]
         lp = solve_lp([0.0] * t_index + [1.0], rows, [0.0] * (t_index + 1), [math.inf] * (t_index + 1))
         objective = lp.objective
-        weights = {c: [] for c in commodities}
+        weights: dict[Commodity, list[float]] = {c: [] for c in commodities}
         for k, (c, _) in enumerate(flat):
             weights[c].append(lp.values[k])
         mu = {c: lp.duals[i] for i, c in enumerate(commodities)}

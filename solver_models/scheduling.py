@@ -61,55 +61,55 @@ def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, conf
     lat = [round(t.latency_us / tick) for t in tasks]
     horizon = int(sum(dur) + sum(lat) + resolution * 2)
     model = cp_model.CpModel()
-    begin = [model.NewIntVar(0, horizon, f"bytes_start_{i}") for i in range(n)]
-    send = [model.NewIntVar(0, horizon, f"send_{i}") for i in range(n)]
-    arrive = [model.NewIntVar(0, horizon, f"arrive_{i}") for i in range(n)]
-    intervals = [model.NewIntervalVar(begin[i], dur[i], begin[i] + dur[i], f"bytes_{i}") for i in range(n)]
+    begin = [model.new_int_var(0, horizon, f"bytes_start_{i}") for i in range(n)]
+    send = [model.new_int_var(0, horizon, f"send_{i}") for i in range(n)]
+    arrive = [model.new_int_var(0, horizon, f"arrive_{i}") for i in range(n)]
+    intervals = [model.new_interval_var(begin[i], dur[i], begin[i] + dur[i], f"bytes_{i}") for i in range(n)]
     per_link: list[list[int]] = [[] for _ in range(num_links)]
     for i, t in enumerate(tasks):
         for link in t.route:
             per_link[link].append(i)
-        model.Add(arrive[i] >= begin[i] + dur[i])
+        model.add(arrive[i] >= begin[i] + dur[i])
         if t.pred >= 0:
-            model.Add(send[i] >= arrive[t.pred])
+            model.add(send[i] >= arrive[t.pred])
     for members in per_link:
         if len(members) > 1:
-            model.AddNoOverlap([intervals[i] for i in members])
+            model.add_no_overlap([intervals[i] for i in members])
     merged_with: dict[int, cp_model.IntVar] = {}
     pairs = merge_candidates(tasks, hint.order(tasks)) if allow_merge else []
     for i, j in pairs:
-        m = model.NewBoolVar(f"merge_{i}_{j}")
+        m = model.new_bool_var(f"merge_{i}_{j}")
         merged_with[j] = m
-        model.Add(send[j] == send[i]).OnlyEnforceIf(m)
-        model.Add(begin[j] == begin[i] + dur[i]).OnlyEnforceIf(m)
-        model.Add(arrive[i] >= arrive[j]).OnlyEnforceIf(m)
-        model.Add(begin[j] >= send[j] + lat[j]).OnlyEnforceIf(m.Not())
+        model.add(send[j] == send[i]).only_enforce_if(m)
+        model.add(begin[j] == begin[i] + dur[i]).only_enforce_if(m)
+        model.add(arrive[i] >= arrive[j]).only_enforce_if(m)
+        model.add(begin[j] >= send[j] + lat[j]).only_enforce_if(m.negated())
     for i in range(n):
         if i not in merged_with:
-            model.Add(begin[i] >= send[i] + lat[i])
-    makespan = model.NewIntVar(0, horizon, "makespan")
-    model.AddMaxEquality(makespan, arrive)
-    model.Minimize(makespan)
+            model.add(begin[i] >= send[i] + lat[i])
+    makespan = model.new_int_var(0, horizon, "makespan")
+    model.add_max_equality(makespan, arrive)
+    model.minimize(makespan)
     for i in range(n):
         s = round(hint.start_us[i] / tick)
-        model.AddHint(send[i], s)
+        model.add_hint(send[i], s)
     for m in merged_with.values():
-        model.AddHint(m, 0)
+        model.add_hint(m, 0)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = config.time_limit_s
     solver.parameters.num_workers = max(1, config.threads)
     solver.parameters.random_seed = config.seed
-    status = solver.Solve(model)
-    stats = SolveStats(stage="scheduling + contiguity", solver="CP-SAT", status=solver.StatusName(status).lower(),
+    status = solver.solve(model)
+    stats = SolveStats(stage="scheduling + contiguity", solver="CP-SAT", status=solver.status_name(status).lower(),
                        time_s=time.perf_counter() - started, variables=3 * n + len(merged_with),
                        constraints=len(pairs) + n, note=f"tick {tick:.4g} us; {len(pairs)} merge candidates")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return ScheduledTasks(list(hint.start_us), list(range(n)), hint.makespan_us), stats
-    stats.objective = solver.ObjectiveValue() * tick
-    stats.bound = solver.BestObjectiveBound() * tick
+    stats.objective = solver.objective_value * tick
+    stats.bound = solver.best_objective_bound * tick
     group = list(range(n))
     for i, j in pairs:
-        if solver.Value(merged_with[j]):
+        if solver.value(merged_with[j]):
             group[j] = group[i]
-    starts = [solver.Value(send[i]) * tick for i in range(n)]
-    return ScheduledTasks(starts, group, solver.Value(makespan) * tick), stats
+    starts = [solver.value(send[i]) * tick for i in range(n)]
+    return ScheduledTasks(starts, group, solver.value(makespan) * tick), stats

@@ -229,7 +229,7 @@ def _build(topology: Topology, group: list[Perm], names: tuple[str, ...]) -> Sym
                                                      vertices[p[topology.vertex_id[link.dst]]])]
                                 for link in topology.links))
     orbit = [-1] * len(topology.links)
-    sizes = []
+    sizes: list[int] = []
     for li in range(len(topology.links)):
         if orbit[li] >= 0:
             continue

@@ -48,8 +48,10 @@ class SynthesisOptions:
     seed: int = 0
     chunk_factors: tuple[int, ...] | None = None
     max_cpsat_tasks: int = 1200
-    max_list_tasks: int = 40_000
-    max_transfers: int = 120_000
+    max_list_tasks: int = 3000
+    max_steps_per_rank: int = 3600
+    max_steps_per_threadblock: int = 56
+    max_multi_order_transfers: int = 50_000
     compare_baselines: bool = True
     root: int = 0
 
@@ -83,23 +85,32 @@ class SynthesisResult:
 
 
 # --------------------------------------------------------------------- helpers
+def _steps_per_rank(kind: CollectiveKind, num_gpus: int, chunk_factor: int) -> int:
+    """Rough count of MSCCL steps (sends + receives) a rank gets; runtimes cap the nodes per rank."""
+    per_piece = {CollectiveKind.ALLREDUCE: 4 * (num_gpus - 1), CollectiveKind.ALLTOALL: 4 * (num_gpus - 1),
+                 CollectiveKind.BROADCAST: 2, CollectiveKind.REDUCE: 2}.get(kind, 2 * (num_gpus - 1))
+    return per_piece * chunk_factor
+
+
 def _auto_chunk_factors(kind: CollectiveKind, num_gpus: int, size_bytes: float, latency_us: float,
-                        bandwidth_GBps: float, max_transfers: int) -> tuple[int, ...]:
-    """Chunk factors worth trying: more pieces pipeline better until latency per piece dominates."""
-    per_gpu = size_bytes / num_gpus if kind is not CollectiveKind.BROADCAST else size_bytes
+                        bandwidth_GBps: float, max_steps_per_rank: int) -> tuple[int, ...]:
+    """Chunk factors worth trying: more pieces pipeline better until latency per piece dominates
+    or the runtime's per-rank step budget runs out. Largest first."""
+    rooted = kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
+    per_gpu = size_bytes if rooted else size_bytes / num_gpus
     factors = [1]
-    for c in (2, 4, 8, 16, 32, 64):
+    for c in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64):
         piece = per_gpu / c
         # a piece should take several link latencies to send, or pipelining costs more than it saves
         if piece / (bandwidth_GBps * 1e3) < 2 * latency_us:
             break
-        transfers = num_gpus * c * (num_gpus - 1) if kind is not CollectiveKind.BROADCAST else c * num_gpus
-        if kind is CollectiveKind.ALLTOALL:
-            transfers = num_gpus * (num_gpus - 1) * c * 2
-        if transfers > max_transfers:
+        if _steps_per_rank(kind, num_gpus, c) > max_steps_per_rank:
             break
         factors.append(c)
-    return tuple(factors[-3:]) if len(factors) > 3 else tuple(factors)
+    picked = [c for c in factors if c & (c - 1) == 0] if len(factors) > 4 else factors
+    if factors[-1] not in picked:
+        picked.append(factors[-1])
+    return tuple(reversed(picked[-3:]))
 
 
 def _subtree_heights(graph: LogicalGraph, column: Column, piece_bytes: float) -> dict[int, float]:
@@ -252,7 +263,7 @@ def _orderings(ctx: _Context, tasks: list[Task], num_links: int) -> list[Orderin
                                     note="makespan estimate, us"))
         if timing_list.makespan_us < timing.makespan_us:
             timing = timing_list
-    if not latency_bound:
+    if not latency_bound and len(tasks) <= ctx.options.max_multi_order_transfers:
         found.append(("pipelined trees", pipeline_order(tasks).start_us, list(range(len(tasks)))))
     ctx.report("ordering", incumbent_us=timing.makespan_us, tasks=len(tasks))
     if len(tasks) <= ctx.options.max_cpsat_tasks:
@@ -364,7 +375,8 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
     elif sketch.chunk_factor:
         factors = (sketch.chunk_factor,)
     else:
-        factors = _auto_chunk_factors(kind, n, size_bytes, max(min_latency, 1e-3), mean_bw, options.max_transfers)
+        factors = _auto_chunk_factors(kind, n, size_bytes, max(min_latency, 1e-3), mean_bw,
+                                      options.max_steps_per_rank)
     for c in factors:
         if candidates and ctx.remaining_s() <= 1.0:
             notes.append(f"time limit reached before chunk factor {c} was tried")
@@ -391,7 +403,11 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
             labels = [label for label, _ in parts[0]]
             variants = [(label, [t for part in parts for lab, ts in part if lab == label for t in ts])
                         for label in labels if all(any(lab == label for lab, _ in part) for part in parts)]
+        seen_orders: set[tuple[Transfer, ...]] = set()
         for how, transfers in variants:
+            if tuple(transfers) in seen_orders:
+                continue
+            seen_orders.add(tuple(transfers))
             if candidates and ctx.remaining_s() <= 1.0:
                 notes.append(f"time limit reached: ordering {how!r} of chunk factor {c} not simulated")
                 break

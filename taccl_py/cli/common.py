@@ -23,6 +23,8 @@ __all__ = ["collective_option", "emit_json", "err_console", "json_option", "load
 F = TypeVar("F", bound=Callable[..., Any])
 
 out_console = Console(highlight=False, soft_wrap=True)
+if not out_console.is_terminal:
+    out_console = Console(highlight=False, soft_wrap=True, width=160)
 err_console = Console(stderr=True, highlight=False)
 
 
@@ -91,7 +93,12 @@ def fmt(value: float | None, digits: int = 4) -> str:
     """Compact number for tables."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
-    return f"{value:.{digits}g}" if abs(value) < 1e6 else f"{value:.0f}"
+    magnitude = abs(value)
+    if magnitude >= 1e4:
+        return f"{value:,.0f}"
+    if magnitude >= 100:
+        return f"{value:.1f}"
+    return f"{value:.{digits}g}"
 
 
 def fail_input(message: str, *, where: str = "") -> InputError:

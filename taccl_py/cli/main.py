@@ -32,7 +32,7 @@ def _register() -> None:
     for command in sim_cmd.COMMANDS:
         cli.add_command(command)
     cli.add_command(verify_cmd.verify)
-    cli.add_command(synth_cmd.synthesize)
+    cli.add_command(synth_cmd.synthesize_command)
     cli.add_command(profile_cmd.profile)
 
 
