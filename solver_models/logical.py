@@ -139,7 +139,7 @@ def build_logical_graph(topology: Topology, sketch: Sketch) -> LogicalGraph:
 def _check_reachable(graph: LogicalGraph, sketch: Sketch) -> None:
     n = graph.num_gpus
     out: list[list[int]] = [[] for _ in range(n)]
-    for k, (u, v) in enumerate(graph.edges):
+    for k, (u, _v) in enumerate(graph.edges):
         out[u].append(k)
     for s in range(n):
         forbidden = graph.source_forbidden.get(s, frozenset())
