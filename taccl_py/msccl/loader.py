@@ -130,6 +130,7 @@ _TOKEN = re.compile(r"<!--.*?-->|<\?.*?\?>|<[^>]*>?|[^<]+", re.DOTALL)
 _CLOSING = re.compile(r"^</[A-Za-z_][\w.\-]*>$")
 _SPACED_EQUALS = re.compile(r"\s=|=\s")
 _SINGLE_QUOTED = re.compile(r"=\s*'")
+_QUOTED = re.compile(r'"[^"]*"')
 
 
 def _scan_text(text: str) -> list[SourceIssue]:
@@ -163,13 +164,14 @@ def _scan_text(text: str) -> list[SourceIssue]:
                 if not _CLOSING.match(token):
                     note("malformed-tag", line, f"closing tag {token!r} must be exactly </name>")
             else:
-                if _SINGLE_QUOTED.search(token):
+                bare = _QUOTED.sub('""', token)
+                if _SINGLE_QUOTED.search(bare):
                     note("single-quotes", line, "attribute values must use double quotes")
-                if _SPACED_EQUALS.search(token):
+                if _SPACED_EQUALS.search(bare):
                     note("malformed-tag", line, "spaces around '=' in an attribute break the runtime tokenizer")
                 if "&" in token:
                     note("entity", line, "the runtime does not decode entities such as &amp;")
-                if "  " in token or token.startswith("< "):
+                if "  " in bare or token.startswith("< "):
                     note("malformed-tag", line, "several spaces in a row inside a tag create empty attributes")
         else:
             stripped = token.strip(" \n\r")
@@ -207,7 +209,8 @@ class _Reader:
         value = self.node.attrs[name]
         if not _INTEGER.match(value.strip()):
             raise self.fail(name, f"must be an integer (got {value[:40]!r})")
-        number = int(value.strip())
+        digits = value.strip().lstrip("+-").lstrip("0")
+        number = int(value.strip()) if len(digits) <= 20 else hi + 1
         if not lo <= number <= hi:
             raise self.fail(name, f"is out of range (got {value[:40]}; the runtime reads it as a "
                             f"{'64' if hi > INT32_MAX else '32'}-bit integer)", rule="out-of-range")

@@ -33,6 +33,9 @@ _RACE_CHECK_LIMIT = 60_000_000
 
 _MAX_DATA_ERRORS = 20
 
+_MAX_SYMBOLIC_CONTRIBUTIONS = 1_000_000
+"""Above this many (rank x input chunk) contributions the data result is not checked."""
+
 
 def verify_program(program: Program, dialect: str | None = None) -> VerifyReport:
     """Check ``program`` against ``dialect`` (``v1``/``v2``; detected when None) and execute it.
@@ -126,6 +129,9 @@ def execute_program(machine: Machine, in_place: bool) -> Outcome:
     problem = spec.problem()
     if problem:
         return Outcome((Violation("wrong-result", problem),), (), {})
+    if spec.ngpus * max(spec.input_chunks, 1) > _MAX_SYMBOLIC_CONTRIBUTIONS:
+        return Outcome((Violation("unchecked-collective", f"{spec.ngpus} ranks x {spec.input_chunks} chunks is too "
+                                  "large to execute symbolically"),), (), {})
     run = _Execution(machine, spec)
     run.run()
     return Outcome(tuple(run.errors + run.check_result()), tuple(run.notes), run.memory)

@@ -23,7 +23,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.,:;+\-()\[\]/= ]")
 
 def _safe_name(name: str) -> str:
     """A name the tokenizer reads back unchanged: no quotes, brackets, ampersands, tabs or newlines."""
-    cleaned = _UNSAFE.sub("_", name).strip() or "taccl"
+    cleaned = " ".join(_UNSAFE.sub("_", name).split()) or "taccl"
     return cleaned[:MAX_STRING]
 
 
