@@ -212,6 +212,7 @@ class _Lowering:
     def _relieve(self, keys: list[TbKey]) -> None:
         """Unpair threadblocks over the step limit, or split single-connection ones over more channels."""
         limit = DIALECTS[self.options.dialect].max_steps
+        split: set[tuple[int, int, int]] = set()
         for key in keys:
             if key.send is not None and key.recv is not None:
                 pair = (key.rank, key.send[2], key.recv[0], key.send[1])
@@ -222,6 +223,9 @@ class _Lowering:
             if conn is None:
                 raise LoweringError(f"rank {key.rank} needs more than {limit} local copy steps in one threadblock")
             base = conn[:3]
+            if base in split:
+                continue
+            split.add(base)
             count = len(self.connections[base])
             parts = self.segments.get(base, 1)
             if parts >= count:

@@ -76,6 +76,9 @@ def simulate_program(program: Program, topology: Topology, size_bytes: float,
     machine = build_machine(program)
     timing = _Timing(machine, topology, size_bytes / program.nchunksperloop, options)
     timing.run()
+    unfinished = [i for i, t in enumerate(timing.done_at) if math.isnan(t)]
+    if unfinished:
+        return failed(f"{len(unfinished)} step(s) never finish, e.g. {machine.describe(unfinished[0])}")
     makespan = max(timing.done_at, default=0.0)
     sends = [t.node for t in machine.nodes if t.type.sends]
     start = np.array([timing.start_at[s] for s in sends])
@@ -183,6 +186,7 @@ class _Timing:
         for node in initial:
             self.ready(node, 0.0)
         now = 0.0
+        self.reshare(now)
         while self.heap:
             now = self.heap[0][0]
             horizon = now + 1e-9 * max(1.0, abs(now))
@@ -193,12 +197,15 @@ class _Timing:
                 elif version == self.version[node]:
                     self.net.remove(node, now)
                     self.complete(node, now)
-            for f in self.net.reshare(now):
-                self.version[f] += 1
-                rate = self.net.rate[f]
-                self.push(now + self.net.remaining[f] / rate if rate > 0 else math.inf, _FLOW_DONE, f,
-                          self.version[f])
+            self.reshare(now)
         self.net.finish_busy(now)
+
+    def reshare(self, now: float) -> None:
+        """New rates where flows came or went; schedule when each affected flow finishes."""
+        for f in self.net.reshare(now):
+            self.version[f] += 1
+            rate = self.net.rate[f]
+            self.push(now + self.net.remaining[f] / rate if rate > 0 else math.inf, _FLOW_DONE, f, self.version[f])
 
     def critical_path(self) -> list[int]:
         done = self.done_at
