@@ -97,12 +97,24 @@ def test_simulate_an_xml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_baseline_writes_xml_that_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "ring.xml"
     code, out, _ = run(["baseline", "--topology", "dgx-a100x2", "--collective", "allreduce", "--size", "64MB",
-                        "-o", str(path), "--json"], capsys)
+                        "-a", "ring", "-o", str(path), "--json"], capsys)
     assert code == 0 and path.exists()
-    only_json(out)
-    report = verify_program(load_program(path))
+    data = only_json(out)
+    assert data["xml"]["algorithm"] == "ring"
+    program = load_program(path)
+    report = verify_program(program)
     assert report.valid and report.correct, [str(e) for e in report.errors]
     assert run(["verify", str(path)], capsys)[0] == 0
+    # the XML takes the time the baseline table reports for the ring
+    ring_time = next(e["time_us"] for e in data["baselines"] if e["algorithm"] == "ring")
+    timed = simulate_program(program, resolve_topology("dgx-a100x2"), 64 << 20)
+    assert timed.time_us == pytest.approx(ring_time, rel=0.01)
+    v1 = tmp_path / "ring-v1.xml"
+    code, _, _ = run(["baseline", "-t", "dgx-a100", "-c", "reducescatter", "-s", "1MB", "-a", "ring", "-o", str(v1),
+                      "--dialect", "v1"], capsys)
+    assert code == 0 and 'coll="reduce_scatter"' in v1.read_text()
+    assert run(["verify", str(v1)], capsys)[0] == 0
+    assert run(["verify", "--dialect", "v2", str(v1)], capsys)[0] == 1
 
 
 def _walk(value: Any) -> list[tuple[str, Any]]:

@@ -47,6 +47,9 @@ __all__ = ["LoweringOptions", "lower_schedule", "write_schedule_xml"]
 
 _MAX_ROUNDS = 40
 
+V1_NO_LIMIT = 1 << 62
+"""maxBytes written for v1 when there is no upper size (v1 defaults to 128 MiB when it is absent)."""
+
 _Emit = Callable[[TbKey, StepType, Location, Location, int], int]
 """Appends one operation to a threadblock and returns its id."""
 
@@ -112,7 +115,6 @@ def _check_options(schedule: Schedule, topology: Topology, options: LoweringOpti
     if col.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) and options.dialect == "v1" and col.root:
         raise LoweringError(f"{col.kind.value} with root {col.root}: MSCCL XML has no root; only root 0 can be "
                             "written for v1")
-    dialect_coll_name(col.kind, options.dialect)
 
 
 def _expand(schedule: Schedule, instances: int) -> Schedule:
@@ -158,7 +160,6 @@ class _Lowering:
         self.segments: dict[tuple[int, int, int], int] = {}
         self.pairs: set[tuple[int, int, int, int]] = set()  # (rank, channel, recv peer, send peer)
         self.banned: set[tuple[int, int, int, int]] = set()
-        self.dropped_after = 0
 
     # -- structure
     def connection_of(self, t: int) -> Connection:
@@ -240,13 +241,16 @@ class _Lowering:
         name = self.options.name or f"taccl_{self.schedule.name or 'schedule'}_{coll}"
         v2 = dialect == "v2"
         lo, hi = self.options.min_bytes, self.options.max_bytes
+        if not v2 and not hi:
+            hi = V1_NO_LIMIT  # without maxBytes the v1 runtime uses the algorithm only below 128 MiB
         attrs: tuple[str, ...] = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace")
-        if v2:
-            attrs += ("outofplace", "minBytes", "maxBytes")
+        attrs += ("outofplace", "minBytes", "maxBytes") if v2 else ("minBytes", "maxBytes")
+        if col.root:
+            attrs += ("root",)
         return Program(name=name, coll=coll, ngpus=col.num_ranks, nchunksperloop=self._chunks_per_loop(),
                        nchannels=nchannels, proto=self.options.proto, inplace=int(self.in_place), gpus=gpus,
-                       outofplace=int(not self.in_place) if v2 else None, min_bytes=lo if v2 or lo or hi else None,
-                       max_bytes=hi if v2 or lo or hi else None, attributes=attrs, root=col.root)
+                       outofplace=int(not self.in_place) if v2 else None, min_bytes=lo, max_bytes=hi,
+                       attributes=attrs, root=col.root)
 
     def _chunks_per_loop(self) -> int:
         col = self.schedule.collective
@@ -434,8 +438,7 @@ class _Lowering:
                     start_step.deps.append(commit_op[x])
                 elif tx.src == tr.src:
                     start_step.deps.append(arrive_op[x])
-                else:
-                    self.dropped_after += 1
+                # an order between different ranks cannot be written in MSCCL: data dependencies suffice
             conn = self.connection_of(t)
             pos = self.conn_index[t]
             if conn[3] and self.connection_of(self.connections[conn[:3]][pos - 1]) != conn:
