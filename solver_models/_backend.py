@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -191,8 +192,8 @@ def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tu
     xs = []
     for i, name in enumerate(program.names):
         up = program.upper[i] if math.isfinite(program.upper[i]) else None
-        xs.append(pulp.LpVariable(name, lowBound=program.lower[i], upBound=up,
-                                  cat=pulp.LpInteger if program.is_int[i] else pulp.LpContinuous))
+        xs.append(prob.add_variable(name, program.lower[i], up,
+                                    cat=pulp.LpInteger if program.is_int[i] else pulp.LpContinuous))
     prob += pulp.lpSum(c * xs[i] for i, c in enumerate(program.objective) if c)
     for terms, sense, rhs, rname in program.rows:
         expr = pulp.lpSum(coef * xs[i] for i, coef in terms)
@@ -202,8 +203,10 @@ def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tu
     name = config.solver.lower()
     kwargs = {"msg": False, "timeLimit": config.time_limit_s}
     if name in ("cbc", "pulp_cbc", "pulp_cbc_cmd"):
-        solver = pulp.PULP_CBC_CMD(threads=config.threads, options=[f"randomSeed {config.seed}",
-                                                                    f"randomCbcSeed {config.seed}"], **kwargs)
+        with warnings.catch_warnings():  # PuLP 3 deprecates its bundled CBC in favour of a separate install
+            warnings.simplefilter("ignore", DeprecationWarning)
+            solver = pulp.PULP_CBC_CMD(threads=config.threads, options=[f"randomSeed {config.seed}",
+                                                                        f"randomCbcSeed {config.seed}"], **kwargs)
     else:
         available = {s.upper(): s for s in pulp.listSolvers(onlyAvailable=True)}
         key = next((v for k, v in available.items() if name.upper() in k), None)

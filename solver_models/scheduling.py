@@ -2,7 +2,8 @@
 
 Each task's bytes occupy every link of its route for ``bytes / bandwidth``
 (no-overlap per link); it may start once the task that brings its chunk has
-arrived, plus the route latency. Consecutive tasks of one connection whose
+arrived, plus the route latency, and a connection sends one message after
+another in the greedy order (the simulator's FIFO rule). Consecutive tasks of one connection whose
 chunks are contiguous may be *merged* into one message (alpha + k * beta): the
 second then rides the first's latency, its bytes follow immediately, and both
 arrive when the message ends; its chunk must be at the sender when the message
@@ -76,7 +77,17 @@ def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, conf
         if len(members) > 1:
             model.add_no_overlap([intervals[i] for i in members])
     merged_with: dict[int, cp_model.IntVar] = {}
-    pairs = merge_candidates(tasks, hint.order(tasks)) if allow_merge else []
+    order = hint.order(tasks)
+    pairs = merge_candidates(tasks, order) if allow_merge else []
+    mergeable = set(pairs)
+    # a connection sends one message after another (the simulator's FIFO rule), in the hint's order
+    last: dict[tuple[int, int], int] = {}
+    fifo: list[tuple[int, int]] = []
+    for j in order:
+        key = (tasks[j].src, tasks[j].dst)
+        if key in last:
+            fifo.append((last[key], j))
+        last[key] = j
     for i, j in pairs:
         m = model.new_bool_var(f"merge_{i}_{j}")
         merged_with[j] = m
@@ -87,6 +98,11 @@ def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, conf
     for i in range(n):
         if i not in merged_with:
             model.add(begin[i] >= send[i] + lat[i])
+    for i, j in fifo:
+        if (i, j) in mergeable:
+            model.add(send[j] >= arrive[i]).only_enforce_if(merged_with[j].negated())
+        else:
+            model.add(send[j] >= arrive[i])
     makespan = model.new_int_var(0, horizon, "makespan")
     model.add_max_equality(makespan, arrive)
     model.minimize(makespan)

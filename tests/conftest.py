@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, settings
+import os
+
+from hypothesis import HealthCheck, Phase, settings
 
 settings.register_profile(
     "taccl",
@@ -10,4 +12,7 @@ settings.register_profile(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.load_profile("taccl")
+settings.register_profile("taccl-debug", parent=settings.get_profile("taccl"),
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+# TACCL_HYPOTHESIS=taccl-debug reports the first failing example without shrinking it
+settings.load_profile(os.environ.get("TACCL_HYPOTHESIS", "taccl"))
