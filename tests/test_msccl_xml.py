@@ -199,3 +199,15 @@ def test_random_bytes_never_crash_the_loader(data: bytes) -> None:
         assert str(exc).startswith("junk.xml: ")
     else:
         assert program.source == "junk.xml"
+
+
+def test_the_xml_layer_imports_no_solver_code() -> None:
+    """It judges what the synthesizer produces, so it must not depend on it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, taccl_py.msccl, taccl_py.cli.verify_cmd; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('ortools', 'pulp', 'solver_models')]; "
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
