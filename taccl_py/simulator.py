@@ -378,6 +378,8 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
             version[f] += 1
             r = rate[f]
             heappush(heap, (now + remaining[f] / r if r > 0 else math.inf, next(counter), _FLOW_DONE, f, version[f]))
+        while heap and heap[0][2] == _FLOW_DONE and heap[0][4] != version[heap[0][3]]:
+            heappop(heap)  # a finish time superseded by a rate change
         if not heap:
             break
         now = heap[0][0]

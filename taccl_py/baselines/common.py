@@ -17,7 +17,7 @@ from taccl_py.topology import Route, Topology
 
 __all__ = ["Leg", "NotApplicable", "bytes_per_us", "legs_between", "pipeline_pieces", "route_cost"]
 
-MAX_PIECES = 64
+MAX_PIECES = 32
 """Deepest pipelining a baseline uses per channel (NCCL's loop over chunks, bounded)."""
 MIN_PIECE_BYTES = 512
 """A pipelined piece is never cut below this size."""

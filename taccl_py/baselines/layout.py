@@ -80,6 +80,8 @@ class SearchSpace:
         self.topology = topology
         self.loads = loads
         self._cost: dict[tuple[int, int], float | None] = {}
+        self._reach: dict[int, list[int]] = {}
+        self._reaching: dict[int, list[int]] = {}
 
     def cost(self, src: int, dst: int) -> float | None:
         """Load of the direct route ``src -> dst`` with one more use; None without a direct route."""
@@ -89,16 +91,37 @@ class SearchSpace:
             self._cost[key] = None if route is None else route_cost(self.topology, route, self.loads)
         return self._cost[key]
 
-    def neighbors(self, src: int, members: Sequence[int]) -> list[tuple[float, int]]:
-        """(cost, GPU) of every member directly reachable from ``src``, cheapest first."""
-        out = []
-        for dst in members:
-            if dst != src:
-                c = self.cost(src, dst)
-                if c is not None:
-                    out.append((c, dst))
-        out.sort()
-        return out
+    def reachable(self, src: int) -> list[int]:
+        """GPUs with a direct route from ``src`` (through switches only), in id order."""
+        if src not in self._reach:
+            topology = self.topology
+            vid = topology.vertex_id
+            n = topology.num_gpus
+            seen = {src}
+            found = []
+            stack = [src]
+            while stack:
+                u = stack.pop()
+                for li in topology.out_links[u]:
+                    w = vid[topology.links[li].dst]
+                    if w in seen:
+                        continue
+                    seen.add(w)
+                    if w < n:
+                        found.append(w)
+                    else:
+                        stack.append(w)
+            found.sort()
+            self._reach[src] = found
+        return self._reach[src]
+
+    def reaching(self, dst: int) -> list[int]:
+        """GPUs with a direct route to ``dst``, in id order."""
+        if not self._reaching:
+            for g in range(self.topology.num_gpus):
+                for h in self.reachable(g):
+                    self._reaching.setdefault(h, []).append(g)
+        return self._reaching.get(dst, [])
 
 
 def hamiltonian_path(members: Sequence[int], start: int, space: SearchSpace, *, end: int | None = None,
@@ -121,7 +144,8 @@ def hamiltonian_path(members: Sequence[int], start: int, space: SearchSpace, *, 
     member_set = set(members)
     adjacency: dict[int, list[tuple[float, int]]] = {}
     for g in members:
-        nbrs = [(c, h) for h in members if h != g and (c := cost(g, h)) is not None]
+        candidates = space.reaching(g) if reverse else space.reachable(g)
+        nbrs = [(c, h) for h in candidates if h in member_set and (c := cost(g, h)) is not None]
         nbrs.sort()
         adjacency[g] = nbrs
     dense = max(len(v) for v in adjacency.values()) > 16

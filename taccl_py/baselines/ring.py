@@ -48,16 +48,21 @@ def _pieces_per_channel(chunk_factor: int | None, channels: int, default: int) -
 def _allgather_steps(plan: RingPlan, c: int, pieces: int, out: list[Transfer]) -> None:
     """N-1 steps: at step s, ring position i forwards the block that started at position i - s."""
     n = len(plan.rings[0].order)
+    append = out.append
     for s in range(n - 1):
         for k, ring in enumerate(plan.rings):
             order, legs = ring.order, ring.legs
             base = k * pieces
+            if pieces == 1 and not ring.relays:
+                out.extend([Transfer(leg.src, leg.dst, (order[(i - s) % n] * c + base,), leg.route, _COPY, k)
+                            for i, (leg,) in enumerate(legs)])
+                continue
             for i in range(n):
                 origin = order[(i - s) % n] * c + base
                 for leg in legs[i]:
                     src, dst, route = leg.src, leg.dst, leg.route
                     for p in range(pieces):
-                        out.append(Transfer(src, dst, (origin + p,), route, _COPY, k))
+                        append(Transfer(src, dst, (origin + p,), route, _COPY, k))
 
 
 def _reducescatter_steps(plan: RingPlan, c: int, pieces: int, out: list[Transfer]) -> None:

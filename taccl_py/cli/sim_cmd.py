@@ -1,5 +1,313 @@
-"""Placeholder: simulate/baseline/bound are being built (replaced before landing)."""
+"""``taccl simulate``, ``taccl baseline`` and ``taccl bound``: time algorithms against the physical limit.
+
+Every command takes one size or a power-of-two sweep (``--size 1KB:1GB``) and
+prints an nccl-tests-like table, or with ``--json`` exactly one JSON object.
+The keys are a contract other tools read: per size ``correct``, ``time_us``,
+``algbw_GBps``, ``busbw_GBps``, ``bound_us``, ``efficiency`` (= bound / time).
+A sweep puts one object per size under ``rows``. An incorrect result prints
+its error and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import click
+from rich.progress import Progress
 
-COMMANDS: list[click.Command] = []
+from taccl_py.bounds import Bound, lower_bound
+from taccl_py.cli.common import (
+    collective_from,
+    emit_json,
+    err_console,
+    json_option,
+    load_topology_arg,
+    make_table,
+    out_console,
+    size_option,
+    sizes_from,
+    topology_option,
+)
+from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.errors import InputError
+from taccl_py.simulator import SimOptions, SimResult, simulate
+from taccl_py.topology import Topology
+from taccl_py.units import format_bytes
+
+__all__ = ["COMMANDS", "baseline_command", "bound_command", "simulate_command"]
+
+
+# ------------------------------------------------------------------- helpers
+def _options(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option("--step-overhead", "step_overhead_us", type=float, default=0.0, show_default=True,
+                        metavar="US", help="Software latency per transfer, us (NCCL's per-step cost).")(func)
+    func = click.option("--root", type=int, default=0, show_default=True,
+                        help="Root rank of broadcast / reduce.")(func)
+    return func
+
+
+def _check_overhead(step_overhead_us: float) -> None:
+    if not step_overhead_us >= 0:
+        raise InputError(f"must be >= 0 us (got {step_overhead_us})", where="--step-overhead")
+
+
+def _row(size: int, sim: SimResult, bound: Bound) -> dict[str, Any]:
+    """The per-size keys of the JSON contract."""
+    row: dict[str, Any] = {"size_bytes": size, "correct": sim.correct, "time_us": sim.time_us,
+                           "algbw_GBps": sim.algbw_GBps, "busbw_GBps": sim.busbw_GBps,
+                           "bound_us": bound.bound_us, "efficiency": bound.efficiency(sim.time_us)}
+    if not sim.correct:
+        row["error"] = sim.error
+    return row
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+@contextmanager
+def _progress(total: int, label: str) -> Iterator[Callable[[], None]]:
+    """A transient progress bar on stderr when it is a terminal and there is more than one step."""
+    if total <= 1 or not err_console.is_terminal:
+        yield lambda: None
+        return
+    with Progress(console=err_console, transient=True) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda: progress.advance(task)
+
+
+def _is_xml(algorithm: str) -> bool:
+    return algorithm.lower().endswith(".xml") or os.sep in algorithm or os.path.isfile(algorithm)
+
+
+def _collective_for(kind: CollectiveKind, topology: Topology) -> Collective:
+    return Collective(kind, topology.num_gpus)
+
+
+def _fail_if_incorrect(rows: list[dict[str, Any]]) -> None:
+    bad = [r for r in rows if not r["correct"]]
+    if bad:
+        raise click.exceptions.Exit(1)
+
+
+def _report_errors(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        return
+    for r in rows:
+        if not r["correct"]:
+            err_console.print(f"taccl: error: {format_bytes(r['size_bytes'])}: {r.get('error')}", markup=False)
+
+
+# ------------------------------------------------------------------- simulate
+def _simulate_xml(path: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
+                  options: SimOptions) -> tuple[CollectiveKind, list[tuple[int, SimResult]]]:
+    from taccl_py.msccl import load_program, simulate_program
+
+    program = load_program(path)
+    program_kind = program.kind
+    if program_kind is None:
+        raise InputError(f"coll={program.coll!r} is not a collective taccl can time", where=path)
+    if kind is not None and kind is not program_kind:
+        raise InputError(f"the program is a {program_kind.value}, not a {kind.value}", where="--collective")
+    results = []
+    with _progress(len(sizes), "simulating") as step:
+        for size in sizes:
+            results.append((size, simulate_program(program, topology, size, options)))
+            step()
+    return program_kind, results
+
+
+@click.command("simulate")
+@topology_option
+@click.option("--collective", "-c", "collective_name", default=None, metavar="NAME",
+              help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce (read from an XML file).")
+@size_option
+@click.option("--algorithm", "-a", required=True, metavar="ring|tree|direct|rd|FILE.xml",
+              help="An NCCL-style baseline or an MSCCL XML file.")
+@click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
+@_options
+@json_option
+def simulate_command(topology_spec: str, collective_name: str | None, size_spec: str, algorithm: str,
+                     channels: int | None, root: int, step_overhead_us: float, as_json: bool) -> None:
+    """Simulate one algorithm: is it correct, how long does it take, how close to the bound."""
+    from taccl_py.baselines import baseline
+
+    _check_overhead(step_overhead_us)
+    topology = load_topology_arg(topology_spec)
+    sizes = sizes_from(size_spec)
+    options = SimOptions(step_overhead_us=step_overhead_us)
+    kind = collective_from(collective_name) if collective_name else None
+    if _is_xml(algorithm):
+        if channels is not None:
+            raise InputError("applies to baselines only, not to an XML program", where="--channels")
+        kind, results = _simulate_xml(algorithm, topology, kind, sizes, options)
+    else:
+        if kind is None:
+            raise InputError("is required unless --algorithm is an XML file", where="--collective")
+        results = []
+        with _progress(len(sizes), f"simulating {algorithm}") as step:
+            for size in sizes:
+                schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
+                                    step_overhead_us=step_overhead_us)
+                results.append((size, simulate(topology, schedule, size, options)))
+                step()
+    rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us))
+            for size, sim in results]
+    head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm}
+    if as_json:
+        emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "correct": all(r["correct"] for r in rows),
+                                                                 "rows": rows})
+    else:
+        title = f"{algorithm} {kind.value} on {topology.name}"
+        table = make_table(title, ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "bound (us)",
+                                   "efficiency"],
+                           [[r["size_bytes"], _num(r["time_us"]), _num(r["algbw_GBps"]), _num(r["busbw_GBps"]),
+                             _num(r["bound_us"]), _num(r["efficiency"], 3)] for r in rows])
+        out_console.print(table)
+    _report_errors(rows, as_json)
+    _fail_if_incorrect(rows)
+
+
+# ------------------------------------------------------------------- baseline
+def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], names: list[str],
+                   channels: int | None, root: int, step_overhead_us: float) -> list[dict[str, Any]]:
+    from taccl_py.baselines import baseline
+
+    options = SimOptions(step_overhead_us=step_overhead_us)
+    out = []
+    with _progress(len(sizes) * len(names), "simulating baselines") as step:
+        for size in sizes:
+            bound = lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us)
+            entries = []
+            for name in names:
+                schedule = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
+                                    step_overhead_us=step_overhead_us)
+                sim = simulate(topology, schedule, size, options)
+                entry = {"algorithm": name, **_row(size, sim, bound)}
+                del entry["size_bytes"]
+                entry["channels"] = schedule.notes.get("channels")
+                entry["transfers"] = len(schedule)
+                entries.append(entry)
+                step()
+            timed = [e for e in entries if e["time_us"] is not None]
+            best = min(timed, key=lambda e: e["time_us"])["algorithm"] if timed else None
+            out.append({"size_bytes": size, "bound_us": bound.bound_us, "bound_algbw_GBps": bound.algbw_GBps,
+                        "best": best, "baselines": entries})
+    return out
+
+
+def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, channels: int | None, root: int,
+               step_overhead_us: float, path: str, dialect: str) -> None:
+    from taccl_py.baselines import baseline
+    from taccl_py.msccl import write_schedule_xml
+
+    schedule = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
+                        step_overhead_us=step_overhead_us)
+    write_schedule_xml(schedule, topology, path, dialect=dialect)
+
+
+@click.command("baseline")
+@topology_option
+@click.option("--collective", "-c", "collective_name", required=True, metavar="NAME",
+              help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce.")
+@size_option
+@click.option("--algorithm", "-a", "only", default=None, metavar="NAME",
+              help="Only this baseline (ring, tree, direct, rd); with -o, the one to write.")
+@click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
+@_options
+@click.option("-o", "--output", default=None, metavar="FILE.xml", help="Write the best baseline as MSCCL XML.")
+@click.option("--dialect", type=click.Choice(["v2", "v1"]), default="v2", show_default=True,
+              help="MSCCL XML dialect for -o.")
+@json_option
+def baseline_command(topology_spec: str, collective_name: str, size_spec: str, only: str | None,
+                     channels: int | None, root: int, step_overhead_us: float, output: str | None, dialect: str,
+                     as_json: bool) -> None:
+    """Every applicable NCCL-style baseline side by side with the lower bound."""
+    from taccl_py.baselines import ALGORITHMS, applicable_baselines
+
+    _check_overhead(step_overhead_us)
+    topology = load_topology_arg(topology_spec)
+    kind = collective_from(collective_name)
+    sizes = sizes_from(size_spec)
+    if not 0 <= root < topology.num_gpus:
+        raise InputError(f"must be a rank in 0..{topology.num_gpus - 1} (got {root})", where="--root")
+    if only is not None and only not in ALGORITHMS:
+        raise InputError(f"unknown baseline {only!r} (choose one of: {', '.join(ALGORITHMS)})", where="--algorithm")
+    names = [only] if only else applicable_baselines(topology, kind, root=root)
+    if not names:
+        raise InputError(f"no baseline runs {kind.value} on {topology.name}", where="--collective")
+    if output and len(sizes) > 1:
+        raise InputError("needs a single --size (the schedule's pipelining depends on it)", where="-o")
+    rows = _baseline_rows(topology, kind, sizes, names, channels, root, step_overhead_us)
+    written = None
+    if output:
+        chosen = only or rows[0]["best"]
+        if chosen is None:
+            raise InputError("no baseline was correct; nothing to write", where="-o")
+        _write_xml(topology, kind, sizes[0], chosen, channels, root, step_overhead_us, output, dialect)
+        written = {"path": output, "algorithm": chosen, "dialect": dialect}
+    head: dict[str, Any] = {"topology": topology.name, "collective": kind.value}
+    if written:
+        head["xml"] = written
+    flat = [e | {"size_bytes": r["size_bytes"]} for r in rows for e in r["baselines"]]
+    if as_json:
+        emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "rows": rows})
+    else:
+        columns = ["size (B)", "bound (us)", "bound algbw"]
+        for name in names:
+            columns += [f"{name} (us)", f"{name} algbw", f"{name} busbw", f"{name} eff"]
+        table_rows = []
+        for r in rows:
+            cells: list[Any] = [r["size_bytes"], _num(r["bound_us"]), _num(r["bound_algbw_GBps"])]
+            for e in r["baselines"]:
+                cells += [_num(e["time_us"]), _num(e["algbw_GBps"]), _num(e["busbw_GBps"]), _num(e["efficiency"], 3)]
+            table_rows.append(cells)
+        title = f"NCCL-style baselines for {kind.value} on {topology.name} (times in us, bandwidth in GB/s)"
+        out_console.print(make_table(title, columns, table_rows))
+        if written:
+            out_console.print(f"wrote {written['algorithm']} as MSCCL XML ({dialect}) to {output}")
+    for e in flat:
+        if not e["correct"] and not as_json:
+            err_console.print(f"taccl: error: {e['algorithm']} at {format_bytes(e['size_bytes'])}: {e.get('error')}",
+                              markup=False)
+    _fail_if_incorrect(flat)
+
+
+# ---------------------------------------------------------------------- bound
+@click.command("bound")
+@topology_option
+@click.option("--collective", "-c", "collective_name", required=True, metavar="NAME",
+              help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce.")
+@size_option
+@_options
+@json_option
+def bound_command(topology_spec: str, collective_name: str, size_spec: str, root: int, step_overhead_us: float,
+                  as_json: bool) -> None:
+    """The lower bound: no algorithm can be faster on this topology (fluid link model)."""
+    _check_overhead(step_overhead_us)
+    topology = load_topology_arg(topology_spec)
+    kind = collective_from(collective_name)
+    sizes = sizes_from(size_spec)
+    busbw = _collective_for(kind, topology).busbw_factor
+    rows = []
+    for size in sizes:
+        bound = lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us)
+        algbw = bound.algbw_GBps
+        rows.append({"size_bytes": size, **bound.summary(), "busbw_GBps": None if algbw is None else algbw * busbw})
+    head = {"topology": topology.name, "collective": kind.value}
+    if as_json:
+        emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "rows": rows})
+        return
+    table = make_table(f"lower bound for {kind.value} on {topology.name}",
+                       ["size (B)", "bound (us)", "algbw (GB/s)", "busbw (GB/s)", "data (us)", "cut latency (us)",
+                        "latency (us)"],
+                       [[r["size_bytes"], _num(r["bound_us"]), _num(r["algbw_GBps"]), _num(r["busbw_GBps"]),
+                         _num(r["bandwidth_us"]), _num(r["cut_latency_us"]), _num(r["latency_us"])] for r in rows])
+    out_console.print(table)
+    out_console.print(rows[-1]["explanation"], markup=False)
+
+
+COMMANDS: list[click.Command] = [simulate_command, baseline_command, bound_command]
