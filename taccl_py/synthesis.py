@@ -48,6 +48,7 @@ class SynthesisOptions:
     seed: int = 0
     chunk_factors: tuple[int, ...] | None = None
     max_cpsat_tasks: int = 1200
+    channels: int = 2
     max_list_tasks: int = 3000
     max_steps_per_rank: int = 3600
     max_steps_per_threadblock: int = 56
@@ -216,8 +217,26 @@ def _tasks_to_transfers(tasks: Sequence[Task], start_us: Sequence[float], group:
 
 def _reverse_to_reduction(transfers: Sequence[Transfer]) -> list[Transfer]:
     """An Allgather-style schedule on the reversed topology, run backwards as reductions."""
-    return [Transfer(src=t.dst, dst=t.src, chunks=t.chunks, route=tuple(reversed(t.route)), op=Op.REDUCE)
-            for t in reversed(transfers)]
+    return [Transfer(src=t.dst, dst=t.src, chunks=t.chunks, route=tuple(reversed(t.route)), op=Op.REDUCE,
+                     channel=t.channel) for t in reversed(transfers)]
+
+
+def _alternate_channels(transfers: Sequence[Transfer], channels: int) -> list[Transfer]:
+    """Spread each connection's messages round-robin over ``channels`` channels.
+
+    A connection sends one message after another and each pays the route
+    latency; with two channels one message moves its bytes while the next waits
+    out its latency, so synchronized senders do not leave a link idle.
+    """
+    if channels <= 1:
+        return list(transfers)
+    count: dict[tuple[int, int], int] = {}
+    result = []
+    for t in transfers:
+        k = count.get((t.src, t.dst), 0)
+        count[(t.src, t.dst)] = k + 1
+        result.append(replace(t, channel=k % channels))
+    return result
 
 
 # ----------------------------------------------------------------------- core
@@ -294,8 +313,7 @@ def _tree_schedules(ctx: _Context, topology: Topology, graph: LogicalGraph, symm
 
     tasks = _tree_tasks(graph, symmetry, plan, piece_bytes, own_first, chunk_id)
     result = []
-    for label, starts, group in _orderings(ctx, tasks, len(topology.links)):
-        transfers = _tasks_to_transfers(tasks, starts, group)
+    for label, transfers in _channel_variants(ctx, tasks, _orderings(ctx, tasks, len(topology.links))):
         result.append((label, _reverse_to_reduction(transfers) if reverse else transfers))
     return result
 
@@ -305,8 +323,21 @@ def _paths_schedules(ctx: _Context, topology: Topology, graph: LogicalGraph, sym
     piece_bytes = collective.chunk_bytes(ctx.size_bytes)
     plan = _assign(ctx, pool, collective.chunk_factor, piece_bytes)
     tasks = _path_tasks(graph, symmetry, plan, collective, piece_bytes)
-    return [(label, _tasks_to_transfers(tasks, starts, group))
-            for label, starts, group in _orderings(ctx, tasks, len(topology.links))]
+    return _channel_variants(ctx, tasks, _orderings(ctx, tasks, len(topology.links)))
+
+
+def _channel_variants(ctx: _Context, tasks: Sequence[Task], orderings: list[Ordering]) -> list[tuple[str,
+                                                                                                   list[Transfer]]]:
+    """Each ordering on one channel per connection, and also spread over more channels (all of them on
+    instances small enough, the first one otherwise)."""
+    variants = []
+    for k, (label, starts, group) in enumerate(orderings):
+        transfers = _tasks_to_transfers(tasks, starts, group)
+        variants.append((label, transfers))
+        if ctx.options.channels > 1 and (k == 0 or len(tasks) <= ctx.options.max_multi_order_transfers):
+            variants.append((f"{label}, {ctx.options.channels} channels",
+                             _alternate_channels(transfers, ctx.options.channels)))
+    return variants
 
 
 def _assign(ctx: _Context, pool: ColumnPool, pieces: int, piece_bytes: float) -> RoutingPlan:
