@@ -77,7 +77,8 @@ def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, conf
         if len(members) > 1:
             model.add_no_overlap([intervals[i] for i in members])
     merged_with: dict[int, cp_model.IntVar] = {}
-    order = hint.order(tasks)
+    # ties in start time go by chunk id, so chunks that could travel together are adjacent
+    order = sorted(range(n), key=lambda i: (round(hint.start_us[i], 9), min(tasks[i].chunks), i))
     pairs = merge_candidates(tasks, order) if allow_merge else []
     mergeable = set(pairs)
     # a connection sends one message after another (the simulator's FIFO rule), in the hint's order
