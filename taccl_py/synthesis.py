@@ -217,8 +217,30 @@ def _tasks_to_transfers(tasks: Sequence[Task], start_us: Sequence[float], group:
 
 def _reverse_to_reduction(transfers: Sequence[Transfer]) -> list[Transfer]:
     """An Allgather-style schedule on the reversed topology, run backwards as reductions."""
+    assert not any(t.after for t in transfers), "explicit orders are added after the reversal"
     return [Transfer(src=t.dst, dst=t.src, chunks=t.chunks, route=tuple(reversed(t.route)), op=Op.REDUCE,
                      channel=t.channel) for t in reversed(transfers)]
+
+
+def _stagger_channels(transfers: Sequence[Transfer]) -> list[Transfer]:
+    """Start a connection's channel k only once its channel k-1's first message has arrived.
+
+    Otherwise every channel starts at once and the channels run in lockstep, all
+    waiting out their latency at the same moments; staggered, one channel moves
+    bytes while the other waits. The dependency is on the same sender, so MSCCL
+    can express it.
+    """
+    first: dict[tuple[int, int, int], int] = {}
+    result = list(transfers)
+    for i, t in enumerate(transfers):
+        key = (t.src, t.dst, t.channel)
+        if key in first:
+            continue
+        first[key] = i
+        prev = first.get((t.src, t.dst, t.channel - 1))
+        if t.channel > 0 and prev is not None and prev not in t.after:
+            result[i] = replace(t, after=(*t.after, prev))
+    return result
 
 
 def _alternate_channels(transfers: Sequence[Transfer], channels: int) -> list[Transfer]:
@@ -335,8 +357,11 @@ def _channel_variants(ctx: _Context, tasks: Sequence[Task], orderings: list[Orde
         transfers = _tasks_to_transfers(tasks, starts, group)
         variants.append((label, transfers))
         if ctx.options.channels > 1 and (k == 0 or len(tasks) <= ctx.options.max_multi_order_transfers):
-            variants.append((f"{label}, {ctx.options.channels} channels",
-                             _alternate_channels(transfers, ctx.options.channels)))
+            spread = _alternate_channels(transfers, ctx.options.channels)
+            variants.append((f"{label}, {ctx.options.channels} channels", spread))
+            if k == 0:
+                # staggered once the whole schedule is assembled (see synthesize)
+                variants.append((f"{label}, {ctx.options.channels} staggered channels", spread))
     return variants
 
 
@@ -436,6 +461,8 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
                         for label in labels if all(any(lab == label for lab, _ in part) for part in parts)]
         seen_orders: set[tuple[Transfer, ...]] = set()
         for how, transfers in variants:
+            if "staggered" in how:
+                transfers = _stagger_channels(transfers)
             if tuple(transfers) in seen_orders:
                 continue
             seen_orders.add(tuple(transfers))
