@@ -33,7 +33,8 @@ pytest: $(VENV)/.installed-test
 test: lint pytest
 
 bench: $(VENV)/.installed-test
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python benchmarks/bench_simulator.py
+	$(BIN)/python benchmarks/bench_synthesis.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

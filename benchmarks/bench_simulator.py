@@ -1,0 +1,236 @@
+"""Simulator speed and memory on large NCCL-style schedules, written into benchmarks/RESULTS.md.
+
+Run: ``.venv/bin/python benchmarks/bench_simulator.py [--quick] [--no-write] [--cpu N]``. Every case runs
+in its own child process pinned to one CPU (``os.sched_setaffinity``, BLAS/OpenMP threads set to 1), so
+its peak RSS and caches are its own. Per case it times building the schedule (topology generation, ring or
+tree plan, transfers) apart from simulating it, keeps the best of ``repeats`` runs, and checks the
+simulator's verdict (correct, and no faster than ``taccl bound``). Results also go to
+``benchmarks/results/simulator.json``; the "## Simulator" section of RESULTS.md is replaced, any other
+section is left as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+SECTION = "## Simulator"
+GB = 2**30
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One schedule to build and simulate; ``target_s`` bounds build + simulate (None: no target)."""
+
+    key: str
+    what: str
+    topology: str
+    collective: str
+    algorithm: str
+    channels: int | None
+    size: int
+    repeats: int
+    target_s: float | None
+    quick: bool
+
+
+CASES = (
+    Case("ag128", "ring Allgather, 1 ring", "dgx-a100x16", "allgather", "ring", 1, GB, 5, 2.0, True),
+    Case("ag128nccl", "ring Allgather, NCCL's channel count", "dgx-a100x16", "allgather", "ring", None, GB, 3,
+         2.0, True),
+    Case("ag1024", "ring Allgather, 1 ring", "dgx-a100x128", "allgather", "ring", 1, GB, 1, 60.0, False),
+    Case("ar128", "ring Allreduce, NCCL's channel count", "dgx-a100x16", "allreduce", "ring", None, GB, 1, None,
+         False),
+    Case("tree64", "double-binary-tree Allreduce", "dgx-a100x8", "allreduce", "tree", None, GB, 1, None, True),
+    Case("tree128", "double-binary-tree Allreduce", "dgx-a100x16", "allreduce", "tree", None, GB, 1, None, False),
+    Case("a2a64", "direct Alltoall", "dgx-a100x8", "alltoall", "direct", None, GB, 3, None, True),
+    Case("a2a128", "direct Alltoall", "dgx-a100x16", "alltoall", "direct", None, GB, 1, None, False),
+)
+
+
+# ------------------------------------------------------------------ one case
+def _pin(cpu: int | None) -> int | None:
+    """Pin this process to one CPU (the last one allowed unless given); return it, or None if unsupported."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    chosen = cpu if cpu is not None and cpu in allowed else allowed[-1]
+    os.sched_setaffinity(0, {chosen})
+    return chosen
+
+
+def _rss_mib() -> float:
+    """Peak resident set size of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_case(case: Case, cpu: int | None) -> dict[str, Any]:
+    """Build and simulate ``case`` in this process; the child side of the benchmark."""
+    pinned = _pin(cpu)
+    from taccl_py.baselines import baseline
+    from taccl_py.baselines.layout import ring_plan
+    from taccl_py.baselines.tree import tree_plan
+    from taccl_py.bounds import lower_bound
+    from taccl_py.library import resolve_topology
+    from taccl_py.simulator import simulate
+
+    rss_imports = _rss_mib()
+    build_s, simulate_s = [], []
+    result = schedule = topology = None
+    for _ in range(case.repeats):
+        ring_plan.cache_clear()
+        tree_plan.cache_clear()
+        schedule = result = None
+        gc.collect()
+        started = time.perf_counter()
+        topology = resolve_topology(case.topology)
+        schedule = baseline(topology, case.collective, case.algorithm, channels=case.channels, size_bytes=case.size)
+        built = time.perf_counter()
+        result = simulate(topology, schedule, case.size)
+        done = time.perf_counter()
+        build_s.append(built - started)
+        simulate_s.append(done - built)
+    assert result is not None and schedule is not None and topology is not None
+    peak = _rss_mib()
+    bound = lower_bound(topology, case.collective, case.size).bound_us
+    time_us = result.time_us
+    above_bound = time_us is not None and time_us >= bound * (1 - 1e-9)
+    return {**asdict(case), "gpus": topology.num_gpus, "links": len(topology.links),
+            "channels_used": schedule.notes.get("channels"), "transfers": len(schedule),
+            "build_s": min(build_s), "simulate_s": min(simulate_s), "build_runs_s": build_s,
+            "simulate_runs_s": simulate_s, "peak_rss_mib": peak, "rss_after_imports_mib": rss_imports,
+            "correct": result.correct, "error": result.error, "time_us": time_us, "bound_us": bound,
+            "above_bound": above_bound, "cpu": pinned}
+
+
+def run_child(case: Case, cpu: int | None) -> dict[str, Any]:
+    """Run one case in a fresh interpreter (its own peak RSS, no warm caches, one thread)."""
+    env = dict(os.environ, **dict.fromkeys(_THREAD_VARS, "1"))
+    command = [sys.executable, str(Path(__file__).resolve()), "--case", case.key]
+    if cpu is not None:
+        command += ["--cpu", str(cpu)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"case {case.key} failed (exit {done.returncode}):\n{done.stderr}")
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return row
+
+
+# ------------------------------------------------------------------ report
+def met(row: dict[str, Any]) -> bool | None:
+    """Correct, no faster than the bound, and (with a target) build + simulate within it."""
+    ok = bool(row["correct"] and row["above_bound"])
+    if row["target_s"] is None:
+        return None if ok else False
+    return ok and row["build_s"] + row["simulate_s"] < row["target_s"]
+
+
+def fmt_row(row: dict[str, Any]) -> str:
+    verdict = met(row)
+    result = "-" if verdict is None else ("met" if verdict else "**not met**")
+    target = "-" if row["target_s"] is None else f"< {row['target_s']:g} s"
+    correct = "yes, >= bound" if row["correct"] and row["above_bound"] else (
+        "**below bound**" if row["correct"] else f"**no**: {row['error']}")
+    best = f" (best of {row['repeats']})" if row["repeats"] > 1 else ""
+    time_ms = "-" if row["time_us"] is None else f"{row['time_us'] / 1e3:.2f}"
+    return (f"| {row['what']} | {row['topology']} ({row['gpus']} GPUs, {row['channels_used']} ch) "
+            f"| {row['transfers']:,} | {row['build_s']:.2f} | {row['simulate_s']:.2f}{best} "
+            f"| {row['peak_rss_mib']:.0f} | {correct} | {time_ms} | {target} | {result} |")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def render(rows: list[dict[str, Any]], command: str, machine: dict[str, Any]) -> str:
+    imports = min(r["rss_after_imports_mib"] for r in rows)
+    lines = [SECTION, "",
+             f"Measured {machine['date']} on {machine['cpu_model']} ({machine['cpus']} CPUs, benchmark pinned to "
+             f"CPU {machine['cpu']}), Python {machine['python']}, load average {machine['load_before']:.2f} "
+             f"before and {machine['load_after']:.2f} after the run, with:", "",
+             f"    {command}", "",
+             *([] if "--quick" in command else ["(`make bench` runs it, then `benchmarks/bench_synthesis.py`.)", ""]),
+             "Every case is a fresh process on one CPU. Build s: generating the topology and constructing the "
+             "NCCL-style schedule (`taccl_py.baselines.baseline`: ring or tree plan, then the transfers); "
+             "simulate s: `taccl_py.simulator.simulate` on it (dependency graph, fluid max-min events, "
+             "post-condition check). Peak MiB is the process's peak RSS "
+             f"(about {imports:.0f} MiB of it is Python and the imports). "
+             "Correct: the simulator's verdict, and its time is not below `taccl bound`. Sizes are 1GB "
+             "(2^30 bytes, nccl-tests convention); sim. time is the simulated collective time. "
+             "A target bounds build + simulate; the 1024-GPU target counts about a million transfers, "
+             "i.e. one ring (NCCL would run 8 rings on this fabric, 8 times as many transfers). The machine may be "
+             "shared with other jobs (see the load averages); the figures are wall times.", "",
+             "| what | topology | transfers | build s | simulate s | peak MiB | correct | sim. time ms | target "
+             "| result |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [fmt_row(r) for r in rows]
+    lines += ["", "Topologies are generated by `taccl_py.library` (`dgx-a100xK`: K DGX A100 machines, NVSwitch "
+                  "300 GB/s per GPU, one 25 GB/s NIC per GPU on two IB switches, ForestColl's model); "
+                  "`ch` is the channel count of the schedule."]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(section: str) -> None:
+    """Replace this benchmark's section of RESULTS.md (or append it); other sections stay as they are."""
+    path = HERE / "RESULTS.md"
+    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
+    start = text.find(SECTION)
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + section + (text[end:] if end >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="only the quick cases (no 1024-GPU run)")
+    parser.add_argument("--no-write", action="store_true", help="do not touch benchmarks/RESULTS.md")
+    parser.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: the last one allowed)")
+    parser.add_argument("--case", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    by_key = {c.key: c for c in CASES}
+    if args.case:
+        print(json.dumps(run_case(by_key[args.case], args.cpu)))
+        return
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    rows = []
+    for case in CASES:
+        if args.quick and not case.quick:
+            continue
+        row = run_child(case, args.cpu)
+        rows.append(row)
+        print(fmt_row(row), flush=True)
+    machine = {"date": time.strftime("%Y-%m-%d"), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
+               "cpu": rows[0]["cpu"], "python": platform.python_version(), "load_before": load_before,
+               "load_after": os.getloadavg()[0], "wall_s": time.perf_counter() - started}
+    command = ".venv/bin/python benchmarks/bench_simulator.py" + (" --quick" if args.quick else "")
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "simulator.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
+    if not args.no_write:
+        write_section(render(rows, command, machine))
+    print(f"done in {machine['wall_s']:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
