@@ -25,7 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 out_console = Console(highlight=False, soft_wrap=True)
 if not out_console.is_terminal:
     out_console = Console(highlight=False, soft_wrap=True, width=160)
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # an error stays one line
 
 
 def _clean(value: Any) -> Any:
