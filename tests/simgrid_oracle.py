@@ -1,0 +1,255 @@
+"""Independent timing oracle: replays a schedule in SimGrid and prints its makespan.
+
+Run by Debian's ``/usr/bin/python3`` (which has ``python3-simgrid``), not by the
+project's venv, and imports nothing from taccl_py: it re-derives the schedule
+semantics on its own and lets SimGrid share the link bandwidth. Input on stdin,
+one JSON object::
+
+    {"links": [{"capacity": units per us, "latency": us}, ...],
+     "step_overhead_us": 0.0,
+     "transfers": [{"src": 0, "dst": 1, "chunks": [3], "route": [link ids], "units": 1000,
+                    "channel": 0, "after": [], "not_before_us": null}, ...]}
+
+Sizes are whole numbers of a unit the caller picks (a byte, or 1/N byte so that
+every chunk is a whole number of units: ``Comm.sendto_async`` takes integers,
+and pipelined schedules are chaotic enough that rounding a message by 1e-8 of
+itself can move a makespan by 0.1%); capacities are in the same unit.
+Output on stdout: ``{"makespan_us": ..., "start_us": [...], "arrive_us": [...],
+"commit_us": [...]}`` or ``{"error": ...}`` (exit status 1).
+
+Semantics (those documented in taccl_py.schedule, re-implemented here): a
+transfer starts once every earlier transfer (in list order) writing one of its
+chunks at its source has committed, the previous transfer on its connection
+(src, dst, channel) has arrived, its ``after`` transfers have committed and
+``not_before_us`` has passed; it then waits its route latency (plus the step
+overhead) and sends its bytes over its route; it commits once it has arrived,
+every earlier writer of its chunks at the destination has committed and every
+earlier reader of them there has arrived.
+
+SimGrid details:
+
+* CM02 weighs a flow's bandwidth share by its route latency (RTT
+  unfairness), so every link has latency 0 and the oracle waits out each
+  transfer's latency itself before sending: that leaves plain max-min sharing.
+* Time unit: 1 simulated second = 1 us, so capacities are in units per us.
+* One controller actor drives everything (timers and ``Comm.wait_any_for``);
+  every distinct route gets its own pair of hosts so the route is exactly the
+  given list of links.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import sys
+from typing import Any
+
+from simgrid import Actor, Comm, Engine, LinkInRoute, NetZone, this_actor
+
+_START, _SEND = 0, 1
+"""Timer kinds: ``not_before_us`` has passed / the latency is over and the bytes go out."""
+
+_TIE = 1e-12
+"""Relative slack under which two instants count as the same (timers fire together)."""
+
+
+class Dependencies:
+    """Who waits for whom: counts per transfer and, per transfer, who to tell when it arrives or commits."""
+
+    def __init__(self, transfers: list[dict[str, Any]]) -> None:
+        count = len(transfers)
+        start_on_commit: list[set[int]] = [set() for _ in range(count)]
+        start_on_arrive: list[set[int]] = [set() for _ in range(count)]
+        commit_on_commit: list[set[int]] = [set() for _ in range(count)]
+        commit_on_arrive: list[set[int]] = [set() for _ in range(count)]
+        writer: dict[tuple[int, int], int] = {}
+        readers: dict[tuple[int, int], list[int]] = {}
+        last_on_connection: dict[tuple[int, int, int], int] = {}
+        for i, t in enumerate(transfers):
+            start_on_commit[i].update(t.get("after") or ())
+            for c in t["chunks"]:
+                key = (t["src"], c)
+                if key in writer:
+                    start_on_commit[i].add(writer[key])
+                readers.setdefault(key, []).append(i)
+            for c in t["chunks"]:
+                key = (t["dst"], c)
+                if key in writer:
+                    commit_on_commit[i].add(writer[key])
+                commit_on_arrive[i].update(readers.pop(key, ()))
+                writer[key] = i
+            connection = (t["src"], t["dst"], t.get("channel", 0))
+            if connection in last_on_connection:
+                start_on_arrive[i].add(last_on_connection[connection])
+            last_on_connection[connection] = i
+        self.start_waits = [len(start_on_commit[i]) + len(start_on_arrive[i]) for i in range(count)]
+        self.commit_waits = [1 + len(commit_on_commit[i]) + len(commit_on_arrive[i]) for i in range(count)]
+        self.arrive_starts: list[list[int]] = [[] for _ in range(count)]
+        self.arrive_commits: list[list[int]] = [[] for _ in range(count)]
+        self.commit_starts: list[list[int]] = [[] for _ in range(count)]
+        self.commit_commits: list[list[int]] = [[] for _ in range(count)]
+        for i in range(count):
+            for j in start_on_commit[i]:
+                self.commit_starts[j].append(i)
+            for j in start_on_arrive[i]:
+                self.arrive_starts[j].append(i)
+            for j in commit_on_commit[i]:
+                self.commit_commits[j].append(i)
+            for j in commit_on_arrive[i]:
+                self.arrive_commits[j].append(i)
+
+
+def _units(t: dict[str, Any]) -> int:
+    units = t["units"]
+    if isinstance(units, bool) or not isinstance(units, int) or units < 0:
+        raise ValueError(f"units must be a whole number >= 0 (got {units!r})")
+    return units
+
+
+def replay(spec: dict[str, Any]) -> dict[str, Any]:
+    """Build the platform, run the schedule, return the timings."""
+    links_spec = spec["links"]
+    transfers = spec["transfers"]
+    overhead = float(spec.get("step_overhead_us", 0.0))
+    count = len(transfers)
+    deps = Dependencies(transfers)
+    units = [_units(t) for t in transfers]
+    latency = [sum(float(links_spec[k]["latency"]) for k in t["route"]) + overhead for t in transfers]
+
+    engine = Engine(["simgrid_oracle", "--cfg=network/model:CM02", "--cfg=network/TCP-gamma:0",
+                     "--cfg=network/crosstraffic:0", "--cfg=network/weight-S:0",
+                     "--log=root.thresh:critical"])
+    zone = NetZone.create_full_zone("fabric")
+    links = []
+    for k, link in enumerate(links_spec):
+        created = zone.create_link(f"link{k}", float(link["capacity"]))
+        created.set_latency(0.0)
+        links.append(created)
+    endpoints: dict[tuple[int, ...], tuple[Any, Any]] = {}
+    for t in transfers:
+        route = tuple(t["route"])
+        if route not in endpoints:
+            m = len(endpoints)
+            src, dst = zone.create_host(f"r{m}.src", 1.0), zone.create_host(f"r{m}.dst", 1.0)
+            hops = [LinkInRoute(links[k]) for k in route]
+            zone.add_route(src.netpoint, dst.netpoint, None, None, hops, False)
+            endpoints[route] = (src, dst)
+    controller = zone.create_host("controller", 1.0)
+    zone.seal()
+
+    start_us: list[float | None] = [None] * count
+    arrive_us: list[float | None] = [None] * count
+    commit_us: list[float | None] = [None] * count
+
+    def run() -> None:
+        timers: list[tuple[float, int, int, int]] = []
+        serial = 0
+        active: list[Any] = []
+        active_ids: list[int] = []
+        start_waits, commit_waits = list(deps.start_waits), list(deps.commit_waits)
+
+        def timer(at: float, kind: int, i: int) -> None:
+            nonlocal serial
+            serial += 1
+            heapq.heappush(timers, (at, serial, kind, i))
+
+        def send(i: int) -> None:
+            src, dst = endpoints[tuple(transfers[i]["route"])]
+            active.append(Comm.sendto_async(src, dst, units[i]))
+            active_ids.append(i)
+
+        def begin(i: int, now: float) -> None:
+            start_us[i] = now
+            if latency[i] > 0:
+                timer(now + latency[i], _SEND, i)
+            else:
+                send(i)
+
+        def may_start(i: int, now: float) -> None:
+            not_before = transfers[i].get("not_before_us")
+            if not_before is not None and not_before > now:
+                timer(float(not_before), _START, i)
+            else:
+                begin(i, now)
+
+        def fire(until: float) -> None:
+            """Handle every timer due by ``until`` (now)."""
+            now = Engine.clock
+            while timers and timers[0][0] <= until:
+                _, _, kind, i = heapq.heappop(timers)
+                if kind == _START:
+                    begin(i, now)
+                else:
+                    send(i)
+
+        def arrive(i: int, now: float) -> None:
+            arrive_us[i] = now
+            for j in deps.arrive_starts[i]:
+                start_waits[j] -= 1
+                if not start_waits[j]:
+                    may_start(j, now)
+            commit_waits[i] -= 1
+            ready = [] if commit_waits[i] else [i]
+            for j in deps.arrive_commits[i]:
+                commit_waits[j] -= 1
+                if not commit_waits[j]:
+                    ready.append(j)
+            while ready:  # a commit releases commits: a work list, not recursion
+                k = ready.pop()
+                commit_us[k] = now
+                for j in deps.commit_starts[k]:
+                    start_waits[j] -= 1
+                    if not start_waits[j]:
+                        may_start(j, now)
+                for j in deps.commit_commits[k]:
+                    commit_waits[j] -= 1
+                    if not commit_waits[j]:
+                        ready.append(j)
+
+        for i in range(count):
+            if not start_waits[i]:
+                may_start(i, 0.0)
+        while True:
+            now = Engine.clock
+            fire(now + _TIE * max(1.0, now))
+            if active:
+                if timers:
+                    due = timers[0][0]
+                    index = Comm.wait_any_for(active, max(0.0, due - now))
+                    if index < 0:  # timed out: the first timer is due, whatever the clock's rounding
+                        fire(due + _TIE * max(1.0, due))
+                        continue
+                else:
+                    index = Comm.wait_any(active)
+                i = active_ids[index]
+                active[index], active_ids[index] = active[-1], active_ids[-1]
+                active.pop()
+                active_ids.pop()
+                arrive(i, Engine.clock)
+            elif timers:
+                due = timers[0][0]
+                this_actor.sleep_until(due)
+                fire(due + _TIE * max(1.0, due))
+            else:
+                break
+
+    Actor.create("controller", controller, run)
+    engine.run()
+    stuck = [i for i in range(count) if commit_us[i] is None]
+    if stuck:
+        return {"error": f"deadlock: {len(stuck)} transfer(s) never commit", "stuck": stuck[:20]}
+    return {"makespan_us": max((c for c in commit_us if c is not None), default=0.0), "start_us": start_us,
+            "arrive_us": arrive_us, "commit_us": commit_us}
+
+
+def main() -> int:
+    try:
+        result = replay(json.load(sys.stdin))
+    except (KeyError, TypeError, ValueError) as exc:
+        result = {"error": f"bad spec: {exc!r}"}
+    json.dump(result, sys.stdout)
+    return 1 if "error" in result else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
