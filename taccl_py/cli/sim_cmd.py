@@ -79,8 +79,13 @@ def _progress(total: int, label: str) -> Iterator[Callable[[], None]]:
         yield lambda: progress.advance(task)
 
 
+def _is_json(algorithm: str) -> bool:
+    return algorithm.lower().endswith(".json")
+
+
 def _is_xml(algorithm: str) -> bool:
-    return algorithm.lower().endswith(".xml") or os.sep in algorithm or os.path.isfile(algorithm)
+    return not _is_json(algorithm) and (algorithm.lower().endswith(".xml") or os.sep in algorithm
+                                        or os.path.isfile(algorithm))
 
 
 def _collective_for(kind: CollectiveKind, topology: Topology) -> Collective:
@@ -111,7 +116,7 @@ def _simulate_xml(path: str, topology: Topology, kind: CollectiveKind | None, si
     if program_kind is None:
         raise InputError(f"coll={program.coll!r} is not a collective taccl can time", where=path)
     if kind is not None and kind is not program_kind:
-        raise InputError(f"the program is a {program_kind.value}, not a {kind.value}", where="--collective")
+        raise InputError(f"the program is for {program_kind.value}, not {kind.value}", where="--collective")
     results = []
     with _progress(len(sizes), "simulating") as step:
         for size in sizes:
@@ -120,13 +125,30 @@ def _simulate_xml(path: str, topology: Topology, kind: CollectiveKind | None, si
     return program_kind, results
 
 
+def _simulate_json(path: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
+                   options: SimOptions) -> tuple[CollectiveKind, list[tuple[int, SimResult]]]:
+    """A schedule in taccl_py's JSON form (``synthesize --schedule-out``), timed at every size."""
+    from taccl_py.schedule import load_schedule
+
+    schedule = load_schedule(path, topology)
+    schedule_kind = schedule.collective.kind
+    if kind is not None and kind is not schedule_kind:
+        raise InputError(f"the schedule is for {schedule_kind.value}, not {kind.value}", where="--collective")
+    results = []
+    with _progress(len(sizes), "simulating") as step:
+        for size in sizes:
+            results.append((size, simulate(topology, schedule, size, options)))
+            step()
+    return schedule_kind, results
+
+
 @click.command("simulate")
 @topology_option
 @click.option("--collective", "-c", "collective_name", default=None, metavar="NAME",
-              help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce (read from an XML file).")
+              help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce (read from a file).")
 @size_option
-@click.option("--algorithm", "-a", required=True, metavar="ring|tree|direct|rd|FILE.xml",
-              help="An NCCL-style baseline or an MSCCL XML file.")
+@click.option("--algorithm", "-a", required=True, metavar="ring|tree|direct|rd|FILE.xml|FILE.json",
+              help="An NCCL-style baseline, an MSCCL XML file or a schedule JSON file (synthesize --schedule-out).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
 @json_option
@@ -140,13 +162,16 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
     sizes = sizes_from(size_spec)
     options = SimOptions(step_overhead_us=step_overhead_us)
     kind = collective_from(collective_name) if collective_name else None
-    if _is_xml(algorithm):
+    if _is_json(algorithm) or _is_xml(algorithm):
         if channels is not None:
-            raise InputError("applies to baselines only, not to an XML program", where="--channels")
-        kind, results = _simulate_xml(algorithm, topology, kind, sizes, options)
+            raise InputError("applies to baselines only, not to a file", where="--channels")
+        if _is_json(algorithm):
+            kind, results = _simulate_json(algorithm, topology, kind, sizes, options)
+        else:
+            kind, results = _simulate_xml(algorithm, topology, kind, sizes, options)
     else:
         if kind is None:
-            raise InputError("is required unless --algorithm is an XML file", where="--collective")
+            raise InputError("is required unless --algorithm is an XML or JSON file", where="--collective")
         results = []
         with _progress(len(sizes), f"simulating {algorithm}") as step:
             for size in sizes:

@@ -1,0 +1,70 @@
+"""Schedules as JSON files: save, load, and time them through ``taccl simulate --algorithm FILE.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from taccl_py.baselines import baseline
+from taccl_py.cli.main import main
+from taccl_py.library import resolve_topology
+from taccl_py.schedule import load_schedule, save_schedule
+from taccl_py.simulator import simulate
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as done:
+        main(args)
+    out, err = capsys.readouterr()
+    code = done.value.code
+    return (code if isinstance(code, int) else 0), out, err
+
+
+def test_saved_schedule_round_trips_and_times_like_the_original(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    topo = resolve_topology("ndv2")
+    schedule = baseline(topo, "allreduce", "ring", channels=2)
+    path = tmp_path / "ar.json"
+    save_schedule(schedule, topo, path)
+    loaded = load_schedule(path, topo)
+    assert loaded.transfers == schedule.transfers and loaded.collective == schedule.collective
+    expected = simulate(topo, schedule, 2**24)
+    code, out, err = run(["simulate", "--topology", "ndv2", "--size", "16MiB", "-a", str(path), "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["collective"] == "allreduce" and data["correct"] is True
+    assert data["time_us"] == pytest.approx(expected.time_us, rel=1e-12)
+    assert 0 < data["efficiency"] <= 1
+
+
+def test_schedule_file_errors_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topo = resolve_topology("ndv2")
+    path = tmp_path / "ag.json"
+    save_schedule(baseline(topo, "allgather", "ring"), topo, path)
+    code, _, err = run(["simulate", "--topology", "ndv2", "--size", "1MB", "-a", str(path), "-c", "allreduce"],
+                       capsys)
+    assert code == 2 and err.strip() == "taccl: error: --collective: the schedule is for allgather, not allreduce"
+    code, _, err = run(["simulate", "--topology", "ndv2", "--size", "1MB", "-a", str(path), "--channels", "2"],
+                       capsys)
+    assert code == 2 and err.count("\n") == 1 and "--channels" in err
+    broken = tmp_path / "broken.json"
+    broken.write_text("{", encoding="utf-8")
+    code, _, err = run(["simulate", "--topology", "ndv2", "--size", "1MB", "-a", str(broken)], capsys)
+    assert code == 2 and err.count("\n") == 1 and str(broken) in err and "not valid JSON" in err
+    missing = tmp_path / "missing.json"
+    code, _, err = run(["simulate", "--topology", "ndv2", "--size", "1MB", "-a", str(missing)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "no such file" in err
+
+
+def test_incorrect_schedule_file_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topo = resolve_topology("ndv2")
+    schedule = baseline(topo, "allgather", "ring", channels=1)
+    short = schedule.with_transfers(schedule.transfers[:-1])  # one chunk never reaches its last rank
+    path = tmp_path / "short.json"
+    save_schedule(short, topo, path)
+    code, out, _ = run(["simulate", "--topology", "ndv2", "--size", "1MB", "-a", str(path), "--json"], capsys)
+    assert code == 1
+    data = json.loads(out)
+    assert data["correct"] is False and data["time_us"] is None and data["error"]
