@@ -239,31 +239,42 @@ def _seed_sets(graph: _Graph) -> list[np.ndarray]:
 
 
 # ------------------------------------------------------------------ latencies
-def _switch_distances(topology: Topology, *, forward: bool) -> list[float]:
-    """Latency from the nearest GPU to every vertex (forward) or from it to the nearest GPU, through switches."""
+_Label = list[tuple[float, int]]
+_Labels = list[_Label]
+
+
+def _switch_distances(topology: Topology, *, forward: bool) -> _Labels:
+    """The two nearest GPUs of every vertex, through switches only: ``[(latency, gpu), ...]`` per vertex.
+
+    Forward: latency from the GPU to the vertex; backward: from the vertex to
+    the GPU. A GPU's only entry is itself at 0 (a route cannot pass through a
+    GPU). Two distinct GPUs are kept so a route never starts and ends at the
+    same GPU (``u -> NIC -> u`` is no route).
+    """
     vid = topology.vertex_id
     n = topology.num_gpus
-    dist = [math.inf] * len(topology.vertices)
-    heap = []
-    for g in range(n):
-        dist[g] = 0.0
-        heap.append((0.0, g))
+    labels: _Labels = [[] for _ in topology.vertices]
+    heap = [(0.0, g, g) for g in range(n)]
     heapq.heapify(heap)
     adjacency = topology.out_links if forward else topology.in_links
     while heap:
-        d, u = heapq.heappop(heap)
-        if d > dist[u] or (u < n and d > 0):
+        d, u, origin = heapq.heappop(heap)
+        held = labels[u]
+        if len(held) == 2 or any(o == origin for _, o in held) or (u < n and d > 0):
             continue
+        held.append((d, origin))
         for li in adjacency[u]:
             link = topology.links[li]
             w = vid[link.dst] if forward else vid[link.src]
-            if w < n:
+            if w < n or len(labels[w]) == 2:
                 continue
-            nd = d + link.latency
-            if nd < dist[w]:
-                dist[w] = nd
-                heapq.heappush(heap, (nd, w))
-    return dist
+            heapq.heappush(heap, (d + link.latency, w, origin))
+    return labels
+
+
+def _route_latency_through(to_vertex: _Label, latency: float, from_vertex: _Label) -> float:
+    """Cheapest GPU u -> ... -> link -> ... -> GPU v route latency with u != v (inf if none)."""
+    return min((du + latency + dv for du, u in to_vertex for dv, v in from_vertex if u != v), default=math.inf)
 
 
 def _cut_latency(topology: Topology, side: np.ndarray, *, entering: bool = False) -> float:
@@ -276,7 +287,7 @@ def _cut_latency(topology: Topology, side: np.ndarray, *, entering: bool = False
         a, b = vid[link.src], vid[link.dst]
         crosses = (not side[a] and side[b]) if entering else (side[a] and not side[b])
         if crosses:
-            best = min(best, to_vertex[a] + link.latency + from_vertex[b])
+            best = min(best, _route_latency_through(to_vertex[a], link.latency, from_vertex[b]))
     return 0.0 if math.isinf(best) else best
 
 
@@ -285,8 +296,8 @@ def _min_route_latency(topology: Topology) -> float:
     vid = topology.vertex_id
     to_vertex = _switch_distances(topology, forward=True)
     from_vertex = _switch_distances(topology, forward=False)
-    best = min((to_vertex[vid[link.src]] + link.latency + from_vertex[vid[link.dst]] for link in topology.links),
-               default=0.0)
+    best = min((_route_latency_through(to_vertex[vid[link.src]], link.latency, from_vertex[vid[link.dst]])
+                for link in topology.links), default=math.inf)
     return 0.0 if math.isinf(best) else best
 
 
