@@ -82,7 +82,10 @@ def pipeline_pieces(hops: int, channel_bytes: float | None, us_per_byte: float, 
         return 1
     if latency_us <= 0:
         return cap
-    best = math.sqrt((hops - 1) * channel_bytes * us_per_byte / latency_us)
+    ratio = (hops - 1) * channel_bytes * us_per_byte / latency_us
+    if not ratio < cap * cap:  # the optimum is at or past the cap (also when a tiny latency overflows to inf)
+        return cap
+    best = math.sqrt(ratio)
     candidates = {max(1, min(cap, math.floor(best))), max(1, min(cap, math.ceil(best)))}
 
     def cost(p: int) -> float:
