@@ -11,6 +11,7 @@ import click
 from rich.live import Live
 from rich.text import Text
 
+from taccl_py.bounds import Bound
 from taccl_py.cli.common import (
     collective_from,
     collective_option,
@@ -73,7 +74,7 @@ class _Progress:
 
 
 def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisResult,
-                     root: int) -> tuple[str | None, float | None, float | None]:
+                     root: int) -> tuple[str | None, float | None, Bound]:
     """(NCCL-default algorithm name, its time, the lower bound)."""
     from taccl_py.bounds import lower_bound
 
@@ -88,8 +89,7 @@ def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result
             ring_time = simulate(topology, baseline(topology, kind, name, root=root), size).time_us
         else:
             name = None
-    bound = lower_bound(topology, kind, size, root=root).bound_us
-    return name, ring_time, bound
+    return name, ring_time, lower_bound(topology, kind, size, root=root)
 
 
 def _resolve_topology(spec: str, sketch_nodes: int | None) -> Topology:
@@ -129,8 +129,8 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
         "busbw_GBps": result.sim.busbw_GBps,
         "ring_time_us": ring_time,
         "ring_algorithm": ring_name,
-        "bound_us": bound,
-        "efficiency": (bound / time_us) if bound is not None and time_us else None,
+        "bound_us": bound.bound_us,
+        "efficiency": bound.efficiency(time_us),
         "speedup_vs_ring": (ring_time / time_us) if ring_time and time_us else None,
         "synthesis_s": round(result.synthesis_s, 3),
         "xml": xml,
