@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from taccl_py.collectives import Collective
-from taccl_py.fluid import FluidNetwork
+from taccl_py.fluid import FluidNetwork, RouteGroup
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Topology
 
@@ -256,14 +256,13 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
         latency[i] = lat + overhead
         num_bytes[i] = len(t.chunks) * chunk_bytes
     net = FluidNetwork([link.bandwidth * 1e3 for link in topology.links])
-    net_add = net.add
+    net_add, net_remove = net.add, net.remove
     start_cause = [-1] * n
     commit_cause = [-1] * n
     snapshot: list[tuple[int, ...] | None] = [None] * n
-    version = [0] * n
-    heap: list[tuple[float, int, int, int, int]] = []
-    heappush, heappop = heapq.heappush, heapq.heappop
-    counter = itertools.count()
+    heap: list[tuple[float, int, int, int, RouteGroup | None]] = []
+    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
+    counter = itertools.count(1)  # event numbers; group tickets use 0 for none
     copy = Op.COPY
     error: str | None = None
     committed = 0
@@ -291,7 +290,7 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
         start_at[i] = now
         lat = latency[i]
         if lat > 0:
-            heappush(heap, (now + lat, next(counter), _ACTIVATE, i, 0))
+            heappush(heap, (now + lat, next(counter), _ACTIVATE, i, None))
         else:
             net_add(i, t.route, num_bytes[i], now)
         return True
@@ -303,7 +302,7 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
         start_cause[i] = cause
         nb = transfers[i].not_before_us
         if nb is not None and nb > now:
-            heappush(heap, (nb, next(counter), _START, i, 0))
+            heappush(heap, (nb, next(counter), _START, i, None))
             return True
         return begin(i, now)
 
@@ -366,26 +365,43 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
         if start_pending[i] == 0:
             nb = transfers[i].not_before_us
             if nb is not None and nb > 0:
-                heappush(heap, (nb, next(counter), _START, i, 0))
+                heappush(heap, (nb, next(counter), _START, i, None))
             elif not begin(i, 0.0):
                 ok = False
                 break
 
     now = 0.0
-    rate, remaining = net.rate, net.remaining
+    reshare_groups = net.reshare_groups
     while ok:
-        for f in net.reshare(now):
-            version[f] += 1
-            r = rate[f]
-            heappush(heap, (now + remaining[f] / r if r > 0 else math.inf, next(counter), _FLOW_DONE, f, version[f]))
-        while heap and heap[0][2] == _FLOW_DONE and heap[0][4] != version[heap[0][3]]:
-            heappop(heap)  # a finish time superseded by a rate change
+        # One finish event per route group, for its member that finishes first; the group's ``ticket`` names the
+        # live one (negative: queued no later than the finish, which a rate change has since delayed; the event
+        # moves to the actual finish when it comes up), other events of the group are void.
+        for moved in reshare_groups(now):
+            time, f = moved.next_finish()
+            if not moved.ticket or time < moved.due:
+                c = next(counter)
+                moved.due, moved.ticket = time, c
+                heappush(heap, (time, c, _FLOW_DONE, f, moved))
+            elif moved.ticket > 0:
+                moved.ticket = -moved.ticket
+        while heap and heap[0][2] == _FLOW_DONE:
+            time, c, _, _, g = heap[0]
+            assert g is not None
+            if g.ticket == c:
+                break
+            if g.ticket != -c:
+                heappop(heap)  # void
+                continue
+            actual, f = g.next_finish()
+            c = next(counter)
+            g.due, g.ticket = actual, c
+            heapreplace(heap, (actual, c, _FLOW_DONE, f, g))
         if not heap:
             break
         now = heap[0][0]
         horizon = now + 1e-9 * max(1.0, abs(now))
         while heap and heap[0][0] <= horizon:
-            time, _, kind, i, ver = heappop(heap)
+            time, c, kind, i, g = heappop(heap)
             if kind == _ACTIVATE:
                 if num_bytes[i] > 0:
                     net_add(i, transfers[i].route, num_bytes[i], now)
@@ -393,11 +409,27 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
                     ok = False
                     break
             elif kind == _FLOW_DONE:
-                if ver == version[i]:  # not superseded by a later rate change
-                    net.remove(i, now)
-                    if not arrive(i, now):
-                        ok = False
-                        break
+                assert g is not None
+                if g.ticket != c:
+                    if g.ticket != -c:
+                        continue  # void
+                    time, i = g.next_finish()
+                    if time > horizon:  # delayed: re-queue at the actual finish
+                        c = next(counter)
+                        g.due, g.ticket = time, c
+                        heappush(heap, (time, c, _FLOW_DONE, i, g))
+                        continue
+                net_remove(i, now)
+                if g.size:  # queue the group's next member (it may finish in this same batch)
+                    time, f = g.next_finish()
+                    c = next(counter)
+                    g.due, g.ticket = time, c
+                    heappush(heap, (time, c, _FLOW_DONE, f, g))
+                else:
+                    g.ticket = 0
+                if not arrive(i, now):
+                    ok = False
+                    break
             elif not begin(i, time):  # _START after not_before_us
                 ok = False
                 break

@@ -1,0 +1,157 @@
+"""FluidNetwork (max-min sharing by route groups, selective re-solve) against a from-scratch max-min computation.
+
+The reference below knows nothing of groups, components or frozen rates: it
+runs progressive filling over individual flows in exact rational arithmetic on
+the whole network. Random scenarios put many flows on identical routes (and on
+the same links listed in another order), with capacities drawn from a few small
+integers so ties are common, and interleave adds, removes, time passing and
+re-solves.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from taccl_py.fluid import FluidNetwork
+
+Route = tuple[int, ...]
+
+
+def max_min(capacity: list[int], routes: dict[int, Route]) -> dict[int, Fraction]:
+    """Max-min fair rates: saturate the link with the smallest fair share, fix its flows, repeat."""
+    left = [Fraction(c) for c in capacity]
+    unfixed = dict(routes)
+    rate: dict[int, Fraction] = {}
+    while unfixed:
+        share: dict[int, Fraction] = {}
+        for link in range(len(capacity)):
+            users = sum(1 for route in unfixed.values() if link in route)
+            if users:
+                share[link] = left[link] / users
+        bottleneck = min(share, key=lambda link: share[link])
+        level = share[bottleneck]
+        for flow in [f for f, route in unfixed.items() if bottleneck in route]:
+            rate[flow] = level
+            for link in unfixed.pop(flow):
+                left[link] -= level
+    return rate
+
+
+# ------------------------------------------------------------------ hand-checked cases
+def test_flows_on_one_route_split_the_link() -> None:
+    net = FluidNetwork([12.0, 30.0])
+    for f in range(3):
+        net.add(f, (0, 1), 100.0, 0.0)
+    assert sorted(net.reshare(0.0)) == [0, 1, 2]
+    assert [net.rate[f] for f in range(3)] == [4.0, 4.0, 4.0]
+    net.remove(1, 5.0)
+    assert sorted(net.reshare(5.0)) == [0, 2]
+    assert net.rate[0] == net.rate[2] == 6.0
+    assert net.remaining[0] == pytest.approx(100.0 - 4.0 * 5.0)
+
+
+def test_a_flow_replaced_on_its_route_keeps_the_others_rates() -> None:
+    net = FluidNetwork([6.0, 10.0, 4.0])
+    net.add(0, (0, 1), 50.0, 0.0)
+    net.add(1, (0, 1), 50.0, 0.0)
+    net.add(2, (1, 2), 50.0, 0.0)
+    net.reshare(0.0)
+    before = {f: net.rate[f] for f in range(3)}
+    assert before == {0: 3.0, 1: 3.0, 2: 4.0}
+    net.remove(0, 2.0)
+    net.add(3, (0, 1), 20.0, 2.0)
+    groups = net.reshare_groups(2.0)
+    assert [g.route for g in groups] == [(0, 1)]  # nothing re-solved; the group's next finish moved
+    assert net.rate[3] == 3.0 and net.rate[2] == 4.0
+    assert groups[0].next_finish() == (pytest.approx(2.0 + 20.0 / 3.0), 3)
+
+
+def test_link_accounting() -> None:
+    net = FluidNetwork([10.0, 10.0])
+    net.add(0, (0,), 30.0, 1.0)
+    net.add(1, (0, 1), 20.0, 2.0)
+    net.reshare(2.0)
+    net.remove(1, 6.0)
+    net.reshare(6.0)
+    net.finish_busy(8.0)
+    assert net.bytes_carried == [50.0, 20.0]
+    assert net.busy_us == [7.0, 4.0]
+
+
+# ------------------------------------------------------------------ random scenarios
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[list[int], list[tuple[float, list[tuple[Route, int, bool]], list[int]]]]:
+    num_links = draw(st.integers(1, 6))
+    capacity = draw(st.lists(st.integers(1, 4), min_size=num_links, max_size=num_links))
+    paths = st.lists(st.integers(0, num_links - 1), min_size=1, max_size=4, unique=True).map(tuple)
+    pool = draw(st.lists(paths, min_size=1, max_size=5))
+    routes = st.sampled_from(pool)
+    step = st.tuples(st.sampled_from([0.0, 0.0, 0.25, 1.0, 3.5]),
+                     st.lists(st.tuples(routes, st.integers(0, 1000), st.booleans()), max_size=6),
+                     st.lists(st.integers(0, 50), max_size=4))
+    return capacity, draw(st.lists(step, min_size=1, max_size=30))
+
+
+@settings(max_examples=400)
+@given(scenario=scenarios(), by_group=st.booleans())
+def test_rates_match_a_from_scratch_max_min(
+        scenario: tuple[list[int], list[tuple[float, list[tuple[Route, int, bool]], list[int]]]], by_group: bool) -> None:
+    capacity, steps = scenario
+    net = FluidNetwork([float(c) for c in capacity])
+    active: dict[int, Route] = {}
+    left: dict[int, float] = {}  # bytes each flow has left, integrated here from the reference rates
+    rate: dict[int, Fraction] = {}
+    now = 0.0
+    next_flow = 0
+    gone: list[int] = []  # removed flows, whose numbers may come back
+    for dt, adds, removes in steps:
+        for f in active:
+            left[f] -= float(rate.get(f, 0)) * dt
+        now += dt
+        for pick in removes:
+            if active:
+                f = sorted(active)[pick % len(active)]
+                net.remove(f, now)
+                del active[f], left[f]
+                rate.pop(f, None)
+                gone.append(f)
+        for route, num_bytes, reuse in adds:
+            if reuse and gone:
+                f = gone.pop()
+            else:
+                f, next_flow = next_flow, next_flow + 1
+            net.add(f, route, float(num_bytes), now)
+            active[f], left[f] = route, float(num_bytes)
+        if by_group:
+            groups = net.reshare_groups(now)
+            reported = {f for g in groups for f in g.members}
+        else:
+            reported = set(net.reshare(now))
+        expected = max_min(capacity, active)
+        for f, route in active.items():
+            r = expected[f]
+            assert net.rate[f] == pytest.approx(float(r), rel=1e-9), (f, route)
+            if f not in rate or abs(r - rate[f]) > 1e-9 * rate[f]:
+                assert f in reported, f"flow {f} changed rate but was not reported"
+            assert net.group_of[f].remaining(f, now) == pytest.approx(left[f], rel=1e-9, abs=1e-6)
+            if f in reported and not by_group:
+                assert net.remaining[f] == pytest.approx(left[f], rel=1e-9, abs=1e-6)
+        rate = expected
+        for group in {id(g): g for g in net.group_of.values()}.values():
+            when, first = group.next_finish()
+            soonest = min(now + left[f] / float(rate[f]) for f in group.members)
+            assert first in group.members
+            assert when == pytest.approx(soonest, rel=1e-9, abs=1e-9)
+            assert now + left[first] / float(rate[first]) == pytest.approx(soonest, rel=1e-9, abs=1e-9)
+
+
+def test_reference_on_a_textbook_case() -> None:
+    # links 0 (cap 1) and 1 (cap 2): flow a on 0, b on 0 and 1, c on 1 -> a = b = 1/2, c = 3/2
+    assert max_min([1, 2], {0: (0,), 1: (0, 1), 2: (1,)}) == {0: Fraction(1, 2), 1: Fraction(1, 2),
+                                                            2: Fraction(3, 2)}
+    assert math.isclose(float(max_min([3], {0: (0,), 1: (0,), 2: (0,)})[1]), 1.0)
