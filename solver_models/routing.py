@@ -30,6 +30,7 @@ from solver_models._backend import IntegerProgram, SolverConfig, SolveStats, sol
 from solver_models.arborescence import min_arborescence
 from solver_models.logical import LogicalGraph
 from solver_models.symmetry import Symmetry
+from taccl_py.errors import SolverTimeout
 from taccl_py.topology import Topology
 
 __all__ = ["Assignment", "Column", "ColumnPool", "LinkModel", "RoutingPlan", "assign_pieces", "path_columns", "tree_columns"]
@@ -395,7 +396,10 @@ def _integer_master(pool: ColumnPool, pieces: int, piece_bytes: float, config: S
             program.add(terms, "=", float(pieces), f"cover_{c[0]}_{c[1]}_{owner}")
     for key, terms in sorted(link_terms.items()):
         program.add([*terms, (z, -1.0)], "<=", 0.0, f"capacity_{key}")
-    values, stats = solve_integer_program(program, config, "routing integer master")
+    try:
+        values, stats = solve_integer_program(program, config, "routing integer master")
+    except SolverTimeout as exc:
+        values, stats = _rounded_master(program, link_terms, z, lat, exc)
     stats.note = (f"{'per-GPU' if per_gpu else 'per-representative'} piece split; " + stats.note).strip("; ")
     result: dict[Commodity, tuple[Assignment, ...]] = {}
     for c, cols in columns.items():
@@ -405,6 +409,27 @@ def _integer_master(pool: ColumnPool, pieces: int, piece_bytes: float, config: S
             result[(gpu, dst)] = tuple(Assignment(col, g, round(values[counts[(c, k, owner)]]))
                                        for k, col in enumerate(cols) if round(values[counts[(c, k, owner)]]) > 0)
     return result, stats
+
+
+def _rounded_master(program: IntegerProgram, link_terms: dict[int, list[tuple[int, float]]], z: int, lat: int,
+                    timeout: SolverTimeout) -> tuple[list[float], SolveStats]:
+    """The LP optimum rounded by largest remainders (the master's hint, always feasible).
+
+    Used when the solver finds no integer solution within its time limit: the
+    result is then as good as the rounding, never a failure.
+    """
+    values = [0.0] * len(program.names)
+    for var, value in program.hint.items():
+        values[var] = value
+    values[z] = max((sum(coef * values[var] for var, coef in terms) for terms in link_terms.values()), default=0.0)
+    values[lat] = 0.0
+    for terms, _, _, name in program.rows:
+        if name.startswith("latency_"):  # lat - used * path_time >= 0
+            values[lat] = max(values[lat], -sum(coef * values[var] for var, coef in terms if var != lat))
+    stats = SolveStats(stage="routing integer master", solver="largest-remainder rounding", status="time limit",
+                       objective=values[z] + values[lat], variables=len(program.names),
+                       constraints=len(program.rows), note=f"{timeout}; LP optimum rounded instead")
+    return values, stats
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from solver_models.ordering import Task, arrival_order, list_order, pipeline_ord
 from solver_models.routing import assign_pieces, path_columns, tree_columns
 from solver_models.scheduling import schedule_tasks
 from solver_models.symmetry import find_symmetry, offset_permutation, trivial_symmetry
-from taccl_py.errors import Infeasible
+from taccl_py.errors import Infeasible, SolverTimeout
 from taccl_py.library import resolve_topology
 from taccl_py.sketch import Sketch, derive_sketch
 from taccl_py.topology import Link, Switch, Topology, check_topology
@@ -139,6 +139,30 @@ def test_integer_master_covers_every_piece(solver: str) -> None:
     assert all(sum(a.count for a in choice) == 4 for choice in plan.assignment.values())
     stats = plan.stats[1]
     assert stats.objective is not None and stats.objective >= 1.5 * 4e6 / 10e3 - 1e-6
+
+
+def test_integer_master_without_a_solution_in_time_falls_back_to_rounding(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import solver_models.routing as routing
+
+    topo = resolve_topology("dgx1")
+    graph = build_logical_graph(topo, derive_sketch())
+    pool = tree_columns(topo, graph, find_symmetry(topo))
+    solved = assign_pieces(pool, 6, 1e6, SolverConfig(time_limit_s=10))
+
+    def no_solution(*_: object, **__: object) -> None:
+        raise SolverTimeout("routing integer master: CP-SAT found no solution within 0 s")
+
+    monkeypatch.setattr(routing, "solve_integer_program", no_solution)
+    plan = assign_pieces(pool, 6, 1e6, SolverConfig(time_limit_s=10))
+    assert set(plan.assignment) == {(g, -1) for g in range(8)}
+    assert all(sum(a.count for a in choice) == 6 for choice in plan.assignment.values())
+    stats = plan.stats[1]
+    assert stats.status == "time limit" and "rounded" in stats.note
+    # the rounding is feasible, so never better than the optimum, and its makespan is computed, not made up
+    assert solved.stats[1].objective is not None and stats.objective is not None
+    assert stats.objective >= solved.stats[1].objective - 1e-6
+    assert stats.objective <= 2 * solved.stats[1].objective
 
 
 def test_paths_for_alltoall_on_a_line() -> None:
