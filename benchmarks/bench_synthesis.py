@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from bench_simulator import cpu_model  # same directory: run as a script
 
 from solver_models._backend import SolverConfig
 from solver_models.logical import build_logical_graph
@@ -128,15 +131,15 @@ def _fmt_row(r: dict[str, object]) -> str:
     ring = r["ring_time_us"]
     speedup = f"{ring / r['time_us']:.2f}x" if isinstance(ring, float) else "-"  # type: ignore[operator]
     return (f"| {r['topology']} ({r['gpus']}) | {r['collective']} | {format_bytes(int(r['size']))} "  # type: ignore[arg-type]
-            f"| {r['algbw_GBps']:.2f} | {r['bound_algbw_GBps']:.2f} | {100 * r['efficiency']:.1f}% "  # type: ignore[operator]
+            f"| {r['algbw_GBps']:.2f} | {r['bound_algbw_GBps']:.2f} | {100 * r['efficiency']:.2f}% "  # type: ignore[operator]
             f"| {speedup} | {r['synthesis_s']:.1f} | {r['goal']} | {'met' if r['met'] else '**not met**'} "
             f"| {r['reference']} |")
 
 
 def render(rows: list[dict[str, object]], solvers: list[dict[str, object]], command: str) -> str:
     lines = ["## Synthesizer", "",
-             f"Measured on {platform.node() or 'this machine'} ({platform.processor() or platform.machine()}, "
-             f"Python {platform.python_version()}), {time.strftime('%Y-%m-%d')}, with:", "",
+             f"Measured on {cpu_model()} ({os.cpu_count()} CPUs), Python {platform.python_version()}, "
+             f"{time.strftime('%Y-%m-%d')}, with:", "",
              f"    {command}", "",
              "Sizes are binary (1GB = 2^30 bytes); algbw = size / time (GB/s of 1e9 bytes); efficiency = bound / "
              "time; speedup is against the NCCL-style ring baseline on the same topology; synthesis seconds "

@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import only_json, run
 
-from taccl_py.cli.main import cli, main
+from taccl_py.cli.main import cli
 from taccl_py.library import resolve_topology
 from taccl_py.msccl import load_program, simulate_program, verify_program
 
 VECTORS = Path(__file__).parent / "vectors" / "msccl"
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as done:
-        main(args)
-    out, err = capsys.readouterr()
-    code = done.value.code
-    return (code if isinstance(code, int) else 0), out, err
-
-
-def only_json(out: str) -> dict[str, Any]:
-    lines = [line for line in out.splitlines() if line.strip()]
-    assert len(lines) == 1, out
-    data = json.loads(lines[0])
-    assert isinstance(data, dict)
-    return data
 
 
 def test_verify_valid_file(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run
 
-from taccl_py.cli.main import cli, main
+from taccl_py.cli.main import cli
 from taccl_py.topology_io import load_topology
 
 DATA = Path(__file__).parent / "data" / "profiler"
@@ -21,15 +22,6 @@ def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     from taccl_py.cli import common
 
     monkeypatch.setattr(common.out_console, "_width", 200)
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run ``taccl ARGS`` in-process; return (exit status, stdout, stderr)."""
-    with pytest.raises(SystemExit) as info:
-        main(args)
-    out, err = capsys.readouterr()
-    code = info.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def test_fit_sendrecv_log_writes_a_valid_ring_topology(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run
 
 from taccl_py.profiler.measurements import read_measurements_csv
 from taccl_py.topology_io import load_topology
@@ -28,17 +29,6 @@ if not HAVE_TORCH:
         pytest.fail("TACCL_REQUIRE_TORCH=1 but torch is not installed", pytrace=False)
     pytest.skip("torch is not installed (pip install 'taccl_py[profile]'); live profiler tests skipped",
                 allow_module_level=True)
-
-from taccl_py.cli.main import main  # noqa: E402
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run ``taccl ARGS`` in-process; return (exit status, stdout, stderr)."""
-    with pytest.raises(SystemExit) as info:
-        main(args)
-    out, err = capsys.readouterr()
-    code = info.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def test_gloo_two_processes_write_csv_and_a_valid_topology(tmp_path: Path,

@@ -6,20 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_runner import run
 
 from taccl_py.baselines import baseline
-from taccl_py.cli.main import main
 from taccl_py.library import resolve_topology
 from taccl_py.schedule import load_schedule, save_schedule
 from taccl_py.simulator import simulate
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as done:
-        main(args)
-    out, err = capsys.readouterr()
-    code = done.value.code
-    return (code if isinstance(code, int) else 0), out, err
 
 
 def test_saved_schedule_round_trips_and_times_like_the_original(tmp_path: Path,

@@ -14,34 +14,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from cli_runner import only_json, run
 
-from taccl_py.cli.main import main
 from taccl_py.library import resolve_topology
 
 GOLDEN_BW = 50 * 2**30 / 1e9  # ring8: ASTRA-sim's 50 GiB/s per link, in GB/s
 GOLDEN_ALPHA = 0.5
 CONTRACT = ("correct", "time_us", "algbw_GBps", "busbw_GBps", "bound_us", "efficiency")
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run ``taccl ARGS`` in-process: (exit status, stdout, stderr)."""
-    with pytest.raises(SystemExit) as done:
-        main(args)
-    out, err = capsys.readouterr()
-    code = done.value.code
-    return (code if isinstance(code, int) else 0), out, err
-
-
-def only_json(out: str) -> dict[str, Any]:
-    """stdout holds exactly one JSON object."""
-    lines = [line for line in out.splitlines() if line.strip()]
-    assert len(lines) == 1, out
-    data = json.loads(lines[0])
-    assert isinstance(data, dict)
-    return data
 
 
 def table(out: str) -> tuple[list[str], list[list[str]]]:
