@@ -172,6 +172,7 @@ def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
     solver.parameters.max_time_in_seconds = config.time_limit_s
     solver.parameters.num_workers = max(1, config.threads)
     solver.parameters.random_seed = config.seed
+    solver.parameters.interleave_search = True  # workers interleaved deterministically: same answer every run
     status = solver.solve(model)
     name = solver.status_name(status)
     if status == cp_model.INFEASIBLE:
