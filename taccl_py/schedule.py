@@ -23,7 +23,9 @@ The tuple order is the *program order*; a transfer's id is its index. Semantics
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from taccl_py.collectives import Collective, parse_collective
-from taccl_py.errors import ScheduleError, TopologyError
+from taccl_py.errors import InputError, ScheduleError, TopologyError
 from taccl_py.topology import Route, Topology
 
 __all__ = ["Op", "Schedule", "Transfer", "load_schedule", "save_schedule", "schedule_from_dict",
@@ -163,8 +165,12 @@ def schedule_from_dict(data: Any, topology: Topology, *, where: str = "<schedule
     if not isinstance(col, dict):
         raise fail("collective", "must be an object with kind, ranks, chunk_factor")
     try:
-        collective = Collective(parse_collective(str(col.get("kind")), where=where),
-                                int(col.get("ranks", 0)), int(col.get("chunk_factor", 1)), int(col.get("root", 0)))
+        kind = parse_collective(str(col.get("kind")))
+    except InputError as exc:
+        raise fail("collective.kind", exc.detail) from None
+    try:
+        collective = Collective(kind, _int(col.get("ranks", 0)), _int(col.get("chunk_factor", 1)),
+                                _int(col.get("root", 0)))
     except (TypeError, ValueError) as exc:
         raise fail("collective", str(exc)) from None
     raw = data.get("transfers")
@@ -185,7 +191,7 @@ def schedule_from_dict(data: Any, topology: Topology, *, where: str = "<schedule
                 chunks=tuple(_int(c) for c in entry["chunks"]), route=route,
                 op=Op(entry.get("op", "copy")), channel=_int(entry.get("channel", 0)),
                 after=tuple(_int(a) for a in entry.get("after", [])),
-                not_before_us=(None if entry.get("not_before_us") is None else float(entry["not_before_us"])),
+                not_before_us=_start_time(entry.get("not_before_us")),
             ))
         except KeyError as exc:
             raise fail(f"{f}.{exc.args[0]}", "is missing") from None
@@ -198,8 +204,19 @@ def schedule_from_dict(data: Any, topology: Topology, *, where: str = "<schedule
                         topology=str(data.get("topology", "")), notes=notes if isinstance(notes, dict) else {})
     problem = schedule.structural_error(topology)
     if problem:
+        numbered = re.match(r"transfer (\d+): (.*)", problem)
+        if numbered:
+            raise fail(f"transfers[{numbered.group(1)}]", numbered.group(2))
         raise fail("transfers", problem)
     return schedule
+
+
+def _start_time(x: Any) -> float | None:
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
+        raise ValueError(f"not_before_us must be a finite number >= 0, got {x!r}")
+    return float(x)
 
 
 def _int(x: Any) -> int:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_runner import run
@@ -60,3 +62,24 @@ def test_incorrect_schedule_file_exits_1(tmp_path: Path, capsys: pytest.CaptureF
     assert code == 1
     data = json.loads(out)
     assert data["correct"] is False and data["time_us"] is None and data["error"]
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["transfers"][3].__setitem__("not_before_us", float("nan")),
+     "transfers[3] has a malformed field: not_before_us must be a finite number >= 0, got nan"),
+    (lambda d: d["transfers"][3].__setitem__("not_before_us", -1.0),
+     "transfers[3] has a malformed field: not_before_us must be a finite number >= 0, got -1.0"),
+    (lambda d: d["collective"].__setitem__("kind", "bogus"), "collective.kind unknown collective 'bogus'"),
+    (lambda d: d["transfers"][2].__setitem__("chunks", [999]), "transfers[2] chunk 999 out of range 0..7"),
+])
+def test_bad_schedule_fields_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       edit: Callable[[dict[str, Any]], None], message: str) -> None:
+    topo = resolve_topology("ndv2")
+    path = tmp_path / "ag.json"
+    save_schedule(baseline(topo, "allgather", "ring", channels=1), topo, path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    code, _, err = run(["simulate", "--topology", "ndv2", "--size", "1MB", "-a", str(path)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"taccl: error: {path}: {message}"), err
