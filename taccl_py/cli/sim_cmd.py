@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import click
@@ -107,39 +108,32 @@ def _report_errors(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 
 # ------------------------------------------------------------------- simulate
-def _simulate_xml(path: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
-                  options: SimOptions) -> tuple[CollectiveKind, list[tuple[int, SimResult]]]:
-    from taccl_py.msccl import load_program, simulate_program
-
-    program = load_program(path)
-    program_kind = program.kind
-    if program_kind is None:
-        raise InputError(f"coll={program.coll!r} is not a collective taccl can time", where=path)
-    if kind is not None and kind is not program_kind:
-        raise InputError(f"the program is for {program_kind.value}, not {kind.value}", where="--collective")
-    results = []
-    with _progress(len(sizes), "simulating") as step:
-        for size in sizes:
-            results.append((size, simulate_program(program, topology, size, options)))
-            step()
-    return program_kind, results
-
-
-def _simulate_json(path: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
+def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
                    options: SimOptions) -> tuple[CollectiveKind, list[tuple[int, SimResult]]]:
-    """A schedule in taccl_py's JSON form (``synthesize --schedule-out``), timed at every size."""
-    from taccl_py.schedule import load_schedule
+    """An MSCCL XML program, or a schedule in taccl_py's JSON form (``synthesize --schedule-out``), at every size."""
+    time_at: Callable[[int], SimResult]
+    if _is_json(path):
+        from taccl_py.schedule import load_schedule
 
-    schedule = load_schedule(path, topology)
-    schedule_kind = schedule.collective.kind
-    if kind is not None and kind is not schedule_kind:
-        raise InputError(f"the schedule is for {schedule_kind.value}, not {kind.value}", where="--collective")
+        schedule = load_schedule(path, topology)
+        file_kind, what = schedule.collective.kind, "schedule"
+        time_at = partial(simulate, topology, schedule, options=options)
+    else:
+        from taccl_py.msccl import load_program, simulate_program
+
+        program = load_program(path)
+        if program.kind is None:
+            raise InputError(f"coll={program.coll!r} is not a collective taccl can time", where=path)
+        file_kind, what = program.kind, "program"
+        time_at = partial(simulate_program, program, topology, options=options)
+    if kind is not None and kind is not file_kind:
+        raise InputError(f"the {what} is for {file_kind.value}, not {kind.value}", where="--collective")
     results = []
     with _progress(len(sizes), "simulating") as step:
         for size in sizes:
-            results.append((size, simulate(topology, schedule, size, options)))
+            results.append((size, time_at(size)))
             step()
-    return schedule_kind, results
+    return file_kind, results
 
 
 @click.command("simulate")
@@ -165,10 +159,7 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
     if _is_json(algorithm) or _is_xml(algorithm):
         if channels is not None:
             raise InputError("applies to baselines only, not to a file", where="--channels")
-        if _is_json(algorithm):
-            kind, results = _simulate_json(algorithm, topology, kind, sizes, options)
-        else:
-            kind, results = _simulate_xml(algorithm, topology, kind, sizes, options)
+        kind, results = _simulate_file(algorithm, topology, kind, sizes, options)
     else:
         if kind is None:
             raise InputError("is required unless --algorithm is an XML or JSON file", where="--collective")
