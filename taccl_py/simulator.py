@@ -261,8 +261,14 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
     commit_cause = [-1] * n
     snapshot: list[tuple[int, ...] | None] = [None] * n
     heap: list[tuple[float, int, int, int, RouteGroup | None]] = []
-    heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
+    heappush, heappop = heapq.heappush, heapq.heappop
     counter = itertools.count(1)  # event numbers; group tickets use 0 for none
+
+    def queue_finish(g: RouteGroup, time: float, flow: int) -> None:
+        """Queue the group's one live finish event: ``flow`` finishing at ``time``."""
+        c = next(counter)
+        g.due, g.ticket = time, c
+        heappush(heap, (time, c, _FLOW_DONE, flow, g))
     copy = Op.COPY
     error: str | None = None
     committed = 0
@@ -379,9 +385,7 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
         for moved in reshare_groups(now):
             time, f = moved.next_finish()
             if not moved.ticket or time < moved.due:
-                c = next(counter)
-                moved.due, moved.ticket = time, c
-                heappush(heap, (time, c, _FLOW_DONE, f, moved))
+                queue_finish(moved, time, f)
             elif moved.ticket > 0:
                 moved.ticket = -moved.ticket
         while heap and heap[0][2] == _FLOW_DONE:
@@ -389,13 +393,9 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
             assert g is not None
             if g.ticket == c:
                 break
-            if g.ticket != -c:
-                heappop(heap)  # void
-                continue
-            actual, f = g.next_finish()
-            c = next(counter)
-            g.due, g.ticket = actual, c
-            heapreplace(heap, (actual, c, _FLOW_DONE, f, g))
+            heappop(heap)
+            if g.ticket == -c:  # delayed: move it to the actual finish (otherwise void)
+                queue_finish(g, *g.next_finish())
         if not heap:
             break
         now = heap[0][0]
@@ -415,16 +415,11 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
                         continue  # void
                     time, i = g.next_finish()
                     if time > horizon:  # delayed: re-queue at the actual finish
-                        c = next(counter)
-                        g.due, g.ticket = time, c
-                        heappush(heap, (time, c, _FLOW_DONE, i, g))
+                        queue_finish(g, time, i)
                         continue
                 net_remove(i, now)
                 if g.size:  # queue the group's next member (it may finish in this same batch)
-                    time, f = g.next_finish()
-                    c = next(counter)
-                    g.due, g.ticket = time, c
-                    heappush(heap, (time, c, _FLOW_DONE, f, g))
+                    queue_finish(g, *g.next_finish())
                 else:
                     g.ticket = 0
                 if not arrive(i, now):
