@@ -2,8 +2,9 @@
 
 The fixture was written with the simulator as it was before its event kernel was rewritten, so this test
 is what keeps every refactoring of the simulator, the fluid network and the XML timing exact (times to
-1e-9 relative, verdicts and messages identical). Small topologies run always; the large ones are marked
-slow (they still run in ``make test``).
+1e-9 relative, verdicts and messages identical; the XML timing's critical path may name another chain of
+the same length, see ``_check``). Small topologies run always; the large ones are marked slow (they still
+run in ``make test``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ GROUPS = _groups()
 
 def _check(case: Case, want: dict[str, Any]) -> list[str]:
     got = case.run()
+    if case.section == "programs" and "path" in want:
+        # The XML timing's critical path: when several sends finish in one batch, the order they complete in
+        # (so which one a waiting transmission names as its cause) changed with the kernel (one finish event per
+        # flow group, no longer per flow); the times are the same and so is the path's length.
+        want, got = {**want, "path": want["path"][0]}, {**got, "path": got["path"][0]}
     changed = produced_differently(want, got)
     if changed is None:
         return differences(want, got)
