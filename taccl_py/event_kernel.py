@@ -87,6 +87,8 @@ class EventKernel:
     ``num_bytes``. ``now`` is the time of the batch being handled.
     """
 
+    __slots__ = ("_queue", "_seq", "latency_us", "net", "now", "num_bytes", "resources")
+
     def __init__(self, capacities: Sequence[float], resources: Sequence[tuple[int, ...]],
                  latency_us: Sequence[float], num_bytes: Sequence[float]) -> None:
         self.net = FluidNetwork(capacities)
@@ -139,7 +141,7 @@ class EventKernel:
         queue, seqs = self._queue, self._seq
         heappop, heappush = heapq.heappop, heapq.heappush
         net = self.net
-        net_add, net_remove, reshare_groups = net.add, net.remove, net.reshare_groups
+        net_add, net_remove, reshare = net.add, net.remove, net.reshare
         resources, num_bytes = self.resources, self.num_bytes
         arrive, wake = self.arrive, self.wake
         finish_event, enter_event = Event.FINISH, Event.ENTER  # locals: the loop is the hot path
@@ -153,8 +155,7 @@ class EventKernel:
 
         now = self.now
         while True:
-            for moved in reshare_groups(now):  # where rates changed, the first finish may have moved
-                time, flow = moved.next_finish()
+            for moved, time, flow in reshare(now):  # where rates changed, the first finish may have moved
                 if moved.finish is no_event or time < moved.due:
                     queue_finish(moved, time, flow)
                 elif moved.finish is queued:
@@ -166,7 +167,8 @@ class EventKernel:
                     break
                 heappop(queue)
                 if group.event == seq:  # late: move it to the actual finish
-                    queue_finish(group, *group.next_finish())
+                    time, flow = group.next_finish()
+                    queue_finish(group, time, flow)
             if not queue:
                 break
             now = self.now = queue[0][0]
@@ -184,7 +186,8 @@ class EventKernel:
                             continue
                     net_remove(i, now)
                     if group.size:  # queue the group's next member (it may finish in this same batch)
-                        queue_finish(group, *group.next_finish())
+                        time, flow = group.next_finish()
+                        queue_finish(group, time, flow)
                     else:
                         group.finish, group.event = no_event, 0
                     arrive(i, now)

@@ -23,7 +23,7 @@ A re-solve also leaves alone every group whose rate is below the level at
 which the first changed resource could saturate (see :meth:`FluidNetwork._solve`).
 
 :meth:`FluidNetwork.reshare_groups` returns the groups whose next finish may
-have moved; the event loop (:mod:`taccl_py.event_kernel`) keeps one finish
+have moved (:meth:`FluidNetwork.reshare`: with that finish); the event loop (:mod:`taccl_py.event_kernel`) keeps one finish
 event per group, whose state lives on the group (``finish``, ``event``, ``due``).
 """
 
@@ -59,6 +59,7 @@ class Finish(IntEnum):
 
 
 _NO_EVENT = Finish.NONE
+_heappop = heapq.heappop
 
 
 class FlowGroup:
@@ -92,7 +93,7 @@ class FlowGroup:
         order, members = self._order, self.members
         entry = order[0]
         while members.get(entry[2]) is not entry:
-            heapq.heappop(order)
+            _heappop(order)
             entry = order[0]
         rate = self.rate
         if rate > 0:
@@ -204,6 +205,24 @@ class FluidNetwork:
         if seeds:
             self._solve(seeds, now, touched, moved)
         return moved
+
+    def reshare(self, now: float) -> list[tuple[FlowGroup, float, int]]:
+        """:meth:`reshare_groups`, each group with its next finish: ``(group, time, flow)`` as ``next_finish`` gives.
+
+        What the event loop needs after every batch; the finish is computed here
+        rather than by a call per group because this is the simulator's hot path.
+        """
+        out = []
+        for group in self.reshare_groups(now):
+            order, members = group._order, group.members
+            entry = order[0]
+            while members.get(entry[2]) is not entry:  # skip departed members (as next_finish does)
+                _heappop(order)
+                entry = order[0]
+            rate = group.rate
+            out.append((group, group.updated_at + (entry[0] - group.drained) / rate if rate > 0 else math.inf,
+                        entry[2]))
+        return out
 
     def _solve_alone(self, group: FlowGroup, now: float) -> None:
         """The rate of a group that shares none of its resources: its smallest capacity split among its flows."""

@@ -118,11 +118,15 @@ def _dependencies(transfers: tuple[Transfer, ...], num_chunks: int) -> _Dependen
     for i, t in enumerate(transfers):
         chunks = t.chunks
         src_base, dst_base = t.src * num_chunks, t.dst * num_chunks
-        if len(chunks) == 1 and not t.after:
+        if len(chunks) == 1 and not t.after:  # the common case, with wait() written out (it is the hot path)
             key = src_base + chunks[0]
             w = last_writer.get(key)
             if w is not None:
-                wait(start_on_commit, w, i)
+                entry = start_on_commit[w]
+                if entry is None:
+                    start_on_commit[w] = [i]
+                else:
+                    entry.append(i)
                 start_pending[i] = 1
             prior = readers.get(key)
             if prior is None:
@@ -132,12 +136,20 @@ def _dependencies(transfers: tuple[Transfer, ...], num_chunks: int) -> _Dependen
             key = dst_base + chunks[0]
             w = last_writer.get(key)
             if w is not None:
-                wait(commit_on_commit, w, i)
+                entry = commit_on_commit[w]
+                if entry is None:
+                    commit_on_commit[w] = [i]
+                else:
+                    entry.append(i)
                 commit_pending[i] += 1
             prior = readers.pop(key, None)
             if prior:
                 for r in prior:
-                    wait(commit_on_arrive, r, i)
+                    entry = commit_on_arrive[r]
+                    if entry is None:
+                        commit_on_arrive[r] = [i]
+                    else:
+                        entry.append(i)
                 commit_pending[i] += len(prior)
             last_writer[key] = i
         else:
@@ -233,6 +245,11 @@ class _Run(EventKernel):
     schedule raises :class:`Fault` from the step that finds it.
     """
 
+    __slots__ = ("arrive_at", "collective", "commit_at", "commit_cause", "commit_on_arrive", "commit_on_commit",
+                 "commit_pending", "commits", "committed", "conn_next", "conn_prev", "num_chunks", "schedule",
+                 "size_bytes", "snapshot", "start_at", "start_cause", "start_on_commit", "start_pending", "state",
+                 "topology", "transfers")
+
     def __init__(self, topology: Topology, schedule: Schedule, size_bytes: float, options: SimOptions) -> None:
         self.topology = topology
         self.schedule = schedule
@@ -243,11 +260,10 @@ class _Run(EventKernel):
         num_chunks = self.num_chunks = collective.num_chunks
         self.state: dict[int, int] = {rank * num_chunks + chunk: mask for rank, chunk, mask in collective.initial()}
         """(rank * num_chunks + chunk) -> the contributions that rank holds for that chunk (a bitmask)."""
-        deps = self.deps = _dependencies(transfers, num_chunks)
+        deps = _dependencies(transfers, num_chunks)
         self.start_pending, self.commit_pending = deps.start_pending, deps.commit_pending
         self.start_on_commit, self.commit_on_commit = deps.start_on_commit, deps.commit_on_commit
-        self.commit_on_arrive, self.conn_next = deps.commit_on_arrive, deps.conn_next
-        self.not_before_us = [t.not_before_us for t in transfers]
+        self.commit_on_arrive, self.conn_next, self.conn_prev = deps.commit_on_arrive, deps.conn_next, deps.conn_prev
         chunk_bytes = collective.chunk_bytes(size_bytes)
         overhead = options.step_overhead_us
         route_latency: dict[tuple[int, ...], float] = {}
@@ -278,7 +294,7 @@ class _Run(EventKernel):
         """Transfers that wait for nothing start at time 0 (or when their ``not_before_us`` comes)."""
         for i, pending in enumerate(self.start_pending):
             if pending == 0:
-                not_before = self.not_before_us[i]
+                not_before = self.transfers[i].not_before_us
                 if not_before is not None and not_before > 0:
                     self.wake_at(not_before, i)
                 else:
@@ -316,7 +332,7 @@ class _Run(EventKernel):
         if pending[i]:
             return
         self.start_cause[i] = cause
-        not_before = self.not_before_us[i]
+        not_before = self.transfers[i].not_before_us
         if not_before is not None and not_before > now:
             self.wake_at(not_before, i)
         else:
@@ -399,12 +415,13 @@ class _Run(EventKernel):
         """After a run without a fault: a deadlock, a violated post-condition, or the time."""
         commit_at, collective = self.commit_at, self.collective
         if self.committed < len(self.transfers):
-            return self.result(_deadlock_message(self.schedule, self.start_at, commit_at, self.deps.conn_prev),
+            return self.result(_deadlock_message(self.schedule, self.start_at, commit_at, self.conn_prev),
                                stuck=tuple(i for i, t in enumerate(commit_at) if math.isnan(t)))
-        num_chunks = self.num_chunks
+        num_chunks, state = self.num_chunks, self.state
+        complete = [collective.complete_mask(chunk) for chunk in range(num_chunks)]
         for rank, chunk in collective.required():
-            have = self.state.get(rank * num_chunks + chunk, 0)
-            want = collective.complete_mask(chunk)
+            have = state.get(rank * num_chunks + chunk, 0)
+            want = complete[chunk]
             if have != want:
                 if have == 0:
                     why = f"rank {rank} never receives {collective.describe_chunk(chunk)}"
@@ -421,7 +438,7 @@ class _Run(EventKernel):
 def _critical_path(commit_at: list[float], start_cause: list[int], commit_cause: list[int]) -> tuple[int, ...]:
     if not commit_at:
         return ()
-    current = max(range(len(commit_at)), key=lambda i: (commit_at[i], -i))
+    current = commit_at.index(max(commit_at))  # the first transfer to commit last (every time is set)
     path: list[int] = []
     seen: set[int] = set()
     while current >= 0 and current not in seen:

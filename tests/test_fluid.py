@@ -44,8 +44,11 @@ def max_min(capacity: list[float], routes: dict[int, Route]) -> dict[int, Fracti
 
 # ------------------------------------------------------------------ hand-checked cases
 def moved_flows(net: FluidNetwork, now: float) -> list[int]:
-    """Re-solve; the flows of the groups whose next finish may have moved."""
-    return sorted(f for group in net.reshare_groups(now) for f in group.members)
+    """Re-solve; the flows of the groups whose next finish may have moved (checking the finish reported with them)."""
+    moved = net.reshare(now)
+    for group, time, flow in moved:
+        assert (time, flow) == group.next_finish()
+    return sorted(f for group, _, _ in moved for f in group.members)
 
 
 def rate(net: FluidNetwork, flow: int) -> float:

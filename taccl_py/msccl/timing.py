@@ -114,6 +114,8 @@ class _Timing(EventKernel):
     done), :meth:`arrive` (a send's data is there) and :meth:`complete`.
     """
 
+    __slots__ = ("cause", "done_at", "machine", "pending", "sends", "start_at", "succs", "topology")
+
     def __init__(self, machine: Machine, topology: Topology, chunk_bytes: float, options: SimOptions) -> None:
         self.machine = machine
         self.topology = topology
