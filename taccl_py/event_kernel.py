@@ -70,7 +70,6 @@ class Event(IntEnum):
     """A timer the client set: :meth:`EventKernel.wake`."""
 
 
-
 _ENTER, _TIMER = Event.ENTER, Event.TIMER  # module constants: an Enum attribute lookup is slow on the hot path
 
 _Entry = tuple[float, int, int, int, FlowGroup | None]
@@ -138,6 +137,7 @@ class EventKernel:
             self.net.finish_busy(self.now)
 
     def _loop(self) -> None:
+        """Re-solve, drop dead finish events at the head, handle the next batch; until the heap is empty."""
         queue, seqs = self._queue, self._seq
         heappop, heappush = heapq.heappop, heapq.heappush
         net = self.net
