@@ -212,6 +212,8 @@ class FluidNetwork:
         What the event loop needs after every batch; the finish is computed here
         rather than by a call per group because this is the simulator's hot path.
         """
+        if not self._touched:  # a batch where only latencies ended: nothing to re-solve
+            return []
         out = []
         for group in self.reshare_groups(now):
             order, members = group._order, group.members
