@@ -1,7 +1,8 @@
 """NCCL-style baselines, emitted as schedules so they are judged exactly like synthesized ones.
 
 ``baseline(topology, kind, "ring" | "tree" | "direct" | "rd")`` builds one;
-``applicable_baselines(topology, kind)`` lists those that can run. Rings and
+``applicable_baselines(topology, kind)`` lists those that can run. On topologies with dimensions,
+``hier`` and ``hier-lb`` run per-dimension phases (:mod:`taccl_py.baselines.hierarchical`). Rings and
 trees pick their channel count to spread the load over the links (one ring per
 NIC rail on DGX A100 clusters, several disjoint rings on DGX-1); the pipelined
 ones (Broadcast, Reduce, trees) pick their depth from ``size_bytes`` when given.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from taccl_py.baselines.common import Leg, NotApplicable
 from taccl_py.baselines.direct import check_direct, direct_schedule
+from taccl_py.baselines.hierarchical import check_hierarchical, hierarchical_schedule
 from taccl_py.baselines.layout import Ring, RingPlan, ring_plan
 from taccl_py.baselines.recursive import check_recursive, recursive_schedule
 from taccl_py.baselines.ring import (
@@ -29,7 +31,7 @@ from taccl_py.topology import Topology
 __all__ = ["ALGORITHMS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan", "applicable_baselines",
            "baseline", "ring_plan", "tree_plan"]
 
-ALGORITHMS = ("ring", "tree", "direct", "rd")
+ALGORITHMS = ("ring", "tree", "direct", "rd", "hier", "hier-lb")
 """Baseline names, in the order tables list them."""
 
 _RING_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
@@ -120,6 +122,8 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
                            step_overhead_us=step_overhead_us)
     if algorithm == "direct":
         return direct_schedule(topology, kind, channels=channels or 1, chunk_factor=chunk_factor, root=root)
+    if algorithm in ("hier", "hier-lb"):  # per-dimension phases; channels come from the dimension algorithms
+        return hierarchical_schedule(topology, kind, balanced=algorithm == "hier-lb", size_bytes=size_bytes)
     return recursive_schedule(topology, kind, _orders(topology, channels), chunk_factor=chunk_factor)
 
 
@@ -139,6 +143,8 @@ def applicable_baselines(topology: Topology, kind: CollectiveKind | str, *, root
                 tree_plan(topology, kind, root if kind is not CollectiveKind.ALLREDUCE else 0)
             elif algorithm == "direct":
                 check_direct(topology, kind, root)
+            elif algorithm in ("hier", "hier-lb"):
+                check_hierarchical(topology, kind)
             else:
                 check_recursive(topology, kind, _orders(topology, None))
         except NotApplicable:

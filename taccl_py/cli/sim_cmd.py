@@ -206,6 +206,9 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                 del entry["size_bytes"]
                 entry["channels"] = schedule.notes.get("channels")
                 entry["transfers"] = len(schedule)
+                if "parameters" in schedule.notes:  # hierarchical baselines: algorithm per dimension, splits, orders
+                    entry["parameters"] = schedule.notes["parameters"]
+                    entry["description"] = schedule.notes.get("description")
                 entries.append(entry)
                 step()
             timed = [e for e in entries if e["time_us"] is not None]
@@ -283,6 +286,11 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
             table_rows.append(cells)
         title = f"NCCL-style baselines for {kind.value} on {topology.name} (times in us, bandwidth in GB/s)"
         out_console.print(make_table(title, columns, table_rows))
+        for r in rows:
+            for e in r["baselines"]:
+                if e.get("description"):
+                    size = f" at {format_bytes(r['size_bytes'])}" if len(rows) > 1 else ""
+                    out_console.print(f"{e['algorithm']}{size}: {e['description']}", markup=False)
         if written:
             out_console.print(f"wrote {written['algorithm']} as MSCCL XML ({dialect}) to {output}")
     for e in flat:

@@ -37,7 +37,7 @@ import yaml
 from taccl_py.errors import TopologyError
 from taccl_py.library.builder import TopologyBuilder, check_link_budget
 from taccl_py.library.grids import grid_coordinates, grid_id
-from taccl_py.topology import Topology, Vertex
+from taccl_py.topology import Dimension, DimensionKind, Topology, Vertex
 
 __all__ = [
     "AstraDimension",
@@ -64,6 +64,12 @@ class AstraKind(StrEnum):
     @property
     def short(self) -> str:
         return {"Ring": "ring", "FullyConnected": "fc", "Switch": "switch"}[self.value]
+
+    @property
+    def dimension_kind(self) -> DimensionKind:
+        """The topology model's name for this kind."""
+        return {"Ring": DimensionKind.RING, "FullyConnected": DimensionKind.FULLY_CONNECTED,
+                "Switch": DimensionKind.SWITCH}[self.value]
 
 
 _LENIENT_KINDS = {"ring": AstraKind.RING, "fullyconnected": AstraKind.FULLY_CONNECTED,
@@ -185,7 +191,8 @@ def astra_topology(dims: Sequence[AstraDimension], *, name: str | None = None, s
     shape = " x ".join(d.describe() for d in dims)
     return builder.build(source=source or (
         f"ASTRA-sim analytical network {shape} = {total} NPUs; bandwidth GB/s of 2^30 bytes converted to "
-        f"GB/s of 1e9, latency ns to us, per link; NPU id mixed radix, dimension 0 fastest"))
+        f"GB/s of 1e9, latency ns to us, per link; NPU id mixed radix, dimension 0 fastest"),
+        dimensions=[Dimension(d.kind.dimension_kind, d.npus) for d in dims])
 
 
 def astra_route(dims: Sequence[AstraDimension], src: int, dst: int) -> tuple[Vertex, ...]:
