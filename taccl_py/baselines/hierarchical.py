@@ -179,15 +179,18 @@ def _cached_step_costs(topology: Topology, dim: int, algorithm: DimAlgorithm, ph
     costs = []
     for k in range(len(per_group[0])):
         load: dict[int, float] = {}
-        latency = 0.0
         for steps in per_group:
             for send in steps[k]:
-                latency = max(latency, sum(topology.route_latency(t.route) for t in send))
                 for t in send:
                     for li in t.route:
                         load[li] = load.get(li, 0.0) + len(t.chunks) / lanes
-        busiest = max(units / (topology.links[li].bandwidth * 1e3) for li, units in load.items())
-        costs.append(_StepCost(latency, busiest))
+        latency = per_byte = 0.0
+        for steps in per_group:  # a relayed send stores and forwards: its legs add up
+            for send in steps[k]:
+                latency = max(latency, sum(topology.route_latency(t.route) for t in send))
+                per_byte = max(per_byte, sum(max(load[li] / (topology.links[li].bandwidth * 1e3) for li in t.route)
+                                             for t in send))
+        costs.append(_StepCost(latency, per_byte))
     return tuple(costs)
 
 
@@ -372,6 +375,9 @@ def _resolve_algorithms(topology: Topology, kind: CollectiveKind, algorithms: Se
         raise NotApplicable(f"give one algorithm per dimension ({len(dims)}), got {len(algorithms)}",
                             where="algorithms")
     parsed = tuple(a if isinstance(a, DimAlgorithm) else parse_dim_algorithm(a) for a in algorithms)
+    if balanced and DimAlgorithm.DOUBLE_BINARY_TREE in parsed:
+        raise NotApplicable("the load-balanced variant changes which dimension comes last; it cannot run a double "
+                            "binary tree", where="algorithms")
     order = _default_order(topology, kind)
     for d in _active_dims(topology):
         algorithm = parsed[d]
@@ -410,10 +416,7 @@ def hierarchical_plan(topology: Topology, kind: CollectiveKind, *, balanced: boo
             chosen = tuple(DimAlgorithm.RING for _ in topology.dimensions)
         else:
             chosen = _plain_algorithms(topology, kind, _block_bytes(topology, kind, reference, count))
-        if balanced and any(a is DimAlgorithm.DOUBLE_BINARY_TREE for a in chosen):
-            if algorithms is not None:
-                raise NotApplicable("the load-balanced variant changes which dimension comes last; it cannot "
-                                    "run a double binary tree", where="algorithms")
+        if balanced:
             chosen = tuple(DimAlgorithm.RING if a is DimAlgorithm.DOUBLE_BINARY_TREE else a for a in chosen)
         if splits is None and count > 1 and _transfer_count(topology, kind, chosen, count) > MAX_TRANSFERS:
             continue
