@@ -23,7 +23,15 @@ from taccl_py.baselines.hierarchical import check_hierarchical, hierarchical_pla
 from taccl_py.bounds import lower_bound
 from taccl_py.cli.main import main
 from taccl_py.collectives import CollectiveKind
-from taccl_py.library import AstraDimension, AstraKind, astra_topology, hypercube, mesh, resolve_topology, torus
+from taccl_py.library import (
+    AstraDimension,
+    AstraKind,
+    astra_topology,
+    hypercube,
+    mesh,
+    resolve_topology,
+    torus,
+)
 from taccl_py.msccl import lower_schedule, simulate_program, verify_program
 from taccl_py.simulator import simulate
 from taccl_py.topology import Topology
