@@ -204,11 +204,13 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
 @click.option("--no-baselines", is_flag=True, help="Do not compare with (or fall back to) NCCL-style baselines.")
 @click.option("--schedule-out", type=click.Path(dir_okay=False), default=None,
               help="Also write the schedule IR as JSON (single size only).")
+@click.option("--chakra", "chakra_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Also write Chakra execution traces, DIR/<collective>-<topology>.<rank>.et (single size only).")
 @json_option
 def synthesize_command(topology_spec: str, collective_name: str, size_spec: str, sketch_path: str | None,
                        output: str | None, time_limit: float, solver: str, threads: int, seed: int,
                        chunk_factors: tuple[int, ...], root: int, dialect: str, instances: int, proto: str,
-                       no_baselines: bool, schedule_out: str | None, as_json: bool) -> None:
+                       no_baselines: bool, schedule_out: str | None, chakra_dir: str | None, as_json: bool) -> None:
     """Synthesize a collective algorithm, verify it by simulation and write MSCCL XML.
 
     Example: taccl synthesize --topology ndv2x2 --collective allgather --size 1GB -o ag.xml
@@ -221,6 +223,8 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
         raise InputError(f"root must be a GPU id in 0..{topology.num_gpus - 1} (got {root})", where="--root")
     if len(sizes) > 1 and schedule_out:
         raise InputError("--schedule-out needs a single size", where="--schedule-out")
+    if len(sizes) > 1 and chakra_dir:
+        raise InputError("needs a single size", where="--chakra")
     options = SynthesisOptions(sketch=sketch, solver=solver, time_limit_s=time_limit, threads=threads, seed=seed,
                                chunk_factors=chunk_factors or None, compare_baselines=not no_baselines, root=root)
     rows = []
@@ -250,6 +254,10 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
 
             save_schedule(result.schedule, topology, schedule_out)
         row = _row(topology, kind, size, result, root, str(xml_path) if xml_path else None)
+        if chakra_dir:
+            from taccl_py.cli.export_cmd import write_chakra
+
+            row["chakra"] = write_chakra(result.schedule, size, chakra_dir, f"{kind.value}-{topology.name}")
         rows.append(row)
         if not as_json and len(sizes) == 1:
             _print_report(topology, kind, row)
