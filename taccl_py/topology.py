@@ -100,6 +100,15 @@ class Topology:
     dimensions: tuple[Dimension, ...] = ()
     """Optional multi-dimensional structure (see :class:`Dimension`); empty when the topology has none."""
 
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        """Computed once: caches keyed by a topology (bounds, baselines) hash it on every lookup."""
+        return hash((self.name, self.num_gpus, self.links, self.switches, self.machines, self.source,
+                     self.dimensions))
+
     # ----------------------------------------------------------------- vertices
     @property
     def gpus(self) -> range:

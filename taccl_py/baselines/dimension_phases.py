@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 from taccl_py.baselines.common import Leg, NotApplicable, legs_between
 from taccl_py.schedule import Op, Transfer
@@ -120,6 +121,7 @@ def algorithm_problem(topology: Topology, groups: Sequence[Sequence[int]], algor
         return f"a bidirectional ring needs at least 3 members (got {n})"
     if algorithm is DimAlgorithm.HALVING_DOUBLING and not _is_power_of_two(n):
         return f"halving-doubling needs a power-of-two group (got {n})"
+    pairs = _pairs_needed(algorithm, n)
     for members in groups:
         if algorithm in (DimAlgorithm.RING, DimAlgorithm.BIRING):
             orders = _ring_orders(members)
@@ -128,21 +130,21 @@ def algorithm_problem(topology: Topology, groups: Sequence[Sequence[int]], algor
                 if isinstance(legs, str):
                     return legs
             continue
-        for a in members:
-            for b in members:
-                if a != b and _pairs_needed(algorithm, members, a, b) and topology.gpu_route(a, b) is None:
-                    return f"{algorithm.value} needs a direct route from GPU {a} to GPU {b}"
+        for i, j in pairs:
+            if topology.gpu_route(members[i], members[j]) is None:
+                return f"{algorithm.value} needs a direct route from GPU {members[i]} to GPU {members[j]}"
     return None
 
 
-def _pairs_needed(algorithm: DimAlgorithm, members: Sequence[int], a: int, b: int) -> bool:
+@lru_cache(maxsize=64)
+def _pairs_needed(algorithm: DimAlgorithm, n: int) -> tuple[tuple[int, int], ...]:
+    """The (from, to) member positions an algorithm sends between (direct, halving-doubling, tree)."""
     if algorithm is DimAlgorithm.HALVING_DOUBLING:
-        x = members.index(a) ^ members.index(b)
-        return x & (x - 1) == 0
+        return tuple((a, a ^ (1 << t)) for t in range(n.bit_length() - 1) for a in range(n))
     if algorithm is DimAlgorithm.DOUBLE_BINARY_TREE:
-        ia, ib = members.index(a), members.index(b)
-        return any(parent.get(ia) == ib or parent.get(ib) == ia for parent in _tree_parents(len(members)))
-    return True
+        return tuple(sorted({pair for parent in _tree_parents(n) for c, p in parent.items()
+                             for pair in ((c, p), (p, c))}))
+    return tuple((a, b) for a in range(n) for b in range(n) if a != b)
 
 
 # ---------------------------------------------------------------------- builders
@@ -262,6 +264,7 @@ def _balanced_parents(lo: int, hi: int, parent: int | None, out: dict[int, int])
     return root
 
 
+@lru_cache(maxsize=64)
 def _tree_parents(n: int) -> tuple[dict[int, int], dict[int, int]]:
     """Child -> parent maps of the two trees: a balanced tree, and the same tree on positions shifted by one."""
     first: dict[int, int] = {}

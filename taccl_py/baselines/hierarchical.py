@@ -28,7 +28,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 from taccl_py.baselines.common import NotApplicable
@@ -36,7 +36,6 @@ from taccl_py.baselines.dimension_phases import (
     DimAlgorithm,
     GroupBlocks,
     PhaseKind,
-    Step,
     algorithm_problem,
     group_steps,
     parse_dim_algorithm,
@@ -57,6 +56,8 @@ MAX_TRANSFERS = 400_000
 """Split counts whose schedule would exceed this many transfers are not considered."""
 MIN_SPLIT_BYTES = 4096
 """A split is never smaller than this (per GPU block), unless one split already is."""
+COST_GROUPS = 16
+"""The estimate looks at this many groups of a dimension at most (evenly spaced)."""
 
 
 @dataclass(frozen=True)
@@ -149,9 +150,10 @@ def _group_blocks(topology: Topology, phase: _Phase, group: tuple[int, ...], chu
     return GroupBlocks(group, tuple(blocks))
 
 
-def _groups(topology: Topology, dim: int) -> list[tuple[int, ...]]:
+@lru_cache(maxsize=256)
+def _groups(topology: Topology, dim: int) -> tuple[tuple[int, ...], ...]:
     """Every group along ``dim``, by their first member."""
-    return sorted({topology.dimension_group(x, dim) for x in topology.gpus})
+    return tuple(sorted({topology.dimension_group(x, dim) for x in topology.gpus}))
 
 
 # ------------------------------------------------------------ estimated costs
@@ -168,28 +170,31 @@ def _step_costs(topology: Topology, dim: int, algorithm: DimAlgorithm, phase: Ph
     return _cached_step_costs(topology, dim, algorithm, phase, lanes)
 
 
-@cache
+@lru_cache(maxsize=256)
 def _cached_step_costs(topology: Topology, dim: int, algorithm: DimAlgorithm, phase: PhaseKind, lanes: int
                        ) -> tuple[_StepCost, ...]:
     n = topology.dimensions[dim].size
     unit = GroupBlocks((), tuple(tuple((j * lanes + lane,) for lane in range(lanes)) for j in range(n)))
-    per_group: list[list[Step]] = []
-    for members in _groups(topology, dim):
-        per_group.append(group_steps(topology, algorithm, phase, GroupBlocks(members, unit.blocks)))
+    groups = _groups(topology, dim)
+    if len(groups) > COST_GROUPS:  # evenly spaced sample; links shared between groups may be undercounted
+        groups = tuple(groups[k * len(groups) // COST_GROUPS] for k in range(COST_GROUPS))
+    per_group = [group_steps(topology, algorithm, phase, GroupBlocks(members, unit.blocks)) for members in groups]
+    latency_of = [link.latency for link in topology.links]
+    us_per_byte_of = [1.0 / (link.bandwidth * 1e3) for link in topology.links]
     costs = []
     for k in range(len(per_group[0])):
         load: dict[int, float] = {}
         for steps in per_group:
             for send in steps[k]:
                 for t in send:
+                    units = len(t.chunks) / lanes
                     for li in t.route:
-                        load[li] = load.get(li, 0.0) + len(t.chunks) / lanes
+                        load[li] = load.get(li, 0.0) + units
         latency = per_byte = 0.0
         for steps in per_group:  # a relayed send stores and forwards: its legs add up
             for send in steps[k]:
-                latency = max(latency, sum(topology.route_latency(t.route) for t in send))
-                per_byte = max(per_byte, sum(max(load[li] / (topology.links[li].bandwidth * 1e3) for li in t.route)
-                                             for t in send))
+                latency = max(latency, sum(latency_of[li] for t in send for li in t.route))
+                per_byte = max(per_byte, sum(max(load[li] * us_per_byte_of[li] for li in t.route) for t in send))
         costs.append(_StepCost(latency, per_byte))
     return tuple(costs)
 
@@ -259,7 +264,7 @@ def _candidates(topology: Topology, kind: CollectiveKind, dim: int) -> list[DimA
     return list(_cached_candidates(topology, kind, dim))
 
 
-@cache
+@lru_cache(maxsize=256)
 def _cached_candidates(topology: Topology, kind: CollectiveKind, dim: int) -> tuple[DimAlgorithm, ...]:
     groups = _groups(topology, dim)
     phases = [PhaseKind.ALLGATHER] if kind is CollectiveKind.ALLGATHER else [PhaseKind.REDUCESCATTER]
