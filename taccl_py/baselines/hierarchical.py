@@ -16,8 +16,8 @@ of Themis, ISCA 2022) gives every part its own dimension order, chosen greedily 
 time of the most loaded dimension grows least; an Allreduce part then reduces last, and gathers first,
 along the dimension its order ends with.
 
-Parameters not given are chosen from ``size_bytes`` with the estimate: per dimension the algorithm with
-the least estimated time, then the number of splits. Chunks: ``chunk_factor = splits x lanes`` (two
+Parameters not given are chosen from ``size_bytes`` (without one, for a 64 MiB buffer) with the estimate: per
+dimension the algorithm with the least estimated time, then the number of splits. Chunks: ``chunk_factor = splits x lanes`` (two
 lanes when a dimension runs a bidirectional ring or a double binary tree); chunk ``b*c + s*lanes + l``
 is lane l of split s of block b.
 """
@@ -50,8 +50,8 @@ __all__ = ["HIERARCHICAL_KINDS", "HierarchicalPlan", "check_hierarchical", "hier
 HIERARCHICAL_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 SPLIT_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 """Dataset splits the automatic choice considers."""
-DEFAULT_SPLITS = 4
-"""Splits when neither ``splits`` nor ``size_bytes`` is given."""
+REFERENCE_BYTES = float(64 << 20)
+"""Without ``size_bytes`` the parameters are chosen for a buffer of this size (64 MiB)."""
 MAX_TRANSFERS = 400_000
 """Split counts whose schedule would exceed this many transfers are not considered."""
 MIN_SPLIT_BYTES = 4096
@@ -87,7 +87,7 @@ class HierarchicalPlan:
     def describe(self) -> str:
         """One line: ``per dimension ring, direct; 4 splits; dimension order 0,1``."""
         distinct = sorted(set(self.orders))
-        orders = " | ".join(",".join(map(str, o)) for o in distinct)
+        orders = " / ".join(",".join(map(str, o)) for o in distinct)
         what = "dimension orders" if len(distinct) > 1 else "dimension order"
         return (f"per dimension {', '.join(a.value for a in self.algorithms)}; {self.splits} "
                 f"split{'s' if self.splits != 1 else ''}; {what} {orders}")
@@ -407,9 +407,8 @@ def hierarchical_plan(topology: Topology, kind: CollectiveKind, *, balanced: boo
         raise NotApplicable(f"must be an integer in 1..1024 (got {splits!r})", where="splits")
     if size_bytes is not None and not size_bytes > 0:
         raise NotApplicable(f"must be > 0 bytes (got {size_bytes!r})", where="size")
-    reference = size_bytes if size_bytes is not None else float(64 << 20)
-    split_options = [splits] if splits is not None else (list(SPLIT_CHOICES) if size_bytes is not None
-                                                         else [DEFAULT_SPLITS])
+    reference = size_bytes if size_bytes is not None else REFERENCE_BYTES
+    split_options = [splits] if splits is not None else list(SPLIT_CHOICES)
     best: HierarchicalPlan | None = None
     best_estimate = math.inf
     for count in split_options:
@@ -417,8 +416,6 @@ def hierarchical_plan(topology: Topology, kind: CollectiveKind, *, balanced: boo
             continue
         if algorithms is not None:
             chosen = _resolve_algorithms(topology, kind, algorithms, balanced)
-        elif size_bytes is None:
-            chosen = tuple(DimAlgorithm.RING for _ in topology.dimensions)
         else:
             chosen = _plain_algorithms(topology, kind, _block_bytes(topology, kind, reference, count))
         if balanced:
@@ -451,7 +448,7 @@ def hierarchical_schedule(topology: Topology, kind: CollectiveKind, *, balanced:
     lanes, count = plan.lanes, plan.splits
     c = count * lanes
     active = _active_dims(topology)
-    reference = size_bytes if size_bytes is not None else float(64 << 20)
+    reference = size_bytes if size_bytes is not None else REFERENCE_BYTES
     block = _block_bytes(topology, kind, reference, count)
     phases = [_phases(kind, order) for order in plan.orders]
     durations = [[(p.dim, _phase_us(topology, plan.algorithms, p, lanes, block, active)) for p in split]
