@@ -141,7 +141,7 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
 @click.option("--collective", "-c", "collective_name", default=None, metavar="NAME",
               help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce (read from a file).")
 @size_option
-@click.option("--algorithm", "-a", required=True, metavar="ring|tree|direct|rd|FILE.xml|FILE.json",
+@click.option("--algorithm", "-a", required=True, metavar="ring|tree|direct|rd|hier|hier-lb|FILE.xml|FILE.json",
               help="An NCCL-style baseline, an MSCCL XML file or a schedule JSON file (synthesize --schedule-out).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
@@ -234,7 +234,7 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
               help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce.")
 @size_option
 @click.option("--algorithm", "-a", "only", default=None, metavar="NAME",
-              help="Only this baseline (ring, tree, direct, rd); with -o, the one to write.")
+              help="Only this baseline (ring, tree, direct, rd, hier, hier-lb); with -o, the one to write.")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
 @click.option("-o", "--output", default=None, metavar="FILE.xml", help="Write the best baseline as MSCCL XML.")
