@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taccl_py.errors import ProfileInputError
+from taccl_py.limits import MAX_GPUS, limit_text
 from taccl_py.profiler.calibration import (
     LinkFit,
     link_classes,
@@ -222,6 +223,8 @@ def _fit_logs(request: FitRequest) -> FitOutcome:
             binary = _binary_of(run, path, request.collective)
             model = BINARY_MODELS[binary]
             nranks = request.ranks if request.ranks is not None else run.nranks
+            if nranks > MAX_GPUS:
+                raise ProfileInputError(f"the run has {nranks} ranks; {limit_text('MAX_GPUS', MAX_GPUS)}", where=at)
             if nranks < 2:
                 raise ProfileInputError(f"{binary} ran on {nranks} rank: no link between GPUs was measured "
                                         "(pass --ranks N if the log lacks its '#  Rank' lines)", where=at)
