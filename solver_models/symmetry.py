@@ -196,11 +196,13 @@ def _offset_candidates(topology: Topology, offsets: Sequence[Sequence[int]]) -> 
 
 
 def _grow_group(topology: Topology, cands: Sequence[tuple[str, list[int]]],
-                allowed: frozenset[tuple[int, int]] | None) -> tuple[list[Perm], list[str], list[tuple[int, str]]]:
+                allowed: frozenset[tuple[int, int]] | None,
+                explain: bool = False) -> tuple[list[Perm], list[str], list[tuple[int, str]]]:
     """Add each candidate generator that keeps the group freely acting; also say why each other one was left out.
 
     Returns the group, the names of the generators taken, and ``(candidate index, reason)``
     for every candidate left out (a candidate the group already contains is not left out).
+    ``explain`` tells a non-automorphism from a sketch restriction (one more graph match per rejection).
     """
     size = len(topology.vertices)
     graph = _graph(topology)
@@ -213,7 +215,11 @@ def _grow_group(topology: Topology, cands: Sequence[tuple[str, list[int]]],
             rejected.append((k, "does not permute the GPUs"))
             continue
         if allowed is not None and any((gpu_perm[u], gpu_perm[v]) not in allowed for u, v in allowed):
-            rejected.append((k, "maps a connection the sketch allows onto one it does not"))
+            if explain and _extend(topology, graph, gpu_perm) is None:
+                rejected.append((k, f"is not a symmetry of {topology.name}: it maps some link onto a missing or "
+                                    "different link"))
+            else:
+                rejected.append((k, "maps a connection the sketch allows onto one it does not"))
             continue
         perm = _extend(topology, graph, gpu_perm)
         if perm is None:
@@ -241,7 +247,7 @@ def unusable_offset(topology: Topology, offsets: Sequence[Sequence[int]],
     """The first TACCL ``symmetry_offsets`` entry that :func:`find_symmetry` could not use, and why; None if all fit."""
     if topology.num_gpus == 1 or not offsets:
         return None
-    _, _, rejected = _grow_group(topology, _offset_candidates(topology, offsets), allowed)
+    _, _, rejected = _grow_group(topology, _offset_candidates(topology, offsets), allowed, explain=True)
     return rejected[0] if rejected else None
 
 

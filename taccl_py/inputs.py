@@ -38,7 +38,7 @@ def read_text_file(path: str | os.PathLike[str], error: type[InputError], *, wha
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise error(f"is not UTF-8 text (byte {exc.start})", where=where) from None
+        raise error(f"cannot read: not UTF-8 text (byte {exc.start})", where=where) from None
 
 
 def json_depth(data: Any) -> int:

@@ -19,6 +19,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_LATENCY_US",
     "MAX_SIZE_BYTES",
+    "MAX_SOLVER_THREADS",
     "MAX_START_US",
     "MIN_BANDWIDTH_GBPS",
     "limit_text",
@@ -47,6 +48,9 @@ MAX_CHUNK_FACTOR = 4096
 
 MAX_CHUNK_COPIES = 1 << 24
 """(rank, chunk) pairs a collective tracks (ranks x chunks): 16.7 M, a few GB of simulator state."""
+
+MAX_SOLVER_THREADS = 1024
+"""Solver threads (``--threads``)."""
 
 MAX_JSON_DEPTH = 64
 """Nesting of arrays and objects in an input JSON file (a topology needs 4)."""

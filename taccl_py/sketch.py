@@ -189,13 +189,13 @@ def check_sketch(sketch: Sketch, topology: Topology) -> None:
     where = sketch.path or sketch.origin
     n = topology.num_gpus
     local = len(topology.machines[0]) if topology.machines else n
-    span = f"local GPUs 0..{local - 1}" + (f" on each machine of {topology.name}" if topology.machines else
-                                           f" of {topology.name}")
+    span = (f"a machine of {topology.name} has local GPUs 0..{local - 1}" if topology.machines else
+            f"{topology.name} has GPUs 0..{local - 1}")
 
     def check_ids(ids: Sequence[int], field_name: str) -> None:
         for g in ids:
             if not 0 <= g < local:
-                raise SketchError(f"names GPU {g}, but the sketch speaks of {span}", where=where, field=field_name)
+                raise SketchError(f"names GPU {g}, but {span}", where=where, field=field_name)
 
     for k, group in enumerate(sketch.switch_groups):
         check_ids(group, f"intranode_sketch.switches[{k}]")

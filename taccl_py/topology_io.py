@@ -36,7 +36,7 @@ from taccl_py.limits import (
 )
 from taccl_py.topology import Link, Switch, Topology, Vertex, check_connected, check_machines
 
-__all__ = ["atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
+__all__ = ["atomic_write_bytes", "atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
            "topology_to_dict"]
 
 _TOP_KEYS = {"name", "source", "gpus", "machines", "switches", "links", "format"}
@@ -52,20 +52,29 @@ def _new_file_mode() -> int:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it into place.
+    """Write ``text`` (UTF-8) to a temporary file beside ``path`` and rename it into place.
 
     An existing file is replaced only once the new text is complete; an OS error
     becomes :class:`OutputError` naming ``path`` (and the temporary file is removed).
+    A device or a named pipe (``/dev/stdout``, ``/dev/null``) is written into, not replaced.
     """
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """:func:`atomic_write_text` for bytes (a PNG plot)."""
     target = Path(path)
+    if target.exists() and not target.is_file() and not target.is_dir():
+        _write_through(target, data)  # a device or a pipe (-o /dev/stdout): renaming over it would replace it
+        return
     directory = target.parent if str(target.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     except OSError as exc:
         raise OutputError(f"cannot write here: {_why(exc)}", where=str(path)) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.chmod(tmp, _new_file_mode())
         os.replace(tmp, target)
     except BaseException as exc:
@@ -74,6 +83,14 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         if isinstance(exc, OSError):
             raise OutputError(f"cannot write: {_why(exc)}", where=str(path)) from None
         raise
+
+
+def _write_through(target: Path, data: bytes) -> None:
+    try:
+        with open(target, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise OutputError(f"cannot write: {_why(exc)}", where=str(target)) from None
 
 
 def _why(exc: OSError) -> str:

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from taccl_py.collectives import CollectiveKind, parse_collective
 from taccl_py.errors import InputError, OutputError, SolverError
-from taccl_py.limits import MAX_LATENCY_US, limit_text
+from taccl_py.limits import MAX_LATENCY_US, MAX_SOLVER_THREADS, limit_text
 from taccl_py.topology import Topology
 from taccl_py.units import parse_size_range
 
@@ -152,25 +152,31 @@ class FittedTable:
         self.key_columns = min(key_columns, len(self.columns))
         self.numeric = [all(_is_number_cell(row[k]) for row in self.rows if k < len(row))
                         for k in range(len(self.columns))]
-        self.widths = []  # a number column's fixed width; a text column's narrowest (its longest word)
+        # per column: narrowest width (widest number, or longest word of text; the header may wrap at spaces)
+        # and the width that also keeps the header on one line
+        self.narrow: list[int] = []
+        self.wide: list[int] = []
         for k, header in enumerate(self.columns):
             header_word = max((cell_len(w) for w in header.split()), default=0)
             cells = [cell_len(row[k]) for row in self.rows if k < len(row)]
             if self.numeric[k]:
-                self.widths.append(max([header_word, *cells], default=1))
+                self.narrow.append(max([header_word, *cells], default=1))
             else:
                 words = [cell_len(w) for row in self.rows if k < len(row) for w in row[k].split()]
-                self.widths.append(max([header_word, *words], default=1))
+                self.narrow.append(max([header_word, *words], default=1))
+            self.wide.append(max([cell_len(header), *cells], default=1))
 
-    def width_of(self, indices: Sequence[int]) -> int:
-        """Narrowest the table of these columns can print: borders, padding and column minimums."""
-        return 1 + sum(self.widths[k] + 3 for k in indices)
+    def width_of(self, indices: Sequence[int], *, wide: bool = False) -> int:
+        """Width of the table of these columns: borders, padding and the columns' narrow (or wide) widths."""
+        widths = self.wide if wide else self.narrow
+        return 1 + sum(widths[k] + 3 for k in indices)
 
-    def _table(self, indices: Sequence[int], title: str | None) -> Table:
+    def _table(self, indices: Sequence[int], title: str | None, width: int) -> Table:
         table = Table(title=title, show_lines=False, header_style="bold")
+        widths = self.wide if self.width_of(indices, wide=True) <= width else self.narrow
         for k in indices:
             table.add_column(self.columns[k], justify="right" if k >= self.right_align_from else "left",
-                             overflow="fold", width=self.widths[k] if self.numeric[k] else None)
+                             overflow="fold", width=widths[k] if self.numeric[k] else None)
         for row in self.rows:
             table.add_row(*(row[k] if k < len(row) else "" for k in indices))
         return table
@@ -194,11 +200,11 @@ class FittedTable:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         parts = self.parts(options.max_width)
         for n, indices in enumerate(parts):
-            title = self.title if n == 0 else f"{self.title or 'table'} (continued, {n + 1}/{len(parts)})"
-            yield self._table(indices, title)
+            title = self.title if n == 0 else f"(continued, {n + 1}/{len(parts)})"
+            yield self._table(indices, title, options.max_width)
         if len(parts) > 1:
-            yield Text(f"(split into {len(parts)} tables to fit {options.max_width} columns; a wider terminal or "
-                       "--json shows it whole)", style="dim")
+            yield Text(f"(split into {len(parts)} tables to fit {options.max_width} columns; --json gives one)",
+                       style="dim")
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -237,6 +243,8 @@ def check_output_file(path: str | None, option: str) -> None:
     where = f"{option} {path}"
     if target.is_dir():
         raise OutputError("is a directory; give a file name", where=where)
+    if target.exists() and not target.is_file():
+        return  # a device or a pipe (-o /dev/stdout): written into, not replaced (atomic_write_text)
     parent = target.parent
     if not parent.exists():
         raise OutputError(f"directory {str(parent)!r} does not exist", where=where)
@@ -301,10 +309,18 @@ def min_steps_per_rank(kind: CollectiveKind, num_gpus: int, chunk_factor: int) -
 
 def check_synthesis_args(topology: Topology, kind: CollectiveKind, *, output: str | None, schedule_out: str | None,
                          ranged: bool, dialect: str, instances: int, root: int, chunk_factors: Sequence[int],
-                         solver: str) -> None:
+                         solver: str, seed: int = 0, time_limit: float = 60.0, threads: int = 1) -> None:
     """Everything ``taccl synthesize`` can check before the solvers start, each failing with exit status 2."""
     from taccl_py.msccl.ir import MAX_CHANNELS, MAX_NODES_PER_RANK
 
+    if not -(2**31) <= seed < 2**31:
+        raise InputError(f"must be in {-(2**31)}..{2**31 - 1} (got {seed}): the solvers take a 32-bit seed",
+                         where="--seed")
+    if not 1 <= threads <= MAX_SOLVER_THREADS:
+        raise InputError(f"must be in 1..{MAX_SOLVER_THREADS} (got {threads}); "
+                         f"{limit_text('MAX_SOLVER_THREADS', MAX_SOLVER_THREADS)}", where="--threads")
+    if math.isnan(time_limit):
+        raise InputError("must be a number of seconds (got nan)", where="--time-limit")
     if topology.num_gpus < 2:
         raise InputError("has 1 GPU: a collective on one GPU moves no data, so there is nothing to synthesize",
                          where=topology.name)

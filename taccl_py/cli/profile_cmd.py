@@ -227,7 +227,7 @@ def _is_topology_file(path: str) -> bool:
         return False
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return True  # let load_topology report it
     return isinstance(data, dict) and "links" in data
 

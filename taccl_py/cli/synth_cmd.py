@@ -224,7 +224,8 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
     if len(sizes) > 1 and schedule_out:
         raise InputError("--schedule-out needs a single size", where="--schedule-out")
     check_synthesis_args(topology, kind, output=output, schedule_out=schedule_out, ranged=len(sizes) > 1,
-                         dialect=dialect, instances=instances, root=root, chunk_factors=chunk_factors, solver=solver)
+                         dialect=dialect, instances=instances, root=root, chunk_factors=chunk_factors, solver=solver,
+                         seed=seed, time_limit=time_limit, threads=threads)
     options = SynthesisOptions(sketch=sketch, solver=solver, time_limit_s=time_limit, threads=threads, seed=seed,
                                chunk_factors=chunk_factors or None, compare_baselines=not no_baselines, root=root)
     rows = []

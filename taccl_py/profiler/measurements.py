@@ -78,12 +78,13 @@ def parse_measurements_csv(text: str, *, where: str = "<csv>") -> tuple[Sample, 
         fields = [f.strip() for f in next(csv.reader([line]))]
         if len(fields) != len(header):
             raise ProfileInputError(f"has {len(fields)} fields, the header has {len(header)}", where=at)
-        src = _int_field(fields[column["src"]], "src", at, minimum=0, maximum=MAX_GPUS - 1, limit="MAX_GPUS")
-        dst = _int_field(fields[column["dst"]], "dst", at, minimum=0, maximum=MAX_GPUS - 1, limit="MAX_GPUS")
+        ranks = f"rank ids stop at {MAX_GPUS - 1:,} (MAX_GPUS = {MAX_GPUS:,} ranks)"
+        src = _int_field(fields[column["src"]], "src", at, minimum=0, maximum=MAX_GPUS - 1, limit=ranks)
+        dst = _int_field(fields[column["dst"]], "dst", at, minimum=0, maximum=MAX_GPUS - 1, limit=ranks)
         if src == dst:
             raise ProfileInputError(f"src and dst are both {src} (a link joins two different ranks)", where=at)
         size = _int_field(fields[column["bytes"]], "bytes", at, minimum=1, maximum=MAX_SIZE_BYTES,
-                          limit="MAX_SIZE_BYTES")
+                          limit=limit_text("MAX_SIZE_BYTES", MAX_SIZE_BYTES))
         time_us = _float_field(fields[column["time_us"]], "time_us", at)
         repeat = _int_field(fields[column["repeat"]], "repeat", at, minimum=0) if "repeat" in column else 0
         samples.append(Sample(src, dst, size, time_us, repeat, origin=at))
@@ -101,7 +102,7 @@ def _is_number(text: str) -> bool:
 
 
 def _int_field(text: str, name: str, at: str, *, minimum: int, maximum: int | None = None, limit: str = "") -> int:
-    """An integer field in ``minimum..maximum`` (``limit`` names the constant behind ``maximum``)."""
+    """An integer field in ``minimum..maximum`` (``limit`` says which limit ``maximum`` is)."""
     try:
         value = int(text)
     except ValueError:
@@ -109,7 +110,7 @@ def _int_field(text: str, name: str, at: str, *, minimum: int, maximum: int | No
     if value < minimum:
         raise ProfileInputError(f"{name} must be >= {minimum} (got {value})", where=at)
     if maximum is not None and value > maximum:
-        raise ProfileInputError(f"{name} is {value}; {limit_text(limit, maximum)}", where=at)
+        raise ProfileInputError(f"{name} is {value}; {limit}", where=at)
     return value
 
 
