@@ -111,6 +111,7 @@ def test_one_number_style_per_column() -> None:
     assert [row[2] for row in table.rows] == ["0.285", "1.000", "0.050"]
     assert [row[0] for row in table.rows] == ["1024", "1073741824", "2147483648"]  # sizes stay plain integers
     assert column_decimals([0.0001]) == 3 and column_decimals([250.0, 3.0]) == 2 and column_decimals([]) == 2
+    assert column_decimals([250.0, 1e6]) == 1 and column_decimals([43059.0]) == 0
 
 
 def test_singular_and_plural() -> None:

@@ -98,11 +98,13 @@ def make_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequenc
 
 
 def column_decimals(values: Sequence[float]) -> int:
-    """Decimals that show the smallest non-zero magnitude of a column with 3 significant digits (0..3)."""
+    """Decimals that show a column's smallest non-zero magnitude with 4 significant digits,
+    at most 2 (3 when it is below 1), as nccl-tests prints times and bandwidths."""
     magnitudes = [abs(v) for v in values if v and math.isfinite(v)]
     if not magnitudes:
         return 2
-    return max(0, min(3, 2 - math.floor(math.log10(min(magnitudes)))))
+    smallest = min(magnitudes)
+    return max(0, min(2 if smallest >= 1 else 3, 3 - math.floor(math.log10(smallest))))
 
 
 def _cells(rows: Sequence[Sequence[Any]], num_columns: int) -> list[list[str]]:

@@ -152,12 +152,12 @@ def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any])
     title = (f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs), size {format_bytes(row['size_bytes'])}: "
              f"{row['algorithm']}")
     table = make_table(title, ["", "time us", "algbw GB/s", "busbw GB/s"], [
-        ["synthesized" if row["algorithm"] == "synthesized" else row["algorithm"], fmt(row["time_us"]),
-         fmt(row["algbw_GBps"]), fmt(row["busbw_GBps"])],
-        [f"NCCL-style {row['ring_algorithm'] or '-'}", fmt(row["ring_time_us"]),
-         fmt(row["size_bytes"] / row["ring_time_us"] / 1e3 if row["ring_time_us"] else None), "-"],
-        ["lower bound", fmt(row["bound_us"]),
-         fmt(row["size_bytes"] / row["bound_us"] / 1e3 if row["bound_us"] else None), "-"],
+        ["synthesized" if row["algorithm"] == "synthesized" else row["algorithm"], row["time_us"],
+         row["algbw_GBps"], row["busbw_GBps"]],
+        [f"NCCL-style {row['ring_algorithm'] or '-'}", row["ring_time_us"],
+         row["size_bytes"] / row["ring_time_us"] / 1e3 if row["ring_time_us"] else None, None],
+        ["lower bound", row["bound_us"], row["size_bytes"] / row["bound_us"] / 1e3 if row["bound_us"] else None,
+         None],
     ])
     out_console.print(table)
     out_console.print(f"correct: {'yes' if row['correct'] else 'NO'}   efficiency (bound/time): "
@@ -166,12 +166,12 @@ def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any])
     out_console.print(f"symmetry: {row['symmetry']}\nsketch: {row['sketch']}")
     stages = make_table("solver statistics per stage", ["stage", "solver", "status", "objective", "bound", "gap",
                                                         "time s", "vars"],
-                        [[s["stage"], s["solver"], s["status"], fmt(s["objective"]), fmt(s["bound"]),
+                        [[s["stage"], s["solver"], s["status"], s["objective"], s["bound"],
                           "-" if s["gap"] is None else f"{100 * s['gap']:.2f}%", f"{s['time_s']:.2f}",
                           s["variables"] or "-"] for s in row["solver_stages"]])
     out_console.print(stages)
     out_console.print(make_table("candidates (simulated)", ["candidate", "time us", "transfers"],
-                                 [[c["label"], fmt(c["time_us"]), c["transfers"]] for c in row["candidates"]]))
+                                 [[c["label"], c["time_us"], c["transfers"]] for c in row["candidates"]]))
     for note in row["notes"]:
         out_console.print(f"note: {note}")
     if row["xml"]:
