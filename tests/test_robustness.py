@@ -448,3 +448,33 @@ def test_ctrl_c_through_the_real_command(tmp_path: Path) -> None:
     assert process.returncode == 130, err
     assert err == "taccl: interrupted\n"
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ the README's examples and figures
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_example_log_is_shipped_and_fits(capsys: pytest.CaptureFixture[str]) -> None:
+    path = REPO / "examples" / "nccl-tests" / "sendrecv.log"
+    assert "taccl profile fit examples/nccl-tests/sendrecv.log -o fitted.json" in README
+    assert path.read_bytes() == (REPO / "tests" / "data" / "profiler" / "sample_sendrecv.log").read_bytes()
+    code, out, _ = run(["profile", "fit", str(path), "--json"], capsys)
+    fit = json.loads(out)["fits"][0]
+    assert code == 0 and round(fit["alpha_us"], 2) == 9.11 and round(fit["bandwidth_GBps"], 1) == 230.0
+
+
+def test_the_readme_says_how_to_run_taccl_after_make_demo() -> None:
+    assert ".venv/bin/taccl" in README and "source .venv/bin/activate" in README
+
+
+@pytest.mark.slow
+def test_the_readme_quotes_what_make_demo_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """The figures the README gives for `make demo` are the ones the demo's synthesize prints."""
+    code, out, _ = run(["synthesize", "--topology", "ndv2x2", "--collective", "allgather", "--size", "1GB",
+                        "--json"], capsys)
+    row = json.loads(out)
+    assert code == 0 and row["ring_time_us"]
+    size = row["size_bytes"]
+    sentence = (f"({row['algbw_GBps']:.2f} GB/s against a cut bound of {size / row['bound_us'] / 1e3:.2f} and a "
+                f"ring at {size / row['ring_time_us'] / 1e3:.2f}")
+    assert sentence in " ".join(README.split()), sentence
