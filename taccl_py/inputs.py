@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from taccl_py.errors import InputError
-from taccl_py.limits import MAX_FILE_BYTES, MAX_JSON_DEPTH, limit_text
+from taccl_py.limits import MAX_FILE_BYTES, MAX_JSON_DEPTH
 
 __all__ = ["json_depth", "parse_json_text", "read_json_file", "read_text_file"]
 
@@ -33,8 +34,7 @@ def read_text_file(path: str | os.PathLike[str], error: type[InputError], *, wha
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror or exc}", where=where) from None
     if len(data) > MAX_FILE_BYTES:
-        raise error(f"is larger than {MAX_FILE_BYTES >> 20} MiB; {limit_text('MAX_FILE_BYTES', MAX_FILE_BYTES)}",
-                    where=where)
+        raise error(f"is larger than {MAX_FILE_BYTES >> 20} MiB (MAX_FILE_BYTES)", where=where)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -42,22 +42,31 @@ def read_text_file(path: str | os.PathLike[str], error: type[InputError], *, wha
 
 
 def json_depth(data: Any) -> int:
-    """Deepest nesting of lists and dicts in parsed JSON (a scalar is 0), without recursion."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(data, 0)]
+    """Deepest nesting of lists and dicts in parsed data (a scalar is 0), without recursion.
+
+    Each container is measured once (by identity), so YAML aliases that share one
+    list many times over cannot make this exponential; data that contains itself
+    (a YAML anchor inside its own alias) counts as infinitely deep (``sys.maxsize``).
+    """
+    height: dict[int, int] = {}
+    open_now: set[int] = set()  # containers whose children are still being measured
+    stack: list[tuple[Any, bool]] = [(data, False)]
     while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict):
-            children: Any = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
+        value, children_done = stack.pop()
+        if not isinstance(value, dict | list):
             continue
-        depth += 1
-        deepest = max(deepest, depth)
-        if depth <= MAX_JSON_DEPTH:
-            stack.extend((child, depth) for child in children)
-    return deepest
+        key = id(value)
+        children = [c for c in (value.values() if isinstance(value, dict) else value) if isinstance(c, dict | list)]
+        if children_done:
+            height[key] = 1 + max((height[id(c)] for c in children), default=0)
+            open_now.discard(key)
+        elif key not in height:
+            if any(id(c) in open_now or c is value for c in children):
+                return sys.maxsize
+            open_now.add(key)
+            stack.append((value, True))
+            stack.extend((c, False) for c in children if id(c) not in height)
+    return height.get(id(data), 0)
 
 
 def parse_json_text(text: str, error: type[InputError], *, where: str) -> Any:

@@ -55,8 +55,9 @@ MAX_SOLVER_THREADS = 1024
 MAX_JSON_DEPTH = 64
 """Nesting of arrays and objects in an input JSON file (a topology needs 4)."""
 
-MAX_FILE_BYTES = 1 << 30
-"""Size of an input file read whole (topology, schedule, sketch, measurements): 1 GiB."""
+MAX_FILE_BYTES = 256 << 20
+"""Size of an input file read whole (topology, schedule, sketch, measurements): 256 MiB, some ten times the
+schedule of a 1024-GPU ring Allgather."""
 
 
 def limit_text(name: str, value: float, unit: str = "") -> str:

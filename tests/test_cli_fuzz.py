@@ -231,10 +231,12 @@ def _check_outcome(code: int, out: str, err: str, argv: list[str]) -> None:
 
 
 def _synthesize_guard(path: tuple[str, ...], argv: list[str]) -> list[str]:
-    """Keep synthesize examples short: a one-second budget (the fuzz tests the inputs, not the solver)."""
-    if path == ("synthesize",):
-        return [*argv, "--time-limit", "1", "--threads", "1"]
-    return argv
+    """Keep synthesize examples short: one thread and a one-second budget, unless the example sets them
+    (the fuzz tests the inputs, not the solver)."""
+    if path != ("synthesize",):
+        return argv
+    return [*argv, *[arg for option, value in (("--time-limit", "1"), ("--threads", "1")) if option not in argv
+                     for arg in (option, value)]]
 
 
 @pytest.mark.slow
@@ -243,8 +245,7 @@ def _synthesize_guard(path: tuple[str, ...], argv: list[str]) -> list[str]:
 def test_random_arguments_never_crash(data: st.DataObject, files: dict[str, str],
                                       capsys: pytest.CaptureFixture[str]) -> None:
     path, command = data.draw(st.sampled_from(COMMANDS), label="command")
-    argv = [*path, *_resolve(data.draw(_args_for(command), label="args"), files)]
-    argv = _synthesize_guard(path, argv)
+    argv = _synthesize_guard(path, [*path, *_resolve(data.draw(_args_for(command), label="args"), files)])
     code, out, err = run(argv, capsys)
     _check_outcome(code, out, err, argv)
 
@@ -258,9 +259,7 @@ def test_one_absurd_argument_never_crashes(case: tuple[tuple[str, ...], tuple[An
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """Each absurd value of each parameter once, everything else valid: one check at a time, exhaustively."""
     path, args = case
-    argv = [*path, *_resolve(list(args), files)]
-    if path == ("synthesize",) and not {"--time-limit", "--threads"} & set(argv):
-        argv = _synthesize_guard(path, argv)
+    argv = _synthesize_guard(path, [*path, *_resolve(list(args), files)])
     code, out, err = run(argv, capsys)
     _check_outcome(code, out, err, argv)
 

@@ -478,3 +478,30 @@ def test_the_readme_quotes_what_make_demo_prints(capsys: pytest.CaptureFixture[s
     sentence = (f"({row['algbw_GBps']:.2f} GB/s against a cut bound of {size / row['bound_us'] / 1e3:.2f} and a "
                 f"ring at {size / row['ring_time_us'] / 1e3:.2f}")
     assert sentence in " ".join(README.split()), sentence
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("[" * 100_000 + "]" * 100_000, ["more than 64 levels deep (MAX_JSON_DEPTH)"]),
+    ("a: &a [1, *a]\n", ["more than 64 levels deep"]),
+])
+def test_astra_yaml_nesting_and_self_reference(text: str, words: list[str], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "network.yml"
+    path.write_text(text)
+    code, _, err = run(["topo", "validate", str(path)], capsys)
+    one_error_line(code, err, str(path), *words)
+
+
+def test_json_depth_survives_shared_and_cyclic_data() -> None:
+    shared: list[Any] = [1, 2]
+    for _ in range(60):
+        shared = [shared] * 9  # 9^60 paths, 61 levels: measured once per container
+    assert json_depth(shared) == 61
+    cyclic: list[Any] = []
+    cyclic.append([cyclic])
+    assert json_depth(cyclic) == sys.maxsize
+
+
+def test_an_endless_input_is_cut_off(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["topo", "validate", "/dev/zero"], capsys)
+    one_error_line(code, err, "/dev/zero: is larger than 256 MiB (MAX_FILE_BYTES)")
