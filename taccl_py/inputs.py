@@ -20,8 +20,12 @@ from taccl_py.limits import MAX_FILE_BYTES, MAX_JSON_DEPTH
 __all__ = ["json_depth", "parse_json_text", "read_json_file", "read_text_file"]
 
 
-def read_text_file(path: str | os.PathLike[str], error: type[InputError], *, what: str = "file") -> str:
-    """The UTF-8 text of ``path``; ``error`` (naming the path) when it is missing, a directory, too big or binary."""
+def read_text_file(path: str | os.PathLike[str], error: type[InputError], *, what: str = "file",
+                   lenient: bool = False) -> str:
+    """The UTF-8 text of ``path``; ``error`` (naming the path) when it is missing, a directory, too big or binary.
+
+    ``lenient`` replaces bytes that are not UTF-8 instead (logs with stray binary output).
+    """
     where = str(path)
     target = Path(path)
     if target.is_dir():
@@ -36,7 +40,7 @@ def read_text_file(path: str | os.PathLike[str], error: type[InputError], *, wha
     if len(data) > MAX_FILE_BYTES:
         raise error(f"is larger than {MAX_FILE_BYTES >> 20} MiB (MAX_FILE_BYTES)", where=where)
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8", errors="replace" if lenient else "strict")
     except UnicodeDecodeError as exc:
         raise error(f"cannot read: not UTF-8 text (byte {exc.start})", where=where) from None
 
