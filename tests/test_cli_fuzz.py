@@ -66,6 +66,12 @@ def test_the_fuzz_sees_every_command() -> None:
             "topo generate", "profile fit", "profile run", "profile show"} <= names
 
 
+@pytest.fixture(autouse=True)
+def _work_in_a_scratch_directory(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative outputs a fuzzed command writes land in a scratch directory, never in the repository."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 # ------------------------------------------------------------------ files the pools point at
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:

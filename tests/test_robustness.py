@@ -145,6 +145,15 @@ def test_sweep_output_directory_that_cannot_be_created(ring4: Path, immutable_di
     one_error_line(code, err, "cannot create the directory")
 
 
+@pytest.mark.parametrize("command", ["synthesize -o", "synthesize --schedule-out", "baseline -o", "profile fit -o"])
+def test_dash_is_not_a_file_name(command: str, ring4: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 no_synthesis: None, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(COMMANDS_WITH_OUTPUT[command](str(ring4), "-"), capsys)
+    one_error_line(code, err, "standard output is not an option here")
+    assert not (tmp_path / "-").exists()
+
+
 def test_write_failure_at_the_end_is_one_line(tmp_path: Path) -> None:
     """Should the disk change between the check and the write, the write still fails as one named error."""
     with pytest.raises(OutputError, match="it is a directory"):

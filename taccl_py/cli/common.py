@@ -239,10 +239,12 @@ def check_output_file(path: str | None, option: str) -> None:
     target is not a directory and, when it exists, that it can be replaced. The
     write itself still goes through a temporary file and a rename.
     """
-    if path is None or path == "-":
+    if path is None:
         return
     target = Path(path)
     where = f"{option} {path}"
+    if path == "-":
+        raise OutputError("standard output is not an option here; give a file name (e.g. ./out)", where=where)
     if target.is_dir():
         raise OutputError("is a directory; give a file name", where=where)
     if target.exists() and not target.is_file():

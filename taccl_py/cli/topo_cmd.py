@@ -369,7 +369,8 @@ def generate_cmd(kind: str, gpus: int | None, machines: int | None, fabric: str 
     KIND: ring, fully-connected, switch, torus, mesh, hypercube, astra, or a machine
     (dgx1, ndv2, dgx2, dgx-a100, dgx-h100, mi250, gb200-nvl72, ring8; with --machines K).
     """
-    check_output_file(output, "-o")
+    if output != "-":
+        check_output_file(output, "-o")
     options = GenerateOptions(gpus=gpus, machines=machines, fabric=fabric, dims=dims, bandwidth=bandwidth,
                               latency=latency, nvls=nvls, name=name)
     topology = generate_topology(kind, options)
