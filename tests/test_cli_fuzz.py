@@ -10,7 +10,8 @@ reader random bytes, random JSON, and valid files with one field replaced.
 The contract: the command exits 0, 2 (bad input, one ``taccl: error:`` line),
 or 1 (a result that is wrong, e.g. an incorrect algorithm), never with an
 exception; and it finishes in seconds. Examples are few enough for ``make
-test``; ``TACCL_FUZZ_EXAMPLES=2000`` runs a longer campaign.
+test``; ``TACCL_FUZZ_EXAMPLES=2000`` runs a longer campaign, and ``FUZZ_LOG=FILE`` appends
+every run (exit status, command, first error line) to FILE to see what the fuzz reached.
 """
 
 from __future__ import annotations
@@ -271,11 +272,13 @@ def test_one_absurd_argument_never_crashes(case: tuple[tuple[str, ...], tuple[An
 
 
 # ------------------------------------------------------------------ random file contents
+def _json_containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+
+
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=20)
+    | st.text(max_size=8), _json_containers, max_leaves=20)
 
 
 def _paths_in(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
