@@ -329,6 +329,13 @@ def test_synthesize_arguments_are_checked_before_the_work(argv: list[str], words
     assert not (tmp_path / "out.xml").exists()
 
 
+def test_baseline_root_with_v1_is_checked_before_the_simulations(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["baseline", "-t", "ring8", "-c", "broadcast", "-s", "1MB", "--root", "1", "--dialect", "v1",
+                        "-o", str(tmp_path / "b.xml")], capsys)
+    one_error_line(code, err, "--dialect: broadcast with --root 1 cannot be written as v1 MSCCL XML")
+
+
 @pytest.mark.parametrize("value", ["inf", "nan", "1e308", "-1"])
 def test_step_overhead_beyond_the_limits(value: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["simulate", "-t", "ring8", "-c", "allgather", "-s", "1MB", "-a", "ring", "--step-overhead",

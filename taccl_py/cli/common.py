@@ -27,7 +27,7 @@ from taccl_py.limits import MAX_LATENCY_US, MAX_SOLVER_THREADS, limit_text
 from taccl_py.topology import Topology
 from taccl_py.units import parse_size_range
 
-__all__ = ["FittedTable", "check_output_file", "check_step_overhead", "check_synthesis_args", "collective_option",
+__all__ = ["FittedTable", "check_output_file", "check_step_overhead", "check_synthesis_args", "check_xml_root", "collective_option",
            "emit_json", "err_console", "json_option", "load_topology_arg", "make_table", "min_steps_per_rank",
            "out_console", "plural", "prepare_output_dir", "progress_enabled", "progress_line", "size_option",
            "sizes_from", "topology_option"]
@@ -294,6 +294,13 @@ def check_step_overhead(value: float, option: str = "--step-overhead") -> None:
                          f"{limit_text('MAX_LATENCY_US', MAX_LATENCY_US, 'us')}", where=option)
 
 
+def check_xml_root(kind: CollectiveKind, root: int, dialect: str) -> None:
+    """v1 MSCCL XML has no root attribute: a Broadcast/Reduce rooted elsewhere than rank 0 cannot be written."""
+    if dialect == "v1" and root and kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+        raise InputError(f"{kind.value} with --root {root} cannot be written as v1 MSCCL XML, which has no root "
+                         "attribute (use --dialect v2 or --root 0)", where="--dialect")
+
+
 def min_steps_per_rank(kind: CollectiveKind, num_gpus: int, chunk_factor: int) -> int:
     """The fewest MSCCL steps the busiest rank runs when every transfer carries one chunk (as synthesized ones do).
 
@@ -331,9 +338,8 @@ def check_synthesis_args(topology: Topology, kind: CollectiveKind, *, output: st
     if not 1 <= instances <= MAX_CHANNELS:
         raise InputError(f"must be in 1..{MAX_CHANNELS} (got {instances}): each instance takes an MSCCL channel "
                          f"and a rank has {MAX_CHANNELS}", where="--instances")
-    if output and dialect == "v1" and root and kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
-        raise InputError(f"{kind.value} with --root {root} cannot be written as v1 MSCCL XML, which has no root "
-                         "attribute (use --dialect v2 or --root 0)", where="--dialect")
+    if output:
+        check_xml_root(kind, root, dialect)
     for factor in chunk_factors:
         steps = min_steps_per_rank(kind, topology.num_gpus, factor) * instances
         if steps > MAX_NODES_PER_RANK:

@@ -21,6 +21,7 @@ from taccl_py.bounds import Bound, lower_bound
 from taccl_py.cli.common import (
     check_output_file,
     check_step_overhead,
+    check_xml_root,
     collective_from,
     emit_json,
     err_console,
@@ -258,6 +259,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
     if output and len(sizes) > 1:
         raise InputError("needs a single --size (the schedule's pipelining depends on it)", where="-o")
     check_output_file(output, "-o")
+    if output:
+        check_xml_root(kind, root, dialect)
     rows = _baseline_rows(topology, kind, sizes, names, channels, root, step_overhead_us, progress_enabled(as_json))
     written = None
     if output:
