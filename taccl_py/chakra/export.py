@@ -34,6 +34,7 @@ from taccl_py.chakra.trace import Attr, TraceNode, encode_trace
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import InputError
 from taccl_py.schedule import Op, Schedule
+from taccl_py.topology_io import atomic_write_bytes
 
 __all__ = ["RankTrace", "program_traces", "schedule_traces", "trace_path", "write_traces"]
 
@@ -233,31 +234,7 @@ def write_traces(traces: Sequence[RankTrace], directory: str | os.PathLike[str],
     try:
         target.mkdir(parents=True, exist_ok=True)
         for path, data in encoded:
-            _atomic_write_bytes(path, data)
+            atomic_write_bytes(path, data)
     except OSError as exc:
         raise InputError(f"cannot write: {exc.strerror or exc}", where=str(target)) from None
     return [path for path, _ in encoded]
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Bytes through a temporary file and a rename (``atomic_write_text`` is for text)."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        mode = 0o666 & ~_umask()
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    current = os.umask(0)
-    os.umask(current)
-    return current
-
