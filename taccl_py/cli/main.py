@@ -26,7 +26,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from taccl_py.cli import profile_cmd, sim_cmd, synth_cmd, topo_cmd, verify_cmd
+    from taccl_py.cli import profile_cmd, report_cmd, sim_cmd, sweep_cmd, synth_cmd, topo_cmd, verify_cmd
 
     cli.add_command(topo_cmd.topo)
     for command in sim_cmd.COMMANDS:
@@ -34,6 +34,8 @@ def _register() -> None:
     cli.add_command(verify_cmd.verify)
     cli.add_command(synth_cmd.synthesize_command)
     cli.add_command(profile_cmd.profile)
+    cli.add_command(sweep_cmd.sweep_command)
+    cli.add_command(report_cmd.report_command)
 
 
 _register()
