@@ -3,6 +3,7 @@ backend or the order jobs finish in, Ray's local mode."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -161,7 +162,7 @@ def test_thin_sizes(exponents: list[int], step: int) -> None:
     kept = thin_sizes(sizes, step)
     assert kept[0] == sizes[0] and kept[-1] == sizes[-1]
     assert set(kept) <= set(sizes) and kept == sorted(kept)
-    assert all(b >= a * step for a, b in zip(kept[:-2], kept[1:-1], strict=True))
+    assert all(b >= a * step for a, b in itertools.pairwise(kept[:-1]))  # the last may be closer
 
 
 def test_thin_sizes_wants_a_power_of_two() -> None:
