@@ -219,6 +219,28 @@ def test_simulate_timeline_and_plot(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 2 and "--timeline" in err and "one size" in err
 
 
+def test_simulate_timeline_of_an_xml_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    xml, timeline = tmp_path / "ring.xml", tmp_path / "xml.png"
+    assert run(["baseline", "-t", "ring8", "-c", "allgather", "-s", "1MB", "-a", "ring", "-o", str(xml)], capsys)[0] == 0
+    code, _, _ = run(["simulate", "-t", "ring8", "-s", "1MB", "-a", str(xml), "--timeline", str(timeline)], capsys)
+    assert code == 0
+    assert_drawn(timeline.read_bytes())
+
+
+def test_program_timeline_has_a_bar_per_send() -> None:
+    from taccl_py.msccl import lower_schedule, simulate_program
+    from taccl_py.plots.timeline import program_timeline_figure
+
+    topology, schedule, _ = ring_run()
+    program = lower_schedule(schedule, topology)
+    sim = simulate_program(program, topology, 1 << 20)
+    figure = program_timeline_figure(topology, program, sim, TimelineRows.RANK)
+    bars, outlined = figure.axes[0].collections[:2]
+    assert len(bars.get_paths()) == len(sim.start_us) > 0
+    assert 0 < len(outlined.get_paths()) <= len(sim.critical_path)
+    assert "sends" in texts(figure)
+
+
 def test_synthesize_range_plot_through_the_job_runner(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     curve = tmp_path / "syn.png"
     code, out, _ = run(["synthesize", "-t", "dgx-a100", "-c", "allgather", "-s", "1KB:4KB", "--threads", "1",

@@ -186,8 +186,8 @@ def sweep(tmp_path: Path, name: str, *extra: str) -> list[str]:
 
 @pytest.mark.slow
 def test_cli_jobs_2_equals_jobs_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run([*sweep(tmp_path, "one.jsonl"), "--jobs", "1", "--json"], capsys)
-    assert code == 0
+    code, out, err = run([*sweep(tmp_path, "one.jsonl"), "--jobs", "1", "--json"], capsys)
+    assert code == 0 and err == ""  # silent but for the one JSON object
     summary = only_json(out)
     assert (summary["jobs"], summary["computed"], summary["resumed"], summary["failed"]) == (12, 12, 0, [])
     point = summary["points"][0]
@@ -267,3 +267,24 @@ def test_ray_missing_is_one_clear_line(capsys: pytest.CaptureFixture[str], tmp_p
                         str(tmp_path / "r.jsonl")], capsys)
     assert code == 2 and err.strip() == ("taccl: error: --ray: needs Ray, which is not installed: "
                                          "pip install 'taccl_py[ray]'")
+
+
+# ------------------------------------------------------------------ progress
+def test_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    from taccl_py.cli import jobs_cli
+
+    screen = io.StringIO()
+    monkeypatch.setattr(jobs_cli, "err_console", Console(file=screen, force_terminal=True, width=120))
+    with jobs_cli.job_progress("sweep (test)", True) as progress:
+        assert progress is not None
+        run_jobs(square_job, square_jobs([1, 2, 3]), InlineBackend(), progress=progress)
+    assert "sweep (test)" in screen.getvalue() and "3/3" in screen.getvalue()
+    with jobs_cli.job_progress("sweep (test)", False) as progress:  # --json
+        assert progress is None
+    monkeypatch.setattr(jobs_cli, "err_console", Console(file=io.StringIO(), force_terminal=False))
+    with jobs_cli.job_progress("sweep (test)", True) as progress:  # a pipe
+        assert progress is None

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from taccl_py.msccl.ir import Program
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimResult
 from taccl_py.topology import Topology
@@ -30,8 +31,7 @@ def timeline_options(func: F) -> F:
                         show_default=True, help="Timeline rows: directed links, sending ranks, or links when at "
                                                 "most 48 carry data.")(func)
     return click.option("--timeline", "timeline_path", default=None, metavar="FILE.png|FILE.svg",
-                        help="Also draw the Gantt timeline of the algorithm (one size; baselines and schedule "
-                             "JSON files).")(func)
+                        help="Also draw the Gantt timeline of the algorithm (one size).")(func)
 
 
 def check_picture_path(path: str | None, option: str) -> None:
@@ -53,7 +53,11 @@ def write_algbw_plot(path: str, title: str, sizes: Sequence[int], times: Mapping
     save_figure(algbw_figure(title, series), path, where="--plot")
 
 
-def write_timeline(path: str, topology: Topology, schedule: Schedule, sim: SimResult, rows: str) -> None:
+def write_timeline(path: str, topology: Topology, algorithm: Schedule | Program, sim: SimResult, rows: str) -> None:
+    """The Gantt chart of a schedule (baseline, JSON file) or of an MSCCL program (XML file)."""
     from taccl_py.plots import TimelineRows, save_figure, timeline_figure
+    from taccl_py.plots.timeline import program_timeline_figure
 
-    save_figure(timeline_figure(topology, schedule, sim, TimelineRows(rows)), path, where="--timeline")
+    figure = timeline_figure(topology, algorithm, sim, TimelineRows(rows)) if isinstance(algorithm, Schedule) else \
+        program_timeline_figure(topology, algorithm, sim, TimelineRows(rows))
+    save_figure(figure, path, where="--timeline")

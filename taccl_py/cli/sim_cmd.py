@@ -166,8 +166,8 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
     sizes = sizes_from(size_spec)
     check_picture_path(plot_path, "--plot")
     check_picture_path(timeline_path, "--timeline")
-    if timeline_path and (len(sizes) > 1 or _is_xml(algorithm)):
-        raise InputError("draws one size of a baseline or a schedule JSON file", where="--timeline")
+    if timeline_path and len(sizes) > 1:
+        raise InputError("draws one size at a time", where="--timeline")
     options = SimOptions(step_overhead_us=step_overhead_us)
     kind = collective_from(collective_name) if collective_name else None
     if _is_json(algorithm) or _is_xml(algorithm):
@@ -201,12 +201,13 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         write_algbw_plot(plot_path, f"{algorithm} {kind.value} on {topology.name} ({topology.num_gpus} GPUs)",
                          sizes, {algorithm: [r["time_us"] for r in rows]}, [r["bound_us"] for r in rows])
     if timeline_path and rows[0]["correct"]:
+        from taccl_py.msccl import load_program
         from taccl_py.schedule import load_schedule
 
-        schedule = load_schedule(algorithm, topology) if _is_json(algorithm) else baseline(
-            topology, kind, algorithm, channels=channels, root=root, size_bytes=sizes[0],
-            step_overhead_us=step_overhead_us)
-        write_timeline(timeline_path, topology, schedule, results[0][1], timeline_rows)
+        drawn = load_schedule(algorithm, topology) if _is_json(algorithm) else load_program(algorithm) if _is_xml(
+            algorithm) else baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=sizes[0],
+                                     step_overhead_us=step_overhead_us)
+        write_timeline(timeline_path, topology, drawn, results[0][1], timeline_rows)
     _report_errors(rows, as_json)
     _fail_if_incorrect(rows)
 
