@@ -288,3 +288,24 @@ def test_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(jobs_cli, "err_console", Console(file=io.StringIO(), force_terminal=False))
     with jobs_cli.job_progress("sweep (test)", True) as progress:  # a pipe
         assert progress is None
+
+
+@pytest.mark.slow
+def test_synthesize_size_range_jobs_2_equals_jobs_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`taccl synthesize -s LO:HI` runs its sizes through the same runner: --jobs 2 changes nothing."""
+    def rows(jobs: str, out: Path) -> list[dict[str, Any]]:
+        code, stdout, _ = run(["synthesize", "-t", "dgx-a100", "-c", "allgather", "-s", "1KB:4KB", "--threads", "1",
+                               "--jobs", jobs, "-o", str(out), "--json"], capsys)
+        assert code == 0
+        found = only_json(stdout)["rows"]
+        for row in found:  # wall-clock figures
+            row.pop("synthesis_s")
+            row.pop("xml")
+            for stage in row["solver_stages"]:
+                stage.pop("time_s")
+        return list(found)
+
+    one, two = rows("1", tmp_path / "one"), rows("2", tmp_path / "two")
+    assert one == two and [r["size_bytes"] for r in one] == [1024, 2048, 4096]
+    for name in sorted(p.name for p in (tmp_path / "one").iterdir()):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()  # the same XML
