@@ -210,9 +210,9 @@ def headline(data: dict[str, Any]) -> list[list[str]]:
     for r in data["rows"]:
         label = _HEADLINE.get((r["topology"], r["collective"]))
         if label and r["group"] != "small":
-            reference = f"; {r['reference']}" if r["reference"] else ""
+            reference = f" (published: {r['reference']})" if r["reference"] else ""
             out.append([label, f"{r['algbw_GBps']:.2f} GB/s, {100 * r['efficiency']:.1f}% of the bound "
-                               f"(bound {r['bound_algbw_GBps']:.2f}{reference})", f"{r['synthesis_s']:.1f} s"])
+                               f"{r['bound_algbw_GBps']:.2f}{reference}", f"{r['synthesis_s']:.1f} s"])
     small = [r for r in data["rows"] if r["group"] == "small"]
     if small:
         met = sum(1 for r in small if r["met"])

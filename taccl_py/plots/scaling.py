@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, ScalarFormatter
 
 from taccl_py.errors import InputError
 from taccl_py.plots._files import new_figure
@@ -49,6 +49,9 @@ def scaling_figure(points: Sequence[ScalingPoint], title: str) -> Figure:
         axes.set_xlabel("GPUs")
         axes.grid(True, which="both", alpha=0.3)
     left.set_yscale("log")
+    plain = FuncFormatter(lambda value, _pos: f"{value:g}")
+    left.yaxis.set_major_formatter(plain)
+    left.yaxis.set_minor_formatter(plain)
     left.set_ylabel("synthesis wall time (s)")
     left.set_title("synthesis time")
     right.axhline(100, color="black", linestyle="--", linewidth=1.0, label="lower bound")
