@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.progress import (
@@ -20,8 +20,10 @@ from rich.progress import (
 
 from taccl_py.cli.common import err_console
 from taccl_py.errors import TacclError
-from taccl_py.sweep.runner import JobFunction, JobRecord, ProgressFn
 from taccl_py.units import format_bytes
+
+if TYPE_CHECKING:
+    from taccl_py.sweep.runner import JobFunction, JobRecord, ProgressFn
 
 __all__ = ["default_jobs", "job_progress", "jobs_option", "ray_option", "run_bands"]
 

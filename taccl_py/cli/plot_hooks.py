@@ -7,14 +7,16 @@ themselves are :mod:`taccl_py.plots`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from taccl_py.msccl.ir import Program
 from taccl_py.schedule import Schedule
-from taccl_py.simulator import SimResult
-from taccl_py.topology import Topology
+
+if TYPE_CHECKING:
+    from taccl_py.msccl.ir import Program
+    from taccl_py.simulator import SimResult
+    from taccl_py.topology import Topology
 
 __all__ = ["check_picture_path", "plot_option", "timeline_options", "write_algbw_plot", "write_timeline"]
 

@@ -15,8 +15,7 @@ from taccl_py.cli.jobs_cli import default_jobs, job_progress, jobs_option, ray_o
 from taccl_py.collectives import parse_collective
 from taccl_py.errors import InputError
 from taccl_py.library import resolve_topology
-from taccl_py.sweep import ResultsFile, SweepOptions, make_backend, run_jobs, run_sweep_job
-from taccl_py.sweep.grid import thin_sizes
+from taccl_py.sweep.grid import SweepOptions, run_sweep_job, thin_sizes
 from taccl_py.topology_io import atomic_write_text
 
 __all__ = ["DEFAULTS", "QUICK", "ReportDefaults", "report_command"]
@@ -69,6 +68,9 @@ def report_command(topology_spec: str, collectives: tuple[str, ...], size_spec: 
     Example: taccl report -t dgx-a100x2 -o report.html
     """
     from taccl_py.report import ReportRequest, assemble_report, render_html, report_jobs
+    from taccl_py.sweep.backends import make_backend
+    from taccl_py.sweep.runner import run_jobs
+    from taccl_py.sweep.store import ResultsFile
 
     defaults = QUICK if quick else DEFAULTS
     target = Path(output)

@@ -16,17 +16,7 @@ from taccl_py.cli.jobs_cli import default_jobs, job_progress, jobs_option, ray_o
 from taccl_py.collectives import parse_collective
 from taccl_py.errors import InputError
 from taccl_py.library import resolve_topology
-from taccl_py.sweep import (
-    ResultsFile,
-    SweepOptions,
-    SweepTask,
-    grid_jobs,
-    make_backend,
-    run_jobs,
-    run_sweep_job,
-)
-from taccl_py.sweep.grid import thin_sizes
-from taccl_py.sweep.summary import summarize
+from taccl_py.sweep.grid import SweepOptions, SweepTask, grid_jobs, run_sweep_job, thin_sizes
 from taccl_py.units import format_bytes
 
 __all__ = ["sweep_command"]
@@ -72,6 +62,11 @@ def sweep_command(topologies: tuple[str, ...], collectives: tuple[str, ...], siz
 
     Example: taccl sweep -t dgx-a100x2,ndv2x2 -c allgather,allreduce -s 1KB:1GB --size-step 4 -o sweep.jsonl
     """
+    from taccl_py.sweep.backends import make_backend
+    from taccl_py.sweep.runner import run_jobs
+    from taccl_py.sweep.store import ResultsFile
+    from taccl_py.sweep.summary import summarize
+
     names = _split(topologies)
     kinds = [parse_collective(c, where="--collective").value for c in _split(collectives)]
     for name in names:  # fail on a bad name now, not in every worker

@@ -51,7 +51,7 @@ class ProcessBackend:
         return self._pool.submit(execute_job, function, job.payload)
 
     def close(self, *, cancel: bool) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=cancel)
+        self._pool.shutdown(wait=not cancel, cancel_futures=cancel)  # an interrupt does not wait for running jobs
 
 
 class RayBackend:
