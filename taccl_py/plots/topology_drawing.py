@@ -94,28 +94,35 @@ def _machine_layout(topology: Topology) -> tuple[dict[Vertex, tuple[float, float
         home[switch.name] = next(iter(gpu_machines)) if len(gpu_machines) == 1 else None
     per_machine = max(len(m) for m in machines)
     width = max(_BOX_W_MIN, 0.62 * per_machine + 0.8)
-    cols = len(machines) if len(machines) <= 4 else math.ceil(math.sqrt(len(machines)))
+    leads_out = {s.name for s in topology.switches if home[s.name] is not None and any(
+        gpu_machine.get(v, home[s.name]) != home[s.name] or (v not in gpu_machine and home.get(str(v)) != home[s.name])
+        for v in near[s.name])}
+    box_h = _BOX_H if leads_out else _BOX_H - 1.2  # no NIC row: a shorter box
+    # GPUs wired straight to GPUs of other machines (DGX-2 pairs, NDv2's IB): stack the machines so that
+    # those links run between facing GPU rows instead of along them
+    facing = any(link.src in gpu_machine and link.dst in gpu_machine and gpu_machine[link.src] !=
+                 gpu_machine[link.dst] for link in topology.links) and len(machines) <= 4
+    cols = 1 if facing else len(machines) if len(machines) <= 4 else math.ceil(math.sqrt(len(machines)))
     pos: dict[Vertex, tuple[float, float]] = {}
     boxes = []
     for m, members in enumerate(machines):
-        x0, y0 = (m % cols) * (width + _GAP), -(m // cols) * (_BOX_H + _GAP)
-        boxes.append((x0, y0, width, _BOX_H, f"machine {m}"))
+        x0, y0 = (m % cols) * (width + _GAP), -(m // cols) * (box_h + _GAP)
+        boxes.append((x0, y0, width, box_h, f"machine {m}"))
         local = [s.name for s in topology.switches if home[s.name] == m]
-        leads_out = {s for s in local if any(gpu_machine.get(v, m) != m or (v not in gpu_machine and
-                                                                             home.get(str(v)) != m) for v in near[s])}
         direct = any(topology.is_gpu(v) and v in members for g in members for v in near[g])
         has_edge_row = any(s in leads_out for s in local)
         if direct:  # GPUs on an ellipse, so GPU-GPU links are visible chords
-            cx, cy = x0 + width / 2, y0 + _BOX_H / 2 + (0.3 if has_edge_row else -0.05)
-            rx, ry = width / 2 - 0.45, _BOX_H / 2 - (0.75 if has_edge_row else 0.5)
+            cx, cy = x0 + width / 2, y0 + box_h / 2 + (0.3 if has_edge_row else -0.05)
+            rx, ry = width / 2 - 0.45, box_h / 2 - (0.75 if has_edge_row else 0.5)
             for k, g in enumerate(members):
                 angle = math.pi / 2 - 2 * math.pi * k / len(members)
                 pos[g] = (cx + rx * math.cos(angle), cy + ry * math.sin(angle))
             core_y = cy
-        else:  # GPUs in a row on top, switches below
+        else:  # GPUs in a row on top (at the bottom to face the next stacked machine), switches between
+            low = facing and m % 2 == 0 and not has_edge_row
             for g, x in zip(members, _spread(len(members), x0 + 0.5, x0 + width - 0.5), strict=True):
-                pos[g] = (x, y0 + _BOX_H - 0.75)
-            core_y = y0 + _BOX_H / 2 - 0.1
+                pos[g] = (x, y0 + 0.55 if low else y0 + box_h - 0.65)
+            core_y = y0 + box_h / 2 - 0.1 if has_edge_row else y0 + (box_h - 0.75 if low else 0.75)
         core = [s for s in local if s not in leads_out]
         for s, x in zip(core, _centred(len(core), x0, x0 + width), strict=True):
             pos[s] = (x, core_y)
@@ -133,7 +140,7 @@ def _machine_layout(topology: Topology) -> tuple[dict[Vertex, tuple[float, float
         for w in frontier:
             tier[str(w)] = depth
     grid_w = min(cols, len(machines)) * (width + _GAP) - _GAP
-    grid_bottom = -((len(machines) - 1) // cols) * (_BOX_H + _GAP)
+    grid_bottom = -((len(machines) - 1) // cols) * (box_h + _GAP)
     for t in sorted(set(tier.values()) | ({0} if len(tier) < len(shared) else set())):
         row = [s for s in shared if tier.get(s, 0) == t]
         row.sort(key=lambda s: (_mean_x(sorted(near[s], key=str), pos), s))
@@ -230,7 +237,7 @@ def topology_figure(topology: Topology) -> Figure:
     scale = min(1.0, 18.0 / span_x, 16.0 / span_y) * 0.8
     legend_rows = math.ceil((len({link.kind for link in topology.links}) + 1 + len({s.kind for s in
                                                                                  topology.switches})) / 2)
-    figure = new_figure(max(8.0, span_x * scale + 0.5), max(4.0, span_y * scale + 0.9 + 0.2 * legend_rows))
+    figure = new_figure(max(8.0, span_x * scale + 0.5), max(4.0, span_y * scale + 1.4 + 0.2 * legend_rows))
     axes = figure.subplots(1, 1)
     for x, y, w, h, label in boxes:
         axes.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.15",
