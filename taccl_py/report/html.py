@@ -59,7 +59,8 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1,
         cls = f' class="{row_classes[n]}"' if row_classes and row_classes[n] else ""
         cells = "".join(f'<td class="{"l" if k < left else ""}">{_e(v)}</td>' for k, v in enumerate(row))
         body.append(f"<tr{cls}>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    thead = f"<thead><tr>{head}</tr></thead>" if any(columns) else ""
+    return f"<table>{thead}<tbody>{''.join(body)}</tbody></table>"
 
 
 def _summary(report: Report) -> str:
@@ -92,7 +93,7 @@ def _topology(report: Report) -> str:
         latency = f"{k.min_latency:g}" if k.min_latency == k.max_latency else f"{k.min_latency:g}-{k.max_latency:g}"
         rows.append([f"{k.kind} links", f"{k.count} x {bandwidth} GB/s, {latency} us"])
     source = f'<p class="meta">Source: {_e(d.source)}</p>' if d.source else ""
-    return _table(["", ""], rows) + source + _picture(report.topology_picture)
+    return _table(["", ""], rows) + source + _picture(report.topology_picture)  # a two-column list, no header
 
 
 def _point_row(p: PointSummary, seconds: float | None, names: Sequence[str]) -> list[str]:
