@@ -109,3 +109,13 @@ def test_the_browser_check_sees_broken_pages(tmp_path: Path) -> None:
     assert any("undefinedCall" in e for e in view.errors)
     grey = np.asarray(Image.open(io.BytesIO(view.screenshot_png)).convert("L"), dtype=float)
     assert grey.var() < 200
+
+
+def test_a_timeline_too_big_to_draw_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    request = ReportRequest("ring8", ("allgather",), (4096,), SweepOptions(time_limit_s=20))
+    records = run_jobs(run_sweep_job, report_jobs(request), InlineBackend())
+    monkeypatch.setattr("taccl_py.plots.timeline.MAX_TIMELINE_BARS", 3)
+    report = assemble_report(request, records)
+    assert report.timeline is None and "too many to draw" in report.timeline_note
+    page = render_html(report)
+    assert "No timeline: allgather at 4KB:" in page and page.count("<img ") == 2

@@ -80,6 +80,8 @@ class Report:
     collectives: tuple[CollectiveResult, ...]
     timeline: Picture | None
     failures: tuple[str, ...]
+    timeline_note: str = ""
+    """Why there is no timeline, when there is none."""
 
 
 def _sweep_job(request: ReportRequest, task: SweepTask, collective: str, size: int) -> SweepJob:
@@ -108,7 +110,9 @@ def _chart(topology: Topology, collective: str, points: Sequence[PointSummary]) 
                    "image/svg+xml", figure_bytes(figure, "svg"))
 
 
-def _timeline(topology: Topology, request: ReportRequest, records: Sequence[JobRecord]) -> Picture | None:
+def _timeline(topology: Topology, request: ReportRequest, records: Sequence[JobRecord]) -> tuple[Picture | None,
+                                                                                                   str]:
+    """The timeline picture of the request's timeline point, or None and why not."""
     from taccl_py.schedule import schedule_from_dict
     from taccl_py.simulator import simulate
 
@@ -116,16 +120,18 @@ def _timeline(topology: Topology, request: ReportRequest, records: Sequence[JobR
     key = _sweep_job(request, SweepTask.SYNTHESIZE, collective, size).key
     record = next((r for r in records if r.key == key), None)
     if record is None or record.result is None or "schedule" not in record.result:
-        return None
+        return None, f"the synthesis of {collective} at {format_bytes(size)} did not finish"
     schedule = schedule_from_dict(record.result["schedule"], topology, where=f"schedule of {key}")
     sim = simulate(topology, schedule, size)
-    if not sim.correct:
-        return None
+    try:
+        figure = timeline_figure(topology, schedule, sim)
+    except InputError as exc:  # too many bars to draw, or an incorrect schedule
+        return None, f"{collective} at {format_bytes(size)}: {exc}"
     title = f"timeline: {record.result.get('algorithm')} {collective}, {format_bytes(size)}"
     return Picture(title, f"Every transfer of the {record.result.get('algorithm')} {collective} algorithm at "
                    f"{format_bytes(size)} ({len(schedule.transfers)} transfers, {sim.time_us:.4g} us): a bar spans "
                    "a transfer's start to its arrival, coloured by chunk; the critical path is outlined in red.",
-                   "image/png", figure_bytes(timeline_figure(topology, schedule, sim), "png"))
+                   "image/png", figure_bytes(figure, "png")), ""
 
 
 def assemble_report(request: ReportRequest, records: Sequence[JobRecord]) -> Report:
@@ -143,5 +149,6 @@ def assemble_report(request: ReportRequest, records: Sequence[JobRecord]) -> Rep
                       "by kind, wider when faster, labelled with GB/s per direction where there is room.",
                       "image/png", figure_bytes(topology_figure(topology), "png"))
     failures = tuple(f"{r.key}: {r.error}" for r in records if r.error is not None)
-    return Report(request, topology, describe_topology(topology), drawing, tuple(sections),
-                  _timeline(topology, request, records), failures)
+    timeline, why_not = _timeline(topology, request, records)
+    return Report(request, topology, describe_topology(topology), drawing, tuple(sections), timeline, failures,
+                  why_not)

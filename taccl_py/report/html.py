@@ -149,6 +149,8 @@ def render_html(report: Report) -> str:
     parts += [_collective(report, section) for section in report.collectives]
     if report.timeline is not None:
         parts += [f"<h2>Timeline of one algorithm</h2>{_picture(report.timeline)}"]
+    elif report.timeline_note:
+        parts += [f'<h2>Timeline of one algorithm</h2><p class="meta">No timeline: {_e(report.timeline_note)}</p>']
     if report.failures:
         items = "".join(f"<li>{_e(f)}</li>" for f in report.failures)
         parts += [f'<h2 class="fail">Jobs that failed</h2><ul class="fail">{items}</ul>']
