@@ -279,6 +279,7 @@ def test_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> N
 
     screen = io.StringIO()
     monkeypatch.setattr(jobs_cli, "err_console", Console(file=screen, force_terminal=True, width=120))
+    monkeypatch.setattr(jobs_cli, "out_console", Console(file=io.StringIO(), force_terminal=True))
     with jobs_cli.job_progress("sweep (test)", True) as progress:
         assert progress is not None
         run_jobs(square_job, square_jobs([1, 2, 3]), InlineBackend(), progress=progress)

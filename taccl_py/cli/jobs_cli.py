@@ -18,7 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from taccl_py.cli.common import err_console
+from taccl_py.cli.common import err_console, out_console
 from taccl_py.errors import TacclError
 from taccl_py.units import format_bytes
 
@@ -60,9 +60,9 @@ def _describe(record: JobRecord) -> str:
 
 @contextmanager
 def job_progress(label: str, enabled: bool) -> Iterator[ProgressFn | None]:
-    """A transient progress bar on stderr (jobs done / total, elapsed, remaining, last finished) when it is a
-    terminal and ``enabled``; otherwise no callback at all (silent in pipes and with --json)."""
-    if not enabled or not err_console.is_terminal:
+    """A transient progress bar on stderr (jobs done / total, elapsed, remaining, last finished) when stdout and
+    stderr are terminals and ``enabled``; otherwise no callback at all (silent in pipes and with --json)."""
+    if not enabled or not err_console.is_terminal or not out_console.is_terminal:
         yield None
         return
     columns = (SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

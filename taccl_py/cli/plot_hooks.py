@@ -39,9 +39,11 @@ def timeline_options(func: F) -> F:
 def check_picture_path(path: str | None, option: str) -> None:
     """Fail before any work when a picture cannot be written there (suffix .png or .svg, directory exists)."""
     if path is not None:
+        from taccl_py.cli.common import check_output_file
         from taccl_py.plots import check_figure_path
 
         check_figure_path(path, where=option)
+        check_output_file(path, option)
 
 
 def write_algbw_plot(path: str, title: str, sizes: Sequence[int], times: Mapping[str, Sequence[float | None]],
