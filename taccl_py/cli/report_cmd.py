@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from taccl_py.cli.common import emit_json, json_option, out_console, sizes_from
+from taccl_py.cli.common import check_output_file, emit_json, json_option, out_console, sizes_from
 from taccl_py.cli.jobs_cli import default_jobs, job_progress, jobs_option, ray_option
 from taccl_py.collectives import parse_collective
 from taccl_py.errors import InputError
@@ -76,8 +76,9 @@ def report_command(topology_spec: str, collectives: tuple[str, ...], size_spec: 
     target = Path(output)
     if target.suffix.lower() not in (".html", ".htm"):
         raise InputError("give an .html file", where="-o")
-    if target.is_dir() or not (target.parent if str(target.parent) else Path(".")).is_dir():
-        raise InputError("cannot write there (a directory, or its directory does not exist)", where="-o")
+    check_output_file(output, "-o")
+    if results_path is not None:
+        check_output_file(results_path, "--results")
     resolve_topology(topology_spec)
     names = [c.strip() for value in (collectives or (defaults.collectives,)) for c in value.split(",")
              if c.strip()]

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import click
 
-from taccl_py.cli.common import emit_json, fmt, json_option, make_table, out_console, sizes_from
+from taccl_py.cli.common import (
+    check_output_file,
+    emit_json,
+    fmt,
+    json_option,
+    make_table,
+    out_console,
+    sizes_from,
+)
 from taccl_py.cli.jobs_cli import default_jobs, job_progress, jobs_option, ray_option
 from taccl_py.collectives import parse_collective
 from taccl_py.errors import InputError
@@ -75,6 +83,7 @@ def sweep_command(topologies: tuple[str, ...], collectives: tuple[str, ...], siz
     chosen = [SweepTask(t) for t in tasks] if tasks else list(SweepTask)
     if Path(output).suffix.lower() not in (".jsonl", ".json"):
         raise InputError("give a .jsonl file for the results", where="-o")
+    check_output_file(output, "-o")
     sink = ResultsFile(output)
     grid = grid_jobs(names, kinds, sizes, chosen, SweepOptions(time_limit, threads, seed, solver))
     backend = make_backend(jobs or default_jobs(), ray_address)
