@@ -177,8 +177,14 @@ def run(quick: bool) -> dict[str, Any]:
     return {"rows": rows, "solvers": solver_comparison()}
 
 
+def _base_name(topology: str) -> str:
+    """``dgx-a100x16-forestcoll`` -> ``dgx-a100x16``: the fabric suffixes name variants of one machine count."""
+    return re.sub(r"(-(forestcoll|single|rail|nvls))+$", "", topology)
+
+
 def _family(topology: str) -> str:
-    return re.sub(r"x\d+$", "", topology)
+    """``dgx-a100x16-forestcoll`` -> ``dgx-a100``."""
+    return re.sub(r"x\d+$", "", _base_name(topology))
 
 
 def render(data: dict[str, Any], figures: Path) -> str:
@@ -208,7 +214,7 @@ def headline(data: dict[str, Any]) -> list[list[str]]:
     """README rows: the published reference instances, the 128-GPU runs (full mode), the small buffers."""
     out = []
     for r in data["rows"]:
-        label = _HEADLINE.get((r["topology"], r["collective"]))
+        label = _HEADLINE.get((_base_name(r["topology"]), r["collective"]))
         if label and r["group"] != "small":
             reference = f" (published: {r['reference']})" if r["reference"] else ""
             out.append([label, f"{r['algbw_GBps']:.2f} GB/s, {100 * r['efficiency']:.1f}% of the bound "

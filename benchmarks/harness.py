@@ -68,12 +68,18 @@ class Benchmark:
         return getattr(self.module, "headline", None)
 
 
+_PROTOCOL = re.compile(r"^def run\(.*^def render\(|^def render\(.*^def run\(", re.S | re.M)
+
+
 def discover() -> list[Benchmark]:
-    """Every ``bench_*.py`` that follows the protocol, in ``ORDER``."""
+    """Every ``bench_*.py`` that follows the protocol, in ``ORDER``. A script that does not define ``run`` and
+    ``render`` at top level is not imported at all (it may write its own ``results/NAME.md``)."""
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
     found = []
     for path in sorted(HERE.glob("bench_*.py")):
+        if not _PROTOCOL.search(path.read_text(encoding="utf-8")):
+            continue
         module = importlib.import_module(path.stem)
         if all(hasattr(module, attr) for attr in ("NAME", "TITLE", "run", "render")):
             found.append(Benchmark(module.NAME, module.TITLE, int(getattr(module, "ORDER", _FOREIGN_ORDER)), module))
