@@ -1,26 +1,19 @@
 """Multi-dimensional (ASTRA-sim 2.0) networks: the best hierarchical baseline against the bound and `taccl synthesize`.
 
-Run: ``.venv/bin/python benchmarks/bench_multidim.py [--quick] [--no-synthesis] [--time-limit S]``. For each
-network of issue 10 (plus a 4-D one) and Allgather, ReduceScatter and Allreduce at 1 MB, 32 MB and 1 GB:
-the hierarchical baselines ``hier`` (ASTRA-sim's dimension order) and ``hier-lb`` (Themis-style balanced
-orders), each with the parameters it chose for the size, the lower bound, and ``synthesize`` with its
-default options (what it returns, which may be a baseline, and its best own candidate). Every time is our
-simulator's on the schedule. Raw figures go to ``benchmarks/results/multidim.json``, a table to
-``benchmarks/results/multidim.md``.
+A benchmark module of benchmarks/harness.py: ``.venv/bin/python benchmarks/run.py --full --only multidim``
+(raw figures in ``benchmarks/results/multidim.json``, the table in ``benchmarks/results/multidim.md``). For
+each network of issue 10 (plus a 4-D one) and Allgather, ReduceScatter and Allreduce at 1 MB, 32 MB and
+1 GB: the hierarchical baselines ``hier`` (ASTRA-sim's dimension order) and ``hier-lb`` (Themis-style
+balanced orders), each with the parameters it chose for the size, the lower bound, and ``synthesize`` with
+its default options (what it returns, which may be a baseline, and its best own candidate). Every time is
+our simulator's on the schedule. Quick mode (``make bench``): 1 GB only, no synthesis.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-from bench_simulator import cpu_model  # same directory: run as a script
 
 from taccl_py.baselines import baseline
 from taccl_py.bounds import lower_bound
@@ -31,8 +24,9 @@ from taccl_py.synthesis import SynthesisOptions, synthesize
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes
 
-HERE = Path(__file__).parent
+NAME, TITLE, ORDER = "multidim", "Multi-dimensional networks", 50
 MB, GB = 2**20, 2**30
+TIME_LIMIT_S = 60.0
 KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 
 NETWORKS: dict[str, tuple[AstraDimension, ...]] = {
@@ -62,7 +56,8 @@ def _hierarchical(topology: Topology, kind: CollectiveKind, size: int) -> dict[s
     return out
 
 
-def run(network: str, kind: CollectiveKind, size: int, synthesis: bool, time_limit: float) -> dict[str, Any]:
+def _measure(network: str, kind: CollectiveKind, size: int, *, synthesis: bool, time_limit: float
+             ) -> dict[str, Any]:
     topology = astra_topology(NETWORKS[network], name=network)
     bound = lower_bound(topology, kind, size)
     hier = _hierarchical(topology, kind, size)
@@ -86,15 +81,33 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def render(rows: list[dict[str, Any]], command: str) -> str:
-    lines = ["# Multi-dimensional networks: hierarchical baselines, bound, synthesis", "",
-             f"Measured on {cpu_model()} ({os.cpu_count()} CPUs, shared with other jobs), Python "
-             f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}, with:", "", f"    {command}", "",
-             "Times in us by our simulator (fluid model, cut-through switches); sizes binary (1GB = 2^30 B); "
+def run(quick: bool) -> dict[str, Any]:
+    from harness import note
+
+    sizes = (GB,) if quick else (MB, 32 * MB, GB)
+    rows = []
+    for network in NETWORKS:
+        for kind in KINDS:
+            for size in sizes:
+                row = _measure(network, kind, size, synthesis=not quick, time_limit=TIME_LIMIT_S)
+                rows.append(row)
+                note(f"{network} {kind.value} {format_bytes(size)}: bound {row['bound_us']:.1f}, best hierarchical "
+                     f"{row['hierarchical'][row['best_hierarchical']]['time_us']:.1f}")
+    return {"rows": rows, "synthesis": not quick, "time_limit_s": TIME_LIMIT_S}
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def render(data: dict[str, Any], figures: Path) -> str:
+    rows = data["rows"]
+    lines = ["Times in us by our simulator (fluid model, cut-through switches); sizes binary (1GB = 2^30 B); "
              "efficiency = bound / time. `hier`: ASTRA-sim's dimension order; `hier-lb`: Themis-style balanced "
              "orders; each with the parameters it chose (algorithm per dimension; splits). `synthesize`: what "
-             "the command returns with default options (it falls back to the best baseline, hierarchical ones "
-             "included, when that is faster), and in brackets its best own candidate.", "",
+             f"the command returns with default options ({data['time_limit_s']:g} s limit; it falls back to the "
+             "best baseline, hierarchical ones included, when that is faster), and in brackets its best own "
+             "candidate." + ("" if data["synthesis"] else " Quick mode: no synthesis."), "",
              "| network (NPUs) | collective | size | bound | hier | hier-lb | best hier. eff. | synthesize "
              "(own) | synth. eff. | synth. s | hier-lb parameters |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -106,42 +119,8 @@ def render(rows: list[dict[str, Any]], command: str) -> str:
         lines.append(f"| {r['network']} ({r['npus']}) | {r['collective']} | {format_bytes(r['size'])} "
                      f"| {_us(r['bound_us'])} | {_us(h['time_us'])} | {_us(lb['time_us'])} "
                      f"| {100 * r['best_hierarchical_efficiency']:.1f}% | {synth_cell} | {synth_eff} "
-                     f"| {'-' if synth is None else synth['wall_s']} | {lb['description']} |")
-    lines += ["", "Bounds (the reason for the 1 GB row of each network and collective):", ""]
-    for r in rows:
-        if r["size"] == GB:
-            lines.append(f"- {r['network']} {r['collective']}: {r['bound_reason']}")
+                     f"| {'-' if synth is None else synth['wall_s']} | {lb['description'].replace('|', '/')} |")
+    lines += ["", "Bounds (the reason for the 1 GB row of each network and collective; the proof of the Allreduce "
+              "bound and how tight it is: docs/simulator.md):", ""]
+    lines += [f"- {r['network']} {r['collective']}: {r['bound_reason']}" for r in rows if r["size"] == GB]
     return "\n".join(lines) + "\n"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="1 GB only")
-    parser.add_argument("--no-synthesis", action="store_true", help="baselines and bounds only")
-    parser.add_argument("--time-limit", type=float, default=60.0, help="synthesize --time-limit (s)")
-    parser.add_argument("--only", help="networks whose name contains this text")
-    args = parser.parse_args()
-    sizes = (GB,) if args.quick else (MB, 32 * MB, GB)
-    rows = []
-    for network in NETWORKS:
-        if args.only and args.only not in network:
-            continue
-        for kind in KINDS:
-            for size in sizes:
-                row = run(network, kind, size, not args.no_synthesis, args.time_limit)
-                rows.append(row)
-                synth = row.get("synthesize") or {}
-                print(f"{network} {kind.value} {format_bytes(size)}: bound {row['bound_us']:.1f}, hier "
-                      f"{row['hierarchical']['hier']['time_us']:.1f}, hier-lb "
-                      f"{row['hierarchical']['hier-lb']['time_us']:.1f}, synthesize {synth.get('time_us')} "
-                      f"({synth.get('chosen')}, own {synth.get('own_time_us')}, {synth.get('wall_s')} s)", flush=True)
-    flags = " ".join(f for f, on in (("--quick", args.quick), ("--no-synthesis", args.no_synthesis)) if on)
-    command = f".venv/bin/python benchmarks/bench_multidim.py {flags}".rstrip()
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "multidim.json").write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
-    (HERE / "results" / "multidim.md").write_text(render(rows, command))
-    print("done", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    main()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from taccl_py.cli.common import (
     sizes_from,
     topology_option,
 )
+from taccl_py.cli.jobs_cli import jobs_option
+from taccl_py.cli.plot_hooks import check_picture_path, plot_option, write_algbw_plot
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import InputError
 from taccl_py.sketch import load_sketch
@@ -178,6 +181,61 @@ def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any])
         out_console.print(f"wrote {row['xml']}")
 
 
+@dataclass(frozen=True)
+class _Band:
+    """One size of a synthesize run and where its XML goes (``lo``/``hi``: its size band in the XML)."""
+
+    topology: Topology
+    kind: CollectiveKind
+    size: int
+    options: SynthesisOptions
+    root: int
+    xml_path: Path | None
+    lo: int
+    hi: int
+    dialect: str
+    instances: int
+    proto: str
+    schedule_out: str | None
+    live_label: str = ""
+    chakra_dir: str | None = None
+    """Also write Chakra execution traces into this directory."""
+    """Show the live status line with this label while solving (only when run in this process)."""
+
+
+def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Synthesize one size, write its XML; the report row (a job function of the runner: module level)."""
+    if progress is None and band.live_label:
+        with _Progress(True, band.live_label) as live:
+            result = synthesize(band.topology, band.kind, band.size, band.options, live)
+    else:
+        result = synthesize(band.topology, band.kind, band.size, band.options, progress)
+    if band.xml_path is not None:
+        _write_xml(result, band.topology, band.xml_path, dialect=band.dialect, instances=band.instances,
+                   proto=band.proto, min_bytes=band.lo, max_bytes=band.hi)
+    if band.schedule_out:
+        from taccl_py.schedule import save_schedule
+
+        save_schedule(result.schedule, band.topology, band.schedule_out)
+    xml = str(band.xml_path) if band.xml_path else None
+    row = _row(band.topology, band.kind, band.size, result, band.root, xml)
+    if band.chakra_dir:
+        from taccl_py.cli.export_cmd import write_chakra
+
+        row["chakra"] = write_chakra(result.schedule, band.size, band.chakra_dir,
+                                     f"{band.kind.value}-{band.topology.name}")
+    return row, {}
+
+
+def _plot_times(rows: list[dict[str, Any]]) -> dict[str, list[float | None]]:
+    """Per size: the synthesizer's best candidate and every baseline it was compared with."""
+    times: dict[str, list[float | None]] = {"taccl synthesized": [min(
+        (c["time_us"] for c in r["candidates"] if c["time_us"] is not None), default=None) for r in rows]}
+    for name in sorted({name for r in rows for name in r["baselines_us"]}):
+        times[f"NCCL-style {name}"] = [r["baselines_us"].get(name) for r in rows]
+    return times
+
+
 def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
     return f"{kind.value}-{topology.name}-{format_bytes(lo)}.xml".replace("/", "_")
 
@@ -208,11 +266,14 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
               help="Also write the schedule IR as JSON (single size only).")
 @click.option("--chakra", "chakra_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Also write Chakra execution traces, DIR/<collective>-<topology>.<rank>.et (single size only).")
+@jobs_option(default=1)
+@plot_option
 @json_option
 def synthesize_command(topology_spec: str, collective_name: str, size_spec: str, sketch_path: str | None,
                        output: str | None, time_limit: float, solver: str, threads: int, seed: int,
                        chunk_factors: tuple[int, ...], root: int, dialect: str, instances: int, proto: str,
-                       no_baselines: bool, schedule_out: str | None, chakra_dir: str | None, as_json: bool) -> None:
+                       no_baselines: bool, schedule_out: str | None, chakra_dir: str | None, jobs: int,
+                       plot_path: str | None, as_json: bool) -> None:
     """Synthesize a collective algorithm, verify it by simulation and write MSCCL XML.
 
     Example: taccl synthesize --topology ndv2x2 --collective allgather --size 1GB -o ag.xml
@@ -228,45 +289,41 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
     check_synthesis_args(topology, kind, output=output, schedule_out=schedule_out, ranged=len(sizes) > 1,
                          dialect=dialect, instances=instances, root=root, chunk_factors=chunk_factors, solver=solver,
                          seed=seed, time_limit=time_limit, threads=threads)
+    check_picture_path(plot_path, "--plot")
     if len(sizes) > 1 and chakra_dir:
         raise InputError("needs a single size", where="--chakra")
     options = SynthesisOptions(sketch=sketch, solver=solver, time_limit_s=time_limit, threads=threads, seed=seed,
                                chunk_factors=chunk_factors or None, compare_baselines=not no_baselines, root=root)
-    rows = []
     out_dir = Path(output) if output and len(sizes) > 1 else None
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():
             raise InputError("must be a directory when --size is a range", where=str(out_dir))
         out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    bands = []
     for k, size in enumerate(sizes):
-        with _Progress(not as_json, f"size {k + 1}/{len(sizes)} {format_bytes(size)}" if len(sizes) > 1 else "") \
-                as progress:
-            result = synthesize(topology, kind, size, options, progress)
-        xml_path: Path | None = None
-        if output:
-            if out_dir is not None:
-                lo = 0 if k == 0 else size
-                hi = 0 if k == len(sizes) - 1 else sizes[k + 1] - 1
-                xml_path = out_dir / _band_name(kind, topology, size)
-                _write_xml(result, topology, xml_path, dialect=dialect, instances=instances, proto=proto,
-                           min_bytes=lo, max_bytes=hi)
-            else:
-                xml_path = Path(output)
-                _write_xml(result, topology, xml_path, dialect=dialect, instances=instances, proto=proto,
-                           min_bytes=0, max_bytes=0)
-        if schedule_out:
-            from taccl_py.schedule import save_schedule
+        xml_path = (out_dir / _band_name(kind, topology, size) if out_dir is not None else
+                    Path(output) if output else None)
+        band_lo, band_hi = (0 if k == 0 else size, 0 if k == len(sizes) - 1 else sizes[k + 1] - 1) \
+            if out_dir is not None else (0, 0)
+        live = f"size {k + 1}/{len(sizes)} {format_bytes(size)}" if len(sizes) > 1 and jobs == 1 and not as_json \
+            else ""
+        bands.append(_Band(topology, kind, size, options, root, xml_path, band_lo, band_hi, dialect, instances,
+                           proto, schedule_out, live, chakra_dir))
+    if len(bands) == 1:
+        with _Progress(not as_json) as progress:
+            rows = [_synthesize_band(bands[0], progress)[0]]
+        if not as_json:
+            _print_report(topology, kind, rows[0])
+    else:
+        from taccl_py.cli.jobs_cli import run_bands
 
-            save_schedule(result.schedule, topology, schedule_out)
-        row = _row(topology, kind, size, result, root, str(xml_path) if xml_path else None)
-        if chakra_dir:
-            from taccl_py.cli.export_cmd import write_chakra
-
-            row["chakra"] = write_chakra(result.schedule, size, chakra_dir, f"{kind.value}-{topology.name}")
-        rows.append(row)
-        if not as_json and len(sizes) == 1:
-            _print_report(topology, kind, row)
+        # one size at a time shows each size's live line (stage, incumbent); several at once, a progress bar
+        rows = run_bands(_synthesize_band, bands, [b.size for b in bands], jobs,
+                         show_progress=not as_json and jobs > 1)
+    if plot_path:
+        write_algbw_plot(plot_path, f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs)",
+                         sizes, _plot_times(rows), [r["bound_us"] for r in rows], synthesized="taccl synthesized")
     if len(sizes) > 1:
         if as_json:
             emit_json({"topology": topology.name, "collective": kind.value, "rows": rows,
