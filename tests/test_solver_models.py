@@ -158,7 +158,7 @@ def test_integer_master_without_a_solution_in_time_falls_back_to_rounding(
     assert set(plan.assignment) == {(g, -1) for g in range(8)}
     assert all(sum(a.count for a in choice) == 6 for choice in plan.assignment.values())
     stats = plan.stats[1]
-    assert stats.status == "time limit" and "rounded" in stats.note
+    assert stats.status == "work limit" and stats.stopped_by == "work limit" and "rounded" in stats.note
     # the rounding is feasible, so never better than the optimum, and its objective is what the split costs:
     # the busiest physical link's bytes over its bandwidth plus the slowest route used
     assert solved.stats[1].objective is not None and stats.objective is not None

@@ -17,7 +17,7 @@ schedule, in named stages (one module each):
 """
 
 from taccl_py.synthesis.candidates import Candidate
-from taccl_py.synthesis.options import ProgressFn, SynthesisOptions
+from taccl_py.synthesis.options import STAGES, ProgressFn, SynthesisOptions, WorkBudget
 from taccl_py.synthesis.pipeline import SynthesisResult, synthesize
 
-__all__ = ["Candidate", "ProgressFn", "SynthesisOptions", "SynthesisResult", "synthesize"]
+__all__ = ["STAGES", "Candidate", "ProgressFn", "SynthesisOptions", "SynthesisResult", "WorkBudget", "synthesize"]

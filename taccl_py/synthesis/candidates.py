@@ -1,4 +1,10 @@
-"""Stages 5 and 6: simulate the candidates, keep the fastest correct one, prefer a faster baseline."""
+"""Stages 5 and 6: simulate the candidates, keep the best of each chunk factor, rank them with the baselines.
+
+The ranking puts first what a runtime would run: a schedule whose file the
+runtime selects at the synthesized size before one it would skip, then the
+fastest (a baseline only when strictly faster than the synthesized algorithm).
+The later entries are fallbacks for when the first cannot be written as XML.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.msccl.ir import MAX_NODES_PER_RANK
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimResult, simulate
+from taccl_py.synthesis.chunking import chunks_per_loop, min_nodes_per_rank, selectable_at
 from taccl_py.synthesis.options import Run
 from taccl_py.synthesis.variants import CandidateSchedule, Variant
 from taccl_py.topology import Topology
 
-__all__ = ["BaselineComparison", "Candidate", "Choice", "Simulated", "compare_baselines", "prefer_baseline",
-           "simulate_candidates"]
+__all__ = ["BaselineComparison", "Candidate", "Choice", "Ranking", "Simulated", "compare_baselines",
+           "rank_choices", "simulate_candidates"]
+
+_BASELINE_MARGIN = 1e-9
+"""A baseline must be faster by this fraction to be preferred: ties go to the synthesized algorithm."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,15 @@ class Choice:
         assert self.sim.time_us is not None
         return self.sim.time_us
 
+    @property
+    def is_baseline(self) -> bool:
+        return self.candidate.variant is None
+
+    @property
+    def label(self) -> str:
+        """How the report names it: ``synthesized`` or ``baseline <name>``."""
+        return f"baseline {self.candidate.label}" if self.is_baseline else "synthesized"
+
 
 @dataclass(frozen=True)
 class Simulated:
@@ -58,7 +78,9 @@ def simulate_candidates(run: Run, topology: Topology, collective: Collective, si
                         schedules: Sequence[CandidateSchedule], *, any_before: bool) -> Simulated:
     """Simulate each distinct candidate schedule; the fastest correct one is ``best`` (first wins ties).
 
-    ``any_before``: candidates of earlier factors exist, so the wall-clock limit may stop this one.
+    A candidate that needs more XML nodes per rank than the runtimes accept is
+    not simulated. ``any_before``: candidates of earlier factors exist, so the
+    wall-clock limit may stop this one.
     """
     c = collective.chunk_factor
     candidates: list[Candidate] = []
@@ -72,7 +94,12 @@ def simulate_candidates(run: Run, topology: Topology, collective: Collective, si
         if transfers in seen:
             continue
         seen.add(transfers)
-        if (any_before or candidates) and run.remaining_s() <= 1.0:
+        nodes = min_nodes_per_rank(transfers, collective.num_ranks, run.options.instances)
+        if nodes > MAX_NODES_PER_RANK:
+            notes.append(f"chunk factor {c}, {how}: needs at least {nodes} XML nodes on a rank (the runtimes "
+                         f"accept {MAX_NODES_PER_RANK}): not simulated")
+            continue
+        if (any_before or candidates) and run.out_of_time():
             notes.append(f"time limit reached: ordering {how!r} of chunk factor {c} not simulated")
             stopped = True
             break
@@ -80,7 +107,8 @@ def simulate_candidates(run: Run, topology: Topology, collective: Collective, si
                             topology=topology.name,
                             notes={"generator": "taccl_py synthesize", "chunk_factor": c, "ordering": how})
         run.report("simulating", chunk_factor=c, ordering=how, transfers=len(transfers))
-        sim = simulate(topology, schedule, size_bytes)
+        with run.stage("simulate"):
+            sim = simulate(topology, schedule, size_bytes)
         cand = Candidate(label=f"chunk factor {c}, {how}", chunk_factor=c, time_us=sim.time_us,
                          transfers=len(transfers), note=sim.error or "", variant=cand_schedule.variant)
         candidates.append(cand)
@@ -96,10 +124,10 @@ def simulate_candidates(run: Run, topology: Topology, collective: Collective, si
 
 @dataclass(frozen=True)
 class BaselineComparison:
-    """Every applicable baseline's simulated time (None: incorrect) and the fastest correct one."""
+    """Every applicable baseline's simulated time (None: incorrect) and the correct ones, fastest first."""
 
     times_us: dict[str, float | None]
-    best: Choice | None
+    correct: tuple[Choice, ...]
 
 
 def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int) -> BaselineComparison:
@@ -107,27 +135,59 @@ def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: floa
     from taccl_py.baselines import applicable_baselines, baseline
 
     times: dict[str, float | None] = {}
-    best: Choice | None = None
+    correct: list[Choice] = []
     for name in applicable_baselines(topology, kind):
         schedule = baseline(topology, kind, name, root=root)
         sim = simulate(topology, schedule, size_bytes)
         times[name] = sim.time_us
-        if sim.time_us is not None and (best is None or sim.time_us < best.time_us):
-            best = Choice(schedule, sim, Candidate(name, schedule.collective.chunk_factor, sim.time_us,
-                                                   len(schedule.transfers)))
-    return BaselineComparison(times, best)
+        if sim.time_us is not None:
+            correct.append(Choice(schedule, sim, Candidate(name, schedule.collective.chunk_factor, sim.time_us,
+                                                           len(schedule.transfers))))
+    correct.sort(key=lambda choice: choice.time_us)  # stable: the first listed wins ties
+    return BaselineComparison(times, tuple(correct))
 
 
-def prefer_baseline(synthesized: Choice | None, baselines: BaselineComparison) -> tuple[Choice | None, str | None]:
-    """The baseline if it is faster than the synthesized choice (or nothing synthesized is correct).
+@dataclass(frozen=True)
+class Ranking:
+    """Stage 6's output: correct choices in order of preference (the first is returned) and why."""
 
-    Returns the choice and, when a baseline wins, the note saying so.
+    ranked: tuple[Choice, ...]
+    notes: tuple[str, ...]
+
+
+def rank_choices(synthesized: Sequence[Choice], baselines: BaselineComparison, size_bytes: float,
+                 element_bytes: int, instances: int) -> Ranking:
+    """Order the best synthesized schedule of each chunk factor and the correct baselines.
+
+    First those whose file the runtime selects at ``size_bytes`` (if any), then
+    by time; a baseline goes before a synthesized schedule only when faster by
+    more than :data:`_BASELINE_MARGIN`.
     """
-    base = baselines.best
-    if base is None or (synthesized is not None and not base.time_us < synthesized.time_us * (1 - 1e-9)):
-        return synthesized, None
-    name = base.candidate.label
-    if synthesized is None:
-        return base, f"no synthesized candidate was correct: returning the {name} baseline"
-    return base, (f"the {name} baseline ({base.time_us:.4g} us) is faster than the synthesized algorithm "
-                  f"({synthesized.time_us:.4g} us): returning the baseline")
+    def selectable(choice: Choice) -> bool:
+        return selectable_at(choice.schedule.collective, size_bytes, element_bytes, instances)
+
+    def key(choice: Choice) -> tuple[bool, float]:
+        return (not selectable(choice), choice.time_us * (1 + _BASELINE_MARGIN) if choice.is_baseline
+                else choice.time_us)
+
+    ranked = tuple(sorted([*sorted(synthesized, key=lambda c: c.time_us), *baselines.correct], key=key))
+    notes: list[str] = []
+    if not ranked:
+        return Ranking(ranked, ())
+    first = ranked[0]
+    best_synth = min(synthesized, key=lambda c: c.time_us, default=None)
+    if first.is_baseline:
+        if best_synth is None:
+            notes.append(f"no synthesized candidate was correct: returning the {first.candidate.label} baseline")
+        elif first.time_us < best_synth.time_us:
+            notes.append(f"the {first.candidate.label} baseline ({first.time_us:.4g} us) is faster than the "
+                         f"synthesized algorithm ({best_synth.time_us:.4g} us): returning the baseline")
+    fastest = min(ranked, key=lambda c: c.time_us)
+    if fastest is not first and not selectable(fastest) and selectable(first):
+        name = f"the {fastest.candidate.label} baseline" if fastest.is_baseline else \
+            f"the synthesized schedule with chunk factor {fastest.candidate.chunk_factor}"
+        notes.append(f"{name} is faster ({fastest.time_us:.4g} us) but the runtime would never select its file at "
+                     f"{int(size_bytes)} bytes (nchunksperloop {chunks_per_loop(fastest.schedule.collective, instances)}"
+                     f" does not divide the {int(size_bytes) // element_bytes} elements): returning "
+                     f"{first.label} ({first.time_us:.4g} us)")
+    return Ranking(ranked, tuple(notes))

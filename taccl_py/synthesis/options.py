@@ -1,24 +1,70 @@
-"""What every synthesis stage shares: the options, the solver settings, progress and the wall clock."""
+"""What every synthesis stage shares: the options, the work budgets, progress and the wall clock."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from solver_models._backend import SolverConfig
+from solver_models.routing import ColumnBudget
+from taccl_py.msccl.selection import DEFAULT_TYPE_SIZE
 from taccl_py.sketch import Sketch
 
-__all__ = ["ProgressFn", "Run", "SynthesisOptions"]
+__all__ = ["STAGES", "ProgressFn", "Run", "SynthesisOptions", "WorkBudget"]
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 """``progress(stage, info)``: called at every stage boundary (the CLI's live status line)."""
 
+STAGES = ("prepare", "routing", "ordering", "scheduling", "simulate", "baselines")
+"""The stages whose wall time :class:`Run` measures, in pipeline order."""
+
+CPSAT_WORK_PER_WALL_S = 0.035
+"""CP-SAT deterministic seconds per wall second of the one-worker scheduling search, measured on a
+2-core AMD EPYC under load (about 0.3 in 10 s); it turns the former wall-clock shares into work."""
+
+
+@dataclass(frozen=True)
+class WorkBudget:
+    """Deterministic budgets of the solver stages: the same work, hence the same answer, on any machine.
+
+    ``column_rounds`` and ``column_work`` (estimated seconds of pricing) stop the
+    routing column generation of each direction; ``master_work`` (CP-SAT
+    deterministic seconds) or ``master_nodes`` (CBC) the routing integer master of
+    each chunk factor; ``scheduling_work`` (CP-SAT deterministic seconds) each
+    scheduling solve.
+    """
+
+    column_rounds: int = 200
+    column_work: float = 15.0
+    master_work: float = 0.5
+    master_nodes: int = 20_000
+    scheduling_work: float = 0.35
+
+    @staticmethod
+    def for_time_limit(time_limit_s: float) -> WorkBudget:
+        """The shares of ``time_limit_s`` the stages used to get on the wall clock, as work.
+
+        Column generation: a quarter of it (at least 2 s); the integer master
+        a quarter (at most 30 s); each scheduling solve a sixth (at least 2 s),
+        converted with :data:`CPSAT_WORK_PER_WALL_S`. At the default 60 s: 15
+        estimated seconds, 0.5 and 0.35 deterministic seconds.
+        """
+        return WorkBudget(column_work=max(2.0, time_limit_s / 4),
+                          master_work=round(min(30.0, time_limit_s / 4) * CPSAT_WORK_PER_WALL_S, 6),
+                          scheduling_work=round(max(2.0, time_limit_s / 6) * CPSAT_WORK_PER_WALL_S, 6))
+
 
 @dataclass(frozen=True)
 class SynthesisOptions:
-    """Solver control and search breadth. ``chunk_factors=None`` picks them from the size."""
+    """Solver control and search breadth. ``chunk_factors=None`` picks them from the size.
+
+    ``time_limit_s`` is the wall-clock guard of the whole synthesis; ``budget``
+    the deterministic work of each solver stage (None: derived from
+    ``time_limit_s`` by :meth:`WorkBudget.for_time_limit`).
+    """
 
     sketch: Sketch | None = None
     solver: str = "cpsat"
@@ -34,28 +80,65 @@ class SynthesisOptions:
     max_multi_order_transfers: int = 50_000
     compare_baselines: bool = True
     root: int = 0
+    budget: WorkBudget | None = None
+    element_bytes: int = DEFAULT_TYPE_SIZE
+    """Bytes per element of the calls the XML will serve (nccl-tests' float: 4); chunk factors are chosen so
+    the runtime selects the file at the synthesized size."""
+    instances: int = 1
+    """The XML will replicate the schedule over this many channels (``--instances``): it multiplies
+    ``nchunksperloop`` and the steps per rank."""
+
+    @property
+    def work(self) -> WorkBudget:
+        return self.budget or WorkBudget.for_time_limit(self.time_limit_s)
 
 
 @dataclass(frozen=True)
 class Run:
-    """One synthesis run: options, solver settings, the progress callback and when it started."""
+    """One synthesis run: options, the progress callback, when it started and the wall time of each stage.
+
+    ``stages_s`` is filled as stages run (the only mutable part).
+    """
 
     options: SynthesisOptions
-    config: SolverConfig
     progress: ProgressFn
     started: float
+    stages_s: dict[str, float] = field(default_factory=dict)
 
     @staticmethod
     def start(options: SynthesisOptions, progress: ProgressFn | None) -> Run:
-        config = SolverConfig(options.solver, options.time_limit_s, options.threads, options.seed)
-        return Run(options, config, progress or _quiet, time.perf_counter())
+        return Run(options, progress or _quiet, time.perf_counter())
 
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.started
 
     def remaining_s(self) -> float:
-        """Wall-clock seconds left of ``time_limit_s`` (at least 1, so a late stage still gets a try)."""
-        return max(1.0, self.options.time_limit_s - self.elapsed_s())
+        """Wall-clock seconds left of ``time_limit_s`` (may be negative)."""
+        return self.options.time_limit_s - self.elapsed_s()
+
+    def out_of_time(self) -> bool:
+        """Less than a second is left: the guard stops further candidates."""
+        return self.remaining_s() <= 1.0
+
+    def solver_config(self, work_limit: float) -> SolverConfig:
+        """Solver settings for one solve: its deterministic budget, the time left as the wall-clock guard."""
+        o = self.options
+        return SolverConfig(o.solver, max(1.0, self.remaining_s()), o.threads, o.seed, work_limit=work_limit,
+                            max_nodes=o.work.master_nodes)
+
+    def column_budget(self) -> ColumnBudget:
+        work = self.options.work
+        return ColumnBudget(max_rounds=work.column_rounds, work_limit=work.column_work,
+                            time_limit_s=max(1.0, self.remaining_s()))
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Add the wall time of the block to stage ``name``."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stages_s[name] = self.stages_s.get(name, 0.0) + time.perf_counter() - started
 
     def report(self, stage: str, **info: Any) -> None:
         self.progress(stage, {"elapsed_s": self.elapsed_s(), **info})
@@ -63,3 +146,4 @@ class Run:
 
 def _quiet(stage: str, info: dict[str, Any]) -> None:
     """The default progress callback: says nothing."""
+

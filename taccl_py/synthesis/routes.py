@@ -73,10 +73,11 @@ def _direction(run: Run, topology: Topology, sketch: Sketch, root: int | None) -
 
 def prepare(run: Run, topology: Topology, kind: CollectiveKind, size_bytes: float) -> Prepared:
     """The sketch (given or derived), the logical graph and the symmetry of each direction needed."""
-    sketch = run.options.sketch or derive_sketch()
-    root = run.options.root if kind in _ROOTED else None
-    forward = _direction(run, topology, sketch, root) if kind in _NEEDS_FORWARD else None
-    reverse = _direction(run, topology.reversed(), sketch, root) if kind in _NEEDS_REVERSE else None
+    with run.stage("prepare"):
+        sketch = run.options.sketch or derive_sketch()
+        root = run.options.root if kind in _ROOTED else None
+        forward = _direction(run, topology, sketch, root) if kind in _NEEDS_FORWARD else None
+        reverse = _direction(run, topology.reversed(), sketch, root) if kind in _NEEDS_REVERSE else None
     return Prepared(topology, kind, size_bytes, sketch, root, forward, reverse)
 
 
@@ -112,29 +113,24 @@ class RoutePools:
 
 def route_pools(run: Run, prepared: Prepared) -> RoutePools:
     """Column generation on each direction: route trees (or Alltoall paths) and their LP optimum."""
-    kind = prepared.kind
-    lp_budget = max(2.0, run.options.time_limit_s / 4)
-    roots = (prepared.root,) if prepared.root is not None else None
-    forward: Phase | None = None
-    reverse: Phase | None = None
-    if kind is CollectiveKind.ALLTOALL:
-        assert prepared.forward is not None
-        d = prepared.forward
-        forward = Phase(d, path_columns(d.topology, d.graph, d.symmetry, lp_budget_s=lp_budget),
-                        CollectiveKind.ALLTOALL, reversed=False)
-    else:
-        if prepared.forward is not None:
-            d = prepared.forward
-            forward = Phase(d, tree_columns(d.topology, d.graph, d.symmetry, roots=roots, lp_budget_s=lp_budget),
-                            CollectiveKind.BROADCAST if kind is CollectiveKind.BROADCAST else CollectiveKind.ALLGATHER,
-                            reversed=False)
-        if prepared.reverse is not None:
-            d = prepared.reverse
-            reverse = Phase(d, tree_columns(d.topology, d.graph, d.symmetry, roots=roots, lp_budget_s=lp_budget),
-                            CollectiveKind.BROADCAST if kind is CollectiveKind.REDUCE else CollectiveKind.ALLGATHER,
-                            reversed=True)
+    with run.stage("routing"):
+        forward = _phase(run, prepared, prepared.forward, reversed_=False)
+        reverse = _phase(run, prepared, prepared.reverse, reversed_=True)
     stats = tuple(p.pool.stats for p in (forward, reverse) if p is not None)
-    phases = tuple(p for p in (reverse, forward) if p is not None)
-    pools = RoutePools(phases, stats)
+    pools = RoutePools(tuple(p for p in (reverse, forward) if p is not None), stats)
     run.report("routing LP", bound_us=pools.lp_bound_us(prepared.size_bytes, prepared.num_gpus))
     return pools
+
+
+def _phase(run: Run, prepared: Prepared, d: Direction | None, *, reversed_: bool) -> Phase | None:
+    """The phase on direction ``d`` (None if the collective does not use it)."""
+    if d is None:
+        return None
+    kind = prepared.kind
+    if kind is CollectiveKind.ALLTOALL:
+        return Phase(d, path_columns(d.topology, d.graph, d.symmetry, budget=run.column_budget()),
+                     CollectiveKind.ALLTOALL, reversed=False)
+    roots = (prepared.root,) if prepared.root is not None else None
+    spread = CollectiveKind.BROADCAST if kind in _ROOTED else CollectiveKind.ALLGATHER
+    pool = tree_columns(d.topology, d.graph, d.symmetry, roots=roots, budget=run.column_budget())
+    return Phase(d, pool, spread, reversed=reversed_)

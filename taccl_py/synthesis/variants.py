@@ -188,28 +188,15 @@ def orderings(run: Run, tasks: list[Task], num_links: int) -> tuple[list[Orderin
     """Candidate orders of the tasks, the CP-SAT schedule first when it ran; each will be simulated."""
     options = run.options
     latency_bound = any(t.latency_us > t.duration_us for t in tasks)
-    found: list[Ordering] = []
-    stats: list[SolveStats] = []
-    timing = arrival_order(tasks, num_links)
-    found.append(_greedy(OrderingRule.ARRIVAL, tasks, timing, latency_bound))
-    stats.append(SolveStats(stage="ordering (greedy, arrival rule)", solver="greedy", status="done",
-                            objective=timing.makespan_us, variables=len(tasks),
-                            note="makespan estimate with one message per link at a time, us"))
-    if len(tasks) <= options.max_list_tasks:
-        timing_list = list_order(tasks, num_links)
-        found.append(_greedy(OrderingRule.LIST, tasks, timing_list, latency_bound))
-        stats.append(SolveStats(stage="ordering (greedy, most-work-first rule)", solver="greedy", status="done",
-                                objective=timing_list.makespan_us, variables=len(tasks), note="makespan estimate, us"))
-        if timing_list.makespan_us < timing.makespan_us:
-            timing = timing_list
-    if not latency_bound and len(tasks) <= options.max_multi_order_transfers:
-        found.append(Ordering(OrderingRule.PIPELINE, tuple(pipeline_order(tasks).start_us),
-                              tuple(range(len(tasks)))))
+    with run.stage("ordering"):
+        found, stats, timing = _greedy_orderings(options.max_list_tasks, options.max_multi_order_transfers,
+                                                 tasks, num_links, latency_bound)
     run.report("ordering", incumbent_us=timing.makespan_us, tasks=len(tasks))
     if len(tasks) <= options.max_cpsat_tasks:
-        budget = min(run.remaining_s() / 3, max(2.0, options.time_limit_s / 6))
-        solved, schedule_stats = schedule_tasks(tasks, num_links, timing, replace(run.config, time_limit_s=budget),
-                                                allow_merge=latency_bound)
+        with run.stage("scheduling"):
+            solved, schedule_stats = schedule_tasks(tasks, num_links, timing,
+                                                    run.solver_config(options.work.scheduling_work),
+                                                    allow_merge=latency_bound)
         stats.append(schedule_stats)
         run.report("scheduling", incumbent_us=schedule_stats.objective, bound_us=schedule_stats.bound,
                    gap=schedule_stats.gap)
@@ -219,6 +206,29 @@ def orderings(run: Run, tasks: list[Task], num_links: int) -> tuple[list[Orderin
                                 note=f"{len(tasks)} tasks > {options.max_cpsat_tasks}: greedy orders kept, "
                                      "greedy message merging"))
     return found, stats
+
+
+def _greedy_orderings(max_list_tasks: int, max_multi_order_transfers: int, tasks: list[Task], num_links: int,
+                      latency_bound: bool) -> tuple[list[Ordering], list[SolveStats], TaskTiming]:
+    """The greedy rules' orders, their statistics and the best estimate (CP-SAT's hint)."""
+    found: list[Ordering] = []
+    stats: list[SolveStats] = []
+    timing = arrival_order(tasks, num_links)
+    found.append(_greedy(OrderingRule.ARRIVAL, tasks, timing, latency_bound))
+    stats.append(SolveStats(stage="ordering (greedy, arrival rule)", solver="greedy", status="done",
+                            objective=timing.makespan_us, variables=len(tasks),
+                            note="makespan estimate with one message per link at a time, us"))
+    if len(tasks) <= max_list_tasks:
+        timing_list = list_order(tasks, num_links)
+        found.append(_greedy(OrderingRule.LIST, tasks, timing_list, latency_bound))
+        stats.append(SolveStats(stage="ordering (greedy, most-work-first rule)", solver="greedy", status="done",
+                                objective=timing_list.makespan_us, variables=len(tasks), note="makespan estimate, us"))
+        if timing_list.makespan_us < timing.makespan_us:
+            timing = timing_list
+    if not latency_bound and len(tasks) <= max_multi_order_transfers:
+        found.append(Ordering(OrderingRule.PIPELINE, tuple(pipeline_order(tasks).start_us),
+                              tuple(range(len(tasks)))))
+    return found, stats, timing
 
 
 # ------------------------------------------------------------------- transfers
@@ -304,8 +314,8 @@ def _channel_variants(run: Run, tasks: Sequence[Task],
 
 # ------------------------------------------------------------------------ phases
 def _assign(run: Run, phase: Phase, pieces: int, piece_bytes: float) -> RoutingPlan:
-    budget = min(run.remaining_s() / 4, 30.0)
-    plan = assign_pieces(phase.pool, pieces, piece_bytes, replace(run.config, time_limit_s=budget))
+    with run.stage("routing"):
+        plan = assign_pieces(phase.pool, pieces, piece_bytes, run.solver_config(run.options.work.master_work))
     master = plan.stats[1]
     run.report("routing", incumbent_us=master.objective, bound_us=master.bound, gap=master.gap, chunk_factor=pieces)
     return plan
@@ -315,24 +325,25 @@ def phase_variants(run: Run, phase: Phase, chunk_factor: int, size_bytes: float)
     """Route one phase's pieces (integer master), order them every way, spread them over channels."""
     d = phase.direction
     n, c = d.topology.num_gpus, chunk_factor
+    rooted = phase.rooted
     if phase.kind is CollectiveKind.ALLTOALL:
         piece_bytes = size_bytes / (n * c)
-        plan = _assign(run, phase, c, piece_bytes)
-        tasks = path_tasks(d.graph, d.symmetry, plan, n, c, piece_bytes)
     else:
-        piece_bytes = (size_bytes if phase.rooted else size_bytes / n) / c
-        plan = _assign(run, phase, c, piece_bytes)
-        sketch = run.options.sketch
-        own_first = bool(sketch and sketch.enforce_ordering)
-
-        def chunk_id(gpu: int, j: int) -> int:
-            return j if phase.rooted else gpu * c + j
-
-        tasks = tree_tasks(d.graph, d.symmetry, plan, piece_bytes, own_first, chunk_id)
+        piece_bytes = (size_bytes if rooted else size_bytes / n) / c
+    plan = _assign(run, phase, c, piece_bytes)
+    with run.stage("ordering"):
+        if phase.kind is CollectiveKind.ALLTOALL:
+            tasks = path_tasks(d.graph, d.symmetry, plan, n, c, piece_bytes)
+        else:
+            sketch = run.options.sketch
+            own_first = bool(sketch and sketch.enforce_ordering)
+            tasks = tree_tasks(d.graph, d.symmetry, plan, piece_bytes, own_first,
+                               lambda gpu, j: j if rooted else gpu * c + j)
     found, order_stats = orderings(run, tasks, len(d.topology.links))
-    variants = _channel_variants(run, tasks, found)
-    if phase.reversed:
-        variants = [(v, _reverse_to_reduction(ts)) for v, ts in variants]
+    with run.stage("ordering"):
+        variants = _channel_variants(run, tasks, found)
+        if phase.reversed:
+            variants = [(v, _reverse_to_reduction(ts)) for v, ts in variants]
     return PhaseVariants(tuple(variants), (plan.stats[1], *order_stats))
 
 
@@ -344,8 +355,10 @@ def candidate_schedules(run: Run, pools: RoutePools, chunk_factor: int,
     # the same variant in every phase of an Allreduce
     by_variant = [dict(part.variants) for part in parts]
     joined = []
-    for variant, _ in parts[0].variants:
-        if all(variant in found for found in by_variant):
-            transfers = tuple(t for found in by_variant for t in found[variant])
-            joined.append(CandidateSchedule(variant, _stagger_channels(transfers) if variant.staggered else transfers))
+    with run.stage("ordering"):
+        for variant, _ in parts[0].variants:
+            if all(variant in found for found in by_variant):
+                transfers = tuple(t for found in by_variant for t in found[variant])
+                joined.append(CandidateSchedule(variant,
+                                                _stagger_channels(transfers) if variant.staggered else transfers))
     return joined, stats
