@@ -443,6 +443,7 @@ def _integer_master(pool: ColumnPool, pieces: int, piece_bytes: float, config: S
     except SolverTimeout as exc:
         wall = time.perf_counter() - started >= config.time_limit_s * 0.999
         values, stats = _rounded_master(program, link_terms, z, lat, exc, STOPPED_BY_TIME if wall else STOPPED_BY_WORK)
+        stats.time_s = time.perf_counter() - started
     stats.note = (f"{'per-GPU' if per_gpu else 'per-representative'} piece split; " + stats.note).strip("; ")
     result: dict[Commodity, tuple[Assignment, ...]] = {}
     for c, cols in columns.items():

@@ -181,30 +181,6 @@ def test_a_candidate_that_can_never_be_written_is_not_simulated() -> None:
     assert "at least 4210 XML nodes" in simulated.notes[0]
 
 
-@pytest.mark.slow
-def test_deterministic_budget_gives_identical_results_under_cpu_load() -> None:
-    """The scheduling solve stops on its deterministic work, not the clock: a loaded core changes nothing."""
-    import subprocess
-    import sys
-
-    from taccl_py.synthesis import WorkBudget
-
-    topo = resolve_topology("dgx-a100x2")
-    options = SynthesisOptions(time_limit_s=600, chunk_factors=(2,), compare_baselines=False,
-                               budget=WorkBudget(scheduling_work=0.03, master_work=0.03, column_work=2.0))
-    first = synthesize(topo, CollectiveKind.ALLGATHER, 4 << 20, options)
-    scheduling = [s for s in first.stats if s.stage.startswith("scheduling")]
-    assert scheduling and all(s.stopped_by == "work limit" for s in scheduling), scheduling
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        second = synthesize(topo, CollectiveKind.ALLGATHER, 4 << 20, options)
-    finally:
-        hog.kill()
-        hog.wait()
-    assert second.schedule == first.schedule and not first.time_limit_hit and not second.time_limit_hit
-    assert [s.to_dict() | {"time_s": 0} for s in second.stats] == [s.to_dict() | {"time_s": 0} for s in first.stats]
-
-
 WALL_CLOCK_FIELDS = ("synthesis_s", "wall_s", "stages_s")
 
 
@@ -216,21 +192,34 @@ def _without_wall_clock(report: dict) -> dict:  # type: ignore[type-arg]
 
 
 @pytest.mark.slow
-def test_command_output_is_byte_identical_and_reports_wall_time(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_command_output_is_byte_identical_under_cpu_load_and_reports_wall_time(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The scheduling solves stop on deterministic work, not the clock: a core hogged by a busy loop
+    during the second run changes neither the file nor the report."""
+    import subprocess
+    import sys
+
     from cli_runner import only_json, run
 
     reports, texts = [], []
     xml = tmp_path / "x.xml"
-    for _ in range(2):
-        code, out, _ = run(["synthesize", "-t", "dgx-a100x2", "-c", "allgather", "-s", "4MB", "-o", str(xml),
-                            "--chunk-factor", "2", "--time-limit", "20", "--json"], capsys)
+    for hogged in (False, True):
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if hogged else None
+        try:
+            code, out, _ = run(["synthesize", "-t", "dgx-a100x2", "-c", "allgather", "-s", "4MB", "-o", str(xml),
+                                "--chunk-factor", "2", "--time-limit", "20", "--json"], capsys)
+        finally:
+            if hog is not None:
+                hog.kill()
+                hog.wait()
         assert code == 0
         reports.append(only_json(out))
         texts.append(xml.read_bytes())
     assert texts[0] == texts[1]
     assert _without_wall_clock(reports[0]) == _without_wall_clock(reports[1])
     report = reports[0]
+    scheduling = [s for s in report["solver_stages"] if s["stage"].startswith("scheduling")]
+    assert scheduling and all(s["stopped_by"] == "work limit" for s in scheduling), scheduling
     assert set(report["stages_s"]) == {"prepare", "routing", "ordering", "scheduling", "simulate", "baselines",
                                        "lower", "verify", "write", "report"}
     assert report["stages_s"]["lower"] > 0 and report["stages_s"]["verify"] > 0
