@@ -437,6 +437,10 @@ def _integer_master(pool: ColumnPool, pieces: int, piece_bytes: float, config: S
             program.add(terms, "=", float(pieces), f"cover_{c[0]}_{c[1]}_{owner}")
     for key, terms in sorted(link_terms.items()):
         program.add([*terms, (z, -1.0)], "<=", 0.0, f"capacity_{key}")
+    # a complete hint (the rounding with its objective) gives the solver a feasible start; the times are
+    # hinted a little high so that the solver's integer scaling of the coefficients cannot make it infeasible
+    rounded = _rounded_values(program, link_terms, z, lat)
+    program.hint[z], program.hint[lat] = (rounded[z] * (1 + 1e-6) + 0.01, rounded[lat] * (1 + 1e-6) + 0.01)
     started = time.perf_counter()
     try:
         values, stats = solve_integer_program(program, config, "routing integer master")
@@ -455,13 +459,9 @@ def _integer_master(pool: ColumnPool, pieces: int, piece_bytes: float, config: S
     return result, stats
 
 
-def _rounded_master(program: IntegerProgram, link_terms: dict[int, list[tuple[int, float]]], z: int, lat: int,
-                    timeout: SolverTimeout, stopped_by: str) -> tuple[list[float], SolveStats]:
-    """The LP optimum rounded by largest remainders (the master's hint, always feasible).
-
-    Used when the solver finds no integer solution within its budget: the
-    result is then as good as the rounding, never a failure.
-    """
+def _rounded_values(program: IntegerProgram, link_terms: dict[int, list[tuple[int, float]]], z: int,
+                    lat: int) -> list[float]:
+    """The hinted split (the LP optimum rounded by largest remainders) with its bandwidth and latency times."""
     values = [0.0] * len(program.names)
     for var, value in program.hint.items():
         values[var] = value
@@ -470,6 +470,17 @@ def _rounded_master(program: IntegerProgram, link_terms: dict[int, list[tuple[in
     for terms, _, _, name in program.rows:
         if name.startswith("latency_"):  # lat - used * path_time >= 0
             values[lat] = max(values[lat], -sum(coef * values[var] for var, coef in terms if var != lat))
+    return values
+
+
+def _rounded_master(program: IntegerProgram, link_terms: dict[int, list[tuple[int, float]]], z: int, lat: int,
+                    timeout: SolverTimeout, stopped_by: str) -> tuple[list[float], SolveStats]:
+    """The LP optimum rounded by largest remainders (the master's hint, always feasible).
+
+    Used when the solver finds no integer solution within its budget: the
+    result is then as good as the rounding, never a failure.
+    """
+    values = _rounded_values(program, link_terms, z, lat)
     stats = SolveStats(stage="routing integer master", solver="largest-remainder rounding", status=stopped_by,
                        objective=values[z] + values[lat], variables=len(program.names), stopped_by=stopped_by,
                        constraints=len(program.rows), note=f"{timeout}; LP optimum rounded instead")

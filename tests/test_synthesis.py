@@ -304,3 +304,27 @@ def test_every_written_file_is_selected_by_the_runtime_at_its_size(
         smallest = 1 if kind is CollectiveKind.BROADCAST else n
         assert size % (4 * multiplier) or (size // 4) % smallest, (program.nchunksperloop, report["algorithm"])
         assert any("would skip this file" in note and "including its own size" in note for note in report["notes"])
+
+
+@pytest.mark.slow
+def test_a_size_band_directory_is_selected_across_every_band(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Each file of ``-s LO:HI`` is picked by the runtime at every power of two of its band from its own size up."""
+    from cli_runner import only_json, run
+
+    from taccl_py.msccl import load_program
+
+    code, out, _ = run(["synthesize", "-t", "dgx-a100x2", "-c", "allreduce", "-s", "1KB:64KB", "-o", str(tmp_path),
+                        "--time-limit", "10", "--json"], capsys)
+    assert code == 0
+    rows = only_json(out)["rows"]
+    assert len(rows) == 7
+    for row in rows:
+        program = load_program(row["xml"])
+        own = row["size_bytes"]
+        top = program.max_bytes or 4 << 30
+        size = own
+        while size <= top:
+            assert (size // 4) % program.nchunksperloop == 0, (row["xml"], size, program.nchunksperloop)
+            size *= 2
+        assert all(b < own for b in row["selection"]["falls_back_bytes"])
