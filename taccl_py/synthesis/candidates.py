@@ -124,27 +124,40 @@ def simulate_candidates(run: Run, topology: Topology, collective: Collective, si
 
 @dataclass(frozen=True)
 class BaselineComparison:
-    """Every applicable baseline's simulated time (None: incorrect) and the correct ones, fastest first."""
+    """Every applicable baseline's simulated time (None: incorrect or never writable), the correct ones
+    fastest first, and notes."""
 
     times_us: dict[str, float | None]
     correct: tuple[Choice, ...]
+    notes: tuple[str, ...] = ()
 
 
-def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int) -> BaselineComparison:
-    """Simulate every NCCL-style baseline that applies to this topology and collective."""
+def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int,
+                      instances: int = 1) -> BaselineComparison:
+    """Simulate every NCCL-style baseline that applies to this topology and collective.
+
+    A baseline that needs more XML nodes per rank than the runtimes accept is not simulated.
+    """
     from taccl_py.baselines import applicable_baselines, baseline
 
     times: dict[str, float | None] = {}
     correct: list[Choice] = []
+    notes: list[str] = []
     for name in applicable_baselines(topology, kind):
         schedule = baseline(topology, kind, name, root=root)
+        nodes = min_nodes_per_rank(schedule.transfers, topology.num_gpus, instances)
+        if nodes > MAX_NODES_PER_RANK:
+            times[name] = None
+            notes.append(f"the {name} baseline needs at least {nodes} XML nodes on a rank (the runtimes accept "
+                         f"{MAX_NODES_PER_RANK}): not simulated")
+            continue
         sim = simulate(topology, schedule, size_bytes)
         times[name] = sim.time_us
         if sim.time_us is not None:
             correct.append(Choice(schedule, sim, Candidate(name, schedule.collective.chunk_factor, sim.time_us,
                                                            len(schedule.transfers))))
     correct.sort(key=lambda choice: choice.time_us)  # stable: the first listed wins ties
-    return BaselineComparison(times, tuple(correct))
+    return BaselineComparison(times, tuple(correct), tuple(notes))
 
 
 @dataclass(frozen=True)

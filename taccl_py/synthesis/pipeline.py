@@ -86,7 +86,8 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
     comparison = BaselineComparison({}, ())
     if options.compare_baselines:
         with run.stage("baselines"):
-            comparison = compare_baselines(topology, kind, size_bytes, options.root)
+            comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances)
+        notes += comparison.notes
     ranking = rank_choices(best_per_factor, comparison, size_bytes, options.element_bytes, options.instances)
     notes += ranking.notes
     if not ranking.ranked:
