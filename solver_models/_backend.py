@@ -19,6 +19,7 @@ and the answer may differ between runs.
 from __future__ import annotations
 
 import math
+import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -28,7 +29,8 @@ from typing import Any
 from taccl_py.errors import Infeasible, SolverError, SolverTimeout
 
 __all__ = ["STOPPED_BY_TIME", "STOPPED_BY_WORK", "IntegerProgram", "LinearResult", "SolveStats", "SolverConfig",
-           "cpsat_solver", "cpsat_stop_reason", "glop_solver", "solve_integer_program", "solve_lp"]
+           "check_solver", "cpsat_solver", "cpsat_stop_reason", "glop_solver", "pulp_solver_name",
+           "solve_cpsat_interruptibly", "solve_integer_program", "solve_lp"]
 
 STOPPED_BY_WORK = "work limit"
 """A solve stopped by its deterministic budget: the same answer on every machine."""
@@ -173,7 +175,7 @@ def solve_integer_program(program: IntegerProgram, config: SolverConfig, stage: 
     ``scale`` and rounded (the stats note the resolution). Returns the values and stats.
     """
     started = time.perf_counter()
-    if config.solver.lower() in ("cpsat", "cp-sat", "ortools"):
+    if config.solver.strip().lower() in _CPSAT_NAMES:
         values, stats = _solve_cpsat(program, config, stage, scale)
     else:
         values, stats = _solve_pulp(program, config, stage)
@@ -181,6 +183,39 @@ def solve_integer_program(program: IntegerProgram, config: SolverConfig, stage: 
     stats.variables = len(program.names)
     stats.constraints = len(program.rows)
     return values, stats
+
+
+def solve_cpsat_interruptibly(solver: Any, model: Any) -> Any:
+    """``solver.solve(model)`` that Ctrl-C stops at once with :class:`KeyboardInterrupt`.
+
+    CP-SAT's own SIGINT handling would end the search quietly (the caller would
+    carry on with the incumbent) and then leave SIGINT at its default, killing
+    the process on the next Ctrl-C without a word. Instead the solve runs in a
+    worker thread (CP-SAT releases the GIL) while the main thread waits; a
+    Ctrl-C there stops the search and propagates.
+    """
+    solver.parameters.catch_sigint_signal = False
+    outcome: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(solver.solve(model))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=run, name="cp-sat", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except KeyboardInterrupt:
+        solver.stop_search()
+        worker.join()
+        raise
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
@@ -208,7 +243,7 @@ def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
     for i, value in program.hint.items():
         model.add_hint(xs[i], round(value * factor[i]))
     solver = cpsat_solver(config)
-    status = solver.solve(model)
+    status = solve_cpsat_interruptibly(solver, model)
     name = solver.status_name(status)
     if status == cp_model.INFEASIBLE:
         raise Infeasible(f"{stage}: no integer solution exists (CP-SAT proved it)")
@@ -251,6 +286,34 @@ def cpsat_stop_reason(solver: Any, status: int, config: SolverConfig) -> str:
     return STOPPED_BY_WORK
 
 
+_CPSAT_NAMES = ("cpsat", "cp-sat", "ortools")
+
+
+def pulp_solver_name(name: str) -> str:
+    """PuLP's name of the MILP solver ``name`` (``cbc``, ``gurobi``, ``cplex``...), if it is installed here.
+
+    Raises :class:`SolverError` listing the available ones otherwise; the CLI calls
+    it before any work so a misspelt ``--solver`` fails at once.
+    """
+    import pulp
+
+    wanted = name.strip().lower()
+    if wanted in ("cbc", "pulp_cbc", "pulp_cbc_cmd"):
+        return "PULP_CBC_CMD"
+    available = {s.upper(): s for s in pulp.listSolvers(onlyAvailable=True)}
+    key = next((v for k, v in available.items() if wanted and wanted.upper() in k), None)
+    if key is None:
+        raise SolverError(f"solver {name!r} is not available to PuLP here (available: "
+                          f"{', '.join(sorted(available.values()))}, or cpsat)")
+    return key
+
+
+def check_solver(name: str) -> None:
+    """Raise :class:`SolverError` unless ``name`` is CP-SAT or a PuLP solver installed here."""
+    if name.strip().lower() not in _CPSAT_NAMES:
+        pulp_solver_name(name)
+
+
 def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tuple[list[float], SolveStats]:
     import pulp
 
@@ -266,9 +329,9 @@ def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tu
         prob += (expr <= rhs if sense == "<=" else expr >= rhs if sense == ">=" else expr == rhs), rname
     for i, value in program.hint.items():
         xs[i].setInitialValue(value)
-    name = config.solver.lower()
     kwargs = {"msg": False, "timeLimit": config.time_limit_s}
-    cbc = name in ("cbc", "pulp_cbc", "pulp_cbc_cmd")
+    key = pulp_solver_name(config.solver)
+    cbc = key == "PULP_CBC_CMD"
     started = time.perf_counter()
     if cbc:
         with warnings.catch_warnings():  # PuLP 3 deprecates its bundled CBC in favour of a separate install
@@ -278,11 +341,6 @@ def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tu
                                        options=[f"randomSeed {config.seed}", f"randomCbcSeed {config.seed}"],
                                        **kwargs)
     else:
-        available = {s.upper(): s for s in pulp.listSolvers(onlyAvailable=True)}
-        key = next((v for k, v in available.items() if name.upper() in k), None)
-        if key is None:
-            raise SolverError(f"solver {config.solver!r} is not available to PuLP here (available: "
-                              f"{', '.join(sorted(available.values()))}, or cpsat)")
         solver = pulp.getSolver(key, **kwargs)
     status = prob.solve(solver)
     elapsed = time.perf_counter() - started

@@ -19,7 +19,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from solver_models._backend import SolverConfig, SolveStats, cpsat_solver, cpsat_stop_reason
+from solver_models._backend import (
+    SolverConfig,
+    SolveStats,
+    cpsat_solver,
+    cpsat_stop_reason,
+    solve_cpsat_interruptibly,
+)
 from solver_models.ordering import Task, TaskTiming
 
 __all__ = ["ScheduledTasks", "merge_candidates", "schedule_tasks"]
@@ -115,7 +121,7 @@ def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, conf
     for m in merged_with.values():
         model.add_hint(m, 0)
     solver = cpsat_solver(config)
-    status = solver.solve(model)
+    status = solve_cpsat_interruptibly(solver, model)
     stats = SolveStats(stage="scheduling + contiguity", solver="CP-SAT", status=solver.status_name(status).lower(),
                        time_s=time.perf_counter() - started, variables=3 * n + len(merged_with),
                        constraints=len(pairs) + n, stopped_by=cpsat_stop_reason(solver, status, config),
