@@ -18,6 +18,7 @@ and the answer may differ between runs.
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 import time
@@ -45,8 +46,9 @@ class SolverConfig:
 
     ``work_limit`` is the deterministic budget (CP-SAT deterministic seconds),
     ``max_nodes`` CBC's branch-and-bound node budget, ``time_limit_s`` the
-    wall-clock guard (seconds). ``threads`` goes to the PuLP solvers other than
-    CBC; CP-SAT and CBC run on one thread so that their answers are reproducible.
+    wall-clock guard (seconds). ``threads`` goes to the PuLP solvers that take it
+    (Gurobi, CPLEX, HiGHS, SCIP); CP-SAT and CBC run on one thread so that
+    their answers are reproducible.
     """
 
     solver: str = "cpsat"
@@ -341,7 +343,9 @@ def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tu
                                        options=[f"randomSeed {config.seed}", f"randomCbcSeed {config.seed}"],
                                        **kwargs)
     else:
-        solver = pulp.getSolver(key, **kwargs)
+        solver_class = getattr(pulp, key, None)
+        takes_threads = solver_class is not None and "threads" in inspect.signature(solver_class.__init__).parameters
+        solver = pulp.getSolver(key, **kwargs, **({"threads": config.threads} if takes_threads else {}))
     status = prob.solve(solver)
     elapsed = time.perf_counter() - started
     status_name = pulp.LpStatus.get(status, str(status)).lower()
