@@ -231,11 +231,12 @@ def test_command_output_is_byte_identical_under_cpu_load_and_reports_wall_time(
 def test_a_time_limit_that_bites_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from cli_runner import only_json, run
 
-    code, out, _ = run(["synthesize", "-t", "dgx-a100x2", "-c", "allgather", "-s", "1MB", "-o", str(tmp_path / "a.xml"),
+    code, out, _ = run(["synthesize", "-t", "dgx-a100x2", "-c", "allgather", "-s", "4MB", "-o", str(tmp_path / "a.xml"),
                         "--time-limit", "1", "--json"], capsys)
     report = only_json(out)
     assert code == 0 and report["correct"]
-    assert report["time_limit_hit"] is True and report["wall_s"] > 1.0
+    # the solver stages stop at 85% of the limit; the guard or the XML stages then pass it
+    assert report["time_limit_hit"] is True and report["wall_s"] > 0.85
     assert any("time limit" in note or "--time-limit" in note for note in report["notes"])
 
 
