@@ -29,6 +29,7 @@ from taccl_py.library import list_topologies, resolve_topology
 from taccl_py.simulator import simulate
 from taccl_py.sketch import derive_sketch
 from taccl_py.synthesis import SynthesisOptions, synthesize
+from taccl_py.synthesis.chunking import selectable_at
 from taccl_py.units import format_bytes
 
 NAME, TITLE, ORDER = "synthesis", "Synthesizer", 20
@@ -108,7 +109,9 @@ def run_target(t: Target) -> dict[str, object]:
             "size": t.size, "correct": result.sim.correct, "time_us": time_us, "algbw_GBps": algbw,
             "bound_algbw_GBps": t.size / bound / 1e3, "efficiency": efficiency, "ring_time_us": ring,
             "synthesis_s": seconds, "algorithm": result.chosen, "chunk_factor": result.schedule.collective.chunk_factor,
-            "goal": t.goal, "met": bool(met), "reference": t.reference}
+            "goal": t.goal, "met": bool(met), "reference": t.reference,
+            "stages_s": {k: round(v, 3) for k, v in result.stages_s.items()}, "time_limit_hit": result.time_limit_hit,
+            "selectable": selectable_at(result.schedule.collective, t.size, 4)}
 
 
 def solver_comparison() -> list[dict[str, object]]:
