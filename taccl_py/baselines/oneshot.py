@@ -22,6 +22,11 @@ latencies; these algorithms keep that number at the topology's minimum.
     machine's sum from a GPU of that machine with a direct route to it, then
     the result copied (along latency trees) to the GPUs that exchange could
     not reach;
+  - *sliced* (for larger sizes across machines): slice j of the buffer is
+    reduced inside every machine into its j-th GPU (latency trees), the j-th
+    GPUs of all machines exchange their slice sums in one exchange, and the
+    result is copied back inside every machine; a third of the latencies of
+    a ring, and only 1/G of the buffer crosses each NIC;
   - otherwise *reduce-broadcast*: the buffer reduced along a reverse latency
     tree into a centre GPU and copied back along its tree (two tree depths).
 
@@ -54,7 +59,7 @@ DEFAULT_SIZE = 4096
 """Size (bytes) at which the Allreduce form is chosen when none is given."""
 SIMULATED_UP_TO = 32
 """Up to this many GPUs the Allreduce form is chosen by simulating every form; above, by :func:`estimate_us`."""
-ALLREDUCE_FORMS = ("one-shot", "grid", "hierarchical", "reduce-broadcast")
+ALLREDUCE_FORMS = ("one-shot", "grid", "hierarchical", "sliced", "reduce-broadcast")
 """The Allreduce forms, in the order they are tried."""
 _KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
           CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
@@ -116,9 +121,10 @@ def _tree_hops(topology: Topology, kind: CollectiveKind, root: int, c: int) -> t
 
 
 def _broadcast_hops(topology: Topology, source: int, item: int, hops: list[Hop], loads: list[float], *,
-                    needs_at_source: tuple[int, ...] = (), channel: int = 0) -> None:
-    """Copy ``item`` from ``source`` to every GPU along its latency tree."""
-    tree = latency_tree(topology, [source], loads=loads)
+                    needs_at_source: tuple[int, ...] = (), channel: int = 0,
+                    members: Sequence[int] | None = None) -> None:
+    """Copy ``item`` from ``source`` to every GPU (of ``members``) along its latency tree."""
+    tree = latency_tree(topology, [source], loads=loads, members=members)
     delivered: dict[int, int] = {}
     for v in tree.order:
         p = tree.parent[v]
@@ -128,9 +134,10 @@ def _broadcast_hops(topology: Topology, source: int, item: int, hops: list[Hop],
 
 
 def _reduce_hops(topology: Topology, target: int, item: int, hops: list[Hop], loads: list[float], *,
-                 channel: int = 0) -> list[int]:
-    """Reduce ``item`` into ``target`` along its reverse latency tree; returns the hops into ``target``."""
-    tree = latency_tree(topology, [target], reverse=True, loads=loads)
+                 channel: int = 0, members: Sequence[int] | None = None) -> list[int]:
+    """Reduce ``item`` into ``target`` along its reverse latency tree (over ``members``); returns the hops into
+    ``target``."""
+    tree = latency_tree(topology, [target], reverse=True, loads=loads, members=members)
     into: dict[int, list[int]] = {}
     for v in reversed(tree.order):  # leaves first
         p = tree.parent[v]
@@ -202,6 +209,8 @@ def _allreduce_form(topology: Topology, collective: Collective, form: str,
     if form == "reduce-broadcast":
         hops, items = _reduce_broadcast_hops(topology, collective.chunk_factor)
         return fuse(topology, hops, items, chunk_bytes)
+    if form == "sliced":
+        return _sliced(topology, collective, chunk_bytes)
     plan = _exchange_plan(topology, form)
     # with several dimensions, part j of the buffer takes them in the order rotated by j, so every round keeps
     # every dimension's links busy (DGX-1: half the buffer goes quads then pairs, the other half pairs then quads)
@@ -245,6 +254,47 @@ def _reduce_broadcast_hops(topology: Topology, c: int) -> tuple[tuple[Hop, ...],
     arrived = _reduce_hops(topology, centre, 0, hops, loads, channel=0)
     _broadcast_hops(topology, centre, 0, hops, loads, needs_at_source=tuple(arrived), channel=1)
     return tuple(hops), (tuple(range(n * c)),)
+
+
+def _sliced(topology: Topology, collective: Collective, chunk_bytes: float) -> list[Transfer]:
+    """Reduce slice j inside every machine into its j-th GPU, exchange the slices' sums between the j-th GPUs
+    of the machines, copy the result back inside every machine."""
+    machines = [sorted(m) for m in topology.machines]
+    sizes = {len(m) for m in machines}
+    if len(machines) < 2 or len(sizes) != 1:
+        raise NotApplicable("sliced needs several machines of one size", where=topology.name)
+    g = sizes.pop()
+    if collective.num_chunks % g:
+        raise NotApplicable(f"{collective.num_chunks} chunks do not split into {g} slices", where=topology.name)
+    share = collective.num_chunks // g
+    slices = [tuple(range(j * share, (j + 1) * share)) for j in range(g)]
+    for j in range(g):
+        holders = [m[j] for m in machines]
+        for a, b in itertools.permutations(holders, 2):
+            if topology.gpu_route(a, b) is None:
+                raise NotApplicable(f"sliced needs a direct route from GPU {a} to GPU {b}", where=topology.name)
+    reduce_hops, gather_hops = _slice_hops(topology, g)
+    out = fuse(topology, reduce_hops, slices, chunk_bytes)
+    for j in range(g):
+        holders = [m[j] for m in machines]
+        for a, b in itertools.permutations(holders, 2):
+            route = topology.gpu_route(a, b)
+            assert route is not None
+            out.append(Transfer(a, b, slices[j], route, Op.REDUCE, 0, exchange=0))
+    return out + fuse(topology, gather_hops, slices, chunk_bytes)
+
+
+@lru_cache(maxsize=32)
+def _slice_hops(topology: Topology, g: int) -> tuple[tuple[Hop, ...], tuple[Hop, ...]]:
+    """Inside every machine: slice j reduced into its j-th GPU (channel 0), and copied from it (channel 1)."""
+    loads = [0.0] * len(topology.links)
+    reduce_hops: list[Hop] = []
+    gather_hops: list[Hop] = []
+    for members in (sorted(m) for m in topology.machines):
+        for j in range(g):
+            _reduce_hops(topology, members[j], j, reduce_hops, loads, channel=0, members=members)
+            _broadcast_hops(topology, members[j], j, gather_hops, loads, channel=1, members=members)
+    return tuple(reduce_hops), tuple(gather_hops)
 
 
 # ------------------------------------------------------ exchange plans

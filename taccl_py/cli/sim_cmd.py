@@ -216,13 +216,17 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
 
 
 def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, channels: int | None, root: int,
-               step_overhead_us: float, path: str, dialect: str) -> None:
-    from taccl_py.baselines import baseline
+               step_overhead_us: float, path: str, dialect: str) -> dict[str, Any]:
+    """Write the baseline as XML, with chunk and channel counts the runtime picks at ``size`` where it can."""
+    from taccl_py.baselines.selectable import selectable_baseline
     from taccl_py.msccl import write_schedule_xml
 
-    schedule = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
-                        step_overhead_us=step_overhead_us)
-    write_schedule_xml(schedule, topology, path, dialect=dialect)
+    placed = selectable_baseline(topology, kind, name, size, channels=channels, root=root,
+                                 step_overhead_us=step_overhead_us)
+    write_schedule_xml(placed.schedule, topology, path, dialect=dialect)
+    return {"nchunksperloop": placed.nchunksperloop, "selected": placed.selected, "count": placed.count,
+            "type_size": placed.type_size, "smallest_selected_bytes": placed.smallest_size,
+            "changed": placed.changed or None, "selection": placed.describe()}
 
 
 @click.command("baseline")
@@ -263,8 +267,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         chosen = only or rows[0]["best"]
         if chosen is None:
             raise InputError("no baseline was correct; nothing to write", where="-o")
-        _write_xml(topology, kind, sizes[0], chosen, channels, root, step_overhead_us, output, dialect)
-        written = {"path": output, "algorithm": chosen, "dialect": dialect}
+        placed = _write_xml(topology, kind, sizes[0], chosen, channels, root, step_overhead_us, output, dialect)
+        written = {"path": output, "algorithm": chosen, "dialect": dialect, **placed}
     head: dict[str, Any] = {"topology": topology.name, "collective": kind.value}
     if written:
         head["xml"] = written
@@ -284,7 +288,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         title = f"NCCL-style baselines for {kind.value} on {topology.name} (times in us, bandwidth in GB/s)"
         out_console.print(make_table(title, columns, table_rows))
         if written:
-            out_console.print(f"wrote {written['algorithm']} as MSCCL XML ({dialect}) to {output}")
+            out_console.print(f"wrote {written['algorithm']} as MSCCL XML ({dialect}) to {output}; "
+                              f"{written['selection']}", markup=False)
     for e in flat:
         if not e["correct"] and not as_json:
             err_console.print(f"taccl: error: {e['algorithm']} at {format_bytes(e['size_bytes'])}: {e.get('error')}",
