@@ -79,7 +79,8 @@ def measure(name: str, kind: str, sizes: list[int], target: float, synthesize: b
                                "best": best, "best_us": timed[best], "oneshot_form": form,
                                "baselines_wall_s": round(baselines_s, 3), "target": target}
         if synthesize:
-            from taccl_py.synthesis import SynthesisOptions, synthesize as run_synthesis
+            from taccl_py.synthesis import SynthesisOptions
+            from taccl_py.synthesis import synthesize as run_synthesis
 
             t0 = time.perf_counter()
             result = run_synthesis(topology, kind, size, SynthesisOptions(time_limit_s=10.0))  # type: ignore[arg-type]
