@@ -79,11 +79,12 @@ def measure(name: str, kind: str, sizes: list[int], target: float, synthesize: b
                                "best": best, "best_us": timed[best], "oneshot_form": form,
                                "baselines_wall_s": round(baselines_s, 3), "target": target}
         if synthesize:
+            from taccl_py.collectives import parse_collective
             from taccl_py.synthesis import SynthesisOptions
             from taccl_py.synthesis import synthesize as run_synthesis
 
             t0 = time.perf_counter()
-            result = run_synthesis(topology, kind, size, SynthesisOptions(time_limit_s=10.0))  # type: ignore[arg-type]
+            result = run_synthesis(topology, parse_collective(kind), size, SynthesisOptions(time_limit_s=10.0))
             row["synthesize_us"] = result.sim.time_us
             row["synthesize_chosen"] = result.chosen
             row["synthesize_wall_s"] = round(time.perf_counter() - t0, 3)

@@ -28,7 +28,7 @@ __all__ = ["Placement", "nchunks_per_loop", "selectable_baseline", "smallest_sel
 
 _MAX_CHUNK_FACTOR = 256
 """Largest chunk factor tried (the lowering's offsets and step counts grow with it)."""
-_MAX_TRIES = 12
+_MAX_TRIES = 6
 """Alternative schedules simulated at most."""
 
 
