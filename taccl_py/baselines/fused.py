@@ -32,8 +32,8 @@ from taccl_py.topology import Route, Topology
 
 __all__ = ["Hop", "LatencyTree", "all_pairs_latency", "fuse", "latency_tree"]
 
-_TIME_DIGITS = 9
-"""Latencies are compared after rounding to this many decimals (0.7 + 2.6 == 2.6 + 0.7)."""
+_TICK_US = 1e-9
+"""Latencies are added in whole ticks of this many us, so that equal sums compare equal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +64,11 @@ class LatencyTree:
 
 
 @lru_cache(maxsize=16)
-def _adjacency(topology: Topology, reverse: bool) -> tuple[tuple[tuple[int, Route, float], ...], ...]:
-    """Per GPU u: (v, route, latency) for every direct route u -> v (v -> u when ``reverse``), by v."""
+def _adjacency(topology: Topology, reverse: bool) -> tuple[tuple[tuple[int, Route, float, int], ...], ...]:
+    """Per GPU u: (v, route, latency, latency in ticks) for every direct route u -> v (v -> u when ``reverse``).
+
+    Ticks are 1e-9 us, so sums of latencies compare exactly (0.7 + 2.6 == 2.6 + 0.7).
+    """
     n = topology.num_gpus
     out = []
     for u in range(n):
@@ -75,7 +78,8 @@ def _adjacency(topology: Topology, reverse: bool) -> tuple[tuple[tuple[int, Rout
                 continue
             route = topology.gpu_route(v, u) if reverse else topology.gpu_route(u, v)
             if route is not None:
-                row.append((v, route, topology.route_latency(route)))
+                latency = topology.route_latency(route)
+                row.append((v, route, latency, round(latency / _TICK_US)))
         out.append(tuple(row))
     return tuple(out)
 
@@ -87,7 +91,7 @@ def all_pairs_latency(topology: Topology) -> np.ndarray:
     dist = np.full((n, n), np.inf)
     np.fill_diagonal(dist, 0.0)
     for u, row in enumerate(_adjacency(topology, False)):
-        for v, _, latency in row:
+        for v, _, latency, _ in row:
             dist[u, v] = latency
     for k in range(n):
         dist = np.minimum(dist, dist[:, k:k + 1] + dist[k:k + 1, :])
@@ -98,22 +102,28 @@ def all_pairs_latency(topology: Topology) -> np.ndarray:
 
 
 def latency_tree(topology: Topology, roots: Sequence[int], *, reverse: bool = False,
-                 loads: list[float] | None = None, members: Sequence[int] | None = None) -> LatencyTree:
+                 loads: list[float] | None = None, members: Sequence[int] | None = None,
+                 spread: bool = False) -> LatencyTree:
     """Shortest-latency tree from ``roots`` to every GPU (to the roots when ``reverse``).
 
     Edges are direct GPU -> GPU routes (through switches only); paths relay
     through GPUs. Ties go to fewer hops, then to the route whose busiest link
     is least loaded in ``loads`` (uses per link, updated with the tree's
     routes), then to the lower GPU number. ``members`` restricts the GPUs.
+
+    With ``spread`` (and ``loads``), a GPU may take a longer path as long as it
+    stays within the tree's depth: its parent is the least-loaded one among
+    those that reach it by then (so a block enters a machine over one NIC and
+    spreads over the NVSwitch instead of crossing a NIC to every GPU).
     """
     allowed = set(range(topology.num_gpus) if members is None else members)
     adjacency = _adjacency(topology, reverse)
-    best: dict[int, tuple[float, int, float, int]] = {}
+    best: dict[int, tuple[int, int, float, int]] = {}
     parent: dict[int, int] = {}
-    heap: list[tuple[float, int, float, int, int]] = []
+    heap: list[tuple[int, int, float, int, int]] = []
     for r in sorted(set(roots)):
-        best[r] = (0.0, 0, 0.0, r)
-        heap.append((0.0, 0, 0.0, r, r))
+        best[r] = (0, 0, 0.0, r)
+        heap.append((0, 0, 0.0, r, r))
     heapq.heapify(heap)
     done: set[int] = set()
     order: list[int] = []
@@ -123,7 +133,7 @@ def latency_tree(topology: Topology, roots: Sequence[int], *, reverse: bool = Fa
         if u in done:
             continue
         done.add(u)
-        distance[u] = d
+        distance[u] = d * _TICK_US
         if u != via:
             parent[u] = via
             order.append(u)
@@ -132,10 +142,10 @@ def latency_tree(topology: Topology, roots: Sequence[int], *, reverse: bool = Fa
                 assert route is not None
                 for li in route:
                     loads[li] += 1.0
-        for v, route, latency in adjacency[u]:
+        for v, route, _, ticks in adjacency[u]:
             if v in done or v not in allowed:
                 continue
-            nd = round(d + latency, _TIME_DIGITS)
+            nd = d + ticks
             if v in best and nd > best[v][0]:
                 continue
             ncost = route_cost(topology, route, loads) if loads is not None else 0.0
@@ -148,7 +158,36 @@ def latency_tree(topology: Topology, roots: Sequence[int], *, reverse: bool = Fa
         side = "to" if reverse else "from"
         raise NotApplicable(f"GPU {min(missing)} cannot be reached {side} GPU(s) {sorted(set(roots))}",
                             where=topology.name)
-    return LatencyTree(tuple(sorted(set(roots))), parent, distance, tuple(order))
+    tree = LatencyTree(tuple(sorted(set(roots))), parent, distance, tuple(order))
+    return _spread(topology, tree, reverse, loads, allowed) if spread and loads is not None else tree
+
+
+def _spread(topology: Topology, tree: LatencyTree, reverse: bool, loads: list[float],
+            allowed: set[int]) -> LatencyTree:
+    """Re-choose every parent, in order of distance, as the least-loaded one within the tree's depth."""
+    for v in tree.order:  # undo the loads the shortest-latency tree added
+        p = tree.parent[v]
+        for li in (topology.gpu_route(v, p) if reverse else topology.gpu_route(p, v)) or ():
+            loads[li] -= 1.0
+    depth = round(tree.depth_us / _TICK_US)
+    incoming = _adjacency(topology, not reverse)  # per GPU v: (p, route p -> v) (v -> p when reverse)
+    placed: dict[int, int] = dict.fromkeys(tree.roots, 0)
+    parent: dict[int, int] = {}
+    for v in tree.order:
+        options = []
+        for p, route, _, ticks in incoming[v]:
+            if p in placed and p in allowed:
+                d = placed[p] + ticks
+                within = d <= depth
+                options.append((not within, route_cost(topology, route, loads) if within else float(d), d, p, route))
+        _, _, d, p, route = min(options)
+        placed[v] = d
+        parent[v] = p
+        for li in route:
+            loads[li] += 1.0
+    position = {v: k for k, v in enumerate(tree.order)}
+    order = tuple(sorted(tree.order, key=lambda v: (placed[v], position[v])))
+    return LatencyTree(tree.roots, parent, {v: d * _TICK_US for v, d in placed.items()}, order)
 
 
 # ---------------------------------------------------------------------- fusion
@@ -160,12 +199,14 @@ class _Link:
 
 
 def fuse(topology: Topology, hops: Sequence[Hop], item_chunks: Sequence[tuple[int, ...]],
-         chunk_bytes: float | None) -> list[Transfer]:
+         chunk_bytes: float | None, *, merge: bool = True) -> list[Transfer]:
     """Transfers for ``hops`` in a valid program order, hops on one connection merged where that saves waiting.
 
     ``item_chunks[i]``: the chunks of item i; ``chunk_bytes``: bytes per chunk
     for the time estimates (None: latency only). Hops with different ops must
-    use different channels (a message has one op).
+    use different channels (a message has one op). ``merge=False`` keeps every
+    hop a message of its own (more messages; better pipelining when bandwidth
+    rather than latency binds).
     """
     links: dict[tuple[int, int], _Link] = {}
     for h in hops:
@@ -179,7 +220,7 @@ def fuse(topology: Topology, hops: Sequence[Hop], item_chunks: Sequence[tuple[in
     for h in hops:
         assert ops.setdefault((h.src, h.dst, h.channel), h.op) is h.op, "one op per connection"
     size = [len(item_chunks[h.item]) * (chunk_bytes or 0.0) for h in hops]
-    batches, channels = _merge(hops, links, size)
+    batches, channels = _merge(hops, links, size, merge)
     timed = _times(hops, batches, channels, links, size)
     if timed is None:  # merging created a cycle (not seen in practice): every hop its own message
         batches, channels = [[i] for i in range(len(hops))], [h.channel for h in hops]
@@ -261,8 +302,8 @@ def _ready_at(b: int, batches: list[list[int]], hops: Sequence[Hop], batch_of: l
     return max(t, arrive[conn_prev[b]]) if conn_prev[b] >= 0 else t
 
 
-def _merge(hops: Sequence[Hop], links: dict[tuple[int, int], _Link],
-           size: list[float]) -> tuple[list[list[int]], list[int]]:
+def _merge(hops: Sequence[Hop], links: dict[tuple[int, int], _Link], size: list[float],
+           merge: bool) -> tuple[list[list[int]], list[int]]:
     """Messages and their channels, built in one pass in order of readiness.
 
     A hop is ready when the messages carrying what it needs arrive. It joins an
@@ -271,6 +312,7 @@ def _merge(hops: Sequence[Hop], links: dict[tuple[int, int], _Link],
     *latest start* (the makespan of the latency-and-bytes estimate minus what
     still follows the hop); otherwise it starts a new message, on a further
     channel when the open one has not arrived yet (a FIFO would make it wait).
+    Without ``merge`` every hop is its own message.
     """
     n = len(hops)
     dependents: list[list[int]] = [[] for _ in hops]
@@ -312,7 +354,7 @@ def _merge(hops: Sequence[Hop], links: dict[tuple[int, int], _Link],
             continue
         h = hops[i]
         last = lanes.setdefault((h.src, h.dst, h.channel), [])
-        joined = next((b for b in last if now < arrive[b] - eps and max(start[b], now) <= slack[b] + eps), -1)
+        joined = next((b for b in last if merge and now < arrive[b] - eps and max(start[b], now) <= slack[b] + eps), -1)
         if joined >= 0:
             b = joined
             batches[b].append(i)

@@ -9,6 +9,10 @@ latencies; these algorithms keep that number at the topology's minimum.
 * **ReduceScatter**: every block is reduced along the reverse tree into its
   owner (each relay adds its own contribution and passes the sum on), fused.
 * **Broadcast / Reduce**: the whole buffer along the tree from / to the root.
+* Trees come in two kinds, shortest-latency and *spread* (a GPU may take a
+  longer path within the tree's depth when that avoids loaded links, so a
+  block crosses into a machine once and spreads over its NVSwitch), and
+  messages merged or one per hop; the fastest at the size is kept.
 * **Allreduce**: rounds of *exchanges* (see :mod:`taccl_py.schedule`), every
   message the whole buffer, reduced by the receiver:
 
@@ -59,6 +63,8 @@ DEFAULT_SIZE = 4096
 """Size (bytes) at which the Allreduce form is chosen when none is given."""
 SIMULATED_UP_TO = 32
 """Up to this many GPUs the Allreduce form is chosen by simulating every form; above, by :func:`estimate_us`."""
+SIMULATED_TREES_UP_TO = 64
+"""Up to this many GPUs the tree variants (spread or not, merged or not) are simulated and the fastest kept."""
 ALLREDUCE_FORMS = ("one-shot", "grid", "hierarchical", "sliced", "reduce-broadcast")
 """The Allreduce forms, in the order they are tried."""
 _KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
@@ -81,14 +87,37 @@ def oneshot_schedule(topology: Topology, kind: CollectiveKind, *, root: int = 0,
     check_oneshot(topology, kind)
     c = chunk_factor or 1
     collective = Collective(kind, topology.num_gpus, c, root)
-    chunk_bytes = None if size_bytes is None else collective.chunk_bytes(size_bytes)
     if kind is CollectiveKind.ALLREDUCE:
         return _allreduce(topology, collective, size_bytes, form)
     if form is not None:
         raise NotApplicable(f"forms are for allreduce, not {kind.value}", where=topology.name)
-    hops, items = _tree_hops(topology, kind, root, c)
-    transfers = fuse(topology, hops, items, chunk_bytes)
-    return _schedule(topology, collective, transfers, "trees")
+    return _trees(topology, collective, size_bytes)
+
+
+def _trees(topology: Topology, collective: Collective, size_bytes: float | None) -> Schedule:
+    """The tree algorithms: shortest-latency trees or trees spread over the least-loaded links within the same
+    depth, messages merged or not; the fastest at the size (up to 64 GPUs; above, spread and merged)."""
+    from taccl_py.simulator import simulate
+
+    size = size_bytes if size_bytes is not None else DEFAULT_SIZE
+    chunk_bytes = collective.chunk_bytes(size)
+    variants = [(True, True)] if topology.num_gpus > SIMULATED_TREES_UP_TO else [
+        (spread, merge) for spread in (True, False) for merge in (True, False)]
+    best: tuple[float, int, Schedule] | None = None
+    for spread, merge in variants:
+        hops, items = _tree_hops(topology, collective.kind, collective.root, collective.chunk_factor, spread)
+        transfers = fuse(topology, hops, items, chunk_bytes, merge=merge)
+        form = f"{'spread' if spread else 'shortest'} trees, {'merged' if merge else 'one message per hop'}"
+        schedule = _schedule(topology, collective, transfers, form)
+        if len(variants) == 1:
+            return schedule
+        sim = simulate(topology, schedule, size)
+        assert sim.correct and sim.time_us is not None, f"oneshot {form}: {sim.error}"
+        key = (round(sim.time_us, 9), len(transfers))
+        if best is None or key < (round(best[0], 9), best[1]):
+            best = (sim.time_us, len(transfers), schedule)
+    assert best is not None
+    return best[2]
 
 
 def _schedule(topology: Topology, collective: Collective, transfers: Sequence[Transfer], form: str) -> Schedule:
@@ -98,33 +127,33 @@ def _schedule(topology: Topology, collective: Collective, transfers: Sequence[Tr
 
 
 # ----------------------------------------------------------------- trees
-@lru_cache(maxsize=32)
-def _tree_hops(topology: Topology, kind: CollectiveKind, root: int, c: int) -> tuple[tuple[Hop, ...],
-                                                                                        tuple[tuple[int, ...], ...]]:
+@lru_cache(maxsize=64)
+def _tree_hops(topology: Topology, kind: CollectiveKind, root: int, c: int,
+               spread: bool) -> tuple[tuple[Hop, ...], tuple[tuple[int, ...], ...]]:
     """Hops of the tree algorithms and the chunks of every item (cached: they do not depend on the size)."""
     n = topology.num_gpus
     loads = [0.0] * len(topology.links)
     hops: list[Hop] = []
     if kind is CollectiveKind.ALLGATHER:
         for b in range(n):
-            _broadcast_hops(topology, b, b, hops, loads)
+            _broadcast_hops(topology, b, b, hops, loads, spread=spread)
         return tuple(hops), tuple(tuple(range(b * c, (b + 1) * c)) for b in range(n))
     if kind is CollectiveKind.REDUCESCATTER:
         for b in range(n):
-            _reduce_hops(topology, b, b, hops, loads)
+            _reduce_hops(topology, b, b, hops, loads, spread=spread)
         return tuple(hops), tuple(tuple(range(b * c, (b + 1) * c)) for b in range(n))
     if kind is CollectiveKind.BROADCAST:
-        _broadcast_hops(topology, root, 0, hops, loads)
+        _broadcast_hops(topology, root, 0, hops, loads, spread=spread)
     else:
-        _reduce_hops(topology, root, 0, hops, loads)
+        _reduce_hops(topology, root, 0, hops, loads, spread=spread)
     return tuple(hops), (tuple(range(c)),)
 
 
 def _broadcast_hops(topology: Topology, source: int, item: int, hops: list[Hop], loads: list[float], *,
                     needs_at_source: tuple[int, ...] = (), channel: int = 0,
-                    members: Sequence[int] | None = None) -> None:
+                    members: Sequence[int] | None = None, spread: bool = False) -> None:
     """Copy ``item`` from ``source`` to every GPU (of ``members``) along its latency tree."""
-    tree = latency_tree(topology, [source], loads=loads, members=members)
+    tree = latency_tree(topology, [source], loads=loads, members=members, spread=spread)
     delivered: dict[int, int] = {}
     for v in tree.order:
         p = tree.parent[v]
@@ -134,10 +163,10 @@ def _broadcast_hops(topology: Topology, source: int, item: int, hops: list[Hop],
 
 
 def _reduce_hops(topology: Topology, target: int, item: int, hops: list[Hop], loads: list[float], *,
-                 channel: int = 0, members: Sequence[int] | None = None) -> list[int]:
+                 channel: int = 0, members: Sequence[int] | None = None, spread: bool = False) -> list[int]:
     """Reduce ``item`` into ``target`` along its reverse latency tree (over ``members``); returns the hops into
     ``target``."""
-    tree = latency_tree(topology, [target], reverse=True, loads=loads, members=members)
+    tree = latency_tree(topology, [target], reverse=True, loads=loads, members=members, spread=spread)
     into: dict[int, list[int]] = {}
     for v in reversed(tree.order):  # leaves first
         p = tree.parent[v]
