@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from taccl_py.baselines import NotApplicable, applicable_baselines, baseline
-from taccl_py.baselines.oneshot import ALLREDUCE_FORMS, oneshot_schedule
+from taccl_py.baselines.fused import fuse
+from taccl_py.baselines.oneshot import ALLREDUCE_FORMS, _tree_hops, oneshot_schedule
 from taccl_py.bounds import lower_bound
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.library import resolve_topology, switch_star
@@ -143,12 +144,20 @@ def test_hierarchical_needs_one_exchange_across_machines() -> None:
 
 
 def test_fusion_sends_one_message_per_connection_and_moment() -> None:
-    """ndv2x2 Allgather: everything machine 1 sends to machine 0 crosses the one NIC link 8 -> 1 as one
-    message once the farthest block has reached GPU 8, instead of paying its 1.3 us latency per block."""
+    """ndv2x2 Allgather: everything machine 1 sends to machine 0 crosses the one NIC link 8 -> 1. Merged, it
+    goes as one message once the farthest block has reached GPU 8 (one 1.3 us latency instead of one per
+    block); unmerged, every block is its own message on its own channel."""
     topo = shipped("ndv2x2")
-    schedule = baseline(topo, "allgather", "oneshot", size_bytes=KB)
-    across = [t for t in schedule.transfers if (t.src, t.dst) == (8, 1)]
-    assert len(across) == 1 and sorted(across[0].chunks) == list(range(8, 16))
+    hops, items = _tree_hops(topo, CollectiveKind.ALLGATHER, 0, 1, False)
+    merged = [t for t in fuse(topo, hops, items, KB / 16) if (t.src, t.dst) == (8, 1)]
+    assert len(merged) == 1 and sorted(merged[0].chunks) == list(range(8, 16))
+    apart = [t for t in fuse(topo, hops, items, KB / 16, merge=False) if (t.src, t.dst) == (8, 1)]
+    assert sorted(c for t in apart for c in t.chunks) == list(range(8, 16)) and len(apart) == 8
+    # the baseline keeps whichever is faster at the size; both sit at the bound at 1 KB
+    for transfers in (fuse(topo, hops, items, KB / 16), fuse(topo, hops, items, KB / 16, merge=False)):
+        schedule = Schedule(Collective(CollectiveKind.ALLGATHER, 16, 1), tuple(transfers))
+        result = simulate(topo, schedule, KB)
+        assert result.correct and (result.time_us or 0) <= 1.02 * 4.1
 
 
 def test_forms_and_channels_are_checked() -> None:
