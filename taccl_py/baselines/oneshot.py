@@ -26,11 +26,14 @@ latencies; these algorithms keep that number at the topology's minimum.
     machine's sum from a GPU of that machine with a direct route to it, then
     the result copied (along latency trees) to the GPUs that exchange could
     not reach;
-  - *sliced* (for larger sizes across machines): slice j of the buffer is
-    reduced inside every machine into its j-th GPU (latency trees), the j-th
-    GPUs of all machines exchange their slice sums in one exchange, and the
-    result is copied back inside every machine; a third of the latencies of
-    a ring, and only 1/G of the buffer crosses each NIC;
+  - *sliced* (for larger sizes across machines): slice j of the buffer has a
+    receiving GPU in every machine (one reached directly from every other
+    machine); it is reduced inside every machine into that GPU and into the
+    GPUs that send the machine's sum to the other machines' receivers (one
+    exchange, or latency trees when one GPU does both on a machine that is
+    not fully connected), the sums cross in one exchange, and the result is
+    copied back inside every machine: three latencies, and only 1/K of the
+    buffer crosses each NIC;
   - otherwise *reduce-broadcast*: the buffer reduced along a reverse latency
     tree into a centre GPU and copied back along its tree (two tree depths).
 
@@ -285,45 +288,117 @@ def _reduce_broadcast_hops(topology: Topology, c: int) -> tuple[tuple[Hop, ...],
     return tuple(hops), (tuple(range(n * c)),)
 
 
-def _sliced(topology: Topology, collective: Collective, chunk_bytes: float) -> list[Transfer]:
-    """Reduce slice j inside every machine into its j-th GPU, exchange the slices' sums between the j-th GPUs
-    of the machines, copy the result back inside every machine."""
-    machines = [sorted(m) for m in topology.machines]
-    sizes = {len(m) for m in machines}
-    if len(machines) < 2 or len(sizes) != 1:
-        raise NotApplicable("sliced needs several machines of one size", where=topology.name)
-    g = sizes.pop()
-    if collective.num_chunks % g:
-        raise NotApplicable(f"{collective.num_chunks} chunks do not split into {g} slices", where=topology.name)
-    share = collective.num_chunks // g
-    slices = [tuple(range(j * share, (j + 1) * share)) for j in range(g)]
-    for j in range(g):
-        holders = [m[j] for m in machines]
-        for a, b in itertools.permutations(holders, 2):
-            if topology.gpu_route(a, b) is None:
-                raise NotApplicable(f"sliced needs a direct route from GPU {a} to GPU {b}", where=topology.name)
-    reduce_hops, gather_hops = _slice_hops(topology, g)
-    out = fuse(topology, reduce_hops, slices, chunk_bytes)
-    for j in range(g):
-        holders = [m[j] for m in machines]
-        for a, b in itertools.permutations(holders, 2):
-            route = topology.gpu_route(a, b)
-            assert route is not None
-            out.append(Transfer(a, b, slices[j], route, Op.REDUCE, 0, exchange=0))
-    return out + fuse(topology, gather_hops, slices, chunk_bytes)
+class _SlicePlan:
+    """Per slice j and machine m: the GPU that ends with the slice's result (``receiver[m][j]``), the GPU of m
+    that sends m's sum of the slice to each other machine (``sender[m][m2][j]``) and every GPU holding m's sum
+    (``holders[m][j]``: the receiver and the senders)."""
+
+    def __init__(self, receiver: list[list[int]], sender: list[list[list[int]]], trees: bool) -> None:
+        self.receiver = receiver
+        self.sender = sender
+        self.trees = trees
+        """One holder per slice on a machine that is not fully connected: reduce along latency trees."""
+        self.holders = [[sorted({receiver[m][j], *(sender[m][m2][j] for m2 in range(len(receiver)) if m2 != m)})
+                         for j in range(len(receiver[m]))] for m in range(len(receiver))]
 
 
 @lru_cache(maxsize=32)
-def _slice_hops(topology: Topology, g: int) -> tuple[tuple[Hop, ...], tuple[Hop, ...]]:
-    """Inside every machine: slice j reduced into its j-th GPU (channel 0), and copied from it (channel 1)."""
+def _slice_plan(topology: Topology) -> _SlicePlan:
+    machines = [sorted(m) for m in topology.machines]
+    if len(machines) < 2:
+        raise NotApplicable("sliced needs more than one machine", where=topology.name)
+    reachable = [[g for g in m if all(any(topology.gpu_route(x, g) is not None for x in other)
+                                      for other in machines if other is not m)] for m in machines]
+    k = min(len(r) for r in reachable)
+    if k == 0:
+        m = next(i for i, r in enumerate(reachable) if not r)
+        raise NotApplicable(f"sliced needs a GPU of machine {m} with a direct route from every other machine",
+                            where=topology.name)
+    receiver = [[r[j * len(r) // k] for j in range(k)] for r in reachable]
+    load: dict[int, int] = {}
+    sender: list[list[list[int]]] = []
+    for m, members in enumerate(machines):
+        rows = []
+        for m2 in range(len(machines)):
+            row = []
+            for j in range(k):
+                if m2 == m:
+                    row.append(-1)
+                    continue
+                target = receiver[m2][j]
+                options = [(g != receiver[m][j], topology.route_latency(route), load.get(g, 0), g)
+                           for g in members if (route := topology.gpu_route(g, target)) is not None]
+                g = min(options)[3]
+                load[g] = load.get(g, 0) + 1
+                row.append(g)
+            rows.append(row)
+        sender.append(rows)
+    plan = _SlicePlan(receiver, sender, trees=False)
+    single = all(len(h) == 1 for per_machine in plan.holders for h in per_machine)
+    cliques = all(_is_clique(topology, m) for m in machines)
+    if not cliques:
+        if not single:
+            raise NotApplicable("sliced with separate sending and receiving GPUs needs fully connected machines",
+                                where=topology.name)
+        plan.trees = True
+    return plan
+
+
+def _sliced(topology: Topology, collective: Collective, chunk_bytes: float) -> list[Transfer]:
+    """Reduce slice j inside every machine into the GPUs that hold it, send each machine's slice sums to the
+    slice's receivers in the other machines in one exchange, copy the result back inside every machine."""
+    plan = _slice_plan(topology)
+    machines = [sorted(m) for m in topology.machines]
+    k = len(plan.receiver[0])
+    if collective.num_chunks % k:
+        raise NotApplicable(f"{collective.num_chunks} chunks do not split into {k} slices", where=topology.name)
+    share = collective.num_chunks // k
+    slices = [tuple(range(j * share, (j + 1) * share)) for j in range(k)]
+    out: list[Transfer] = []
+    if plan.trees:
+        out += fuse(topology, _slice_reduce_hops(topology), slices, chunk_bytes)
+    else:  # every GPU sends its own slice j to the GPUs holding slice j, in one exchange
+        for m, members in enumerate(machines):
+            for offset in range(1, len(members)):
+                for i, g in enumerate(members):
+                    h = members[(i + offset) % len(members)]
+                    chunks = tuple(c for j in range(k) if h in plan.holders[m][j] for c in slices[j])
+                    route = topology.gpu_route(g, h)
+                    if chunks and route is not None:
+                        out.append(Transfer(g, h, chunks, route, Op.REDUCE, 0, exchange=0))
+    for j in range(k):
+        for m in range(len(machines)):
+            for m2 in range(len(machines)):
+                if m2 != m:
+                    a, b = plan.sender[m][m2][j], plan.receiver[m2][j]
+                    route = topology.gpu_route(a, b)
+                    assert route is not None
+                    out.append(Transfer(a, b, slices[j], route, Op.REDUCE, 0, exchange=1))
+    return out + fuse(topology, _slice_copy_hops(topology), slices, chunk_bytes)
+
+
+@lru_cache(maxsize=32)
+def _slice_reduce_hops(topology: Topology) -> tuple[Hop, ...]:
+    """Inside every machine: slice j reduced along a latency tree into its one holder (channel 0)."""
+    plan = _slice_plan(topology)
     loads = [0.0] * len(topology.links)
-    reduce_hops: list[Hop] = []
-    gather_hops: list[Hop] = []
-    for members in (sorted(m) for m in topology.machines):
-        for j in range(g):
-            _reduce_hops(topology, members[j], j, reduce_hops, loads, channel=0, members=members)
-            _broadcast_hops(topology, members[j], j, gather_hops, loads, channel=1, members=members)
-    return tuple(reduce_hops), tuple(gather_hops)
+    hops: list[Hop] = []
+    for m, members in enumerate(sorted(x) for x in topology.machines):
+        for j, holder in enumerate(plan.receiver[m]):
+            _reduce_hops(topology, holder, j, hops, loads, channel=0, members=members)
+    return tuple(hops)
+
+
+@lru_cache(maxsize=32)
+def _slice_copy_hops(topology: Topology) -> tuple[Hop, ...]:
+    """Inside every machine: slice j's result copied from its receiver to every other GPU (channel 1)."""
+    plan = _slice_plan(topology)
+    loads = [0.0] * len(topology.links)
+    hops: list[Hop] = []
+    for m, members in enumerate(sorted(x) for x in topology.machines):
+        for j, holder in enumerate(plan.receiver[m]):
+            _broadcast_hops(topology, holder, j, hops, loads, channel=1, members=members)
+    return tuple(hops)
 
 
 # ------------------------------------------------------ exchange plans

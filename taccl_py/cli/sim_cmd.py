@@ -141,7 +141,7 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
 @click.option("--collective", "-c", "collective_name", default=None, metavar="NAME",
               help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce (read from a file).")
 @size_option
-@click.option("--algorithm", "-a", required=True, metavar="ring|tree|direct|rd|FILE.xml|FILE.json",
+@click.option("--algorithm", "-a", required=True, metavar="ring|tree|direct|rd|oneshot|FILE.xml|FILE.json",
               help="An NCCL-style baseline, an MSCCL XML file or a schedule JSON file (synthesize --schedule-out).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
@@ -235,10 +235,11 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
               help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce.")
 @size_option
 @click.option("--algorithm", "-a", "only", default=None, metavar="NAME",
-              help="Only this baseline (ring, tree, direct, rd); with -o, the one to write.")
+              help="Only this baseline (ring, tree, direct, rd, oneshot); with -o, the one to write.")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
-@click.option("-o", "--output", default=None, metavar="FILE.xml", help="Write the best baseline as MSCCL XML.")
+@click.option("-o", "--output", default=None, metavar="FILE.xml",
+              help="Write the best baseline as MSCCL XML, with chunk and channel counts the runtime picks at --size.")
 @click.option("--dialect", type=click.Choice(["v2", "v1"]), default="v2", show_default=True,
               help="MSCCL XML dialect for -o.")
 @json_option
