@@ -7,6 +7,8 @@ per connection), never from the planner or the bound code.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -230,3 +232,32 @@ def test_shipped_oneshot_lowers_and_verifies(name: str) -> None:
     topo = shipped(name)
     for kind in KINDS:
         _judge(topo, baseline(topo, kind, "oneshot", size_bytes=8 * KB), 8 * KB)
+
+
+# ------------------------------------------------------------------ SimGrid
+@pytest.fixture(scope="module")
+def oracle() -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The SimGrid oracle of ``test_simgrid_oracle`` (skips, or fails under TACCL_REQUIRE_SIMGRID=1)."""
+    import os
+
+    from test_simgrid_oracle import _simgrid_missing, run_oracle
+
+    reason = _simgrid_missing()
+    if reason:
+        if os.environ.get("TACCL_REQUIRE_SIMGRID") == "1":
+            pytest.fail(f"TACCL_REQUIRE_SIMGRID=1 but {reason}")
+        pytest.skip(reason)
+    return run_oracle
+
+
+@pytest.mark.simgrid
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(topology=topologies(max_gpus=6, min_switches=1), kind=st.sampled_from(KINDS),
+       size=st.sampled_from([4 * KB, 96 * KB]))
+def test_oneshot_matches_simgrid(oracle: Callable[[dict[str, Any]], dict[str, Any]], topology: Topology, kind: CollectiveKind, size: int) -> None:
+    """SimGrid, which re-derives the exchange rule on its own, times the oneshot schedules the same."""
+    from test_simgrid_oracle import assert_agrees
+
+    schedule = baseline(topology, kind, "oneshot", size_bytes=size)
+    assert_agrees(oracle, topology, schedule, size)

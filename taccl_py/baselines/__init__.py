@@ -1,6 +1,7 @@
 """NCCL-style baselines, emitted as schedules so they are judged exactly like synthesized ones.
 
-``baseline(topology, kind, "ring" | "tree" | "direct" | "rd")`` builds one;
+``baseline(topology, kind, "ring" | "tree" | "direct" | "rd" | "oneshot")`` builds one
+(``oneshot``: the latency-optimal small collectives of :mod:`taccl_py.baselines.oneshot`);
 ``applicable_baselines(topology, kind)`` lists those that can run. Rings and
 trees pick their channel count to spread the load over the links (one ring per
 NIC rail on DGX A100 clusters, several disjoint rings on DGX-1); the pipelined
