@@ -125,7 +125,8 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
     if algorithm == "oneshot":
         if channels not in (None, 1):
             raise NotApplicable("oneshot sends every message on one channel", where="--channels")
-        return oneshot_schedule(topology, kind, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes)
+        return oneshot_schedule(topology, kind, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes,
+                                step_overhead_us=step_overhead_us)
     return recursive_schedule(topology, kind, _orders(topology, channels), chunk_factor=chunk_factor)
 
 

@@ -85,22 +85,27 @@ def check_oneshot(topology: Topology, kind: CollectiveKind) -> None:
 
 
 def oneshot_schedule(topology: Topology, kind: CollectiveKind, *, root: int = 0, chunk_factor: int | None = None,
-                     size_bytes: float | None = None, form: str | None = None) -> Schedule:
-    """The latency-optimal ``kind`` (see the module docstring); ``form`` forces an Allreduce form."""
+                     size_bytes: float | None = None, form: str | None = None,
+                     step_overhead_us: float = 0.0) -> Schedule:
+    """The latency-optimal ``kind`` (see the module docstring); ``form`` forces an Allreduce form.
+
+    ``size_bytes`` and ``step_overhead_us`` are those the variants are compared at.
+    """
     check_oneshot(topology, kind)
     c = chunk_factor or 1
     collective = Collective(kind, topology.num_gpus, c, root)
     if kind is CollectiveKind.ALLREDUCE:
-        return _allreduce(topology, collective, size_bytes, form)
+        return _allreduce(topology, collective, size_bytes, form, step_overhead_us)
     if form is not None:
         raise NotApplicable(f"forms are for allreduce, not {kind.value}", where=topology.name)
-    return _trees(topology, collective, size_bytes)
+    return _trees(topology, collective, size_bytes, step_overhead_us)
 
 
-def _trees(topology: Topology, collective: Collective, size_bytes: float | None) -> Schedule:
+def _trees(topology: Topology, collective: Collective, size_bytes: float | None,
+           step_overhead_us: float = 0.0) -> Schedule:
     """The tree algorithms: shortest-latency trees or trees spread over the least-loaded links within the same
     depth, messages merged or not; the fastest at the size (up to 64 GPUs; above, spread and merged)."""
-    from taccl_py.simulator import simulate
+    from taccl_py.simulator import SimOptions, simulate
 
     size = size_bytes if size_bytes is not None else DEFAULT_SIZE
     chunk_bytes = collective.chunk_bytes(size)
@@ -114,7 +119,7 @@ def _trees(topology: Topology, collective: Collective, size_bytes: float | None)
         schedule = _schedule(topology, collective, transfers, form)
         if len(variants) == 1:
             return schedule
-        sim = simulate(topology, schedule, size)
+        sim = simulate(topology, schedule, size, SimOptions(step_overhead_us=step_overhead_us))
         assert sim.correct and sim.time_us is not None, f"oneshot {form}: {sim.error}"
         key = (round(sim.time_us, 9), len(transfers))
         if best is None or key < (round(best[0], 9), best[1]):
@@ -179,8 +184,9 @@ def _reduce_hops(topology: Topology, target: int, item: int, hops: list[Hop], lo
 
 
 # ------------------------------------------------------------- allreduce
-def _allreduce(topology: Topology, collective: Collective, size_bytes: float | None, form: str | None) -> Schedule:
-    from taccl_py.simulator import simulate
+def _allreduce(topology: Topology, collective: Collective, size_bytes: float | None, form: str | None,
+               step_overhead_us: float = 0.0) -> Schedule:
+    from taccl_py.simulator import SimOptions, simulate
 
     if form is not None and form not in ALLREDUCE_FORMS:
         raise NotApplicable(f"unknown allreduce form {form!r} (choose one of: {', '.join(ALLREDUCE_FORMS)})",
@@ -201,11 +207,11 @@ def _allreduce(topology: Topology, collective: Collective, size_bytes: float | N
         if form is not None:
             return schedule
         if topology.num_gpus <= SIMULATED_UP_TO:
-            sim = simulate(topology, schedule, size)
+            sim = simulate(topology, schedule, size, SimOptions(step_overhead_us=step_overhead_us))
             assert sim.correct and sim.time_us is not None, f"oneshot {name} allreduce: {sim.error}"
             time_us = sim.time_us
         else:
-            time_us = estimate_us(topology, schedule, size)
+            time_us = estimate_us(topology, schedule, size, step_overhead_us)
         if best is None or (time_us, rank) < best[:2]:
             best = (time_us, rank, schedule)
     if best is None:
@@ -213,7 +219,7 @@ def _allreduce(topology: Topology, collective: Collective, size_bytes: float | N
     return best[2]
 
 
-def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float) -> float:
+def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float, step_overhead_us: float = 0.0) -> float:
     """Alpha-beta estimate of a schedule of exchanges and fused copies, for choosing a form on many GPUs.
 
     Per exchange (and per group of copies, each a "round"): the slowest route
@@ -231,7 +237,8 @@ def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float) -> fl
             latency = max(latency, topology.route_latency(t.route))
             for li in t.route:
                 load[li] += len(t.chunks) * chunk
-        total += latency + max(load[li] / (link.bandwidth * 1e3) for li, link in enumerate(topology.links))
+        total += latency + step_overhead_us + max(load[li] / (link.bandwidth * 1e3)
+                                                  for li, link in enumerate(topology.links))
     return total
 
 
