@@ -56,7 +56,7 @@ import numpy as np
 
 from taccl_py.baselines.common import NotApplicable
 from taccl_py.baselines.fused import Hop, all_pairs_latency, fuse, latency_tree
-from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.collectives import Collective, CollectiveKind, parse_collective
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Topology
 
@@ -84,13 +84,15 @@ def check_oneshot(topology: Topology, kind: CollectiveKind) -> None:
         raise NotApplicable("a oneshot algorithm needs at least 2 GPUs", where=topology.name)
 
 
-def oneshot_schedule(topology: Topology, kind: CollectiveKind, *, root: int = 0, chunk_factor: int | None = None,
+def oneshot_schedule(topology: Topology, kind: CollectiveKind | str, *, root: int = 0,
+                     chunk_factor: int | None = None,
                      size_bytes: float | None = None, form: str | None = None,
                      step_overhead_us: float = 0.0) -> Schedule:
     """The latency-optimal ``kind`` (see the module docstring); ``form`` forces an Allreduce form.
 
     ``size_bytes`` and ``step_overhead_us`` are those the variants are compared at.
     """
+    kind = kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
     check_oneshot(topology, kind)
     c = chunk_factor or 1
     collective = Collective(kind, topology.num_gpus, c, root)
@@ -220,25 +222,41 @@ def _allreduce(topology: Topology, collective: Collective, size_bytes: float | N
 
 
 def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float, step_overhead_us: float = 0.0) -> float:
-    """Alpha-beta estimate of a schedule of exchanges and fused copies, for choosing a form on many GPUs.
+    """Alpha-beta estimate of a schedule of exchanges and trees, for choosing a form on many GPUs.
 
-    Per exchange (and per group of copies, each a "round"): the slowest route
-    latency plus the busiest link's bytes over its bandwidth; rounds add up.
+    The program splits into segments: each exchange, and each run of other
+    transfers between them. A segment takes the longer of its critical path
+    (route latency plus bytes over the route's bandwidth, along the chunks each
+    transfer reads) and its busiest link's bytes over that link's bandwidth;
+    segments add up.
     """
     chunk = schedule.collective.chunk_bytes(size_bytes)
-    rounds: dict[object, list[Transfer]] = {}
+    segments: list[list[Transfer]] = []
+    previous: object = object()
     for t in schedule.transfers:
-        rounds.setdefault(("x", t.exchange) if t.exchange is not None else ("c", t.channel % 2), []).append(t)
+        key = ("exchange", t.exchange) if t.exchange is not None else "trees"
+        if key != previous:
+            segments.append([])
+            previous = key
+        segments[-1].append(t)
     total = 0.0
-    for members in rounds.values():
+    for members in segments:
         load = [0.0] * len(topology.links)
-        latency = 0.0
+        ready: dict[tuple[int, int], float] = {}
+        finish = 0.0
         for t in members:
-            latency = max(latency, topology.route_latency(t.route))
+            size = len(t.chunks) * chunk
             for li in t.route:
-                load[li] += len(t.chunks) * chunk
-        total += latency + step_overhead_us + max(load[li] / (link.bandwidth * 1e3)
-                                                  for li, link in enumerate(topology.links))
+                load[li] += size
+            start = 0.0 if t.exchange is not None else max((ready.get((t.src, c), 0.0) for c in t.chunks),
+                                                            default=0.0)
+            end = start + topology.route_latency(t.route) + step_overhead_us + size / (
+                topology.route_bandwidth(t.route) * 1e3)
+            finish = max(finish, end)
+            for c in t.chunks:
+                ready[(t.dst, c)] = max(ready.get((t.dst, c), 0.0), end)
+        busiest = max(load[li] / (link.bandwidth * 1e3) for li, link in enumerate(topology.links))
+        total += max(finish, busiest)
     return total
 
 
