@@ -10,14 +10,17 @@ bound and gap in a :class:`SolveStats`. Statuses become :class:`Infeasible` or
 from __future__ import annotations
 
 import math
+import threading
 import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from taccl_py.errors import Infeasible, SolverError, SolverTimeout
 
-__all__ = ["IntegerProgram", "LinearResult", "SolveStats", "SolverConfig", "solve_integer_program", "solve_lp"]
+__all__ = ["IntegerProgram", "LinearResult", "SolveStats", "SolverConfig", "check_solver", "pulp_solver_name",
+           "solve_cpsat_interruptibly", "solve_integer_program", "solve_lp"]
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ def solve_integer_program(program: IntegerProgram, config: SolverConfig, stage: 
     ``scale`` and rounded (the stats note the resolution). Returns the values and stats.
     """
     started = time.perf_counter()
-    if config.solver.lower() in ("cpsat", "cp-sat", "ortools"):
+    if config.solver.strip().lower() in _CPSAT_NAMES:
         values, stats = _solve_cpsat(program, config, stage, scale)
     else:
         values, stats = _solve_pulp(program, config, stage)
@@ -142,6 +145,39 @@ def solve_integer_program(program: IntegerProgram, config: SolverConfig, stage: 
     stats.variables = len(program.names)
     stats.constraints = len(program.rows)
     return values, stats
+
+
+def solve_cpsat_interruptibly(solver: Any, model: Any) -> Any:
+    """``solver.solve(model)`` that Ctrl-C stops at once with :class:`KeyboardInterrupt`.
+
+    CP-SAT's own SIGINT handling would end the search quietly (the caller would
+    carry on with the incumbent) and then leave SIGINT at its default, killing
+    the process on the next Ctrl-C without a word. Instead the solve runs in a
+    worker thread (CP-SAT releases the GIL) while the main thread waits; a
+    Ctrl-C there stops the search and propagates.
+    """
+    solver.parameters.catch_sigint_signal = False
+    outcome: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(solver.solve(model))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=run, name="cp-sat", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except KeyboardInterrupt:
+        solver.stop_search()
+        worker.join()
+        raise
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
@@ -173,7 +209,7 @@ def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
     solver.parameters.num_workers = max(1, config.threads)
     solver.parameters.random_seed = config.seed
     solver.parameters.interleave_search = True  # workers interleaved deterministically: same answer every run
-    status = solver.solve(model)
+    status = solve_cpsat_interruptibly(solver, model)
     name = solver.status_name(status)
     if status == cp_model.INFEASIBLE:
         raise Infeasible(f"{stage}: no integer solution exists (CP-SAT proved it)")
@@ -184,6 +220,34 @@ def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
                        bound=solver.best_objective_bound / norm,
                        note=f"continuous values at resolution 1/{scale:g}")
     return [solver.value(x) / factor[i] for i, x in enumerate(xs)], stats
+
+
+_CPSAT_NAMES = ("cpsat", "cp-sat", "ortools")
+
+
+def pulp_solver_name(name: str) -> str:
+    """PuLP's name of the MILP solver ``name`` (``cbc``, ``gurobi``, ``cplex``...), if it is installed here.
+
+    Raises :class:`SolverError` listing the available ones otherwise; the CLI calls
+    it before any work so a misspelt ``--solver`` fails at once.
+    """
+    import pulp
+
+    wanted = name.strip().lower()
+    if wanted in ("cbc", "pulp_cbc", "pulp_cbc_cmd"):
+        return "PULP_CBC_CMD"
+    available = {s.upper(): s for s in pulp.listSolvers(onlyAvailable=True)}
+    key = next((v for k, v in available.items() if wanted and wanted.upper() in k), None)
+    if key is None:
+        raise SolverError(f"solver {name!r} is not available to PuLP here (available: "
+                          f"{', '.join(sorted(available.values()))}, or cpsat)")
+    return key
+
+
+def check_solver(name: str) -> None:
+    """Raise :class:`SolverError` unless ``name`` is CP-SAT or a PuLP solver installed here."""
+    if name.strip().lower() not in _CPSAT_NAMES:
+        pulp_solver_name(name)
 
 
 def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tuple[list[float], SolveStats]:
@@ -201,19 +265,14 @@ def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tu
         prob += (expr <= rhs if sense == "<=" else expr >= rhs if sense == ">=" else expr == rhs), rname
     for i, value in program.hint.items():
         xs[i].setInitialValue(value)
-    name = config.solver.lower()
     kwargs = {"msg": False, "timeLimit": config.time_limit_s}
-    if name in ("cbc", "pulp_cbc", "pulp_cbc_cmd"):
+    key = pulp_solver_name(config.solver)
+    if key == "PULP_CBC_CMD":
         with warnings.catch_warnings():  # PuLP 3 deprecates its bundled CBC in favour of a separate install
             warnings.simplefilter("ignore", DeprecationWarning)
             solver = pulp.PULP_CBC_CMD(threads=config.threads, options=[f"randomSeed {config.seed}",
                                                                         f"randomCbcSeed {config.seed}"], **kwargs)
     else:
-        available = {s.upper(): s for s in pulp.listSolvers(onlyAvailable=True)}
-        key = next((v for k, v in available.items() if name.upper() in k), None)
-        if key is None:
-            raise SolverError(f"solver {config.solver!r} is not available to PuLP here (available: "
-                              f"{', '.join(sorted(available.values()))}, or cpsat)")
         solver = pulp.getSolver(key, **kwargs)
     status = prob.solve(solver)
     status_name = pulp.LpStatus.get(status, str(status)).lower()

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from solver_models._backend import SolverConfig, SolveStats
+from solver_models._backend import SolverConfig, SolveStats, solve_cpsat_interruptibly
 from solver_models.ordering import Task, TaskTiming
 
 __all__ = ["ScheduledTasks", "merge_candidates", "schedule_tasks"]
@@ -116,7 +116,7 @@ def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, conf
     solver.parameters.max_time_in_seconds = config.time_limit_s
     solver.parameters.num_workers = max(1, config.threads)
     solver.parameters.random_seed = config.seed
-    status = solver.solve(model)
+    status = solve_cpsat_interruptibly(solver, model)
     stats = SolveStats(stage="scheduling + contiguity", solver="CP-SAT", status=solver.status_name(status).lower(),
                        time_s=time.perf_counter() - started, variables=3 * n + len(merged_with),
                        constraints=len(pairs) + n, note=f"tick {tick:.4g} us; {len(pairs)} merge candidates")

@@ -11,16 +11,17 @@ its error and exits with status 1.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import click
-from rich.progress import Progress
 
 from taccl_py.bounds import Bound, lower_bound
 from taccl_py.cli.common import (
+    check_output_file,
+    check_step_overhead,
+    check_xml_root,
     collective_from,
     emit_json,
     err_console,
@@ -28,6 +29,8 @@ from taccl_py.cli.common import (
     load_topology_arg,
     make_table,
     out_console,
+    progress_enabled,
+    progress_line,
     size_option,
     sizes_from,
     topology_option,
@@ -51,8 +54,7 @@ def _options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _check_overhead(step_overhead_us: float) -> None:
-    if not step_overhead_us >= 0:
-        raise InputError(f"must be >= 0 us (got {step_overhead_us})", where="--step-overhead")
+    check_step_overhead(step_overhead_us)
 
 
 def _row(size: int, sim: SimResult, bound: Bound) -> dict[str, Any]:
@@ -69,15 +71,10 @@ def _num(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-@contextmanager
-def _progress(total: int, label: str) -> Iterator[Callable[[], None]]:
-    """A transient progress bar on stderr when it is a terminal and there is more than one step."""
-    if total <= 1 or not err_console.is_terminal:
-        yield lambda: None
-        return
-    with Progress(console=err_console, transient=True) as progress:
-        task = progress.add_task(label, total=total)
-        yield lambda: progress.advance(task)
+def _step_text(label: str, k: int, sizes: list[int]) -> str:
+    """``simulating ring: size 3/12 (4MB)``: what the live line says."""
+    return f"{label}: size {k + 1}/{len(sizes)} ({format_bytes(sizes[k])})" if len(sizes) > 1 else \
+        f"{label} ({format_bytes(sizes[k])})"
 
 
 def _is_json(algorithm: str) -> bool:
@@ -85,6 +82,9 @@ def _is_json(algorithm: str) -> bool:
 
 
 def _is_xml(algorithm: str) -> bool:
+    if os.path.isdir(algorithm):
+        raise InputError(f"{algorithm!r} is a directory; give an MSCCL XML file, a schedule JSON file or a baseline "
+                         "name (ring, tree, direct, rd)", where="--algorithm")
     return not _is_json(algorithm) and (algorithm.lower().endswith(".xml") or os.sep in algorithm
                                         or os.path.isfile(algorithm))
 
@@ -109,7 +109,7 @@ def _report_errors(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 # ------------------------------------------------------------------- simulate
 def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
-                   options: SimOptions) -> tuple[CollectiveKind, list[tuple[int, SimResult]]]:
+                   options: SimOptions, show: bool) -> tuple[CollectiveKind, list[tuple[int, SimResult]]]:
     """An MSCCL XML program, or a schedule in taccl_py's JSON form (``synthesize --schedule-out``), at every size."""
     time_at: Callable[[int], SimResult]
     if _is_json(path):
@@ -129,10 +129,10 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
     if kind is not None and kind is not file_kind:
         raise InputError(f"the {what} is for {file_kind.value}, not {kind.value}", where="--collective")
     results = []
-    with _progress(len(sizes), "simulating") as step:
-        for size in sizes:
+    with progress_line(show) as say:
+        for k, size in enumerate(sizes):
+            say(_step_text(f"simulating {os.path.basename(path)}", k, sizes))
             results.append((size, time_at(size)))
-            step()
     return file_kind, results
 
 
@@ -159,17 +159,17 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
     if _is_json(algorithm) or _is_xml(algorithm):
         if channels is not None:
             raise InputError("applies to baselines only, not to a file", where="--channels")
-        kind, results = _simulate_file(algorithm, topology, kind, sizes, options)
+        kind, results = _simulate_file(algorithm, topology, kind, sizes, options, progress_enabled(as_json))
     else:
         if kind is None:
             raise InputError("is required unless --algorithm is an XML or JSON file", where="--collective")
         results = []
-        with _progress(len(sizes), f"simulating {algorithm}") as step:
-            for size in sizes:
+        with progress_line(progress_enabled(as_json)) as say:
+            for k, size in enumerate(sizes):
+                say(_step_text(f"simulating {algorithm}", k, sizes))
                 schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
                                     step_overhead_us=step_overhead_us)
                 results.append((size, simulate(topology, schedule, size, options)))
-                step()
     rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us))
             for size, sim in results]
     head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm}
@@ -189,16 +189,18 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
 
 # ------------------------------------------------------------------- baseline
 def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], names: list[str],
-                   channels: int | None, root: int, step_overhead_us: float) -> list[dict[str, Any]]:
+                   channels: int | None, root: int, step_overhead_us: float, show: bool) -> list[dict[str, Any]]:
     from taccl_py.baselines import baseline
 
     options = SimOptions(step_overhead_us=step_overhead_us)
     out = []
-    with _progress(len(sizes) * len(names), "simulating baselines") as step:
-        for size in sizes:
+    with progress_line(show) as say:
+        for k, size in enumerate(sizes):
+            say(_step_text("bound", k, sizes))
             bound = lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us)
             entries = []
             for name in names:
+                say(_step_text(f"simulating {name}", k, sizes))
                 schedule = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
                                     step_overhead_us=step_overhead_us)
                 sim = simulate(topology, schedule, size, options)
@@ -207,7 +209,6 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                 entry["channels"] = schedule.notes.get("channels")
                 entry["transfers"] = len(schedule)
                 entries.append(entry)
-                step()
             timed = [e for e in entries if e["time_us"] is not None]
             best = min(timed, key=lambda e: e["time_us"])["algorithm"] if timed else None
             out.append({"size_bytes": size, "bound_us": bound.bound_us, "bound_algbw_GBps": bound.algbw_GBps,
@@ -262,7 +263,10 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         raise InputError(f"no baseline runs {kind.value} on {topology.name}", where="--collective")
     if output and len(sizes) > 1:
         raise InputError("needs a single --size (the schedule's pipelining depends on it)", where="-o")
-    rows = _baseline_rows(topology, kind, sizes, names, channels, root, step_overhead_us)
+    check_output_file(output, "-o")
+    if output:
+        check_xml_root(kind, root, dialect)
+    rows = _baseline_rows(topology, kind, sizes, names, channels, root, step_overhead_us, progress_enabled(as_json))
     written = None
     if output:
         chosen = only or rows[0]["best"]

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from taccl_py.bounds import Bound
 from taccl_py.cli.common import (
+    check_synthesis_args,
     collective_from,
     collective_option,
     emit_json,
@@ -41,7 +42,8 @@ _NCCL_DEFAULT = {CollectiveKind.ALLTOALL: "direct"}
 class _Progress:
     """Live one-line status on stderr (stage, elapsed, incumbent, bound, gap) when it is a terminal."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, label: str = "") -> None:
+        self.label = label  # which size of a sweep, e.g. "size 3/12 4MB"
         self.live: Live | None = None
         if enabled and err_console.is_terminal:
             self.live = Live(Text(""), console=err_console, transient=True, refresh_per_second=8)
@@ -58,7 +60,7 @@ class _Progress:
     def __call__(self, stage: str, info: dict[str, Any]) -> None:
         if not self.live:
             return
-        parts = [f"[bold]{stage}[/bold]", f"{info.get('elapsed_s', 0.0):6.1f}s"]
+        parts = [*([self.label] if self.label else []), f"[bold]{stage}[/bold]", f"{info.get('elapsed_s', 0.0):6.1f}s"]
         for key, label in (("chunk_factor", "chunks/GPU"), ("ordering", "order"), ("incumbent_us", "incumbent"),
                            ("bound_us", "bound"), ("gap", "gap"), ("time_us", "simulated"), ("detail", "")):
             value = info.get(key)
@@ -102,7 +104,7 @@ def _resolve_topology(spec: str, sketch_nodes: int | None) -> Topology:
 
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             data = None
         if is_taccl_profile(data):
             return topology_from_taccl_profile(data, nnodes=sketch_nodes or 1, where=spec)
@@ -150,12 +152,12 @@ def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any])
     title = (f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs), size {format_bytes(row['size_bytes'])}: "
              f"{row['algorithm']}")
     table = make_table(title, ["", "time us", "algbw GB/s", "busbw GB/s"], [
-        ["synthesized" if row["algorithm"] == "synthesized" else row["algorithm"], fmt(row["time_us"]),
-         fmt(row["algbw_GBps"]), fmt(row["busbw_GBps"])],
-        [f"NCCL-style {row['ring_algorithm'] or '-'}", fmt(row["ring_time_us"]),
-         fmt(row["size_bytes"] / row["ring_time_us"] / 1e3 if row["ring_time_us"] else None), "-"],
-        ["lower bound", fmt(row["bound_us"]),
-         fmt(row["size_bytes"] / row["bound_us"] / 1e3 if row["bound_us"] else None), "-"],
+        ["synthesized" if row["algorithm"] == "synthesized" else row["algorithm"], row["time_us"],
+         row["algbw_GBps"], row["busbw_GBps"]],
+        [f"NCCL-style {row['ring_algorithm'] or '-'}", row["ring_time_us"],
+         row["size_bytes"] / row["ring_time_us"] / 1e3 if row["ring_time_us"] else None, None],
+        ["lower bound", row["bound_us"], row["size_bytes"] / row["bound_us"] / 1e3 if row["bound_us"] else None,
+         None],
     ])
     out_console.print(table)
     out_console.print(f"correct: {'yes' if row['correct'] else 'NO'}   efficiency (bound/time): "
@@ -164,12 +166,12 @@ def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any])
     out_console.print(f"symmetry: {row['symmetry']}\nsketch: {row['sketch']}")
     stages = make_table("solver statistics per stage", ["stage", "solver", "status", "objective", "bound", "gap",
                                                         "time s", "vars"],
-                        [[s["stage"], s["solver"], s["status"], fmt(s["objective"]), fmt(s["bound"]),
+                        [[s["stage"], s["solver"], s["status"], s["objective"], s["bound"],
                           "-" if s["gap"] is None else f"{100 * s['gap']:.2f}%", f"{s['time_s']:.2f}",
                           s["variables"] or "-"] for s in row["solver_stages"]])
     out_console.print(stages)
     out_console.print(make_table("candidates (simulated)", ["candidate", "time us", "transfers"],
-                                 [[c["label"], fmt(c["time_us"]), c["transfers"]] for c in row["candidates"]]))
+                                 [[c["label"], c["time_us"], c["transfers"]] for c in row["candidates"]]))
     for note in row["notes"]:
         out_console.print(f"note: {note}")
     if row["xml"]:
@@ -221,6 +223,9 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
         raise InputError(f"root must be a GPU id in 0..{topology.num_gpus - 1} (got {root})", where="--root")
     if len(sizes) > 1 and schedule_out:
         raise InputError("--schedule-out needs a single size", where="--schedule-out")
+    check_synthesis_args(topology, kind, output=output, schedule_out=schedule_out, ranged=len(sizes) > 1,
+                         dialect=dialect, instances=instances, root=root, chunk_factors=chunk_factors, solver=solver,
+                         seed=seed, time_limit=time_limit, threads=threads)
     options = SynthesisOptions(sketch=sketch, solver=solver, time_limit_s=time_limit, threads=threads, seed=seed,
                                chunk_factors=chunk_factors or None, compare_baselines=not no_baselines, root=root)
     rows = []
@@ -231,7 +236,8 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
         out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     for k, size in enumerate(sizes):
-        with _Progress(not as_json) as progress:
+        with _Progress(not as_json, f"size {k + 1}/{len(sizes)} {format_bytes(size)}" if len(sizes) > 1 else "") \
+                as progress:
             result = synthesize(topology, kind, size, options, progress)
         xml_path: Path | None = None
         if output:
@@ -263,9 +269,9 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
                 f"{kind.value} on {topology.name}: synthesized per size band",
                 ["size", "time us", "algbw", "busbw", "ring us", "bound us", "efficiency", "speedup", "algorithm",
                  "xml"],
-                [[format_bytes(r["size_bytes"]), fmt(r["time_us"]), fmt(r["algbw_GBps"]), fmt(r["busbw_GBps"]),
-                  fmt(r["ring_time_us"]), fmt(r["bound_us"]), fmt(r["efficiency"], 3), fmt(r["speedup_vs_ring"], 3),
-                  r["algorithm"], os.path.basename(r["xml"]) if r["xml"] else "-"] for r in rows]))
+                [[format_bytes(r["size_bytes"]), r["time_us"], r["algbw_GBps"], r["busbw_GBps"], r["ring_time_us"],
+                  r["bound_us"], r["efficiency"], r["speedup_vs_ring"], r["algorithm"],
+                  os.path.basename(r["xml"]) if r["xml"] else "-"] for r in rows]))
     elif as_json:
         emit_json(rows[0])
     if not all(r["correct"] for r in rows):  # pragma: no cover - synthesize only returns correct schedules
