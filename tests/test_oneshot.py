@@ -168,8 +168,11 @@ def test_forms_and_channels_are_checked() -> None:
         oneshot_schedule(topo, CollectiveKind.ALLREDUCE, form="nope")
     with pytest.raises(NotApplicable, match="hierarchical needs more than one machine"):
         oneshot_schedule(topo, CollectiveKind.ALLREDUCE, form="hierarchical")
-    with pytest.raises(NotApplicable, match="one channel"):
-        baseline(topo, "allreduce", "oneshot", channels=2)
+    split = baseline(topo, "allreduce", "oneshot", channels=2, size_bytes=4 * KB)
+    assert split.collective.chunk_factor == 2 and split.num_channels == 2 and len(split.transfers) == 2 * 56
+    assert simulate(topo, split, 4 * KB).time_us == pytest.approx(0.7 + 7 * 4 * KB / 300e3)
+    with pytest.raises(NotApplicable, match="multiple of the 2 channels"):
+        baseline(topo, "allreduce", "oneshot", channels=2, chunk_factor=3)
     with pytest.raises(NotApplicable, match="no oneshot alltoall"):
         baseline(topo, "alltoall", "oneshot")
     assert "oneshot" in applicable_baselines(topo, "allreduce")

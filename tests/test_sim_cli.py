@@ -82,7 +82,7 @@ def test_baseline_json_lists_every_applicable_baseline(capsys: pytest.CaptureFix
     assert code == 0
     data = only_json(out)
     names = [e["algorithm"] for e in data["baselines"]]
-    assert names == ["ring", "tree", "direct", "rd"]
+    assert names == ["ring", "tree", "direct", "rd", "oneshot"]
     for entry in data["baselines"]:
         assert set(CONTRACT) <= set(entry) and entry["correct"] is True
         assert entry["bound_us"] == data["bound_us"]
@@ -278,7 +278,8 @@ def test_done_when_dgx_a100x2_allreduce_table(capsys: pytest.CaptureFixture[str]
     assert code == 0 and err == ""
     header, rows = table(out)
     assert header == ["size (B)", "bound (us)", "bound algbw", "ring (us)", "ring algbw", "ring busbw", "ring eff",
-                      "tree (us)", "tree algbw", "tree busbw", "tree eff"]
+                      "tree (us)", "tree algbw", "tree busbw", "tree eff", "oneshot (us)", "oneshot algbw",
+                      "oneshot busbw", "oneshot eff"]
     assert [int(r[0]) for r in rows] == [1 << k for k in range(10, 31)]
     for row in rows:
         size = int(row[0])
@@ -287,6 +288,6 @@ def test_done_when_dgx_a100x2_allreduce_table(capsys: pytest.CaptureFixture[str]
         assert float(row[4]) == pytest.approx(size / expected / 1e3, abs=0.006), row
         assert float(row[5]) == pytest.approx(size / expected / 1e3 * 30 / 16, abs=0.006), row
         bound = float(row[1])
-        assert bound <= float(row[3]) and bound <= float(row[7])
-        for efficiency in (row[6], row[10]):
+        assert bound <= float(row[3]) and bound <= float(row[7]) and bound <= float(row[11])
+        for efficiency in (row[6], row[10], row[14]):
             assert re.fullmatch(r"\d\.\d{3}", efficiency) and 0 < float(efficiency) <= 1, row

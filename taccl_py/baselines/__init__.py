@@ -123,10 +123,8 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
     if algorithm == "direct":
         return direct_schedule(topology, kind, channels=channels or 1, chunk_factor=chunk_factor, root=root)
     if algorithm == "oneshot":
-        if channels not in (None, 1):
-            raise NotApplicable("oneshot sends every message on one channel", where="--channels")
-        return oneshot_schedule(topology, kind, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes,
-                                step_overhead_us=step_overhead_us)
+        return oneshot_schedule(topology, kind, root=root, chunk_factor=chunk_factor, channels=channels,
+                                size_bytes=size_bytes, step_overhead_us=step_overhead_us)
     return recursive_schedule(topology, kind, _orders(topology, channels), chunk_factor=chunk_factor)
 
 

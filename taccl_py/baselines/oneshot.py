@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -85,14 +86,23 @@ def check_oneshot(topology: Topology, kind: CollectiveKind) -> None:
 
 
 def oneshot_schedule(topology: Topology, kind: CollectiveKind | str, *, root: int = 0,
-                     chunk_factor: int | None = None,
+                     chunk_factor: int | None = None, channels: int | None = None,
                      size_bytes: float | None = None, form: str | None = None,
                      step_overhead_us: float = 0.0) -> Schedule:
     """The latency-optimal ``kind`` (see the module docstring); ``form`` forces an Allreduce form.
 
-    ``size_bytes`` and ``step_overhead_us`` are those the variants are compared at.
+    ``size_bytes`` and ``step_overhead_us`` are those the variants are compared at. ``channels`` = k
+    splits every message into k parallel ones (chunk factor a multiple of k).
     """
     kind = kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
+    k = channels or 1
+    if k > 1:
+        c = chunk_factor if chunk_factor is not None else k
+        if c % k:
+            raise NotApplicable(f"chunk_factor {c} is not a positive multiple of the {k} channels")
+        base = oneshot_schedule(topology, kind, root=root, chunk_factor=c // k, size_bytes=size_bytes, form=form,
+                                step_overhead_us=step_overhead_us)
+        return _split_channels(base, k)
     check_oneshot(topology, kind)
     c = chunk_factor or 1
     collective = Collective(kind, topology.num_gpus, c, root)
@@ -128,6 +138,17 @@ def _trees(topology: Topology, collective: Collective, size_bytes: float | None,
             best = (sim.time_us, len(transfers), schedule)
     assert best is not None
     return best[2]
+
+
+def _split_channels(schedule: Schedule, k: int) -> Schedule:
+    """Every message as k parallel ones: chunk x becomes chunks x*k .. x*k+k-1, copy i on channel c*k + i."""
+    transfers = [replace(t, chunks=tuple(x * k + i for x in t.chunks), channel=t.channel * k + i,
+                         after=tuple(a * k + i for a in t.after))
+                 for t in schedule.transfers for i in range(k)]
+    col = schedule.collective
+    notes = {**schedule.notes, "channels": int(schedule.notes.get("channels", 1)) * k}
+    return replace(schedule, collective=col.with_chunk_factor(col.chunk_factor * k), transfers=tuple(transfers),
+                   notes=notes)
 
 
 def _schedule(topology: Topology, collective: Collective, transfers: Sequence[Transfer], form: str) -> Schedule:
