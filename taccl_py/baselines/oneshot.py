@@ -248,7 +248,8 @@ def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float, step_
     The program splits into segments: each exchange, and each run of other
     transfers between them. A segment takes the longer of its critical path
     (route latency plus bytes over the route's bandwidth, along the chunks each
-    transfer reads) and its busiest link's bytes over that link's bandwidth;
+    transfer reads) and its busiest link's bytes over that link's bandwidth
+    after the latency (an exchange's slowest route, a tree's fastest);
     segments add up.
     """
     chunk = schedule.collective.chunk_bytes(size_bytes)
@@ -277,7 +278,10 @@ def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float, step_
             for c in t.chunks:
                 ready[(t.dst, c)] = max(ready.get((t.dst, c), 0.0), end)
         busiest = max(load[li] / (link.bandwidth * 1e3) for li, link in enumerate(topology.links))
-        total += max(finish, busiest)
+        latencies = [topology.route_latency(t.route) for t in members]
+        # no byte moves before its transfer's latency: an exchange's bytes after its slowest route's latency
+        first = max(latencies) if members[0].exchange is not None else min(latencies)
+        total += max(finish, first + step_overhead_us + busiest)
     return total
 
 
