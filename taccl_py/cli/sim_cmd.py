@@ -35,6 +35,13 @@ from taccl_py.cli.common import (
     sizes_from,
     topology_option,
 )
+from taccl_py.cli.plot_hooks import (
+    check_picture_path,
+    plot_option,
+    timeline_options,
+    write_algbw_plot,
+    write_timeline,
+)
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import InputError
 from taccl_py.simulator import SimOptions, SimResult, simulate
@@ -145,15 +152,22 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
               help="An NCCL-style baseline, an MSCCL XML file or a schedule JSON file (synthesize --schedule-out).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
+@plot_option
+@timeline_options
 @json_option
 def simulate_command(topology_spec: str, collective_name: str | None, size_spec: str, algorithm: str,
-                     channels: int | None, root: int, step_overhead_us: float, as_json: bool) -> None:
+                     channels: int | None, root: int, step_overhead_us: float, plot_path: str | None,
+                     timeline_path: str | None, timeline_rows: str, as_json: bool) -> None:
     """Simulate one algorithm: is it correct, how long does it take, how close to the bound."""
     from taccl_py.baselines import baseline
 
     _check_overhead(step_overhead_us)
     topology = load_topology_arg(topology_spec)
     sizes = sizes_from(size_spec)
+    check_picture_path(plot_path, "--plot")
+    check_picture_path(timeline_path, "--timeline")
+    if timeline_path and len(sizes) > 1:
+        raise InputError("draws one size at a time", where="--timeline")
     options = SimOptions(step_overhead_us=step_overhead_us)
     kind = collective_from(collective_name) if collective_name else None
     if _is_json(algorithm) or _is_xml(algorithm):
@@ -183,6 +197,17 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
                            [[r["size_bytes"], _num(r["time_us"]), _num(r["algbw_GBps"]), _num(r["busbw_GBps"]),
                              _num(r["bound_us"]), _num(r["efficiency"], 3)] for r in rows])
         out_console.print(table)
+    if plot_path:
+        write_algbw_plot(plot_path, f"{algorithm} {kind.value} on {topology.name} ({topology.num_gpus} GPUs)",
+                         sizes, {algorithm: [r["time_us"] for r in rows]}, [r["bound_us"] for r in rows])
+    if timeline_path and rows[0]["correct"]:
+        from taccl_py.msccl import load_program
+        from taccl_py.schedule import load_schedule
+
+        drawn = load_schedule(algorithm, topology) if _is_json(algorithm) else load_program(algorithm) if _is_xml(
+            algorithm) else baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=sizes[0],
+                                     step_overhead_us=step_overhead_us)
+        write_timeline(timeline_path, topology, drawn, results[0][1], timeline_rows)
     _report_errors(rows, as_json)
     _fail_if_incorrect(rows)
 
@@ -243,10 +268,11 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
               help="Write the best baseline as MSCCL XML, with chunk and channel counts the runtime picks at --size.")
 @click.option("--dialect", type=click.Choice(["v2", "v1"]), default="v2", show_default=True,
               help="MSCCL XML dialect for -o.")
+@plot_option
 @json_option
 def baseline_command(topology_spec: str, collective_name: str, size_spec: str, only: str | None,
                      channels: int | None, root: int, step_overhead_us: float, output: str | None, dialect: str,
-                     as_json: bool) -> None:
+                     plot_path: str | None, as_json: bool) -> None:
     """Every applicable NCCL-style baseline side by side with the lower bound."""
     from taccl_py.baselines import ALGORITHMS, applicable_baselines
 
@@ -266,7 +292,12 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
     check_output_file(output, "-o")
     if output:
         check_xml_root(kind, root, dialect)
+    check_picture_path(plot_path, "--plot")
     rows = _baseline_rows(topology, kind, sizes, names, channels, root, step_overhead_us, progress_enabled(as_json))
+    if plot_path:
+        write_algbw_plot(plot_path, f"NCCL-style baselines, {kind.value} on {topology.name} ({topology.num_gpus} GPUs)",
+                         sizes, {name: [r["baselines"][k]["time_us"] for r in rows] for k, name in enumerate(names)},
+                         [r["bound_us"] for r in rows])
     written = None
     if output:
         chosen = only or rows[0]["best"]

@@ -102,13 +102,20 @@ def _machines_line(machines: tuple[tuple[int, ...], ...]) -> str:
 
 @topo.command("show")
 @click.argument("spec", metavar="NAME|FILE")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png|FILE.svg",
+              help="Also draw it: GPUs grouped by machine, switches, links with their bandwidth.")
 @json_option
-def show_cmd(spec: str, as_json: bool) -> None:
+def show_cmd(spec: str, plot_path: str | None, as_json: bool) -> None:
     """GPUs, switches and links by kind, per-GPU bandwidth, machines and source."""
     topology = resolve_topology(spec)
     description = describe_topology(topology)
+    if plot_path is not None:
+        from taccl_py.plots import check_figure_path, save_figure, topology_figure
+
+        check_figure_path(plot_path, where="--plot")
+        save_figure(topology_figure(topology), plot_path)
     if as_json:
-        emit_json(description.to_json())
+        emit_json(description.to_json() | ({"plot": plot_path} if plot_path else {}))
         return
     switches = sum(s.count for s in description.switches)
     out_console.print(f"[bold]{description.name}[/bold]: {plural(description.gpus, 'GPU')}, "
@@ -125,6 +132,8 @@ def show_cmd(spec: str, as_json: bool) -> None:
     out_console.print(make_table("Per-GPU link bandwidth", ["GPUs", "count", "out GB/s", "in GB/s"],
                                  [(format_gpu_ranges(g.gpus), len(g.gpus), f"{g.out_GBps:.6g}",
                                    f"{g.in_GBps:.6g}") for g in description.gpu_bandwidth]))
+    if plot_path is not None:
+        out_console.print(f"wrote {plot_path}", markup=False)
 
 
 # ----------------------------------------------------------------------- validate
