@@ -81,7 +81,7 @@ def test_baseline_json_lists_every_applicable_baseline(capsys: pytest.CaptureFix
     assert code == 0
     data = only_json(out)
     names = [e["algorithm"] for e in data["baselines"]]
-    assert names == ["ring", "tree", "direct", "rd"]
+    assert names == ["ring", "tree", "direct", "rd", "oneshot"]
     for entry in data["baselines"]:
         assert set(CONTRACT) <= set(entry) and entry["correct"] is True
         assert entry["bound_us"] == data["bound_us"]
@@ -283,7 +283,7 @@ def test_done_when_dgx_a100x2_allreduce_table(capsys: pytest.CaptureFixture[str]
     for row in rows:
         size = row["size_bytes"]
         entries = {e["algorithm"]: e for e in row["baselines"]}
-        assert list(entries) == ["ring", "tree", "direct", "rd", "hier", "hier-lb"]
+        assert list(entries) == ["ring", "tree", "direct", "rd", "oneshot", "hier", "hier-lb"]
         expected = dgx_a100x2_ring_allreduce_us(size)
         ring = entries["ring"]
         assert ring["time_us"] == pytest.approx(expected, rel=1e-9), row
