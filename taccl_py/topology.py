@@ -10,15 +10,19 @@ third GPU is two transfers.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from functools import cached_property
 from itertools import pairwise
 from typing import Any
 
 from taccl_py.errors import TopologyError
+from taccl_py.limits import MAX_BANDWIDTH_GBPS, MAX_GPUS, MAX_LATENCY_US, MIN_BANDWIDTH_GBPS, limit_text
 
-__all__ = ["Link", "Route", "Switch", "Topology", "Vertex", "check_topology"]
+__all__ = ["Dimension", "DimensionKind", "Link", "Route", "Switch", "Topology", "Vertex", "check_dimensions",
+           "check_topology"]
 
 Vertex = int | str
 """A GPU rank (int) or a switch name (str)."""
@@ -53,6 +57,33 @@ class Link:
     provenance: Mapping[str, Any] | None = field(default=None, hash=False, compare=True)
 
 
+class DimensionKind(StrEnum):
+    """How the GPUs of one group along a dimension are joined."""
+
+    RING = "ring"
+    """Neighbours linked both ways, wrapping around (a torus dimension, ASTRA-sim's ``Ring``)."""
+    FULLY_CONNECTED = "fully-connected"
+    """A direct link between every ordered pair (ASTRA-sim's ``FullyConnected``)."""
+    SWITCH = "switch"
+    """Every member reaches every other through switch vertices (ASTRA-sim's ``Switch``, an NVSwitch, an IB fabric)."""
+    LINE = "line"
+    """Neighbours linked both ways without wrap-around (a mesh dimension)."""
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One dimension of a multi-dimensional network: ``size`` GPUs per group, joined as ``kind``.
+
+    GPU ids are mixed radix over the dimensions, dimension 0 varying fastest: the
+    group of GPU g along dimension d is the ``size`` GPUs that share all of g's other
+    coordinates. Dimensions describe how a topology was built (ASTRA-sim networks,
+    tori, DGX clusters as GPUs-in-a-machine x machines); the links stay the truth.
+    """
+
+    kind: DimensionKind
+    size: int
+
+
 @dataclass(frozen=True)
 class Topology:
     """A multi-GPU system. Build it directly, from a generator, or with ``load_topology``.
@@ -67,6 +98,17 @@ class Topology:
     switches: tuple[Switch, ...] = ()
     machines: tuple[tuple[int, ...], ...] = ()
     source: str = ""
+    dimensions: tuple[Dimension, ...] = ()
+    """Optional multi-dimensional structure (see :class:`Dimension`); empty when the topology has none."""
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        """Computed once: caches keyed by a topology (bounds, baselines) hash it on every lookup."""
+        return hash((self.name, self.num_gpus, self.links, self.switches, self.machines, self.source,
+                     self.dimensions))
 
     # ----------------------------------------------------------------- vertices
     @property
@@ -137,6 +179,22 @@ class Topology:
     @property
     def num_machines(self) -> int:
         return len(self.machines) if self.machines else self.num_gpus
+
+    # --------------------------------------------------------------- dimensions
+    def coordinates(self, gpu: int) -> tuple[int, ...]:
+        """Mixed-radix coordinates of ``gpu`` over :attr:`dimensions` (dimension 0 fastest)."""
+        coords = []
+        for dim in self.dimensions:
+            coords.append(gpu % dim.size)
+            gpu //= dim.size
+        return tuple(coords)
+
+    def dimension_group(self, gpu: int, dim: int) -> tuple[int, ...]:
+        """The GPUs sharing every coordinate of ``gpu`` but the one of dimension ``dim``, by that coordinate."""
+        stride = math.prod(d.size for d in self.dimensions[:dim])
+        size = self.dimensions[dim].size
+        base = gpu - ((gpu // stride) % size) * stride
+        return tuple(base + i * stride for i in range(size))
 
     # ------------------------------------------------------------------- routes
     def route_latency(self, route: Route) -> float:
@@ -269,6 +327,7 @@ class Topology:
             "links": len(self.links),
             "link_kinds": {k: kinds[k] for k in sorted(kinds)},
             "machines": [list(m) for m in self.machines],
+            "dimensions": [{"kind": d.kind.value, "size": d.size} for d in self.dimensions],
             "injection_GBps": [self.injection_bandwidth(g) for g in self.gpus],
             "ejection_GBps": [self.ejection_bandwidth(g) for g in self.gpus],
             "source": self.source,
@@ -299,6 +358,8 @@ def check_topology(topology: Topology, *, where: str = "") -> Topology:
     where = where or topology.name
     if topology.num_gpus < 1:
         raise TopologyError(f"must be >= 1 (got {topology.num_gpus})", where=where, field="gpus")
+    if topology.num_gpus > MAX_GPUS:
+        raise TopologyError(f"is {topology.num_gpus}; {limit_text('MAX_GPUS', MAX_GPUS)}", where=where, field="gpus")
     names: set[str] = set()
     for k, switch in enumerate(topology.switches):
         if not isinstance(switch.name, str) or not switch.name:
@@ -319,12 +380,20 @@ def check_topology(topology: Topology, *, where: str = "") -> Topology:
             raise TopologyError(f"must be > 0 (got {link.bandwidth:g})", where=where, field=f"links[{i}].bandwidth")
         if not link.latency >= 0:
             raise TopologyError(f"must be >= 0 (got {link.latency:g})", where=where, field=f"links[{i}].latency")
+        if not MIN_BANDWIDTH_GBPS <= link.bandwidth <= MAX_BANDWIDTH_GBPS:
+            raise TopologyError(f"is {link.bandwidth:g} GB/s, outside {MIN_BANDWIDTH_GBPS:g}..{MAX_BANDWIDTH_GBPS:g} "
+                                "GB/s (MIN_BANDWIDTH_GBPS..MAX_BANDWIDTH_GBPS)", where=where,
+                                field=f"links[{i}].bandwidth")
+        if not link.latency <= MAX_LATENCY_US:
+            raise TopologyError(f"is {link.latency:g} us; {limit_text('MAX_LATENCY_US', MAX_LATENCY_US, 'us')}",
+                                where=where, field=f"links[{i}].latency")
         key = (link.src, link.dst)
         if key in seen:
             raise TopologyError(f"duplicates links[{seen[key]}] ({link.src!r} -> {link.dst!r})", where=where,
                                 field=f"links[{i}]")
         seen[key] = i
     check_machines(topology.machines, topology.num_gpus, where=where)
+    check_dimensions(topology.dimensions, topology.num_gpus, where=where)
     check_connected(topology, where=where)
     return topology
 
@@ -342,6 +411,8 @@ def check_machines(machines: Iterable[Sequence[int]], num_gpus: int, *, where: s
         return
     owner: dict[int, int] = {}
     for m, members in enumerate(machines):
+        if not members:
+            raise TopologyError("is empty (a machine holds at least one GPU)", where=where, field=f"machines[{m}]")
         for k, g in enumerate(members):
             if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < num_gpus:
                 raise TopologyError(f"must be a GPU id in 0..{num_gpus - 1} (got {g!r})", where=where,
@@ -354,6 +425,24 @@ def check_machines(machines: Iterable[Sequence[int]], num_gpus: int, *, where: s
     if missing:
         raise TopologyError(f"do not include GPU {missing[0]} (machines must cover every GPU)", where=where,
                             field="machines")
+
+
+def check_dimensions(dimensions: Sequence[Dimension], num_gpus: int, *, where: str) -> None:
+    """Dimensions, when given, have sizes >= 1 whose product is the GPU count."""
+    if not dimensions:
+        return
+    for k, dim in enumerate(dimensions):
+        if not isinstance(dim, Dimension) or not isinstance(dim.kind, DimensionKind):
+            raise TopologyError(f"must be a Dimension with a DimensionKind (got {dim!r})", where=where,
+                                field=f"dimensions[{k}]")
+        if isinstance(dim.size, bool) or not isinstance(dim.size, int) or dim.size < 1:
+            raise TopologyError(f"must be an integer >= 1 (got {dim.size!r})", where=where,
+                                field=f"dimensions[{k}].size")
+    total = math.prod(dim.size for dim in dimensions)
+    if total != num_gpus:
+        shape = " x ".join(str(dim.size) for dim in dimensions)
+        raise TopologyError(f"multiply to {total} ({shape}) but the topology has {num_gpus} GPUs", where=where,
+                            field="dimensions")
 
 
 def check_connected(topology: Topology, *, where: str) -> None:

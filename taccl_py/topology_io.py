@@ -4,12 +4,15 @@
 
     {"name": "...", "source": "where the numbers come from", "gpus": 8,
      "machines": [[0, 1, 2, 3, 4, 5, 6, 7]],
+     "dimensions": [{"kind": "switch", "size": 8}],
      "switches": [{"name": "nvs0", "kind": "nvswitch"}],
      "links": [{"src": 0, "dst": "nvs0", "bandwidth": 300, "latency": 0.35,
                 "kind": "nvlink", "bidirectional": true}]}
 
 GPUs are ints ``0..gpus-1``; switches are declared by name (optional ``kind``,
-``multicast``, ``reduce``). A link with ``"bidirectional": true`` stands for two
+``multicast``, ``reduce``). ``dimensions`` (optional) lists the multi-dimensional
+structure, dimension 0 varying fastest in the GPU id (see :class:`~taccl_py.topology.Dimension`).
+A link with ``"bidirectional": true`` stands for two
 directed links with the same figures. ``save`` writes one element per line and
 merges a link with its reverse when they are adjacent and identical, so
 ``save(load(f))`` reproduces a saved file byte for byte and ``load(save(t)) == t``.
@@ -17,6 +20,7 @@ merges a link with its reverse when they are adjacent and identical, so
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -24,13 +28,32 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from taccl_py.errors import TopologyError
-from taccl_py.topology import Link, Switch, Topology, Vertex, check_connected, check_machines
+from taccl_py.errors import OutputError, TopologyError
+from taccl_py.inputs import read_json_file
+from taccl_py.limits import (
+    MAX_BANDWIDTH_GBPS,
+    MAX_GPUS,
+    MAX_LATENCY_US,
+    MIN_BANDWIDTH_GBPS,
+    limit_text,
+)
+from taccl_py.topology import (
+    Dimension,
+    DimensionKind,
+    Link,
+    Switch,
+    Topology,
+    Vertex,
+    check_connected,
+    check_dimensions,
+    check_machines,
+)
 
-__all__ = ["atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
+__all__ = ["atomic_write_bytes", "atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
            "topology_to_dict"]
 
-_TOP_KEYS = {"name", "source", "gpus", "machines", "switches", "links", "format"}
+_TOP_KEYS = {"name", "source", "gpus", "machines", "dimensions", "switches", "links", "format"}
+_DIMENSION_KEYS = {"kind", "size"}
 _LINK_KEYS = {"src", "dst", "bandwidth", "latency", "kind", "bidirectional", "provenance"}
 _SWITCH_KEYS = {"name", "kind", "multicast", "reduce"}
 
@@ -43,35 +66,58 @@ def _new_file_mode() -> int:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
+    """Write ``text`` (UTF-8) to a temporary file beside ``path`` and rename it into place.
+
+    An existing file is replaced only once the new text is complete; an OS error
+    becomes :class:`OutputError` naming ``path`` (and the temporary file is removed).
+    A device or a named pipe (``/dev/stdout``, ``/dev/null``) is written into, not replaced.
+    """
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """:func:`atomic_write_text` for bytes (a PNG plot)."""
     target = Path(path)
+    if target.exists() and not target.is_file() and not target.is_dir():
+        _write_through(target, data)  # a device or a pipe (-o /dev/stdout): renaming over it would replace it
+        return
     directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise OutputError(f"cannot write here: {_why(exc)}", where=str(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.chmod(tmp, _new_file_mode())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OutputError(f"cannot write: {_why(exc)}", where=str(path)) from None
         raise
+
+
+def _write_through(target: Path, data: bytes) -> None:
+    try:
+        with open(target, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise OutputError(f"cannot write: {_why(exc)}", where=str(target)) from None
+
+
+def _why(exc: OSError) -> str:
+    """The OS's reason, without the temporary file's name."""
+    if isinstance(exc, IsADirectoryError) or exc.errno == errno.EISDIR:
+        return "it is a directory"
+    return exc.strerror or str(exc)
 
 
 def load_topology(path: str | os.PathLike[str]) -> Topology:
     """Read and validate a topology file; raise :class:`TopologyError` naming file and field."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TopologyError("no such file", where=where) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TopologyError(f"cannot read: {exc}", where=where) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TopologyError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
-                            where=where) from None
+    data = read_json_file(path, TopologyError, what="topology file")
     return topology_from_dict(data, where=where, default_name=Path(path).stem)
 
 
@@ -100,6 +146,7 @@ def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: st
     _require(isinstance(num_gpus, int) and not isinstance(num_gpus, bool),
              f"must be an integer (got {_typename(num_gpus)} {num_gpus!r})", where, "gpus")
     _require(num_gpus >= 1, f"must be >= 1 (got {num_gpus})", where, "gpus")
+    _require(num_gpus <= MAX_GPUS, f"is {num_gpus}; {limit_text('MAX_GPUS', MAX_GPUS)}", where, "gpus")
     name = data.get("name", default_name)
     _require(isinstance(name, str), f"must be a string (got {_typename(name)})", where, "name")
     source = data.get("source", "")
@@ -112,6 +159,7 @@ def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: st
              "must be a list of lists of GPU ids", where, "machines")
     check_machines(machines_raw, num_gpus, where=where)
     machines = tuple(tuple(m) for m in machines_raw)
+    dimensions = _parse_dimensions(data.get("dimensions", []), num_gpus, where)
 
     links_raw = data.get("links")
     _require(links_raw is not None, "is missing", where, "links")
@@ -127,9 +175,32 @@ def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: st
             first_entry[key] = i
             links.append(link)
     topology = Topology(name=name, num_gpus=num_gpus, links=tuple(links), switches=switches,
-                        machines=machines, source=source)
+                        machines=machines, source=source, dimensions=dimensions)
     check_connected(topology, where=where)
     return topology
+
+
+def _parse_dimensions(raw: Any, num_gpus: int, where: str) -> tuple[Dimension, ...]:
+    _require(isinstance(raw, list), f"must be a list (got {_typename(raw)})", where, "dimensions")
+    kinds = ", ".join(k.value for k in DimensionKind)
+    result = []
+    for k, entry in enumerate(raw):
+        field = f"dimensions[{k}]"
+        _require(isinstance(entry, dict), f"must be an object with kind and size (got {_typename(entry)})", where,
+                 field)
+        unknown = sorted(set(entry) - _DIMENSION_KEYS)
+        _require(not unknown, f"has unknown field {unknown[0]!r}" if unknown else "", where, field)
+        for key in ("kind", "size"):
+            _require(key in entry, "is missing", where, f"{field}.{key}")
+        kind = entry["kind"]
+        _require(isinstance(kind, str) and kind in {d.value for d in DimensionKind},
+                 f"must be one of {kinds} (got {kind!r})", where, f"{field}.kind")
+        size = entry["size"]
+        _require(isinstance(size, int) and not isinstance(size, bool) and size >= 1,
+                 f"must be an integer >= 1 (got {size!r})", where, f"{field}.size")
+        result.append(Dimension(DimensionKind(kind), size))
+    check_dimensions(result, num_gpus, where=where)
+    return tuple(result)
 
 
 def _parse_switches(raw: Any, where: str) -> tuple[Switch, ...]:
@@ -182,10 +253,15 @@ def _parse_link(entry: Any, i: int, num_gpus: int, names: set[str], where: str) 
     _require(_is_number(bandwidth), f"must be a number (got {_typename(bandwidth)} {bandwidth!r})", where,
              f"{field}.bandwidth")
     _require(bandwidth > 0, f"must be > 0 (got {bandwidth:g})", where, f"{field}.bandwidth")
+    _require(MIN_BANDWIDTH_GBPS <= bandwidth <= MAX_BANDWIDTH_GBPS,
+             f"is {bandwidth:g} GB/s, outside {MIN_BANDWIDTH_GBPS:g}..{MAX_BANDWIDTH_GBPS:g} GB/s "
+             "(MIN_BANDWIDTH_GBPS..MAX_BANDWIDTH_GBPS)", where, f"{field}.bandwidth")
     latency = entry.get("latency", 0.0)
     _require(_is_number(latency), f"must be a number (got {_typename(latency)} {latency!r})", where,
              f"{field}.latency")
     _require(latency >= 0, f"must be >= 0 (got {latency:g})", where, f"{field}.latency")
+    _require(latency <= MAX_LATENCY_US, f"is {latency:g} us; {limit_text('MAX_LATENCY_US', MAX_LATENCY_US, 'us')}",
+             where, f"{field}.latency")
     kind = entry.get("kind", "nvlink")
     _require(isinstance(kind, str), f"must be a string (got {_typename(kind)})", where, f"{field}.kind")
     bidirectional = entry.get("bidirectional", False)
@@ -246,6 +322,8 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
     data: dict[str, Any] = {"name": topology.name, "source": topology.source, "gpus": topology.num_gpus}
     if topology.machines:
         data["machines"] = [list(m) for m in topology.machines]
+    if topology.dimensions:
+        data["dimensions"] = [{"kind": d.kind.value, "size": d.size} for d in topology.dimensions]
     data["switches"] = switches
     data["links"] = links
     return data

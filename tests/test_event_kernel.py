@@ -231,3 +231,14 @@ def test_arrivals_match_a_plain_fluid_simulation(
     got = run.arrivals()
     for i, expected in enumerate(reference_arrivals(capacities, transfers)):
         assert got[i] == pytest.approx(expected, rel=1e-8, abs=1e-8), (i, got, expected)
+
+
+def test_the_judges_import_no_solver_code() -> None:
+    """The simulator, its kernel and the XML timing judge the synthesizer, so they must not depend on it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, taccl_py.simulator, taccl_py.event_kernel, taccl_py.fluid, taccl_py.msccl.timing; "
+            "print([m for m in sys.modules if m.split('.')[0] in ('ortools', 'pulp', 'solver_models')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 import click
 from rich.table import Table
 
-from taccl_py.cli.common import emit_json, json_option, make_table, out_console
-from taccl_py.errors import InputError, TacclError, TopologyError
+from taccl_py.cli.common import check_output_file, emit_json, json_option, make_table, out_console, plural
+from taccl_py.errors import InputError, TacclError
 from taccl_py.library import (
     describe_topology,
     dgx1,
@@ -95,25 +95,34 @@ def _machines_line(machines: tuple[tuple[int, ...], ...]) -> str:
     if not machines:
         return "none declared"
     sizes = sorted({len(m) for m in machines})
-    size_text = f"{len(machines)} x {sizes[0]} GPUs" if len(sizes) == 1 else f"{len(machines)} machines"
+    size_text = f"{len(machines)} x {plural(sizes[0], 'GPU')}" if len(sizes) == 1 else plural(len(machines), 'machine')
     members = "; ".join(f"m{k}: {format_gpu_ranges(list(m))}" for k, m in enumerate(machines))
     return f"{size_text} ({members})"
 
 
 @topo.command("show")
 @click.argument("spec", metavar="NAME|FILE")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png|FILE.svg",
+              help="Also draw it: GPUs grouped by machine, switches, links with their bandwidth.")
 @json_option
-def show_cmd(spec: str, as_json: bool) -> None:
+def show_cmd(spec: str, plot_path: str | None, as_json: bool) -> None:
     """GPUs, switches and links by kind, per-GPU bandwidth, machines and source."""
     topology = resolve_topology(spec)
     description = describe_topology(topology)
+    if plot_path is not None:
+        from taccl_py.plots import check_figure_path, save_figure, topology_figure
+
+        check_figure_path(plot_path, where="--plot")
+        save_figure(topology_figure(topology), plot_path)
     if as_json:
-        emit_json(description.to_json())
+        emit_json(description.to_json() | ({"plot": plot_path} if plot_path else {}))
         return
     switches = sum(s.count for s in description.switches)
-    out_console.print(f"[bold]{description.name}[/bold]: {description.gpus} GPUs, {switches} switch vertices, "
-                      f"{description.links} directed links")
+    out_console.print(f"[bold]{description.name}[/bold]: {plural(description.gpus, 'GPU')}, "
+                      f"{plural(switches, 'switch vertex', 'switch vertices')}, "
+                      f"{plural(description.links, 'directed link')}")
     out_console.print(f"machines: {_machines_line(description.machines)}")
+    out_console.print(f"dimensions: {description.dimensions_line()}", markup=False)
     out_console.print(f"source: {description.source or '-'}")
     if description.switches:
         out_console.print(make_table("Switch vertices", ["kind", "count", "multicast", "reduce"],
@@ -124,6 +133,8 @@ def show_cmd(spec: str, as_json: bool) -> None:
     out_console.print(make_table("Per-GPU link bandwidth", ["GPUs", "count", "out GB/s", "in GB/s"],
                                  [(format_gpu_ranges(g.gpus), len(g.gpus), f"{g.out_GBps:.6g}",
                                    f"{g.in_GBps:.6g}") for g in description.gpu_bandwidth]))
+    if plot_path is not None:
+        out_console.print(f"wrote {plot_path}", markup=False)
 
 
 # ----------------------------------------------------------------------- validate
@@ -138,8 +149,10 @@ def validate_cmd(path: str, as_json: bool) -> None:
         if as_json:
             emit_json({"file": path, "valid": False, "error": str(exc)})
         raise
-    summary = (f"{topology.num_gpus} GPUs, {len(topology.machines) or 'no'} machines, "
-               f"{len(topology.switches)} switch vertices, {len(topology.links)} directed links")
+    summary = (f"{plural(topology.num_gpus, 'GPU')}, "
+               f"{plural(len(topology.machines), 'machine') if topology.machines else 'no machines'}, "
+               f"{plural(len(topology.switches), 'switch vertex', 'switch vertices')}, "
+               f"{plural(len(topology.links), 'directed link')}")
     if as_json:
         emit_json({"file": path, "valid": True, "name": topology.name, "gpus": topology.num_gpus,
                    "machines": len(topology.machines), "switches": len(topology.switches),
@@ -282,7 +295,7 @@ def _single_machine(kind: str, single: Callable[[], Topology]) -> Callable[[Gene
 
 
 def _fabric(o: GenerateOptions) -> Fabric:
-    return parse_fabric(o.fabric) if o.fabric is not None else Fabric.FORESTCOLL
+    return parse_fabric(o.fabric) if o.fabric is not None else Fabric.LEAF_SPINE
 
 
 def _gen_dgx_a100(o: GenerateOptions) -> Topology:
@@ -345,8 +358,8 @@ def generate_topology(kind: str, options: GenerateOptions) -> Topology:
 @click.option("--gpus", "-n", type=int, default=None, help="GPUs (ring, fully-connected, switch, hypercube).")
 @click.option("--machines", "-k", type=int, default=None,
               help="Machines K for ndv2, dgx2, dgx-a100, dgx-h100, mi250 (default 1).")
-@click.option("--fabric", default=None, metavar="forestcoll|single|rail",
-              help="IB fabric of dgx-a100 / dgx-h100 clusters (default forestcoll).")
+@click.option("--fabric", default=None, metavar="leaf-spine|forestcoll|single|rail",
+              help="IB fabric of dgx-a100 / dgx-h100 clusters (default leaf-spine).")
 @click.option("--dims", default=None, metavar="SPEC",
               help="torus/mesh: 4x4 or 4x4x2; hypercube: the dimension D; astra: "
                    "Ring:2:200:50,FullyConnected:8:100:500 (GB/s of 2^30 bytes, ns) or a network .yml.")
@@ -366,6 +379,8 @@ def generate_cmd(kind: str, gpus: int | None, machines: int | None, fabric: str 
     KIND: ring, fully-connected, switch, torus, mesh, hypercube, astra, or a machine
     (dgx1, ndv2, dgx2, dgx-a100, dgx-h100, mi250, gb200-nvl72, ring8; with --machines K).
     """
+    if output != "-":
+        check_output_file(output, "-o")
     options = GenerateOptions(gpus=gpus, machines=machines, fabric=fabric, dims=dims, bandwidth=bandwidth,
                               latency=latency, nvls=nvls, name=name)
     topology = generate_topology(kind, options)
@@ -374,13 +389,33 @@ def generate_cmd(kind: str, gpus: int | None, machines: int | None, fabric: str 
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    try:
-        atomic_write_text(output, text)
-    except OSError as exc:
-        raise TopologyError(f"cannot write: {exc.strerror or exc}", where=output) from None
+    atomic_write_text(output, text)
     if as_json:
         emit_json({"written": output, "name": topology.name, "gpus": topology.num_gpus,
                    "switches": len(topology.switches), "links": len(topology.links)})
     else:
-        out_console.print(f"wrote {output}: {topology.name}, {topology.num_gpus} GPUs, "
-                          f"{len(topology.switches)} switch vertices, {len(topology.links)} directed links")
+        out_console.print(f"wrote {output}: {topology.name}, {plural(topology.num_gpus, 'GPU')}, "
+                          f"{plural(len(topology.switches), 'switch vertex', 'switch vertices')}, "
+                          f"{plural(len(topology.links), 'directed link')}")
+
+
+@topo.command("export-astra")
+@click.argument("spec", metavar="TOPOLOGY")
+@click.option("--output", "-o", required=True, metavar="FILE.yml", help="Where to write the network; - prints it.")
+@json_option
+def export_astra_cmd(spec: str, output: str, as_json: bool) -> None:
+    """Write a multi-dimensional topology as an ASTRA-sim network YAML (YAML -> topology -> YAML is exact)."""
+    from taccl_py.library import resolve_topology
+    from taccl_py.library.astra import astra_dimensions_of, dumps_astra_network, save_astra_yaml
+
+    topology = resolve_topology(spec)
+    if output == "-":
+        sys.stdout.write(dumps_astra_network(astra_dimensions_of(topology)))
+        return
+    dims = save_astra_yaml(topology, output)
+    if as_json:
+        emit_json({"written": output, "name": topology.name, "npus": topology.num_gpus,
+                   "topology": [d.kind.value for d in dims], "npus_count": [d.npus for d in dims],
+                   "bandwidth": [d.bandwidth_gibps for d in dims], "latency": [d.latency_ns for d in dims]})
+    else:
+        out_console.print(f"wrote {output}: {' x '.join(d.describe() for d in dims)}", markup=False)
