@@ -26,6 +26,7 @@ import json
 import math
 import random
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
@@ -353,8 +354,9 @@ def produced_differently(want: dict[str, Any], got: dict[str, Any]) -> str | Non
 def main() -> None:
     sections: dict[str, dict[str, dict[str, Any]]] = {section: {} for section in SECTIONS}
     for case in all_cases():
+        started = time.perf_counter()
         sections[case.section][case.key] = case.run()
-        print(case.section, case.key, file=sys.stderr, flush=True)
+        print(f"{time.perf_counter() - started:8.2f} s  {case.section} {case.key}", file=sys.stderr, flush=True)
     dump = json.dumps
     parts = [f'{{"format": {dump(FORMAT)},\n"note": "written by tests/sim_golden.py, compared by '
              'tests/test_sim_golden.py"']

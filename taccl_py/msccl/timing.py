@@ -4,7 +4,8 @@ Every threadblock is a sequential process. A transmission runs once its
 threadblock reaches it and its waits are met; a send-type step (``s``, and the
 sending half of ``rcs``/``rrs``/``rrcs``) then waits the route latency, moves
 ``cnt`` chunks through the links (shared max-min fairly with every other flow,
-:class:`taccl_py.fluid.FluidNetwork`) and completes when the data arrives.
+:class:`taccl_py.fluid.FluidNetwork`) and completes when the data arrives. The
+event loop is the schedule simulator's (:mod:`taccl_py.event_kernel`).
 Sends are buffered like NCCL's FIFOs: they never wait for the receiver. A
 receive completes as soon as its threadblock reaches it and the matching send
 has arrived; ``cpy``, ``re`` and ``nop`` take no time. A schedule and its
