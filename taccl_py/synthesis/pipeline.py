@@ -74,7 +74,7 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
             notes.append(f"time limit reached before chunk factor {c} was tried")
             stopped = True
             break
-        schedules, variant_stats = candidate_schedules(run, pools, c, size_bytes)
+        schedules, variant_stats = candidate_schedules(run, topology, kind, pools, c, size_bytes)
         stats += variant_stats
         simulated = simulate_candidates(run, topology, Collective(kind, topology.num_gpus, c, options.root),
                                         size_bytes, schedules, any_before=bool(candidates))

@@ -78,7 +78,7 @@ class StreamLayout:
 
 def stream_layouts() -> tuple[StreamLayout, ...]:
     """The layouts tried for each chunk factor (each is simulated; the fastest wins)."""
-    return (StreamLayout(Rotation.PIECE, 4), StreamLayout(Rotation.MACHINE, 4), StreamLayout(Rotation.PIECE, 2))
+    return (StreamLayout(Rotation.PIECE, 4), StreamLayout(Rotation.MACHINE, 4))
 
 
 def _halving(total: int) -> list[int]:
@@ -245,23 +245,41 @@ class _Neighbours:
 def _dependencies(transfers: Sequence[Transfer], parts: Sequence[_Part],
                   u: int) -> tuple[list[list[int]], list[list[int]], list[_Value]]:
     """Order constraints between parts (every value's writes before its reads, the next value's writes after
-    both; reductions onto one value commute), the data each part needs, and the values."""
+    both; reductions onto one value commute), the data each part needs, and the values.
+
+    A value is tracked per (rank, piece) while every access to it covers the whole piece, per chunk once
+    some part covers less (most pieces are never cut: this keeps the work linear in the parts).
+    """
     n = len(parts)
     preds: list[list[int]] = [[] for _ in range(n)]
     data: list[list[int]] = [[] for _ in range(n)]
-    current: dict[tuple[int, int], _Value] = {}
+    current: dict[tuple[int, int, int], _Value] = {}
     values: list[_Value] = []
+
+    def keys(rank: int, piece: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
+        whole = current.get((rank, piece, -1))
+        if (lo, hi) == (0, u) and (whole is not None or (rank, piece, 0) not in current):
+            return [(rank, piece, -1)]
+        if whole is not None:  # from now on per chunk: each chunk starts with the piece's history
+            del current[(rank, piece, -1)]
+            for x in range(u):
+                copy = _Value(list(whole.before), list(whole.writes), list(whole.reads), whole.copy)
+                current[(rank, piece, x)] = copy
+                values.append(copy)
+        return [(rank, piece, x) for x in range(lo, hi)]
+
     for p, part in enumerate(parts):
         t = transfers[part.origin]
-        base = t.chunks[0] * u
-        for x in range(part.lo, part.hi):
-            value = current.setdefault((t.src, base + x), _Value())
-            preds[p] += value.before + value.writes
+        piece = t.chunks[0]
+        for key in keys(t.src, piece, part.lo, part.hi):
+            value = current.setdefault(key, _Value())
+            preds[p] += value.before
+            preds[p] += value.writes
             data[p] += value.writes
             value.reads.append(p)
-            target = (t.dst, base + x)
-            value = current.get(target) or _Value()
-            if target not in current or t.op is Op.COPY or value.reads:
+        for key in keys(t.dst, piece, part.lo, part.hi):
+            value = current.get(key) or _Value()
+            if key not in current or t.op is Op.COPY or value.reads:
                 # a new value: after everything that wrote or read the old one
                 if t.op is Op.REDUCE:
                     data[p] += value.writes
@@ -275,7 +293,7 @@ def _dependencies(transfers: Sequence[Transfer], parts: Sequence[_Part],
             if t.op is Op.COPY:
                 value.copy = p
             value.writes.append(p)
-            current[target] = value
+            current[key] = value
     for p, part in enumerate(parts):
         if part.after >= 0:
             preds[p].append(part.after)
