@@ -4,7 +4,7 @@ For each transfer: the transfers whose commit its start waits for (the last
 writer of each chunk it reads at the sender, and ``after``), its predecessor on
 its connection (whose arrival it waits for), and, at the receiver, the earlier
 writers whose commit and the earlier readers whose arrival its commit waits
-for. :meth:`ScheduleOrder.waits` answers "does event X wait for event Y" by a
+for. Inside an exchange every read counts as earlier than every write. :meth:`ScheduleOrder.waits` answers "does event X wait for event Y" by a
 bounded search, which the lowering uses to place steps where they delay
 nothing.
 """
@@ -87,14 +87,30 @@ def analyze(schedule: Schedule) -> ScheduleOrder:
     war: list[tuple[int, ...]] = []
     connection_prev: list[int] = []
     accesses: dict[int, list[tuple[int, bool]]] = {}  # slot -> (transfer, writes?) in program order
-    for i, t in enumerate(schedule.transfers):
-        src_base, dst_base = t.src * num_chunks, t.dst * num_chunks
+    transfers = schedule.transfers
+    raw_of: dict[int, tuple[int, ...]] = {}
+
+    def read(i: int) -> tuple[int, ...]:
+        t = transfers[i]
         r: dict[int, None] = {}
         for c in t.chunks:
-            key = src_base + c
+            key = t.src * num_chunks + c
             r[last_writer.get(key, INITIAL)] = None
             readers.setdefault(key, []).append(i)
             accesses.setdefault(key, []).append((i, False))
+        return tuple(r)
+
+    for i, t in enumerate(transfers):
+        dst_base = t.dst * num_chunks
+        if t.exchange is None:
+            raw.append(read(i))
+        else:  # an exchange: every member reads before any member writes
+            if i == 0 or transfers[i - 1].exchange != t.exchange:
+                end = i
+                while end < n and transfers[end].exchange == t.exchange:
+                    raw_of[end] = read(end)
+                    end += 1
+            raw.append(raw_of.pop(i))
         w: dict[int, None] = {}
         x: dict[int, None] = {}
         for c in t.chunks:
@@ -104,7 +120,6 @@ def analyze(schedule: Schedule) -> ScheduleOrder:
                 x[reader] = None
             last_writer[key] = i
             accesses.setdefault(key, []).append((i, True))
-        raw.append(tuple(r))
         waw.append(tuple(w))
         war.append(tuple(x))
         conn = (t.src, t.dst, t.channel)
@@ -134,5 +149,6 @@ def analyze(schedule: Schedule) -> ScheduleOrder:
         for w_ in waw[i]:
             if w_ >= 0:
                 dependents[w_].add(i)
-    forward = any(a > i for i, t in enumerate(schedule.transfers) for a in t.after)
+    # an exchange member's commit can wait for a later member's arrival: no pruning by index then
+    forward = any(t.exchange is not None or any(a > i for a in t.after) for i, t in enumerate(transfers))
     return ScheduleOrder(schedule, raw, waw, war, connection_prev, after_write, dependents, forward)

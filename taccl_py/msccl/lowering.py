@@ -10,8 +10,8 @@ connections share one threadblock and the two steps fuse into ``rcs``
 nothing the schedule would not delay. Every other ordering the schedule needs
 (read-after-write at the sender, write-after-read/write at the receiver,
 ``after``) becomes a ``depid``/``deps`` dependency, with ``nop`` steps for
-extra ones. Non-contiguous messages go through scratch (``cpy``/``re``, which
-take no time). ``instances`` splits every chunk in parts sent on parallel
+extra ones. Non-contiguous messages, and messages of an exchange, go through
+scratch (``cpy``/``re``, which take no time). ``instances`` splits every chunk in parts sent on parallel
 channels. Threadblocks over the step limit are split over more channels; what
 cannot fit raises :class:`LoweringError` naming the limit.
 """
@@ -262,7 +262,7 @@ class _Lowering:
     def _fusable(self, a: int, b: int, layout: BufferLayout) -> bool:
         """Receive ``a`` and send ``b`` can be one rcs/rrcs/rrs step."""
         ta, tb = self.transfers[a], self.transfers[b]
-        if ta.chunks != tb.chunks or ta.dst != tb.src or ta.channel != tb.channel:
+        if ta.chunks != tb.chunks or ta.dst != tb.src or ta.channel != tb.channel or ta.exchange is not None:
             return False
         if self.order.raw[b] != (a,) or any(x != a for x in tb.after):
             return False
@@ -485,7 +485,9 @@ class _Lowering:
         tr = self.transfers[t]
         locs = [layout.where(tr.dst, k) for k in tr.chunks]
         reduce = tr.op is Op.REDUCE
-        if _contiguous(locs):
+        # an exchange member lands in scratch and is applied once the rank's own sends of it are done, so the
+        # receive never waits on them (a waiting receive would stall its sender once the FIFO is full)
+        if _contiguous(locs) and tr.exchange is None:
             first = last = -1
             for off, cnt in _pieces(len(locs)):
                 loc = (locs[0][0], locs[0][1] + off)
