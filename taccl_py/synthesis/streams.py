@@ -123,13 +123,14 @@ def stream_transfers(topology: Topology, collective: Collective, transfers: Sequ
     None when the layout does not apply: a single machine (or one GPU per
     machine), a collective other than Allgather/ReduceScatter/Allreduce,
     messages already carrying several chunks, explicit orders, or a GPU with
-    fewer than two cross-machine sends.
+    fewer than two cross-machine sends, or streams whose order the data cannot follow (relays both ways).
     """
     machine = topology.machine_of
     if (collective.kind not in _STREAMED_KINDS or not 2 <= topology.num_machines < topology.num_gpus
             or layout.parts < 2 or layout.parts & (layout.parts - 1)):
         return None
-    if any(len(t.chunks) != 1 or t.after or t.not_before_us is not None for t in transfers):
+    if any(len(t.chunks) != 1 or t.after or t.not_before_us is not None or t.exchange is not None
+           for t in transfers):
         return None
     cross: dict[int, list[int]] = {}
     for i, t in enumerate(transfers):
@@ -151,7 +152,10 @@ def stream_transfers(topology: Topology, collective: Collective, transfers: Sequ
             parts[p].channel = number % 2
             parts[p].after = stream[k - 1] if k else -1
     chunk_bytes = collective.chunk_bytes(size_bytes) / u
-    return _assemble(topology, collective, transfers, parts, streams, chunk_bytes, u)
+    try:
+        return _assemble(topology, collective, transfers, parts, streams, chunk_bytes, u)
+    except _Cycle:  # the streams' order contradicts what the data needs (relays both ways): not this layout
+        return None
 
 
 def _plan_streams(topology: Topology, collective: Collective, transfers: Sequence[Transfer],
@@ -323,7 +327,7 @@ def _assemble(topology: Topology, collective: Collective, transfers: Sequence[Tr
             parts[p].start, now = now, now + latency[p] + 2 * duration[p]
             parts[p].arrive = now
             fixed[p] = True
-    end = max((parts[s[-1]].arrive for s in streams), default=0.0)
+    end = max((parts[s[-1]].arrive for s in streams if s), default=0.0)
     order = _topological(n, preds, succs, [float(part.origin) for part in parts])
     # what gathers the data of a stream message runs just before it, in the stream's order
     for p in reversed(order):
@@ -377,5 +381,10 @@ def _topological(n: int, preds: list[list[int]], succs: list[list[int]], keys: l
             indegree[q] -= 1
             if indegree[q] == 0:
                 heapq.heappush(heap, (keys[q], q))
-    assert len(order) == n, "the rewritten schedule's dependencies form a cycle"
+    if len(order) != n:
+        raise _Cycle
     return order
+
+
+class _Cycle(Exception):
+    """The streams' order and the data dependencies form a cycle."""

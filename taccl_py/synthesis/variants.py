@@ -361,9 +361,11 @@ def phase_variants(run: Run, phase: Phase, chunk_factor: int, size_bytes: float)
 
 
 def candidate_schedules(run: Run, topology: Topology, kind: CollectiveKind, pools: RoutePools, chunk_factor: int,
-                        size_bytes: float) -> tuple[list[CandidateSchedule], list[SolveStats]]:
+                        size_bytes: float, *, first_factor: bool = True) -> tuple[list[CandidateSchedule],
+                                                                                  list[SolveStats]]:
     """Every variant that all phases produced, the phases joined in order, staggered where asked; then the
-    first ordering with its machine links streamed, where that applies (:func:`streamed_variants`)."""
+    first ordering with its machine links streamed, where that applies (:func:`streamed_variants`: every
+    layout for the first chunk factor tried, the first layout for the others)."""
     parts = [phase_variants(run, phase, chunk_factor, size_bytes) for phase in pools.phases]
     stats = [s for part in parts for s in part.stats]
     # the same variant in every phase of an Allreduce
@@ -378,13 +380,14 @@ def candidate_schedules(run: Run, topology: Topology, kind: CollectiveKind, pool
                                                 chunk_factor))
         if joined:
             joined += streamed_variants(run, topology, Collective(kind, topology.num_gpus, chunk_factor),
-                                        joined[0], size_bytes)
+                                        joined[0], size_bytes, every_layout=first_factor)
     return joined, stats
 
 
 def streamed_variants(run: Run, topology: Topology, collective: Collective, base: CandidateSchedule,
-                      size_bytes: float) -> list[CandidateSchedule]:
-    """``base`` with its cross-machine sends streamed, in every layout of :func:`stream_layouts` that pays.
+                      size_bytes: float, *, every_layout: bool = True) -> list[CandidateSchedule]:
+    """``base`` with its cross-machine sends streamed, in every layout of :func:`stream_layouts` (or only the
+    first, which measured best or within 0.1% of the best everywhere) that pays.
 
     Tried when the chunk factor was chosen here (not given by ``--chunk-factor`` or the sketch: a
     streamed file has more chunks per block), when the file the runtime would run is still selected at
@@ -401,7 +404,7 @@ def streamed_variants(run: Run, topology: Topology, collective: Collective, base
     chunk_bytes = collective.chunk_bytes(size_bytes)
     worst = max(cross, key=lambda t: (topology.route_latency(t.route) * topology.route_bandwidth(t.route), t.route))
     out = []
-    for layout in stream_layouts():
+    for layout in stream_layouts() if every_layout else stream_layouts()[:1]:
         part_us = chunk_bytes / layout.parts / (topology.route_bandwidth(worst.route) * 1e3)
         cut = replace(collective, chunk_factor=collective.chunk_factor * layout.parts)
         if part_us <= topology.route_latency(worst.route) or not (
