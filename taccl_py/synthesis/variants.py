@@ -384,6 +384,23 @@ def candidate_schedules(run: Run, topology: Topology, kind: CollectiveKind, pool
     return joined, stats
 
 
+def _machine_links_bind(topology: Topology, transfers: Sequence[Transfer], cross: Sequence[Transfer]) -> bool:
+    """Is a link that only cross-machine transfers use (a NIC, an IB link) as busy as the busiest link, within 2%?
+
+    Streams pace the machine links; where those have slack (the binding cut is inside the machines, as on
+    MI250 or DGX-2) they cannot help, and building and simulating them would only cost time.
+    """
+    busy = [0.0] * len(topology.links)
+    for t in transfers:
+        for li in t.route:
+            busy[li] += len(t.chunks) / topology.links[li].bandwidth
+    cross_links = {li for t in cross for li in t.route}
+    machine = topology.machine_of
+    inside = {li for t in transfers if machine[t.src] == machine[t.dst] for li in t.route}
+    crossing = (cross_links - inside) or cross_links
+    return max(busy[li] for li in crossing) >= 0.98 * max(busy)
+
+
 def streamed_variants(run: Run, topology: Topology, collective: Collective, base: CandidateSchedule,
                       size_bytes: float, *, every_layout: bool = True) -> list[CandidateSchedule]:
     """``base`` with its cross-machine sends streamed, in every layout of :func:`stream_layouts` (or only the
@@ -399,7 +416,7 @@ def streamed_variants(run: Run, topology: Topology, collective: Collective, base
         return []
     machine = topology.machine_of
     cross = [t for t in base.transfers if machine[t.src] != machine[t.dst]]
-    if not cross or base.variant.channels != 1:
+    if not cross or base.variant.channels != 1 or not _machine_links_bind(topology, base.transfers, cross):
         return []
     chunk_bytes = collective.chunk_bytes(size_bytes)
     worst = max(cross, key=lambda t: (topology.route_latency(t.route) * topology.route_bandwidth(t.route), t.route))
