@@ -13,6 +13,8 @@ stages. The XML files go to a temporary directory and are deleted after each poi
 ``make bench-full`` runs the full grid (every topology x 4 collectives x 12 sizes, several hours on 2
 shared cores); ``make bench`` a quick subset. Set ``TACCL_CURVE_RESUME=FILE.jsonl`` to keep every finished
 point in FILE as it finishes and resume an interrupted run from it (delete the file when the code changes).
+Set ``TACCL_CURVE_TOPOLOGIES=ndv2x2,dgx-a100x2`` to run the full size range on those topologies only (the
+section then says which of the shipped ones it covers).
 """
 
 from __future__ import annotations
@@ -36,13 +38,23 @@ JOBS = 2
 FIGURE = "curve-efficiency.png"
 
 
-def grid(quick: bool) -> list[tuple[str, CollectiveKind, int]]:
-    """(topology, collective, size) of every point, in topology, collective, size order."""
+def shipped() -> tuple[str, ...]:
+    """Every shipped multi-machine topology."""
     from taccl_py.library import list_topologies
 
-    topologies = QUICK[0] if quick else tuple(t.name for t in list_topologies() if t.machines > 1)
-    sizes = QUICK[1] if quick else FULL_SIZES
-    return [(name, kind, size) for name in topologies for kind in KINDS for size in sizes]
+    return tuple(t.name for t in list_topologies() if t.machines > 1)
+
+
+def chosen_topologies(quick: bool) -> tuple[str, ...]:
+    """The topologies of this run: ``TACCL_CURVE_TOPOLOGIES`` if set, else the quick pick or every shipped one."""
+    named = tuple(n.strip() for n in os.environ.get("TACCL_CURVE_TOPOLOGIES", "").split(",") if n.strip())
+    return named or (QUICK[0] if quick else shipped())
+
+
+def grid(quick: bool) -> list[tuple[str, CollectiveKind, int]]:
+    """(topology, collective, size) of every point, in topology, collective, size order."""
+    sizes = FULL_SIZES if not quick or os.environ.get("TACCL_CURVE_TOPOLOGIES") else QUICK[1]
+    return [(name, kind, size) for name in chosen_topologies(quick) for kind in KINDS for size in sizes]
 
 
 def curve_point(payload: tuple[str, str, int, str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -79,6 +91,7 @@ def run(quick: bool) -> dict[str, Any]:
     from taccl_py.sweep.store import ResultsFile
 
     points = grid(quick)
+    sizes = sorted({size for _, _, size in points})
     resume = os.environ.get("TACCL_CURVE_RESUME")
     with tempfile.TemporaryDirectory(prefix="taccl-curve-") as directory:
         jobs = [Job(f"{name}|{kind.value}|{size}|tl={TIME_LIMIT_S:g}", (name, kind.value, size, directory),
@@ -96,8 +109,8 @@ def run(quick: bool) -> dict[str, Any]:
             failed.append({"key": record.key, "error": record.error})
         else:
             rows.append({**record.result, **record.measured})
-    return {"rows": rows, "failed": failed, "time_limit_s": TIME_LIMIT_S, "jobs": JOBS,
-            "sizes": list(QUICK[1] if quick else FULL_SIZES)}
+    return {"rows": rows, "failed": failed, "time_limit_s": TIME_LIMIT_S, "jobs": JOBS, "sizes": sizes,
+            "shipped": list(shipped())}
 
 
 # ------------------------------------------------------------------ rendering
@@ -141,6 +154,9 @@ def _summary(rows: list[dict[str, Any]], failed: list[dict[str, Any]], data: dic
              f"{format_bytes(data['sizes'][-1])} in powers of 4), each the whole `taccl synthesize -o` command "
              f"(--time-limit {data['time_limit_s']:g}, 1 solver thread, {data['jobs']} points at a time). "
              f"{len(ok)} correct and written"
+             + (f"; the topologies cover {len(topologies)} of the {len(data['shipped'])} shipped multi-machine ones "
+                f"(not yet measured: {', '.join(n for n in data['shipped'] if n not in topologies)})"
+                if "shipped" in data and len(topologies) < len(data["shipped"]) else "")
              + (f", {len(failed)} failed: " + "; ".join(f"{f['key']}: {f['error']}" for f in failed) if failed
                 else "") + ".",
              "",
