@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_BANDWIDTH_GBPS",
     "DEFAULT_LATENCY_US",
     "GOLDEN_RING_GBPS",
+    "fat_tree",
     "fully_connected",
     "grid_coordinates",
     "grid_id",
@@ -121,6 +122,36 @@ def switch_tree(leaves: int, gpus_per_leaf: int, bandwidth: float = DEFAULT_BAND
                                 f"{latency:g} us per GPU link, {up_bw:g} GB/s and {up_lat:g} us per uplink"
                                 + (f"; switches flagged {flags}" if flags else ""),
                          machines=[range(leaf * per, (leaf + 1) * per) for leaf in range(k)])
+
+
+FAT_TREE_SOURCE = ("two-level non-blocking fat tree of single-GPU nodes, modelled on the 188-node InfiniBand testbed "
+                   "of Khalilov et al. 2024 (network-offloaded multicast Allgather): one 100 Gb/s (12.5 GB/s) NIC "
+                   "per node, 36-port leaf switches with 18 nodes each, every leaf <-> one non-blocking spine "
+                   "vertex (uplink = the leaf's downlinks); 1 us per hop (assumed)")
+
+
+def fat_tree(nodes: int, *, per_leaf: int = 18, bandwidth: float = 12.5, latency: float = 1.0,
+             multicast: bool = True, reduce: bool = False, name: str | None = None) -> Topology:
+    """``nodes`` single-GPU nodes, ``per_leaf`` per leaf switch (the last leaf may hold fewer), leaves <-> ``spine``.
+
+    Every switch gets the capability flags (InfiniBand multicast by default; ``reduce`` for SHARP).
+    """
+    where = name or "fat-tree"
+    n = require_int(nodes, 2, where=where, field="nodes")
+    per = require_int(per_leaf, 1, where=where, field="per_leaf")
+    bandwidth, latency = _common(where, bandwidth, latency)
+    leaves = -(-n // per)
+    check_link_budget(where, 2 * (n + leaves))
+    builder = TopologyBuilder(name or f"fat-tree{n}" + ("-sharp" if reduce else ""), n)
+    builder.add_switch("spine", "ib", multicast=multicast, reduce=reduce)
+    for leaf in range(leaves):
+        members = range(leaf * per, min(n, (leaf + 1) * per))
+        leaf_name = builder.add_switch(f"leaf{leaf}", "ib", multicast=multicast, reduce=reduce)
+        for g in members:
+            builder.link(g, leaf_name, bandwidth, latency, "nic")
+        builder.link(leaf_name, "spine", bandwidth * len(members), latency, "ib")
+    flags = " + ".join(f for f, on in (("multicast", multicast), ("reduce", reduce)) if on)
+    return builder.build(source=f"{n} nodes; {FAT_TREE_SOURCE}" + (f"; switches flagged {flags}" if flags else ""))
 
 
 def grid_coordinates(gpu: int, dims: Sequence[int]) -> tuple[int, ...]:
