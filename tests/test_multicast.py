@@ -264,3 +264,80 @@ def test_a_group_reads_as_its_unicast_transfers(data: st.DataObject) -> None:
     unicast = simulate(topo, plain, 4000)
     if grouped.correct and unicast.correct:
         assert all(u >= g - 1e-9 for u, g in zip(unicast.link_bytes, grouped.link_bytes, strict=True))
+
+
+# ------------------------------------------------------------------ bounds, baselines, output
+def test_bounds_say_what_they_assume() -> None:
+    from taccl_py.bounds import lower_bound
+    from taccl_py.library import resolve_topology
+
+    plain, nvls = resolve_topology("dgx-h100"), resolve_topology("dgx-h100-nvls")
+    size = 2**30
+    unicast = lower_bound(plain, "allreduce", size)
+    offload = lower_bound(nvls, "allreduce", size)
+    assert "unicast" in unicast.assumes and "in-network reduction at nvswitch" in offload.assumes
+    # NVLS: M each way per GPU (450 GB/s) instead of 2(N-1)/N M
+    assert offload.bandwidth_us == pytest.approx(size / 450e3)
+    assert unicast.bandwidth_us == pytest.approx(2 * 7 / 8 * size / 450e3)
+    assert lower_bound(nvls, "allreduce", size, offload=False).bound_us == unicast.bound_us
+    ag = lower_bound(nvls, "allgather", size)
+    assert "switch multicast at nvswitch" in ag.assumes
+    assert ag.bound_us == lower_bound(plain, "allgather", size).bound_us  # the ingress cut binds either way
+
+
+@pytest.mark.parametrize(("name", "kind", "algorithm"), [
+    ("dgx-h100-nvls", AG, "multicast"), ("dgx-h100-nvls", BC, "multicast"), ("dgx-h100-nvls", AR, "nvls"),
+    ("dgx-h100-nvls", RS, "nvls"), ("dgx-h100x2-nvls-sharp", AR, "sharp"), ("dgx-h100x2-sharp", AR, "sharp")])
+def test_offload_baselines_are_correct_and_above_their_bound(name: str, kind: CollectiveKind, algorithm: str) -> None:
+    from taccl_py.baselines import applicable_baselines, baseline
+    from taccl_py.bounds import lower_bound
+    from taccl_py.library import resolve_topology
+
+    topo = resolve_topology(name)
+    assert algorithm in applicable_baselines(topo, kind)
+    for size in (2**20, 2**30):
+        schedule = baseline(topo, kind, algorithm, size_bytes=size)
+        assert schedule.uses_switch_offload
+        result = simulate(topo, schedule, size)
+        assert result.correct, result.error
+        assert result.time_us is not None and result.time_us >= lower_bound(topo, kind, size).bound_us * (1 - 1e-9)
+    plain = resolve_topology(name.replace("-nvls", "").replace("-sharp", ""))
+    assert algorithm not in applicable_baselines(plain, kind)
+
+
+def test_nvls_allreduce_is_near_its_bound_and_beats_the_ring() -> None:
+    from taccl_py.baselines import baseline
+    from taccl_py.bounds import lower_bound
+    from taccl_py.library import resolve_topology
+
+    topo, size = resolve_topology("dgx-h100-nvls"), 2**30
+    nvls = simulate(topo, baseline(topo, AR, "nvls", size_bytes=size), size)
+    ring = simulate(topo, baseline(topo, AR, "ring", size_bytes=size), size)
+    assert nvls.time_us is not None and ring.time_us is not None
+    assert lower_bound(topo, AR, size).efficiency(nvls.time_us) > 0.95
+    assert ring.time_us > 1.6 * nvls.time_us
+
+
+def test_xml_refuses_groups_and_baseline_o_writes_the_best_unicast(tmp_path: Any,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_runner import run
+
+    from taccl_py.errors import LoweringError
+    from taccl_py.library import resolve_topology
+    from taccl_py.msccl import lower_schedule
+
+    topo = switch_star(4, 10.0, 1.0, multicast=True)
+    with pytest.raises(LoweringError, match="MSCCL XML cannot express"):
+        lower_schedule(multicast_allgather(topo), topo)
+    xml, js = tmp_path / "ar.xml", tmp_path / "ar.json"
+    code, out, err = run(["baseline", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "64MB", "-o", str(xml),
+                          "--schedule-out", str(js)], capsys)
+    assert code == 0, err
+    assert "the best baseline, nvls, uses switch multicast or in-network reduction, which MSCCL XML" in out
+    assert xml.read_text().startswith("<algo") and '"group"' in js.read_text()
+    from taccl_py.schedule import load_schedule
+
+    assert load_schedule(js, resolve_topology("dgx-h100-nvls")).uses_switch_offload
+    code, out, err = run(["baseline", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "64MB", "-a", "nvls",
+                          "-o", str(tmp_path / "x.xml")], capsys)
+    assert code == 2 and "MSCCL XML cannot express" in err and not (tmp_path / "x.xml").exists()

@@ -306,6 +306,10 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         raise InputError("needs a single --size (the schedule's pipelining depends on it)", where="--schedule-out")
     check_output_file(output, "-o")
     check_output_file(schedule_out, "--schedule-out")
+    if output and only in OFFLOAD_ALGORITHMS:
+        raise InputError(f"{only} uses switch multicast or in-network reduction, which MSCCL XML cannot express (an "
+                         "MSCCL step sends from one rank to one rank); write it as schedule JSON with --schedule-out, "
+                         "or pick a unicast baseline", where="-o")
     if output:
         check_xml_root(kind, root, dialect)
     check_picture_path(plot_path, "--plot")
@@ -321,10 +325,6 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         if chosen is None:
             raise InputError("no baseline was correct; nothing to write", where="-o")
         if chosen in OFFLOAD_ALGORITHMS:
-            if only:
-                raise InputError(f"{chosen} uses switch multicast or in-network reduction, which MSCCL XML cannot "
-                                 "express (an MSCCL step sends from one rank to one rank); write it as schedule JSON "
-                                 "with --schedule-out, or pick a unicast baseline", where="-o")
             unicast = rows[0].get("best_unicast")
             if unicast is None:
                 raise InputError(f"the best baseline, {chosen}, uses switch multicast or in-network reduction, which "
