@@ -24,7 +24,7 @@ import numpy as np
 
 from taccl_py.collectives import Collective
 from taccl_py.event_kernel import EventKernel, Fault
-from taccl_py.schedule import Op, Schedule, Transfer
+from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
@@ -131,10 +131,11 @@ def _dependencies(transfers: tuple[Transfer, ...], num_chunks: int) -> _Dependen
     for i, t in enumerate(transfers):
         chunks = t.chunks
         src_base, dst_base = t.src * num_chunks, t.dst * num_chunks
-        if t.exchange is not None:
-            if i == 0 or transfers[i - 1].exchange != t.exchange:  # the exchange begins: all its reads first
+        if t.exchange is not None or t.group is not None:
+            tag = read_tag(t)
+            if i == 0 or read_tag(transfers[i - 1]) != tag:  # the exchange (or group) begins: all its reads first
                 end = i
-                while end < len(transfers) and transfers[end].exchange == t.exchange:
+                while end < len(transfers) and read_tag(transfers[end]) == tag:
                     read(end, transfers[end])
                     end += 1
             writers: set[int] = set()
@@ -279,7 +280,8 @@ class _Run(EventKernel):
     """
 
     __slots__ = ("arrive_at", "collective", "commit_at", "commit_cause", "commit_on_arrive", "commit_on_commit",
-                 "commit_pending", "commits", "committed", "conn_next", "conn_prev", "num_chunks", "schedule",
+                 "commit_pending", "commits", "committed", "conn_next", "conn_prev", "extra_latency", "group_leader",
+                 "group_members", "group_waiting", "num_chunks", "schedule",
                  "size_bytes", "snapshot", "start_at", "start_cause", "start_on_commit", "start_pending", "state",
                  "topology", "transfers")
 
@@ -308,8 +310,36 @@ class _Run(EventKernel):
                 lat = route_latency[t.route] = topology.route_latency(t.route)
             latency[i] = lat + overhead
             num_bytes[i] = len(t.chunks) * chunk_bytes
+        resources: list[tuple[int, ...]] = [t.route for t in transfers]
+        self.group_leader: list[int] | None = None
+        """Per transfer, the first member of its network group (-1 outside one); None without groups."""
+        self.group_members: dict[int, range] = {}
+        self.group_waiting: dict[int, int] = {}
+        """Per group leader, how many members have not yet met their start conditions."""
+        self.extra_latency: list[float] = []
+        """Per group member, how long after the group's bytes are through its receiver gets them."""
+        groups = network_groups(transfers)
+        if groups:
+            leader = self.group_leader = [-1] * n
+            extra = self.extra_latency = [0.0] * n
+            for first, end in groups:
+                members = range(first, end)
+                self.group_members[first] = members
+                self.group_waiting[first] = len(members)
+                links: dict[int, None] = {}
+                to_receiver: dict[int, float] = {}
+                for j in members:
+                    leader[j] = first
+                    links.update(dict.fromkeys(transfers[j].route))
+                    d = transfers[j].dst
+                    to_receiver[d] = max(to_receiver.get(d, 0.0), latency[j])
+                flow_latency = min(latency[j] for j in members)
+                for j in members:
+                    extra[j] = to_receiver[transfers[j].dst] - flow_latency
+                resources[first] = tuple(links)
+                latency[first] = flow_latency
         super().__init__([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links],
-                         [t.route for t in transfers], latency, num_bytes)
+                         resources, latency, num_bytes)
         nan = math.nan
         self.start_at = [nan] * n
         self.arrive_at = [nan] * n
@@ -351,12 +381,28 @@ class _Run(EventKernel):
             raise Fault(f"{_describe(t, i)} starts at {now:.6g} us but rank {t.src} does not hold "
                         f"{self.collective.describe_chunk(c)}")
         self.snapshot[i] = masks
+        leader = self.group_leader
+        if leader is not None and leader[i] >= 0:  # a network group starts when its last member may start
+            first = leader[i]
+            self.group_waiting[first] -= 1
+            if self.group_waiting[first]:
+                return
+            for j in self.group_members[first]:
+                self.start_at[j] = now
+            self.send(first, now)
+            return
         self.start_at[i] = now
         self.send(i, now)
 
     def wake(self, item: int, time: float) -> None:
-        """Transfer ``item``'s ``not_before_us`` has come (every other start condition held already)."""
-        self.begin(item, time)
+        """Transfer ``item``'s ``not_before_us`` has come (every other start condition held already).
+
+        A negative ``item`` is ``~j``: group member j's receiver gets the group's bytes now.
+        """
+        if item < 0:
+            self.delivered(~item, time)
+        else:
+            self.begin(item, time)
 
     def release(self, i: int, now: float, cause: int) -> None:
         """One of transfer i's start conditions is met (by ``cause``); start it when it was the last."""
@@ -372,6 +418,19 @@ class _Run(EventKernel):
             self.begin(i, now)
 
     def arrive(self, i: int, now: float) -> None:
+        """Transfer i's bytes are through the network (a group's: each member's receiver its extra latency later)."""
+        leader = self.group_leader
+        if leader is not None and leader[i] >= 0:
+            extra = self.extra_latency
+            for j in self.group_members[i]:
+                if extra[j] > 0:
+                    self.wake_at(now + extra[j], ~j)
+                else:
+                    self.delivered(j, now)
+            return
+        self.delivered(i, now)
+
+    def delivered(self, i: int, now: float) -> None:
         """Transfer i's bytes are at the receiver: its connection's next transfer may start, commits may follow."""
         self.arrive_at[i] = now
         j = self.conn_next[i]
