@@ -4,14 +4,23 @@ For each transfer: the transfers whose commit its start waits for (the last
 writer of each chunk it reads at the sender, and ``after``), its predecessor on
 its connection (whose arrival it waits for), and, at the receiver, the earlier
 writers whose commit and the earlier readers whose arrival its commit waits
-for. :meth:`ScheduleOrder.waits` answers "does event X wait for event Y" by a
-bounded search, which the lowering uses to place steps where they delay
-nothing.
+for. Together these are a graph over *events* (each transfer's start, arrival
+and commit); :meth:`ScheduleOrder.waits` answers "does event X wait for event
+Y", i.e. is Y reachable from X, which the lowering uses to place steps where
+they delay nothing.
+
+The answer is exact. Two labels computed once in linear time refute most
+queries at once: the *level* (longest chain of waits below an event) and the
+*height* (longest chain of waits above it); if X waits for Y then X's level is
+above Y's and X's height below Y's. The rest is a search from X that never
+enters an event failing the same test, and that stops at any event of Y's own
+connection (starts and arrivals on one connection are totally ordered).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from taccl_py.schedule import Schedule
 
@@ -21,10 +30,8 @@ START, ARRIVE, COMMIT = 0, 1, 2
 INITIAL = -1
 """Stands for "the value the rank held before the first transfer" in writer sets."""
 
-_SEARCH_LIMIT = 600
 
-
-@dataclass
+@dataclass(frozen=True)
 class ScheduleOrder:
     """Per-transfer orderings of a schedule (indices are transfer ids; INITIAL marks the initial value)."""
 
@@ -41,38 +48,105 @@ class ScheduleOrder:
     dependents: list[set[int]]
     """Transfers whose start or commit waits for this transfer's commit."""
     forward_after: bool
+    connection_id: list[int]
+    """Index of the transfer's connection (src, dst, channel), in order of first use."""
+    connection_pos: list[int]
+    """Position of the transfer on its connection."""
 
     def waits(self, event_from: tuple[int, int], event_to: tuple[int, int]) -> bool:
-        """True if ``event_from`` (transfer, START/ARRIVE/COMMIT) provably waits for ``event_to``.
-
-        A bounded search: False may also mean "not found within the budget".
-        """
-        target_t = event_to[0]
-        if event_from == event_to:
+        """True if ``event_from`` (transfer, START/ARRIVE/COMMIT) waits for ``event_to``, directly or not."""
+        source = 3 * event_from[0] + event_from[1]
+        target = 3 * event_to[0] + event_to[1]
+        if source == target:
             return True
-        stack = [event_from]
-        seen = {event_from}
-        transfers = self.schedule.transfers
-        while stack and len(seen) < _SEARCH_LIMIT:
-            t, kind = stack.pop()
-            if kind == START:
-                nxt = [(w, COMMIT) for w in self.raw[t] if w >= 0]
-                nxt += [(a, COMMIT) for a in transfers[t].after]
-                if self.connection_prev[t] >= 0:
-                    nxt.append((self.connection_prev[t], ARRIVE))
-            elif kind == ARRIVE:
-                nxt = [(t, START)]
-            else:
-                nxt = [(t, ARRIVE)] + [(w, COMMIT) for w in self.waw[t] if w >= 0] + [(x, ARRIVE)
-                                                                                      for x in self.war[t]]
-            for event in nxt:
-                if event == event_to:
+        labels = self._labels
+        if labels is None:
+            return self._search(source, target, None)
+        level, height = labels
+        if level[source] <= level[target] or height[source] >= height[target]:
+            return False
+        return self._search(source, target, labels)
+
+    def _search(self, source: int, target: int, labels: tuple[list[int], list[int]] | None) -> bool:
+        """Depth-first search from ``source`` over events that could still reach ``target``."""
+        target_t, target_kind = divmod(target, 3)
+        chain = self.connection_id[target_t] if target_kind != COMMIT else -1
+        chain_pos = 2 * self.connection_pos[target_t] + target_kind
+        level_to, height_to = (labels[0][target], labels[1][target]) if labels is not None else (0, 0)
+        conn_id, conn_pos = self.connection_id, self.connection_pos
+        preds = self._preds
+        stack = [source]
+        seen = {source}
+        while stack:
+            for p in preds(stack.pop()):
+                if p == target:
                     return True
-                if event in seen or (not self.forward_after and event[0] < target_t):
+                if p in seen:
                     continue
-                seen.add(event)
-                stack.append(event)
+                seen.add(p)
+                if labels is not None and (labels[0][p] <= level_to or labels[1][p] >= height_to):
+                    continue
+                t, kind = divmod(p, 3)
+                if kind != COMMIT and conn_id[t] == chain:
+                    if 2 * conn_pos[t] + kind >= chain_pos:
+                        return True
+                    continue  # an earlier event of the target's connection cannot reach it
+                stack.append(p)
         return False
+
+    def _preds(self, event: int) -> list[int]:
+        """Events ``event`` waits for directly."""
+        t, kind = divmod(event, 3)
+        if kind == ARRIVE:
+            return [3 * t]
+        if kind == START:
+            out = [3 * w + COMMIT for w in self.raw[t] if w >= 0]
+            out += [3 * a + COMMIT for a in self.schedule.transfers[t].after]
+            prev = self.connection_prev[t]
+            if prev >= 0:
+                out.append(3 * prev + ARRIVE)
+            return out
+        out = [3 * t + ARRIVE]
+        out += [3 * w + COMMIT for w in self.waw[t] if w >= 0]
+        out += [3 * x + ARRIVE for x in self.war[t]]
+        return out
+
+    @cached_property
+    def _labels(self) -> tuple[list[int], list[int]] | None:
+        """(level, height) of every event, or None when the waits form a cycle (then the search is plain)."""
+        n = 3 * len(self.schedule.transfers)
+        order = range(n) if not self.forward_after else self._topological_order(n)
+        if order is None:
+            return None
+        level = [0] * n
+        for e in order:
+            level[e] = 1 + max((level[p] for p in self._preds(e)), default=0)
+        height = [1] * n
+        for e in reversed(order):
+            h = height[e] + 1
+            for p in self._preds(e):
+                if height[p] < h:
+                    height[p] = h
+        return level, height
+
+    def _topological_order(self, n: int) -> list[int] | None:
+        """Events so that each comes after those it waits for (``after`` may point forward), or None."""
+        indegree = [0] * n
+        succs: list[list[int]] = [[] for _ in range(n)]
+        for e in range(n):
+            for p in self._preds(e):
+                succs[p].append(e)
+                indegree[e] += 1
+        ready = [e for e in range(n) if not indegree[e]]
+        order: list[int] = []
+        while ready:
+            e = ready.pop()
+            order.append(e)
+            for s in succs[e]:
+                indegree[s] -= 1
+                if not indegree[s]:
+                    ready.append(s)
+        return order if len(order) == n else None
 
 
 def analyze(schedule: Schedule) -> ScheduleOrder:
@@ -82,6 +156,10 @@ def analyze(schedule: Schedule) -> ScheduleOrder:
     last_writer: dict[int, int] = {}
     readers: dict[int, list[int]] = {}
     last_on_connection: dict[tuple[int, int, int], int] = {}
+    connection_ids: dict[tuple[int, int, int], int] = {}
+    connection_id: list[int] = []
+    connection_pos: list[int] = []
+    connection_len: list[int] = []
     raw: list[tuple[int, ...]] = []
     waw: list[tuple[int, ...]] = []
     war: list[tuple[int, ...]] = []
@@ -110,6 +188,12 @@ def analyze(schedule: Schedule) -> ScheduleOrder:
         conn = (t.src, t.dst, t.channel)
         connection_prev.append(last_on_connection.get(conn, -1))
         last_on_connection[conn] = i
+        cid = connection_ids.setdefault(conn, len(connection_ids))
+        if cid == len(connection_len):
+            connection_len.append(0)
+        connection_id.append(cid)
+        connection_pos.append(connection_len[cid])
+        connection_len[cid] += 1
     after_write: list[dict[int, tuple[tuple[int, ...], int]]] = [{} for _ in range(n)]
     for key, seq in accesses.items():
         chunk = key % num_chunks
@@ -135,4 +219,5 @@ def analyze(schedule: Schedule) -> ScheduleOrder:
             if w_ >= 0:
                 dependents[w_].add(i)
     forward = any(a > i for i, t in enumerate(schedule.transfers) for a in t.after)
-    return ScheduleOrder(schedule, raw, waw, war, connection_prev, after_write, dependents, forward)
+    return ScheduleOrder(schedule, raw, waw, war, connection_prev, after_write, dependents, forward, connection_id,
+                         connection_pos)

@@ -14,7 +14,8 @@ since ``depid`` is 8 bits). Every dialect limit is checked.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from taccl_py.errors import LoweringError
 from taccl_py.msccl.ir import (
@@ -55,9 +56,9 @@ class TbKey:
         return (self.rank, self.send or _NO_CONNECTION, self.recv or _NO_CONNECTION, self.local)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class LoweredOp:
-    """One step: ``deps`` are ids of operations of the same rank that must complete first."""
+    """One step of threadblock ``tb`` (what it waits for is kept beside it, by op id)."""
 
     id: int
     tb: TbKey
@@ -65,7 +66,6 @@ class LoweredOp:
     src: Location
     dst: Location
     cnt: int
-    deps: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -77,7 +77,8 @@ class Assembly:
     overflowing: list[TbKey]
 
 
-def _prune(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], position: dict[int, int]) -> tuple[
+def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: Sequence[Sequence[int]],
+           position: dict[int, int]) -> tuple[
         dict[int, list[int]], list[TbKey]]:
     """Per op, the dependencies not implied by threadblock order or by another kept dependency.
 
@@ -92,7 +93,7 @@ def _prune(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], position: dic
     backwards: dict[TbKey, None] = {}
     for op in ops:
         best: dict[TbKey, int] = {}
-        for d in op.deps:
+        for d in op_deps[op.id]:
             target = op_by_id[d]
             if target.tb == op.tb:
                 if position[d] > position[op.id]:
@@ -140,13 +141,17 @@ def _prune(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], position: dic
     return kept, list(backwards)
 
 
-def assemble(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], ngpus: int, dialect: str,
-             preferred_channel: dict[Connection, int], buffer_sizes: tuple[int, int], scratch: list[int]) -> Assembly:
-    """Turn ordered operations into GPUs with threadblocks and steps (see the module docstring)."""
+def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: Sequence[Sequence[int]], ngpus: int,
+             dialect: str, preferred_channel: dict[Connection, int], buffer_sizes: tuple[int, int],
+             scratch: Sequence[int]) -> Assembly:
+    """Turn ordered operations into GPUs with threadblocks and steps (see the module docstring).
+
+    ``op_deps[i]`` lists the ops (of the same rank) that op ``i`` must wait for.
+    """
     spec = DIALECTS[dialect]
     op_by_id = {op.id: op for op in ops}
     position = {op_id: k for key, ids in tb_order.items() for k, op_id in enumerate(ids)}
-    deps, backwards = _prune(ops, tb_order, position)
+    deps, backwards = _prune(ops, tb_order, op_deps, position)
     if backwards:
         single = [k for k in backwards if k.send is None or k.recv is None]
         if single:

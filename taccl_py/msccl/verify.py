@@ -28,8 +28,8 @@ __all__ = ["VerifyReport", "Violation", "execute_program", "find_deadlock", "ver
 WARNING_RULES = frozenset({"dependency-flag"})
 """Reported in ``notes``: legal for the runtime but probably not what the author meant."""
 
-_RACE_CHECK_LIMIT = 60_000_000
-"""Above this many (transmission x threadblock) entries the race check is skipped (memory)."""
+_RACE_MEMORY_LIMIT = 2 << 30
+"""Bytes of vector clocks the race check may hold at once; beyond, the check stops and says so."""
 
 _MAX_DATA_ERRORS = 20
 
@@ -116,6 +116,8 @@ class Outcome:
     errors: tuple[Violation, ...]
     notes: tuple[str, ...]
     memory: dict[tuple[int, Buffer, int], Value]
+    racy_slots: frozenset[tuple[int, Buffer, int]] = frozenset()
+    """Every (rank, buffer, offset) with two unordered conflicting accesses (errors list at most 20)."""
 
 
 def execute_program(machine: Machine, in_place: bool) -> Outcome:
@@ -134,11 +136,107 @@ def execute_program(machine: Machine, in_place: bool) -> Outcome:
                                   "large to execute symbolically"),), (), {})
     run = _Execution(machine, spec)
     run.run()
-    return Outcome(tuple(run.errors + run.check_result()), tuple(run.notes), run.memory)
+    errors = run.errors + run.check_result()
+    if run.race_check_skipped:
+        errors.append(Violation("unchecked-races", run.race_check_skipped))
+    return Outcome(tuple(errors), tuple(run.notes), run.memory, frozenset(run.racy_slots))
+
+
+class _Clocks:
+    """Happens-before between transmissions: vector clocks over threadblocks, kept only while needed.
+
+    Visited in a topological order, a transmission's clock says how many
+    transmissions of every threadblock complete before it. A transmission
+    whose only predecessor is the previous one of its threadblock shares that
+    row (its own entry is implied by its position), so rows are created only
+    where a receive or a dependency joins two threadblocks, and a row is
+    dropped once every successor has been visited. The race check asks only
+    whether an earlier access happens before the transmission being visited,
+    so memory is the rows still awaited (messages in flight, flags not yet
+    waited for), not transmissions x threadblocks.
+    """
+
+    def __init__(self, machine: Machine, memory_limit: int) -> None:
+        self.machine = machine
+        n = len(machine.nodes)
+        self.rows: list[np.ndarray | None] = [None] * n
+        self.awaited = [0] * n
+        for preds in machine.preds:
+            for p in preds:
+                self.awaited[p] += 1
+        longest = max((len(tb) for tb in machine.tb_nodes), default=0)
+        self.dtype = np.int16 if longest < 32000 else np.int32
+        self.zero = np.zeros(len(machine.tbs), dtype=self.dtype)
+        self.row_limit = max(1, memory_limit // max(self.zero.nbytes, 1))
+        self.holders: dict[int, int] = {}
+        """id of each row created here -> how many visited transmissions still hold it."""
+        self.current = -1
+
+    def visit(self, node: int) -> bool:
+        """Compute ``node``'s clock (its predecessors were visited); False when memory runs out."""
+        machine = self.machine
+        t = machine.nodes[node]
+        prev = machine.tb_nodes[t.tb][t.seq - 1] if t.seq else -1
+        row = self.rows[prev] if prev >= 0 else self.zero
+        assert row is not None
+        preds = machine.preds[node]
+        fresh = False
+        for p in preds:
+            if p == prev:
+                continue
+            if not fresh:
+                row = row.copy()
+                fresh = True
+            other = self.rows[p]
+            assert other is not None
+            np.maximum(row, other, out=row)
+            pt = machine.nodes[p]
+            if row[pt.tb] <= pt.seq:
+                row[pt.tb] = pt.seq + 1
+        self.rows[node] = row
+        if row is not self.zero:
+            self.holders[id(row)] = self.holders.get(id(row), 0) + 1
+        for p in preds:
+            self.awaited[p] -= 1
+            if self.awaited[p] == 0:
+                self._drop(p)
+        if self.current >= 0 and self.awaited[self.current] == 0:
+            self._drop(self.current)
+        self.current = node
+        return len(self.holders) <= self.row_limit
+
+    def _drop(self, node: int) -> None:
+        row = self.rows[node]
+        if row is None:
+            return
+        self.rows[node] = None
+        key = id(row)
+        if key in self.holders:
+            self.holders[key] -= 1
+            if not self.holders[key]:
+                del self.holders[key]
+
+    def ordered(self, earlier: int, later: int) -> bool:
+        """``earlier`` completes before ``later`` starts on every run; ``later`` is the node being visited."""
+        if earlier == later:
+            return True
+        e = self.machine.nodes[earlier]
+        t = self.machine.nodes[later]
+        if e.tb == t.tb:
+            return e.seq < t.seq
+        row = self.rows[later]
+        assert row is not None
+        return int(row[e.tb]) > e.seq
 
 
 class _Execution:
-    """Symbolic execution with happens-before bookkeeping (vector clocks over threadblocks)."""
+    """Symbolic execution of a deadlock-free program, checking every access for races on the way.
+
+    Races: each slot remembers its last write and the reads since; a read
+    must happen after the last write, a write after the last write and every
+    read since. By transitivity that orders every two conflicting accesses
+    of the slot, so no other pair needs checking.
+    """
 
     def __init__(self, machine: Machine, spec: DataSpec) -> None:
         self.machine = machine
@@ -148,28 +246,22 @@ class _Execution:
         self.errors: list[Violation] = []
         self.notes: list[str] = []
         self.races = 0
+        self.racy_slots: set[tuple[int, Buffer, int]] = set()
+        self.race_check_skipped: str | None = None
         for rank in range(spec.ngpus):
             for buffer, offset, value in spec.initial(rank):
                 self.memory[(rank, buffer, offset)] = value
-        num_tbs = len(machine.tbs)
-        self.track = len(machine.nodes) * max(num_tbs, 1) <= _RACE_CHECK_LIMIT
-        if not self.track:
-            self.notes.append("data-race check skipped: the program is too large for it")
-        longest = max((len(n) for n in machine.tb_nodes), default=0)
-        dtype = np.int16 if longest < 32000 else np.int32
-        self.clock = np.zeros((len(machine.nodes), num_tbs), dtype=dtype) if self.track else None
+        self.clocks: _Clocks | None = _Clocks(machine, _RACE_MEMORY_LIMIT)
         self.last_write: dict[tuple[int, Buffer, int], int] = {}
         self.readers: dict[tuple[int, Buffer, int], list[int]] = {}
 
     def run(self) -> None:
         order, _ = self.machine.topological_order()
         for node in order:
-            if self.clock is not None:
-                preds = self.machine.preds[node]
-                if preds:
-                    self.clock[node] = self.clock[list(preds)].max(axis=0)
-                t = self.machine.nodes[node]
-                self.clock[node, t.tb] = t.seq + 1
+            if self.clocks is not None and not self.clocks.visit(node):
+                self.clocks = None
+                self.race_check_skipped = (f"the data-race check ran out of memory ({_RACE_MEMORY_LIMIT >> 20} MiB "
+                                           "of clocks) and stopped")
             self._step(self.machine.nodes[node])
 
     # -- memory with race detection
@@ -177,13 +269,11 @@ class _Execution:
         return self.machine.describe(t.node)
 
     def _ordered(self, earlier: int, later: int) -> bool:
-        if earlier == later or self.clock is None:
-            return True
-        e = self.machine.nodes[earlier]
-        return int(self.clock[later, e.tb]) > e.seq
+        return self.clocks is None or self.clocks.ordered(earlier, later)
 
     def _race(self, t: Transmission, other: int, slot: tuple[int, Buffer, int], what: str) -> None:
         self.races += 1
+        self.racy_slots.add(slot)
         if self.races > _MAX_DATA_ERRORS:
             return
         _, buffer, offset = slot
