@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from taccl_py.errors import InputError
 from taccl_py.msccl.ir import DIALECTS, Buffer, Program, StepType
 from taccl_py.msccl.machine import Machine, Transmission, build_machine
@@ -28,10 +26,12 @@ __all__ = ["VerifyReport", "Violation", "execute_program", "find_deadlock", "ver
 WARNING_RULES = frozenset({"dependency-flag"})
 """Reported in ``notes``: legal for the runtime but probably not what the author meant."""
 
-_RACE_MEMORY_LIMIT = 2 << 30
-"""Bytes of vector clocks the race check may hold at once; beyond, the check stops and says so."""
 
 _MAX_DATA_ERRORS = 20
+
+_RACE_SEARCH_FACTOR = 64
+_RACE_SEARCH_BASE = 10_000_000
+"""The race check's searches may visit this many transmissions in all (factor x program size + base)."""
 
 _MAX_SYMBOLIC_CONTRIBUTIONS = 1_000_000
 """Above this many (rank x input chunk) contributions the data result is not checked."""
@@ -142,91 +142,66 @@ def execute_program(machine: Machine, in_place: bool) -> Outcome:
     return Outcome(tuple(errors), tuple(run.notes), run.memory, frozenset(run.racy_slots))
 
 
-class _Clocks:
-    """Happens-before between transmissions: vector clocks over threadblocks, kept only while needed.
+class _HappensBefore:
+    """Does one transmission complete before another starts on every run? Exact, in linear memory.
 
-    Visited in a topological order, a transmission's clock says how many
-    transmissions of every threadblock complete before it. A transmission
-    whose only predecessor is the previous one of its threadblock shares that
-    row (its own entry is implied by its position), so rows are created only
-    where a receive or a dependency joins two threadblocks, and a row is
-    dropped once every successor has been visited. The race check asks only
-    whether an earlier access happens before the transmission being visited,
-    so memory is the rows still awaited (messages in flight, flags not yet
-    waited for), not transmissions x threadblocks.
+    The race check only asks whether an earlier access (in the execution's
+    topological order) happens before the transmission being executed. Most
+    answers are immediate: the same threadblock, or a direct wait. The rest
+    search backwards from the later transmission over the happens-before
+    graph, never entering a transmission that the topological order puts
+    before the earlier one (it cannot follow it) and stopping at the earlier
+    one's threadblock (its position there decides). A search that finds
+    nothing is a race. The searches share a budget of visited transmissions
+    (a multiple of the program's size); once it is spent, ``exhausted`` is set
+    and every further question is answered "ordered" (the check is then
+    incomplete, and the verifier says so).
     """
 
-    def __init__(self, machine: Machine, memory_limit: int) -> None:
+    def __init__(self, machine: Machine, order: list[int]) -> None:
         self.machine = machine
-        n = len(machine.nodes)
-        self.rows: list[np.ndarray | None] = [None] * n
-        self.awaited = [0] * n
-        for preds in machine.preds:
-            for p in preds:
-                self.awaited[p] += 1
-        longest = max((len(tb) for tb in machine.tb_nodes), default=0)
-        self.dtype = np.int16 if longest < 32000 else np.int32
-        self.zero = np.zeros(len(machine.tbs), dtype=self.dtype)
-        self.row_limit = max(1, memory_limit // max(self.zero.nbytes, 1))
-        self.holders: dict[int, int] = {}
-        """id of each row created here -> how many visited transmissions still hold it."""
-        self.current = -1
-
-    def visit(self, node: int) -> bool:
-        """Compute ``node``'s clock (its predecessors were visited); False when memory runs out."""
-        machine = self.machine
-        t = machine.nodes[node]
-        prev = machine.tb_nodes[t.tb][t.seq - 1] if t.seq else -1
-        row = self.rows[prev] if prev >= 0 else self.zero
-        assert row is not None
-        preds = machine.preds[node]
-        fresh = False
-        for p in preds:
-            if p == prev:
-                continue
-            if not fresh:
-                row = row.copy()
-                fresh = True
-            other = self.rows[p]
-            assert other is not None
-            np.maximum(row, other, out=row)
-            pt = machine.nodes[p]
-            if row[pt.tb] <= pt.seq:
-                row[pt.tb] = pt.seq + 1
-        self.rows[node] = row
-        if row is not self.zero:
-            self.holders[id(row)] = self.holders.get(id(row), 0) + 1
-        for p in preds:
-            self.awaited[p] -= 1
-            if self.awaited[p] == 0:
-                self._drop(p)
-        if self.current >= 0 and self.awaited[self.current] == 0:
-            self._drop(self.current)
-        self.current = node
-        return len(self.holders) <= self.row_limit
-
-    def _drop(self, node: int) -> None:
-        row = self.rows[node]
-        if row is None:
-            return
-        self.rows[node] = None
-        key = id(row)
-        if key in self.holders:
-            self.holders[key] -= 1
-            if not self.holders[key]:
-                del self.holders[key]
+        self.position = [0] * len(machine.nodes)
+        for i, node in enumerate(order):
+            self.position[node] = i
+        self.searches = 0
+        self.budget = _RACE_SEARCH_FACTOR * len(machine.nodes) + _RACE_SEARCH_BASE
+        self.exhausted = False
 
     def ordered(self, earlier: int, later: int) -> bool:
-        """``earlier`` completes before ``later`` starts on every run; ``later`` is the node being visited."""
         if earlier == later:
             return True
-        e = self.machine.nodes[earlier]
-        t = self.machine.nodes[later]
+        nodes = self.machine.nodes
+        e, t = nodes[earlier], nodes[later]
         if e.tb == t.tb:
             return e.seq < t.seq
-        row = self.rows[later]
-        assert row is not None
-        return int(row[e.tb]) > e.seq
+        preds = self.machine.preds
+        if earlier in preds[later]:
+            return True
+        if self.exhausted:
+            return True
+        self.searches += 1
+        tb, seq, floor = e.tb, e.seq, self.position[earlier]
+        position = self.position
+        stack = [later]
+        seen = {later}
+        try:
+            while stack:
+                for p in preds[stack.pop()]:
+                    if p in seen:
+                        continue
+                    seen.add(p)
+                    q = nodes[p]
+                    if q.tb == tb:
+                        if q.seq >= seq:
+                            return True
+                        continue  # before ``earlier`` in its threadblock: nothing it waits for follows it
+                    if position[p] > floor:
+                        stack.append(p)
+            return False
+        finally:
+            self.budget -= len(seen)
+            if self.budget < 0:
+                self.exhausted = True
 
 
 class _Execution:
@@ -251,25 +226,26 @@ class _Execution:
         for rank in range(spec.ngpus):
             for buffer, offset, value in spec.initial(rank):
                 self.memory[(rank, buffer, offset)] = value
-        self.clocks: _Clocks | None = _Clocks(machine, _RACE_MEMORY_LIMIT)
+        self.order, _ = machine.topological_order()
+        self.happens_before = _HappensBefore(machine, self.order)
         self.last_write: dict[tuple[int, Buffer, int], int] = {}
         self.readers: dict[tuple[int, Buffer, int], list[int]] = {}
 
     def run(self) -> None:
-        order, _ = self.machine.topological_order()
-        for node in order:
-            if self.clocks is not None and not self.clocks.visit(node):
-                self.clocks = None
-                self.race_check_skipped = (f"the data-race check ran out of memory ({_RACE_MEMORY_LIMIT >> 20} MiB "
-                                           "of clocks) and stopped")
+        for node in self.order:
             self._step(self.machine.nodes[node])
+        if self.happens_before.exhausted:
+            self.race_check_skipped = (
+                f"the data-race check stopped after {self.happens_before.searches} searches (it visited more than "
+                f"{_RACE_SEARCH_FACTOR} x {len(self.machine.nodes)} + {_RACE_SEARCH_BASE} steps); races after that "
+                "point are not ruled out")
 
     # -- memory with race detection
     def _where(self, t: Transmission) -> str:
         return self.machine.describe(t.node)
 
     def _ordered(self, earlier: int, later: int) -> bool:
-        return self.clocks is None or self.clocks.ordered(earlier, later)
+        return self.happens_before.ordered(earlier, later)
 
     def _race(self, t: Transmission, other: int, slot: tuple[int, Buffer, int], what: str) -> None:
         self.races += 1
