@@ -95,13 +95,18 @@ class DataSpec:
 
     def canonical(self, rank: int, buffer: Buffer, offset: int) -> tuple[Buffer, int]:
         """The memory a buffer reference names, after in-place aliasing."""
+        b, shift = self.alias(rank, buffer)
+        return b, offset + shift
+
+    def alias(self, rank: int, buffer: Buffer) -> tuple[Buffer, int]:
+        """``(buffer, shift)``: offset ``k`` of ``buffer`` on ``rank`` is offset ``k + shift`` of that buffer."""
         if not self.in_place or buffer is Buffer.SCRATCH:
-            return buffer, offset
+            return buffer, 0
         if self.kind is CollectiveKind.ALLGATHER:
-            return (Buffer.OUTPUT, rank * self.block + offset) if buffer is Buffer.INPUT else (buffer, offset)
+            return (Buffer.OUTPUT, rank * self.block) if buffer is Buffer.INPUT else (buffer, 0)
         if self.kind is CollectiveKind.REDUCESCATTER:
-            return (Buffer.INPUT, rank * self.block + offset) if buffer is Buffer.OUTPUT else (buffer, offset)
-        return Buffer.INPUT, offset
+            return (Buffer.INPUT, rank * self.block) if buffer is Buffer.OUTPUT else (buffer, 0)
+        return Buffer.INPUT, 0
 
     def contribution(self, rank: int, chunk: int) -> int:
         return 1 << (rank * self.input_chunks + chunk)

@@ -260,41 +260,58 @@ class _Execution:
 
     def read(self, t: Transmission, buffer: Buffer, offset: int, count: int) -> list[Value]:
         values: list[Value] = []
-        for k in range(count):
-            b, o = self.spec.canonical(t.rank, buffer, offset + k)
-            slot = (t.rank, b, o)
-            w = self.last_write.get(slot)
-            if w is not None and not self._ordered(w, t.node):
+        rank, node = t.rank, t.node
+        b, shift = self.spec.alias(rank, buffer)
+        memory, last_write, readers = self.memory, self.last_write, self.readers
+        for k in range(offset, offset + count):
+            slot = (rank, b, k + shift)
+            w = last_write.get(slot)
+            if w is not None and w != node and not self._ordered(w, node):
                 self._race(t, w, slot, "read")
-            self.readers.setdefault(slot, []).append(t.node)
-            value = self.memory.get(slot)
+            seen = readers.get(slot)
+            if seen is None:
+                readers[slot] = [node]
+            else:
+                seen.append(node)
+            value = memory.get(slot)
             if value is None:
-                value = Garbage(f"{self._where(t)} reads {buffer.value}[{offset + k}] before anything wrote it")
+                value = Garbage(f"{self._where(t)} reads {buffer.value}[{k}] before anything wrote it")
             values.append(value)
         return values
 
     def write(self, t: Transmission, buffer: Buffer, offset: int, values: list[Value] | tuple[Value, ...]) -> None:
-        for k, value in enumerate(values):
-            b, o = self.spec.canonical(t.rank, buffer, offset + k)
-            slot = (t.rank, b, o)
-            w = self.last_write.get(slot)
-            if w is not None and not self._ordered(w, t.node):
+        rank, node = t.rank, t.node
+        b, shift = self.spec.alias(rank, buffer)
+        memory, last_write, readers = self.memory, self.last_write, self.readers
+        for k, value in enumerate(values, offset + shift):
+            slot = (rank, b, k)
+            w = last_write.get(slot)
+            if w is not None and w != node and not self._ordered(w, node):
                 self._race(t, w, slot, "write")
-            for r in self.readers.pop(slot, ()):
-                if not self._ordered(r, t.node):
+            for r in readers.pop(slot, ()):
+                if r != node and not self._ordered(r, node):
                     self._race(t, r, slot, "write")
                     break
-            self.last_write[slot] = t.node
-            self.memory[slot] = value
+            last_write[slot] = node
+            memory[slot] = value
+
+    def _reduce(self, t: Transmission, a: list[Value] | tuple[Value, ...], b: list[Value]) -> list[Value]:
+        out: list[Value] = []
+        for x, y in zip(a, b, strict=True):
+            if type(x) is int and type(y) is int and not x & y:
+                out.append(x | y)
+            else:
+                out.append(reduce_values(x, y, self._where(t)))
+        return out
 
     def _step(self, t: Transmission) -> None:
         kind = t.type
-        where = self._where(t)
         received: tuple[Value, ...] = ()
         if kind.receives:
             sender = self.machine.matching_send[t.node]
             received = self.payload.pop(sender, ())
             if len(received) != t.count:
+                where = self._where(t)
                 received = tuple(received[:t.count]) + tuple(
                     Garbage(f"{where} receives more than was sent") for _ in range(t.count - len(received)))
         out: list[Value] | tuple[Value, ...] | None = None
@@ -306,8 +323,7 @@ class _Execution:
             self.write(t, t.dstbuf, t.dstoff, received)
             out = received
         elif kind in (StepType.RECV_REDUCE_SEND, StepType.RECV_REDUCE_COPY, StepType.RECV_REDUCE_COPY_SEND):
-            local = self.read(t, t.srcbuf, t.srcoffs[0], t.count)
-            combined = [reduce_values(a, b, where) for a, b in zip(received, local, strict=True)]
+            combined = self._reduce(t, received, self.read(t, t.srcbuf, t.srcoffs[0], t.count))
             if kind is not StepType.RECV_REDUCE_SEND:
                 self.write(t, t.dstbuf, t.dstoff, combined)
             if kind is not StepType.RECV_REDUCE_COPY:
@@ -317,8 +333,7 @@ class _Execution:
         elif kind is StepType.REDUCE:
             acc = self.read(t, t.dstbuf, t.dstoff, t.count)
             for off in t.srcoffs:
-                acc = [reduce_values(a, b, where) for a, b in zip(acc, self.read(t, t.srcbuf, off, t.count),
-                                                                   strict=True)]
+                acc = self._reduce(t, acc, self.read(t, t.srcbuf, off, t.count))
             self.write(t, t.dstbuf, t.dstoff, acc)
         if out is not None:
             self.payload[t.node] = tuple(out)
