@@ -70,88 +70,126 @@ class LoweredOp:
 
 @dataclass
 class Assembly:
-    """The result: GPUs ready for a Program, and threadblocks over the step limit (to split)."""
+    """The result: GPUs ready for a Program, or what went wrong.
+
+    ``overflowing``: threadblocks over the step limit (to split);
+    ``deadlocked``: the waits (threadblock order, dependencies, each receive
+    after its send) form a cycle, so the program would hang.
+    """
 
     gpus: tuple[Gpu, ...]
     nchannels: int
     overflowing: list[TbKey]
+    deadlocked: bool = False
 
 
 def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: Sequence[Sequence[int]],
-           position: dict[int, int]) -> tuple[
-        dict[int, list[int]], list[TbKey]]:
+           matches: Sequence[tuple[int, int]]) -> tuple[list[list[int]], list[TbKey], bool]:
     """Per op, the dependencies not implied by threadblock order or by another kept dependency.
 
-    Vector clocks over the rank's threadblocks (positions known complete) are
-    propagated in a topological order of threadblock order + dependencies;
-    a dependency is dropped when the clock already covers it. Also returns the
-    threadblocks where a step waits for a later step of its own (to split).
+    A dependency is dropped when it is reachable from the op's predecessor
+    in its threadblock or from another of its dependencies (then any order of
+    considering them keeps the same set). Reachability within a rank comes
+    from vector clocks over threadblocks (positions known complete),
+    propagated in a topological order; an op without kept dependencies
+    shares its predecessor's clock. Also returns the threadblocks where a
+    step waits for a later step of its own (to split), and whether the waits,
+    with each receive after its matching send (``matches``: send op, receive
+    op), contain a cycle.
     """
-    op_by_id = {op.id: op for op in ops}
-    prev_in_tb = {ids[k]: ids[k - 1] for ids in tb_order.values() for k in range(1, len(ids))}
-    direct: dict[int, list[int]] = {}
+    n = len(ops)
+    tb_of = [0] * n
+    position = [0] * n
+    prev = [-1] * n
+    keys = list(tb_order)
+    for g, ids in enumerate(tb_order.values()):
+        last = -1
+        for k, op_id in enumerate(ids):
+            tb_of[op_id] = g
+            position[op_id] = k
+            prev[op_id] = last
+            last = op_id
+    direct: list[list[int]] = []
     backwards: dict[TbKey, None] = {}
-    for op in ops:
-        best: dict[TbKey, int] = {}
-        for d in op_deps[op.id]:
-            target = op_by_id[d]
-            if target.tb == op.tb:
-                if position[d] > position[op.id]:
-                    backwards[op.tb] = None
+    for op_id in range(n):
+        own = tb_of[op_id]
+        best: dict[int, int] = {}
+        for d in op_deps[op_id]:
+            g = tb_of[d]
+            if g == own:
+                if position[d] > position[op_id]:
+                    backwards[keys[own]] = None
                 continue
-            if target.tb not in best or position[d] > position[best[target.tb]]:
-                best[target.tb] = d
-        direct[op.id] = list(best.values())
-    # topological order (Kahn) over threadblock order and dependencies
-    indegree = {op.id: len(direct[op.id]) + (op.id in prev_in_tb) for op in ops}
-    succs: dict[int, list[int]] = defaultdict(list)
-    for op in ops:
-        for d in direct[op.id]:
-            succs[d].append(op.id)
-        if op.id in prev_in_tb:
-            succs[prev_in_tb[op.id]].append(op.id)
-    ready = sorted(i for i, deg in indegree.items() if deg == 0)
-    topo_index: dict[int, int] = {}
-    clock: dict[int, dict[TbKey, int]] = {}
-    kept: dict[int, list[int]] = {}
+            if g not in best or position[d] > position[best[g]]:
+                best[g] = d
+        direct.append(list(best.values()))
+    # topological order (Kahn) over threadblock order, dependencies and send -> receive
+    indegree = [len(direct[i]) + (prev[i] >= 0) for i in range(n)]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for op_id in range(n):
+        for d in direct[op_id]:
+            succs[d].append(op_id)
+        if prev[op_id] >= 0:
+            succs[prev[op_id]].append(op_id)
+    for send, recv in matches:
+        succs[send].append(recv)
+        indegree[recv] += 1
+    empty: dict[int, int] = {}
+    clock: list[dict[int, int]] = [empty] * n
+    """Positions known complete per threadblock; an op's own entry may be stale (it is implied)."""
+    topo_index = [-1] * n
+    kept: list[list[int]] = [[] for _ in range(n)]
+    ready = [i for i in range(n) if not indegree[i]]
+    done = 0
     while ready:
         op_id = ready.pop()
-        topo_index[op_id] = len(topo_index)
-        op = op_by_id[op_id]
-        prev = prev_in_tb.get(op_id)
-        base = dict(clock[prev]) if prev is not None else {}
-        chosen = []
-        for d in sorted(direct[op_id], key=lambda d: -topo_index[d]):
-            tb = op_by_id[d].tb
-            if base.get(tb, -1) >= position[d]:
-                continue
-            chosen.append(d)
-            for key, pos in clock[d].items():
-                if base.get(key, -1) < pos:
-                    base[key] = pos
-        base[op.tb] = position[op_id]
+        topo_index[op_id] = done
+        done += 1
+        deps = direct[op_id]
+        p = prev[op_id]
+        base = clock[p] if p >= 0 else empty
+        if deps:
+            chosen = []
+            fresh = False
+            for d in sorted(deps, key=topo_index.__getitem__, reverse=True):
+                g = tb_of[d]
+                if base.get(g, -1) >= position[d]:
+                    continue
+                chosen.append(d)
+                if not fresh:
+                    base = dict(base)
+                    fresh = True
+                for key, pos in clock[d].items():
+                    if base.get(key, -1) < pos:
+                        base[key] = pos
+                if base.get(g, -1) < position[d]:
+                    base[g] = position[d]
+            if len(chosen) > 1:
+                chosen.sort(key=lambda d: (keys[tb_of[d]].sort_key(), position[d]))
+            kept[op_id] = chosen
         clock[op_id] = base
-        kept[op_id] = sorted(chosen, key=lambda d: (op_by_id[d].tb.sort_key(), position[d]))
         for s in succs[op_id]:
             indegree[s] -= 1
-            if indegree[s] == 0:
+            if not indegree[s]:
                 ready.append(s)
-    for op in ops:  # a cycle (reported by the deadlock check): keep what is there
-        kept.setdefault(op.id, sorted(direct[op.id], key=lambda d: (op_by_id[d].tb.sort_key(), position[d])))
-    return kept, list(backwards)
+    for op_id in range(n):  # a cycle: keep what is there (the program is not used)
+        if topo_index[op_id] < 0:
+            kept[op_id] = sorted(direct[op_id], key=lambda d: (keys[tb_of[d]].sort_key(), position[d]))
+    return kept, list(backwards), done < n
 
 
-def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: Sequence[Sequence[int]], ngpus: int,
-             dialect: str, preferred_channel: dict[Connection, int], buffer_sizes: tuple[int, int],
-             scratch: Sequence[int]) -> Assembly:
+def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: Sequence[Sequence[int]],
+             matches: Sequence[tuple[int, int]], ngpus: int, dialect: str, preferred_channel: dict[Connection, int],
+             buffer_sizes: tuple[int, int], scratch: Sequence[int]) -> Assembly:
     """Turn ordered operations into GPUs with threadblocks and steps (see the module docstring).
 
-    ``op_deps[i]`` lists the ops (of the same rank) that op ``i`` must wait for.
+    ``ops[i].id == i``; ``op_deps[i]`` lists the ops (of the same rank) that
+    op ``i`` must wait for; ``matches`` pairs each send-type op with the
+    receive-type op that takes its data.
     """
     spec = DIALECTS[dialect]
-    op_by_id = {op.id: op for op in ops}
-    position = {op_id: k for key, ids in tb_order.items() for k, op_id in enumerate(ids)}
-    deps, backwards = _prune(ops, tb_order, op_deps, position)
+    op_by_id = ops
+    deps, backwards, deadlocked = _prune(ops, tb_order, op_deps, matches)
     if backwards:
         single = [k for k in backwards if k.send is None or k.recv is None]
         if single:
@@ -233,7 +271,7 @@ def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps
                                 f"{MAX_NODES_PER_RANK} per rank (1 + ngpus + threadblocks + steps)")
         gpus.append(Gpu(rank, i_chunks, o_chunks, scratch[rank], tuple(tbs)))
     nchannels = 1 + max(tb_channel.values(), default=0)
-    return Assembly(tuple(gpus), nchannels, [])
+    return Assembly(tuple(gpus), nchannels, [], deadlocked)
 
 
 def _peer(conn: Connection | None, end: int) -> int:

@@ -160,5 +160,7 @@ def contiguous_runs(pairs: Sequence[tuple[Location, Location]]) -> list[tuple[Lo
 
 def is_contiguous(locs: Sequence[Location]) -> bool:
     """The locations are consecutive chunks of one buffer, in order."""
-    first = locs[0]
-    return all(loc[0] == first[0] and loc[1] == first[1] + i for i, loc in enumerate(locs))
+    if len(locs) == 1:
+        return True
+    buffer, offset = locs[0]
+    return all(loc[0] == buffer and loc[1] == offset + i for i, loc in enumerate(locs))

@@ -153,6 +153,8 @@ class _Ops:
     ops: tuple[LoweredOp, ...]
     tb_ops: dict[TbKey, list[int]]
     deps: tuple[tuple[int, ...], ...]
+    matches: tuple[tuple[int, int], ...]
+    """(send-type op, the receive-type op that takes its data), for every piece of every transfer."""
     scratch: tuple[int, ...]
     """Scratch chunks per rank, staging areas included."""
 
@@ -179,13 +181,15 @@ class _Lowering:
         """Cache: a pair's interleaving depends only on the schedule and the base layout."""
         self.leaner: dict[frozenset[int], BufferLayout] = {}
 
-    def connection_of(self, t: int, segments: dict[BaseConnection, int]) -> Connection:
-        tr = self.transfers[t]
-        key = (tr.src, tr.dst, tr.channel)
-        parts = segments.get(key, 1)
-        if parts == 1:
-            return (*key, 0)
-        return (*key, self.conn_index[t] * parts // len(self.connections[key]))
+    def connections_of(self, segments: dict[BaseConnection, int]) -> list[Connection]:
+        """The connection (segment included) of every transfer."""
+        out: list[Connection] = [(-1, -1, -1, -1)] * len(self.transfers)
+        for key, members in self.connections.items():
+            parts = segments.get(key, 1)
+            whole = (*key, 0)
+            for pos, t in enumerate(members):
+                out[t] = whole if parts == 1 else (*key, pos * parts // len(members))
+        return out
 
     def run(self) -> Program:
         structure = self._initial_structure()
@@ -193,20 +197,21 @@ class _Lowering:
         for _ in range(_MAX_ROUNDS):
             orders, structure = self._threadblock_orders(structure)
             layout = self._leaner_layout(orders)
-            built = self._build_ops(orders, layout, structure.segments)
-            preferred = {self.connection_of(t, structure.segments): self.transfers[t].channel
-                         for t in range(len(self.transfers))}
-            result = assemble(built.ops, built.tb_ops, built.deps, col.num_ranks, self.options.dialect, preferred,
-                              (layout.i_chunks, layout.o_chunks), built.scratch)
+            conn_of = self.connections_of(structure.segments)
+            built = self._build_ops(orders, layout, conn_of)
+            preferred = {conn: conn[2] for conn in dict.fromkeys(conn_of)}
+            result = assemble(built.ops, built.tb_ops, built.deps, built.matches, col.num_ranks, self.options.dialect,
+                              preferred, (layout.i_chunks, layout.o_chunks), built.scratch)
             if result.overflowing:
                 structure = self._relieve(structure, result.overflowing)
                 continue
             program = self._program(result.gpus, result.nchannels)
-            deadlock = find_deadlock(build_machine(program))
-            if deadlock is None:
+            if not result.deadlocked:
                 return program
             if not structure.pairs:
-                raise LoweringError(f"the schedule cannot be expressed in MSCCL: {deadlock.message}")
+                deadlock = find_deadlock(build_machine(program))
+                reason = deadlock.message if deadlock else "its waits form a cycle"
+                raise LoweringError(f"the schedule cannot be expressed in MSCCL: {reason}")
             self.banned |= structure.pairs
             structure = _Structure(structure.segments, frozenset())
         raise LoweringError("could not fit the schedule in the dialect's limits after splitting threadblocks "
@@ -254,12 +259,19 @@ class _Lowering:
             orders[TbKey(r, send_conn, recv_conn)] = list(items)
             paired_send.add(send_conn)
             paired_recv.add(recv_conn)
-        for t in range(len(self.transfers)):
-            conn = self.connection_of(t, segments)
+        send_items: dict[Connection, list[Item]] = {}
+        recv_items: dict[Connection, list[Item]] = {}
+        for t, conn in enumerate(self.connections_of(segments)):
             if conn not in paired_send:
-                orders.setdefault(TbKey(conn[0], conn, None), []).append(Item(send=t))
+                items_of = send_items.get(conn)
+                if items_of is None:
+                    items_of = send_items[conn] = orders[TbKey(conn[0], conn, None)] = []
+                items_of.append(Item(send=t))
             if conn not in paired_recv:
-                orders.setdefault(TbKey(conn[1], None, conn), []).append(Item(recv=t))
+                items_of = recv_items.get(conn)
+                if items_of is None:
+                    items_of = recv_items[conn] = orders[TbKey(conn[1], None, conn)] = []
+                items_of.append(Item(recv=t))
         return orders, _Structure(segments, frozenset(kept))
 
     def _merge(self, pair: Pair) -> tuple[Item, ...] | None:
@@ -338,8 +350,7 @@ class _Lowering:
         return col.num_chunks
 
     # -- operations
-    def _build_ops(self, orders: dict[TbKey, list[Item]], layout: BufferLayout,
-                   segments: dict[BaseConnection, int]) -> _Ops:
+    def _build_ops(self, orders: dict[TbKey, list[Item]], layout: BufferLayout, conn_of: list[Connection]) -> _Ops:
         """Steps for every item, then each step's dependencies from the schedule's orderings."""
         emitter = _Emitter(self.transfers, layout, self.options.dialect)
         init_op = emitter.initial_copies()
@@ -348,17 +359,18 @@ class _Lowering:
         commit_first: dict[int, int] = {}
         commit_op: dict[int, int] = {}
         for key in sorted(orders, key=TbKey.sort_key):
+            emitter.start(key)
             for item in orders[key]:
                 if item.fused:
                     reduced = self.transfers[item.recv].op is Op.REDUCE
                     unstored = reduced and dead_after(self.order, self.required, item.recv, item.send)
-                    first, last = emitter.fused(key, item.recv, reduced, unstored)
+                    first, last = emitter.fused(item.recv, item.send, reduced, unstored)
                     commit_first[item.recv] = start_op[item.send] = first
                     commit_op[item.recv] = arrive_op[item.send] = last
                 elif item.send >= 0:
-                    start_op[item.send], arrive_op[item.send] = emitter.send_side(key, item.send)
+                    start_op[item.send], arrive_op[item.send] = emitter.send_side(item.send)
                 else:
-                    commit_first[item.recv], commit_op[item.recv] = emitter.recv_side(key, item.recv)
+                    commit_first[item.recv], commit_op[item.recv] = emitter.recv_side(item.recv)
 
         deps: list[list[int]] = [[] for _ in emitter.ops]
         for t, tr in enumerate(self.transfers):
@@ -375,11 +387,10 @@ class _Lowering:
                 elif tx.src == tr.src:
                     start_deps.append(arrive_op[x])
                 # an order between different ranks cannot be written in MSCCL: data dependencies suffice
-            conn = self.connection_of(t, segments)
-            pos = self.conn_index[t]
+            conn = conn_of[t]
             if conn[3]:
-                prev = self.connections[conn[:3]][pos - 1]
-                if self.connection_of(prev, segments) != conn:
+                prev = self.connections[conn[:3]][self.conn_index[t] - 1]
+                if conn_of[prev] != conn:
                     start_deps.append(arrive_op[prev])  # a segment starts after the previous one's last send
             first_deps = deps[commit_first[t]]
             for w in self.order.waw[t]:
@@ -388,13 +399,15 @@ class _Lowering:
                 else:
                     first_deps.append(commit_op[w])
             first_deps += [arrive_op[x] for x in self.order.war[t]]
+        matches = tuple(pair for t in range(len(self.transfers))
+                        for pair in zip(emitter.sends_of[t], emitter.recvs_of[t], strict=True))
         return _Ops(tuple(emitter.ops), emitter.tb_ops,
                     tuple(tuple(d for d in dict.fromkeys(ds) if d != op_id) for op_id, ds in enumerate(deps)),
-                    tuple(emitter.scratch))
+                    matches, tuple(emitter.scratch))
 
 
 class _Emitter:
-    """Appends steps to threadblocks and stages non-contiguous messages through scratch."""
+    """Appends steps to threadblocks (one at a time) and stages non-contiguous messages through scratch."""
 
     def __init__(self, transfers: tuple[Transfer, ...], layout: BufferLayout, dialect: str) -> None:
         self.transfers = transfers
@@ -403,12 +416,27 @@ class _Emitter:
         self.ops: list[LoweredOp] = []
         self.tb_ops: dict[TbKey, list[int]] = {}
         self.scratch = list(layout.scratch)
+        self.sends_of: list[list[int]] = [[] for _ in transfers]
+        self.recvs_of: list[list[int]] = [[] for _ in transfers]
+        self.key = TbKey(-1, None, None)
+        self.ids: list[int] = []
 
-    def emit(self, key: TbKey, kind: StepType, src: Location, dst: Location, cnt: int) -> int:
-        op = LoweredOp(len(self.ops), key, kind, src, dst, cnt)
-        self.ops.append(op)
-        self.tb_ops.setdefault(key, []).append(op.id)
-        return op.id
+    def start(self, key: TbKey) -> None:
+        """Steps emitted from now on go to threadblock ``key``."""
+        self.key = key
+        self.ids = self.tb_ops.setdefault(key, [])
+
+    def emit(self, kind: StepType, src: Location, dst: Location, cnt: int, sends: int = -1,
+             receives: int = -1) -> int:
+        """Append a step; ``sends``/``receives``: the transfer whose data it sends / receives."""
+        op_id = len(self.ops)
+        self.ops.append(LoweredOp(op_id, self.key, kind, src, dst, cnt))
+        self.ids.append(op_id)
+        if sends >= 0:
+            self.sends_of[sends].append(op_id)
+        if receives >= 0:
+            self.recvs_of[receives].append(op_id)
+        return op_id
 
     def allocate_scratch(self, rank: int, count: int) -> int:
         """Reserve ``count`` contiguous scratch chunks on ``rank``; return the first offset."""
@@ -423,20 +451,22 @@ class _Emitter:
         for rank in sorted(copies_of):
             copies = sorted(copies_of[rank], key=lambda c: (c[1], c[2]))
             by_move = {(src, dst): chunk for chunk, src, dst in copies}
-            ids: list[int] = []
+            emitted = 0
             for src, dst, cnt in contiguous_runs([(src, dst) for _, src, dst in copies]):
                 for start in range(0, cnt, MAX_COUNT - 1):
                     n = min(MAX_COUNT - 1, cnt - start)
-                    key = TbKey(rank, None, None, len(ids) // self.limit)
-                    op_id = self.emit(key, StepType.COPY, (src[0], src[1] + start), (dst[0], dst[1] + start), n)
-                    ids.append(op_id)
+                    if emitted % self.limit == 0:
+                        self.start(TbKey(rank, None, None, emitted // self.limit))
+                    op_id = self.emit(StepType.COPY, (src[0], src[1] + start), (dst[0], dst[1] + start), n)
+                    emitted += 1
                     for k in range(start, start + n):
                         init_op[(rank, by_move[((src[0], src[1] + k), (dst[0], dst[1] + k))])] = op_id
         return init_op
 
-    def send_side(self, key: TbKey, t: int) -> tuple[int, int]:
+    def send_side(self, t: int) -> tuple[int, int]:
         tr = self.transfers[t]
-        locs = [self.layout.where(tr.src, k) for k in tr.chunks]
+        where = self.layout.working
+        locs = [where[(tr.src, k)] for k in tr.chunks]
         first = -1
         if is_contiguous(locs):
             base = locs[0]
@@ -444,40 +474,43 @@ class _Emitter:
             start = self.allocate_scratch(tr.src, len(locs))
             base = (Buffer.SCRATCH, start)
             for src, dst, cnt in contiguous_runs([(loc, (Buffer.SCRATCH, start + i)) for i, loc in enumerate(locs)]):
-                op_id = self.emit(key, StepType.COPY, src, dst, cnt)
+                op_id = self.emit(StepType.COPY, src, dst, cnt)
                 first = op_id if first < 0 else first
         last = -1
         for off, cnt in _pieces(len(locs)):
             loc = (base[0], base[1] + off)
-            last = self.emit(key, StepType.SEND, loc, loc, cnt)
+            last = self.emit(StepType.SEND, loc, loc, cnt, sends=t)
             first = last if first < 0 else first
         return first, last
 
-    def recv_side(self, key: TbKey, t: int) -> tuple[int, int]:
+    def recv_side(self, t: int) -> tuple[int, int]:
         tr = self.transfers[t]
-        locs = [self.layout.where(tr.dst, k) for k in tr.chunks]
+        where = self.layout.working
+        locs = [where[(tr.dst, k)] for k in tr.chunks]
         reduce = tr.op is Op.REDUCE
         if is_contiguous(locs):
             first = last = -1
+            kind = StepType.RECV_REDUCE_COPY if reduce else StepType.RECV
             for off, cnt in _pieces(len(locs)):
                 loc = (locs[0][0], locs[0][1] + off)
-                last = self.emit(key, StepType.RECV_REDUCE_COPY if reduce else StepType.RECV, loc, loc, cnt)
+                last = self.emit(kind, loc, loc, cnt, receives=t)
                 first = last if first < 0 else first
             return first, last
         start = self.allocate_scratch(tr.dst, len(locs))
         for off, cnt in _pieces(len(locs)):
             loc = (Buffer.SCRATCH, start + off)
-            self.emit(key, StepType.RECV, loc, loc, cnt)
+            self.emit(StepType.RECV, loc, loc, cnt, receives=t)
         first = last = -1
         moves = [((Buffer.SCRATCH, start + i), loc) for i, loc in enumerate(locs)]
         for src, dst, cnt in contiguous_runs(moves):
-            last = self.emit(key, StepType.REDUCE if reduce else StepType.COPY, src, dst, cnt)
+            last = self.emit(StepType.REDUCE if reduce else StepType.COPY, src, dst, cnt)
             first = last if first < 0 else first
         return first, last
 
-    def fused(self, key: TbKey, a: int, reduced: bool, unstored: bool) -> tuple[int, int]:
+    def fused(self, a: int, b: int, reduced: bool, unstored: bool) -> tuple[int, int]:
         ta = self.transfers[a]
-        locs = [self.layout.where(ta.dst, k) for k in ta.chunks]
+        where = self.layout.working
+        locs = [where[(ta.dst, k)] for k in ta.chunks]
         if not reduced:
             kind = StepType.RECV_COPY_SEND
         else:
@@ -485,7 +518,7 @@ class _Emitter:
         first = last = -1
         for off, cnt in _pieces(len(locs)):
             loc = (locs[0][0], locs[0][1] + off)
-            last = self.emit(key, kind, loc, loc, cnt)
+            last = self.emit(kind, loc, loc, cnt, sends=b, receives=a)
             first = last if first < 0 else first
         return first, last
 
@@ -493,6 +526,8 @@ class _Emitter:
 def _pieces(count: int) -> list[tuple[int, int]]:
     """(offset, cnt) pieces of at most 71 chunks (cnt must stay below 72)."""
     step = MAX_COUNT - 1
+    if count <= step:
+        return [(0, count)]
     return [(off, min(step, count - off)) for off in range(0, count, step)]
 
 
