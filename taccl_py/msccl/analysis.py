@@ -114,8 +114,12 @@ class ScheduleOrder:
     @cached_property
     def _labels(self) -> tuple[list[int], list[int]] | None:
         """(level, height) of every event, or None when the waits form a cycle (then the search is plain)."""
+        return self._sorted_labels() if self.forward_after else self._forward_labels()
+
+    def _sorted_labels(self) -> tuple[list[int], list[int]] | None:
+        """Levels and heights along a topological sort of the events (None if there is a cycle)."""
         n = 3 * len(self.schedule.transfers)
-        order = range(n) if not self.forward_after else self._topological_order(n)
+        order = self._topological_order(n)
         if order is None:
             return None
         level = [0] * n
@@ -127,6 +131,59 @@ class ScheduleOrder:
             for p in self._preds(e):
                 if height[p] < h:
                     height[p] = h
+        return level, height
+
+    def _forward_labels(self) -> tuple[list[int], list[int]]:
+        """Levels and heights when every wait points to an earlier transfer: program order is topological."""
+        transfers = self.schedule.transfers
+        raw, waw, war, prev_of = self.raw, self.waw, self.war, self.connection_prev
+        count = len(transfers)
+        level = [0] * (3 * count)
+        for t in range(count):
+            s = 0
+            for w in raw[t]:
+                if w >= 0 and level[3 * w + 2] > s:
+                    s = level[3 * w + 2]
+            for a in transfers[t].after:
+                if level[3 * a + 2] > s:
+                    s = level[3 * a + 2]
+            p = prev_of[t]
+            if p >= 0 and level[3 * p + 1] > s:
+                s = level[3 * p + 1]
+            level[3 * t] = s + 1
+            c = s + 2
+            level[3 * t + 1] = c
+            for w in waw[t]:
+                if w >= 0 and level[3 * w + 2] > c:
+                    c = level[3 * w + 2]
+            for x in war[t]:
+                if level[3 * x + 1] > c:
+                    c = level[3 * x + 1]
+            level[3 * t + 2] = c + 1
+        height = [1] * (3 * count)
+        for t in range(count - 1, -1, -1):
+            h = height[3 * t + 2] + 1  # what the commit waits for
+            if height[3 * t + 1] < h:
+                height[3 * t + 1] = h
+            for w in waw[t]:
+                if w >= 0 and height[3 * w + 2] < h:
+                    height[3 * w + 2] = h
+            for x in war[t]:
+                if height[3 * x + 1] < h:
+                    height[3 * x + 1] = h
+            h = height[3 * t + 1] + 1  # what the arrival waits for: the start
+            if height[3 * t] < h:
+                height[3 * t] = h
+            h = height[3 * t] + 1  # what the start waits for
+            for w in raw[t]:
+                if w >= 0 and height[3 * w + 2] < h:
+                    height[3 * w + 2] = h
+            for a in transfers[t].after:
+                if height[3 * a + 2] < h:
+                    height[3 * a + 2] = h
+            p = prev_of[t]
+            if p >= 0 and height[3 * p + 1] < h:
+                height[3 * p + 1] = h
         return level, height
 
     def _topological_order(self, n: int) -> list[int] | None:
