@@ -43,8 +43,6 @@ class ScheduleOrder:
     war: list[tuple[int, ...]]
     """Readers at the receiver since that write: the transfer's commit waits for their arrival."""
     connection_prev: list[int]
-    after_write: list[dict[int, tuple[tuple[int, ...], int]]]
-    """Per transfer, per chunk it writes: (readers until the next write, next writer or -1) at the receiver."""
     dependents: list[set[int]]
     """Transfers whose start or commit waits for this transfer's commit."""
     forward_after: bool
@@ -52,6 +50,33 @@ class ScheduleOrder:
     """Index of the transfer's connection (src, dst, channel), in order of first use."""
     connection_pos: list[int]
     """Position of the transfer on its connection."""
+
+    @cached_property
+    def after_write(self) -> list[dict[int, tuple[tuple[int, ...], int]]]:
+        """Per transfer, per chunk it writes: (readers until the next write, next writer or -1) at the receiver."""
+        transfers = self.schedule.transfers
+        num_chunks = self.schedule.collective.num_chunks
+        accesses: dict[int, list[tuple[int, bool]]] = {}  # slot -> (transfer, writes?) in program order
+        for i, t in enumerate(transfers):
+            for c in t.chunks:
+                accesses.setdefault(t.src * num_chunks + c, []).append((i, False))
+            for c in t.chunks:
+                accesses.setdefault(t.dst * num_chunks + c, []).append((i, True))
+        out: list[dict[int, tuple[tuple[int, ...], int]]] = [{} for _ in transfers]
+        for key, seq in accesses.items():
+            chunk = key % num_chunks
+            for pos, (i, writes) in enumerate(seq):
+                if not writes:
+                    continue
+                later_readers: list[int] = []
+                next_writer = -1
+                for j, writes_next in seq[pos + 1:]:
+                    if writes_next:
+                        next_writer = j
+                        break
+                    later_readers.append(j)
+                out[i][chunk] = (tuple(later_readers), next_writer)
+        return out
 
     def waits(self, event_from: tuple[int, int], event_to: tuple[int, int]) -> bool:
         """True if ``event_from`` (transfer, START/ARRIVE/COMMIT) waits for ``event_to``, directly or not."""
@@ -208,7 +233,8 @@ class ScheduleOrder:
 
 def analyze(schedule: Schedule) -> ScheduleOrder:
     """Orderings of every transfer, in one pass over the program order."""
-    n = len(schedule.transfers)
+    transfers = schedule.transfers
+    n = len(transfers)
     num_chunks = schedule.collective.num_chunks
     last_writer: dict[int, int] = {}
     readers: dict[int, list[int]] = {}
@@ -221,60 +247,58 @@ def analyze(schedule: Schedule) -> ScheduleOrder:
     waw: list[tuple[int, ...]] = []
     war: list[tuple[int, ...]] = []
     connection_prev: list[int] = []
-    accesses: dict[int, list[tuple[int, bool]]] = {}  # slot -> (transfer, writes?) in program order
-    for i, t in enumerate(schedule.transfers):
+    dependents: list[set[int]] = [set() for _ in range(n)]
+    for i, t in enumerate(transfers):
         src_base, dst_base = t.src * num_chunks, t.dst * num_chunks
-        r: dict[int, None] = {}
-        for c in t.chunks:
-            key = src_base + c
-            r[last_writer.get(key, INITIAL)] = None
-            readers.setdefault(key, []).append(i)
-            accesses.setdefault(key, []).append((i, False))
-        w: dict[int, None] = {}
-        x: dict[int, None] = {}
-        for c in t.chunks:
-            key = dst_base + c
-            w[last_writer.get(key, INITIAL)] = None
-            for reader in readers.pop(key, ()):
-                x[reader] = None
+        chunks = t.chunks
+        if len(chunks) == 1:
+            key = src_base + chunks[0]
+            r: tuple[int, ...] = (last_writer.get(key, INITIAL),)
+            seen = readers.get(key)
+            if seen is None:
+                readers[key] = [i]
+            else:
+                seen.append(i)
+            key = dst_base + chunks[0]
+            w: tuple[int, ...] = (last_writer.get(key, INITIAL),)
+            x: tuple[int, ...] = tuple(readers.pop(key, ()))
             last_writer[key] = i
-            accesses.setdefault(key, []).append((i, True))
-        raw.append(tuple(r))
-        waw.append(tuple(w))
-        war.append(tuple(x))
+        else:
+            rs: dict[int, None] = {}
+            for c in chunks:
+                key = src_base + c
+                rs[last_writer.get(key, INITIAL)] = None
+                readers.setdefault(key, []).append(i)
+            ws: dict[int, None] = {}
+            xs: dict[int, None] = {}
+            for c in chunks:
+                key = dst_base + c
+                ws[last_writer.get(key, INITIAL)] = None
+                for reader in readers.pop(key, ()):
+                    xs[reader] = None
+                last_writer[key] = i
+            r, w, x = tuple(rs), tuple(ws), tuple(xs)
+        raw.append(r)
+        waw.append(w)
+        war.append(x)
+        for v in r:
+            if v >= 0:
+                dependents[v].add(i)
+        for v in w:
+            if v >= 0:
+                dependents[v].add(i)
+        for a in t.after:
+            dependents[a].add(i)
         conn = (t.src, t.dst, t.channel)
         connection_prev.append(last_on_connection.get(conn, -1))
         last_on_connection[conn] = i
-        cid = connection_ids.setdefault(conn, len(connection_ids))
-        if cid == len(connection_len):
+        cid = connection_ids.get(conn)
+        if cid is None:
+            cid = connection_ids[conn] = len(connection_len)
             connection_len.append(0)
         connection_id.append(cid)
         connection_pos.append(connection_len[cid])
         connection_len[cid] += 1
-    after_write: list[dict[int, tuple[tuple[int, ...], int]]] = [{} for _ in range(n)]
-    for key, seq in accesses.items():
-        chunk = key % num_chunks
-        for pos, (i, writes) in enumerate(seq):
-            if not writes:
-                continue
-            later_readers: list[int] = []
-            next_writer = -1
-            for j, writes_next in seq[pos + 1:]:
-                if writes_next:
-                    next_writer = j
-                    break
-                later_readers.append(j)
-            after_write[i][chunk] = (tuple(later_readers), next_writer)
-    dependents: list[set[int]] = [set() for _ in range(n)]
-    for i, t in enumerate(schedule.transfers):
-        for w_ in raw[i]:
-            if w_ >= 0:
-                dependents[w_].add(i)
-        for a in t.after:
-            dependents[a].add(i)
-        for w_ in waw[i]:
-            if w_ >= 0:
-                dependents[w_].add(i)
-    forward = any(a > i for i, t in enumerate(schedule.transfers) for a in t.after)
-    return ScheduleOrder(schedule, raw, waw, war, connection_prev, after_write, dependents, forward, connection_id,
+    forward = any(a > i for i, t in enumerate(transfers) for a in t.after)
+    return ScheduleOrder(schedule, raw, waw, war, connection_prev, dependents, forward, connection_id,
                          connection_pos)

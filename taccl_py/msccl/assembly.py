@@ -124,15 +124,17 @@ def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: 
                 best[g] = d
         direct.append(list(best.values()))
     # topological order (Kahn) over threadblock order, dependencies and send -> receive
+    follower = [-1] * n
+    for ids in tb_order.values():
+        for k in range(len(ids) - 1):
+            follower[ids[k]] = ids[k + 1]
     indegree = [len(direct[i]) + (prev[i] >= 0) for i in range(n)]
-    succs: list[list[int]] = [[] for _ in range(n)]
+    succs: dict[int, list[int]] = {}
     for op_id in range(n):
         for d in direct[op_id]:
-            succs[d].append(op_id)
-        if prev[op_id] >= 0:
-            succs[prev[op_id]].append(op_id)
+            succs.setdefault(d, []).append(op_id)
     for send, recv in matches:
-        succs[send].append(recv)
+        succs.setdefault(send, []).append(recv)
         indegree[recv] += 1
     empty: dict[int, int] = {}
     clock: list[dict[int, int]] = [empty] * n
@@ -151,7 +153,7 @@ def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: 
         if deps:
             chosen = []
             fresh = False
-            for d in sorted(deps, key=topo_index.__getitem__, reverse=True):
+            for d in (sorted(deps, key=topo_index.__getitem__, reverse=True) if len(deps) > 1 else deps):
                 g = tb_of[d]
                 if base.get(g, -1) >= position[d]:
                     continue
@@ -168,7 +170,12 @@ def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: 
                 chosen.sort(key=lambda d: (keys[tb_of[d]].sort_key(), position[d]))
             kept[op_id] = chosen
         clock[op_id] = base
-        for s in succs[op_id]:
+        f = follower[op_id]
+        if f >= 0:
+            indegree[f] -= 1
+            if not indegree[f]:
+                ready.append(f)
+        for s in succs.get(op_id, ()):
             indegree[s] -= 1
             if not indegree[s]:
                 ready.append(s)
@@ -211,7 +218,8 @@ def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps
                 targets.add(d)
             xml_pos[op_id] = len(rows)
             rows.append((op_by_id[op_id].type, op_id, ds[-1:]))
-            targets.update(ds[-1:])
+            if ds:
+                targets.add(ds[-1])
         layouts[key] = rows
         if len(rows) > spec.max_steps:
             overflowing.append(key)

@@ -223,6 +223,8 @@ class _Lowering:
         segments: dict[BaseConnection, int] = {}
         for key, members in self.connections.items():
             sides = [[self._steps(t, sending) for t in members] for sending in (True, False)]
+            if max(sum(sides[0]), sum(sides[1])) <= limit:
+                continue
             parts = 1
             while parts < len(members) and any(_largest_segment(sizes, parts) > limit for sizes in sides):
                 parts = min(len(members), parts * 2)
@@ -233,7 +235,11 @@ class _Lowering:
     def _steps(self, t: int, sending: bool) -> int:
         """Steps transfer ``t`` takes on one side at least (copies through scratch, pieces of 71 chunks)."""
         tr = self.transfers[t]
-        locs = [self.layout.where(tr.src if sending else tr.dst, k) for k in tr.chunks]
+        if len(tr.chunks) == 1:
+            return 1
+        rank = tr.src if sending else tr.dst
+        where = self.layout.working
+        locs = [where[(rank, k)] for k in tr.chunks]
         pieces = len(_pieces(len(locs)))
         if is_contiguous(locs):
             return pieces
@@ -354,10 +360,11 @@ class _Lowering:
         """Steps for every item, then each step's dependencies from the schedule's orderings."""
         emitter = _Emitter(self.transfers, layout, self.options.dialect)
         init_op = emitter.initial_copies()
-        start_op: dict[int, int] = {}
-        arrive_op: dict[int, int] = {}
-        commit_first: dict[int, int] = {}
-        commit_op: dict[int, int] = {}
+        count = len(self.transfers)
+        start_op = [-1] * count
+        arrive_op = [-1] * count
+        commit_first = [-1] * count
+        commit_op = [-1] * count
         for key in sorted(orders, key=TbKey.sort_key):
             emitter.start(key)
             for item in orders[key]:
@@ -373,11 +380,13 @@ class _Lowering:
                     commit_first[item.recv], commit_op[item.recv] = emitter.recv_side(item.recv)
 
         deps: list[list[int]] = [[] for _ in emitter.ops]
+        raw, waw, war = self.order.raw, self.order.waw, self.order.war
         for t, tr in enumerate(self.transfers):
             start_deps = deps[start_op[t]]
-            for w in self.order.raw[t]:
+            for w in raw[t]:
                 if w == INITIAL:
-                    start_deps += [init_op[(tr.src, k)] for k in tr.chunks if (tr.src, k) in init_op]
+                    if init_op:
+                        start_deps += [init_op[(tr.src, k)] for k in tr.chunks if (tr.src, k) in init_op]
                 else:
                     start_deps.append(commit_op[w])
             for x in tr.after:
@@ -393,16 +402,17 @@ class _Lowering:
                 if conn_of[prev] != conn:
                     start_deps.append(arrive_op[prev])  # a segment starts after the previous one's last send
             first_deps = deps[commit_first[t]]
-            for w in self.order.waw[t]:
+            for w in waw[t]:
                 if w == INITIAL:
-                    first_deps += [init_op[(tr.dst, k)] for k in tr.chunks if (tr.dst, k) in init_op]
+                    if init_op:
+                        first_deps += [init_op[(tr.dst, k)] for k in tr.chunks if (tr.dst, k) in init_op]
                 else:
                     first_deps.append(commit_op[w])
-            first_deps += [arrive_op[x] for x in self.order.war[t]]
-        matches = tuple(pair for t in range(len(self.transfers))
+            for x in war[t]:
+                first_deps.append(arrive_op[x])
+        matches = tuple(pair for t in range(count)
                         for pair in zip(emitter.sends_of[t], emitter.recvs_of[t], strict=True))
-        return _Ops(tuple(emitter.ops), emitter.tb_ops,
-                    tuple(tuple(d for d in dict.fromkeys(ds) if d != op_id) for op_id, ds in enumerate(deps)),
+        return _Ops(tuple(emitter.ops), emitter.tb_ops, tuple(_distinct(ds, op_id) for op_id, ds in enumerate(deps)),
                     matches, tuple(emitter.scratch))
 
 
@@ -521,6 +531,15 @@ class _Emitter:
             last = self.emit(kind, loc, loc, cnt, sends=b, receives=a)
             first = last if first < 0 else first
         return first, last
+
+
+def _distinct(deps: list[int], op_id: int) -> tuple[int, ...]:
+    """``deps`` without repeats and without ``op_id`` itself, in first-seen order."""
+    if not deps:
+        return ()
+    if len(deps) == 1:
+        return () if deps[0] == op_id else (deps[0],)
+    return tuple(d for d in dict.fromkeys(deps) if d != op_id)
 
 
 def _pieces(count: int) -> list[tuple[int, int]]:
