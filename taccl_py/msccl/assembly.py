@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from taccl_py.errors import LoweringError
 from taccl_py.msccl.ir import (
@@ -56,9 +57,8 @@ class TbKey:
         return (self.rank, self.send or _NO_CONNECTION, self.recv or _NO_CONNECTION, self.local)
 
 
-@dataclass(frozen=True, slots=True)
-class LoweredOp:
-    """One step of threadblock ``tb`` (what it waits for is kept beside it, by op id)."""
+class LoweredOp(NamedTuple):
+    """One step of threadblock ``tb`` (what it waits for is kept beside it, by op id; a named tuple for speed)."""
 
     id: int
     tb: TbKey
@@ -112,9 +112,18 @@ def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: 
     direct: list[list[int]] = []
     backwards: dict[TbKey, None] = {}
     for op_id in range(n):
+        ds = op_deps[op_id]
         own = tb_of[op_id]
+        if len(ds) < 2:
+            if not ds:
+                direct.append([])
+                continue
+            d = ds[0]
+            if tb_of[d] != own:
+                direct.append([d])
+                continue
         best: dict[int, int] = {}
-        for d in op_deps[op_id]:
+        for d in ds:
             g = tb_of[d]
             if g == own:
                 if position[d] > position[op_id]:

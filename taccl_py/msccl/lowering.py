@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import LoweringError
@@ -174,12 +175,16 @@ class _Lowering:
             members = self.connections.setdefault((t.src, t.dst, t.channel), [])
             self.conn_index.append(len(members))
             members.append(i)
-        self.required = frozenset(self.schedule.collective.required())
         self.layout = plan_layout(self.schedule, in_place)
         self.banned: set[Pair] = set()
         self.merged: dict[Pair, tuple[Item, ...] | None] = {}
         """Cache: a pair's interleaving depends only on the schedule and the base layout."""
         self.leaner: dict[frozenset[int], BufferLayout] = {}
+
+    @cached_property
+    def required(self) -> frozenset[tuple[int, int]]:
+        """(rank, chunk) pairs the collective's result needs (only reductions ask)."""
+        return frozenset(self.schedule.collective.required())
 
     def connections_of(self, segments: dict[BaseConnection, int]) -> list[Connection]:
         """The connection (segment included) of every transfer."""
