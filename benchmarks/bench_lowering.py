@@ -119,7 +119,7 @@ def run_case(case: Case, with_simulation: bool) -> dict[str, Any]:
         "steps": program.num_steps, "threadblocks": program.num_threadblocks,
         "nchunksperloop": program.nchunksperloop, "synthesis_s": synthesis_s,
         "lower_s": lowered - started, "write_s": written - lowered, "verify_s": verified - written,
-        "valid": report.valid, "correct": report.correct, "race_checked": report.race_checked,
+        "valid": report.valid, "correct": report.correct, "verdict": report.verdict,
         "errors": [str(e) for e in report.errors[:3]], "notes": list(report.notes),
     }
     total = row["lower_s"] + row["write_s"] + row["verify_s"]
@@ -139,7 +139,7 @@ def fmt_row(row: dict[str, Any]) -> str:
     budget = row["budget_s"]
     met = "-" if budget is None else ("met" if row["total_s"] <= budget and row["correct"] else "**not met**")
     synth = "-" if row["synthesis_s"] is None else f"{row['synthesis_s']:.1f}"
-    verdict = "yes" if row["correct"] else ("unknown" if row["valid"] and not row["race_checked"] else "**no**")
+    verdict = {"correct": "yes", "unknown": "unknown"}.get(row["verdict"], "**no**")
     sim = ""
     if "xml_time_us" in row:
         sim = f" | {row['schedule_time_us'] / 1e3:.3f} | {row['xml_time_us'] / 1e3:.3f}"

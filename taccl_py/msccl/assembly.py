@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 from taccl_py.errors import LoweringError
 from taccl_py.msccl.ir import (
     DIALECTS,
@@ -145,9 +147,15 @@ def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: 
     for send, recv in matches:
         succs.setdefault(send, []).append(recv)
         indegree[recv] += 1
-    empty: dict[int, int] = {}
-    clock: list[dict[int, int]] = [empty] * n
-    """Positions known complete per threadblock; an op's own entry may be stale (it is implied)."""
+    # clocks: per rank, one int32 entry per threadblock of the rank (its local index), -1 = nothing known
+    local = [0] * len(keys)
+    per_rank: dict[int, int] = {}
+    for g, key in enumerate(keys):
+        local[g] = per_rank.get(key.rank, 0)
+        per_rank[key.rank] = local[g] + 1
+    empty = {rank: np.full(size, -1, dtype=np.int32) for rank, size in per_rank.items()}
+    clock: list[np.ndarray] = [empty[keys[tb_of[i]].rank] for i in range(n)]
+    """Positions known complete per threadblock of the rank; an op's own entry may be stale (it is implied)."""
     topo_index = [-1] * n
     kept: list[list[int]] = [[] for _ in range(n)]
     ready = [i for i in range(n) if not indegree[i]]
@@ -158,22 +166,20 @@ def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: 
         done += 1
         deps = direct[op_id]
         p = prev[op_id]
-        base = clock[p] if p >= 0 else empty
+        base = clock[p] if p >= 0 else clock[op_id]
         if deps:
             chosen = []
             fresh = False
             for d in (sorted(deps, key=topo_index.__getitem__, reverse=True) if len(deps) > 1 else deps):
-                g = tb_of[d]
-                if base.get(g, -1) >= position[d]:
+                g = local[tb_of[d]]
+                if base[g] >= position[d]:
                     continue
                 chosen.append(d)
                 if not fresh:
-                    base = dict(base)
+                    base = base.copy()
                     fresh = True
-                for key, pos in clock[d].items():
-                    if base.get(key, -1) < pos:
-                        base[key] = pos
-                if base.get(g, -1) < position[d]:
+                np.maximum(base, clock[d], out=base)
+                if base[g] < position[d]:
                     base[g] = position[d]
             if len(chosen) > 1:
                 chosen.sort(key=lambda d: (keys[tb_of[d]].sort_key(), position[d]))
@@ -271,13 +277,11 @@ def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps
                 if kind is StepType.NOP:
                     steps.append(Step(pos, kind, Buffer.INPUT, -1, Buffer.OUTPUT, -1, 0, depid, dstep, 0))
                     continue
-                op = op_by_id[op_id]
-                for off in (op.src[1], op.dst[1]):
-                    if off > INT16_MAX:
-                        raise LoweringError(f"rank {rank} needs buffer offset {off}; the runtime stores offsets "
-                                            "in 16 bits (at most 32767 chunks per buffer)")
-                steps.append(Step(pos, kind, op.src[0], op.src[1], op.dst[0], op.dst[1], op.cnt, depid, dstep,
-                                  hasdep))
+                _, _, _, (srcbuf, srcoff), (dstbuf, dstoff), cnt = op_by_id[op_id]
+                if srcoff > INT16_MAX or dstoff > INT16_MAX:
+                    raise LoweringError(f"rank {rank} needs buffer offset {max(srcoff, dstoff)}; the runtime stores "
+                                        "offsets in 16 bits (at most 32767 chunks per buffer)")
+                steps.append(Step(pos, kind, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, dstep, hasdep))
             total_steps += len(steps)
             tbs.append(Threadblock(tb_id[key], _peer(key.send, 1), _peer(key.recv, 0), tb_channel[key],
                                    tuple(steps)))

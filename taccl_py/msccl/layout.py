@@ -108,29 +108,33 @@ def plan_layout(schedule: Schedule, in_place: bool, unstored: frozenset[int] = f
     """
     col = schedule.collective
     n = col.num_ranks
-    touched: dict[tuple[int, int], None] = {}
-    written: set[tuple[int, int]] = set()
+    chunks = col.num_chunks
+    touched = bytearray(n * chunks)  # rank * chunks + chunk, so a scan visits them sorted by (rank, chunk)
+    written = bytearray(n * chunks)
     for i, t in enumerate(schedule.transfers):
+        src, dst = t.src * chunks, t.dst * chunks
+        stored = i not in unstored
         for k in t.chunks:
-            touched[(t.src, k)] = None
-            touched[(t.dst, k)] = None
-            if i not in unstored:
-                written.add((t.dst, k))
+            touched[src + k] = 1
+            touched[dst + k] = 1
+            if stored:
+                written[dst + k] = 1
     for rank, chunk, _ in col.initial():
-        touched.setdefault((rank, chunk), None)
+        touched[rank * chunks + chunk] = 1
     for rank, chunk in col.required():
-        touched.setdefault((rank, chunk), None)
+        touched[rank * chunks + chunk] = 1
     working: dict[tuple[int, int], Location] = {}
     needs_scratch: list[tuple[int, int]] = []
     copies: dict[int, list[tuple[int, Location, Location]]] = {}
-    for rank, chunk in sorted(touched):
+    for index in (i for i, flag in enumerate(touched) if flag):
+        rank, chunk = divmod(index, chunks)
         start = _initial(col, rank, chunk, in_place)
         end = _final(col, rank, chunk, in_place)
         if end is not None:
             working[(rank, chunk)] = end
             if start is not None and start != end:
                 copies.setdefault(rank, []).append((chunk, start, end))
-        elif start is not None and (rank, chunk) not in written:
+        elif start is not None and not written[index]:
             working[(rank, chunk)] = start
         else:
             needs_scratch.append((rank, chunk))

@@ -372,17 +372,17 @@ class _Lowering:
         commit_op = [-1] * count
         for key in sorted(orders, key=TbKey.sort_key):
             emitter.start(key)
-            for item in orders[key]:
-                if item.fused:
-                    reduced = self.transfers[item.recv].op is Op.REDUCE
-                    unstored = reduced and dead_after(self.order, self.required, item.recv, item.send)
-                    first, last = emitter.fused(item.recv, item.send, reduced, unstored)
-                    commit_first[item.recv] = start_op[item.send] = first
-                    commit_op[item.recv] = arrive_op[item.send] = last
-                elif item.send >= 0:
-                    start_op[item.send], arrive_op[item.send] = emitter.send_side(item.send)
+            for recv, send in orders[key]:
+                if recv >= 0 and send >= 0:
+                    reduced = self.transfers[recv].op is Op.REDUCE
+                    unstored = reduced and dead_after(self.order, self.required, recv, send)
+                    first, last = emitter.fused(recv, send, reduced, unstored)
+                    commit_first[recv] = start_op[send] = first
+                    commit_op[recv] = arrive_op[send] = last
+                elif send >= 0:
+                    start_op[send], arrive_op[send] = emitter.send_side(send)
                 else:
-                    commit_first[item.recv], commit_op[item.recv] = emitter.recv_side(item.recv)
+                    commit_first[recv], commit_op[recv] = emitter.recv_side(recv)
 
         deps: list[list[int]] = [[] for _ in emitter.ops]
         raw, waw, war = self.order.raw, self.order.waw, self.order.war
@@ -481,6 +481,10 @@ class _Emitter:
     def send_side(self, t: int) -> tuple[int, int]:
         tr = self.transfers[t]
         where = self.layout.working
+        if len(tr.chunks) == 1:
+            loc = where[(tr.src, tr.chunks[0])]
+            op_id = self.emit(StepType.SEND, loc, loc, 1, sends=t)
+            return op_id, op_id
         locs = [where[(tr.src, k)] for k in tr.chunks]
         first = -1
         if is_contiguous(locs):
@@ -501,8 +505,12 @@ class _Emitter:
     def recv_side(self, t: int) -> tuple[int, int]:
         tr = self.transfers[t]
         where = self.layout.working
-        locs = [where[(tr.dst, k)] for k in tr.chunks]
         reduce = tr.op is Op.REDUCE
+        if len(tr.chunks) == 1:
+            loc = where[(tr.dst, tr.chunks[0])]
+            op_id = self.emit(StepType.RECV_REDUCE_COPY if reduce else StepType.RECV, loc, loc, 1, receives=t)
+            return op_id, op_id
+        locs = [where[(tr.dst, k)] for k in tr.chunks]
         if is_contiguous(locs):
             first = last = -1
             kind = StepType.RECV_REDUCE_COPY if reduce else StepType.RECV

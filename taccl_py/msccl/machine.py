@@ -23,7 +23,11 @@ from typing import Any, NamedTuple
 
 from taccl_py.msccl.ir import MAX_REDUCE_FUSION, Buffer, Program, StepType, Threadblock
 
-__all__ = ["Machine", "Transmission", "build_machine"]
+__all__ = ["RECEIVING", "SENDING", "Machine", "Transmission", "build_machine"]
+
+SENDING = frozenset(k for k in StepType if k.sends)
+RECEIVING = frozenset(k for k in StepType if k.receives)
+"""Step types that send / receive (as sets: asked once per step of large programs)."""
 
 
 class Transmission(NamedTuple):
@@ -80,14 +84,30 @@ class Machine:
     def _order(self) -> tuple[list[int], list[int]]:
         n = len(self.nodes)
         indegree = [len(p) for p in self.preds]
-        succs: list[list[int]] = [[] for _ in range(n)]
+        # the next transmission of the same threadblock is implicit (node + 1); other waits are listed
+        others: dict[int, list[int]] = {}
+        nodes = self.nodes
         for node, preds in enumerate(self.preds):
-            for p in preds:
-                succs[p].append(node)
+            start = 1 if nodes[node].seq else 0
+            for p in preds[start:]:
+                waiting = others.get(p)
+                if waiting is None:
+                    others[p] = [node]
+                else:
+                    waiting.append(node)
+        follower = [-1] * n
+        for tb in self.tb_nodes:
+            for k in range(len(tb) - 1):
+                follower[tb[k]] = tb[k + 1]
         blocked = self.blocked
         order = [i for i in range(n) if not indegree[i] and i not in blocked]
         for node in order:  # the list grows while it is read: a FIFO queue
-            for s in succs[node]:
+            f = follower[node]
+            if f >= 0:
+                indegree[f] -= 1
+                if not indegree[f] and f not in blocked:
+                    order.append(f)
+            for s in others.get(node, ()):
                 indegree[s] -= 1
                 if not indegree[s] and s not in blocked:
                     order.append(s)
@@ -189,8 +209,8 @@ def build_machine(program: Program) -> Machine:
         g_recv = receiver_of.get(key)
         if g_recv is None:
             continue
-        sends = [n for n in tb_nodes[g_send] if nodes[n].type.sends]
-        recvs = [n for n in tb_nodes[g_recv] if nodes[n].type.receives]
+        sends = [n for n in tb_nodes[g_send] if nodes[n].type in SENDING]
+        recvs = [n for n in tb_nodes[g_recv] if nodes[n].type in RECEIVING]
         for s, r in zip(sends, recvs, strict=False):
             matching_send[r] = s
             matching_recv[s] = r
@@ -211,25 +231,25 @@ def build_machine(program: Program) -> Machine:
     preds: list[tuple[int, ...]] = []
     blocked: dict[int, str] = {}
     for t in nodes:
-        p: list[int] = []
-        if t.seq > 0:
-            p.append(t.node - 1)
-        for depid, deps in t.waits:
-            target = index_of.get((t.rank, depid))
-            if target is None:
-                blocked[t.node] = f"waits for tb {depid}, which does not exist on rank {t.rank}"
-                continue
-            k = bisect_left(flags[target], deps)
-            if k == len(flags[target]):
-                blocked[t.node] = (f"waits for tb {depid} to pass step {deps}, but no step of that tb at or after "
-                                   f"it has hasdep=1")
-                continue
-            p.append(flag_nodes[target][k])
-        if t.type.receives:
-            sender = matching_send.get(t.node)
+        node = t.node
+        p: list[int] = [node - 1] if t.seq else []
+        if t.waits:
+            for depid, deps in t.waits:
+                target = index_of.get((t.rank, depid))
+                if target is None:
+                    blocked[node] = f"waits for tb {depid}, which does not exist on rank {t.rank}"
+                    continue
+                k = bisect_left(flags[target], deps)
+                if k == len(flags[target]):
+                    blocked[node] = (f"waits for tb {depid} to pass step {deps}, but no step of that tb at or after "
+                                     f"it has hasdep=1")
+                    continue
+                p.append(flag_nodes[target][k])
+        if t.type in RECEIVING:
+            sender = matching_send.get(node)
             if sender is None:
                 tb = tbs[t.tb][1]
-                blocked[t.node] = f"receives from rank {tb.recv} on channel {tb.chan} but no send matches it"
+                blocked[node] = f"receives from rank {tb.recv} on channel {tb.chan} but no send matches it"
             else:
                 p.append(sender)
         preds.append(tuple(p) if len(p) < 2 else tuple(dict.fromkeys(p)))

@@ -22,7 +22,7 @@ Everything here is a pure function of the schedule's order and buffer layout.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from taccl_py.msccl.analysis import ARRIVE, COMMIT, START, ScheduleOrder
 from taccl_py.msccl.layout import BufferLayout, is_contiguous
@@ -34,9 +34,9 @@ Pair = tuple[int, int, int, int]
 """(rank, channel, receive peer, send peer): the rank's threadblock serving ``recv peer -> rank -> send peer``."""
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
-    """One entry of a threadblock's order: a receive (transfer id), a send, or both fused."""
+class Item(NamedTuple):
+    """One entry of a threadblock's order: a receive (transfer id), a send, or both fused (a named tuple: one per
+    transfer side, so it must be cheap to make)."""
 
     recv: int = -1
     send: int = -1

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from taccl_py.errors import InputError
 from taccl_py.msccl.ir import DIALECTS, Buffer, Program, StepType
-from taccl_py.msccl.machine import Machine, Transmission, build_machine
+from taccl_py.msccl.machine import RECEIVING, Machine, Transmission, build_machine
 from taccl_py.msccl.report import DATA_RULES, FATAL_RULES, VerifyReport, Violation
 from taccl_py.msccl.rules import check_rules
 from taccl_py.msccl.semantics import DataSpec, Garbage, Value, reduce_values
@@ -307,7 +307,7 @@ class _Execution:
     def _step(self, t: Transmission) -> None:
         kind = t.type
         received: tuple[Value, ...] = ()
-        if kind.receives:
+        if kind in RECEIVING:
             sender = self.machine.matching_send[t.node]
             received = self.payload.pop(sender, ())
             if len(received) != t.count:
