@@ -34,6 +34,7 @@ from bench_synthesis import small_buffer_targets, targets
 
 from taccl_py.baselines import baseline
 from taccl_py.collectives import CollectiveKind
+from taccl_py.errors import LoweringError
 from taccl_py.library import resolve_topology
 from taccl_py.msccl import lower_schedule, save_xml, simulate_program, verify_program
 from taccl_py.schedule import Schedule, load_schedule, save_schedule
@@ -106,7 +107,12 @@ def run_case(case: Case, with_simulation: bool) -> dict[str, Any]:
     topo = resolve_topology(case.topology)
     gc.collect()
     started = time.perf_counter()
-    program = lower_schedule(schedule, topo)
+    try:
+        program = lower_schedule(schedule, topo)
+    except LoweringError as exc:
+        return {"case": case.key, "topology": case.topology, "gpus": topo.num_gpus, "collective": case.kind.value,
+                "size": case.size, "algorithm": case.algorithm or "synthesized", "transfers": len(schedule),
+                "synthesis_s": synthesis_s, "lower_s": time.perf_counter() - started, "error": str(exc)}
     lowered = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         save_xml(program, Path(tmp) / "x.xml")
@@ -136,6 +142,10 @@ def run_case(case: Case, with_simulation: bool) -> dict[str, Any]:
 
 
 def fmt_row(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return (f"| {row['topology']} ({row['gpus']}) | {row['collective']} | {format_bytes(int(row['size']))} "
+                f"| {row['algorithm']} | {row['transfers']:,} | - | - | {row['lower_s']:.2f} | - | - | - | - "
+                f"| LoweringError: {row['error']} | - |")
     budget = row["budget_s"]
     met = "-" if budget is None else ("met" if row["total_s"] <= budget and row["correct"] else "**not met**")
     synth = "-" if row["synthesis_s"] is None else f"{row['synthesis_s']:.1f}"

@@ -266,6 +266,26 @@ def test_output_is_byte_identical(tmp_path: Path) -> None:
         lower_schedule(schedule, topo, dialect="v1"), "v1")
 
 
+def test_written_files_are_verified_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """write_schedule_xml refuses to write a program the verifier finds wrong (and writes nothing)."""
+    import taccl_py.msccl.lowering as lowering
+    from taccl_py.msccl.report import VerifyReport, Violation
+
+    topo = star(4)
+    broken = VerifyReport(valid=True, correct=False, errors=(Violation("data-race", "injected"),), dialect="v2")
+    monkeypatch.setattr(lowering, "verify_program", lambda program, dialect: broken)
+    with pytest.raises(LoweringError, match="injected"):
+        write_schedule_xml(ring_allgather(topo), topo, tmp_path / "x.xml")
+    assert not (tmp_path / "x.xml").exists()
+    write_schedule_xml(ring_allgather(topo), topo, tmp_path / "x.xml", verify=False)
+    assert (tmp_path / "x.xml").exists()
+    # a verdict of "unknown" (a check could not run) still writes the file
+    unknown = VerifyReport(valid=True, correct=False, errors=(Violation("unchecked-races", "budget"),), dialect="v2")
+    monkeypatch.setattr(lowering, "verify_program", lambda program, dialect: unknown)
+    write_schedule_xml(ring_allgather(topo), topo, tmp_path / "y.xml")
+    assert (tmp_path / "y.xml").exists()
+
+
 def test_long_connections_are_split_over_channels() -> None:
     """A ring allgather with many pieces needs more than 64 steps per threadblock in v2."""
     topo = star(4)

@@ -111,7 +111,7 @@ def drop_dependency(program: Program, rng: random.Random) -> Program | None:
     if not where:
         return None
     gi, ti, si = rng.choice(where)
-    return _edit(program, gi, ti, lambda steps: steps[:si] + [replace(steps[si], depid=-1, deps=-1)] + steps[si + 1:])
+    return _edit(program, gi, ti, lambda steps: [*steps[:si], replace(steps[si], depid=-1, deps=-1), *steps[si + 1:]])
 
 
 def swap_steps(program: Program, rng: random.Random) -> Program | None:
@@ -130,8 +130,8 @@ def swap_steps(program: Program, rng: random.Random) -> Program | None:
 
     def swap(steps: list[Step]) -> list[Step]:
         a, b = steps[si], steps[si + 1]
-        return steps[:si] + [replace(b, index=si, hasdep=a.hasdep), replace(a, index=si + 1, hasdep=b.hasdep)] + steps[
-            si + 2:]
+        return [*steps[:si], replace(b, index=si, hasdep=a.hasdep), replace(a, index=si + 1, hasdep=b.hasdep),
+                *steps[si + 2:]]
 
     return _edit(program, gi, ti, swap)
 

@@ -45,7 +45,7 @@ from taccl_py.msccl.ir import (
 from taccl_py.msccl.layout import BufferLayout, Location, contiguous_runs, is_contiguous, plan_layout
 from taccl_py.msccl.machine import build_machine
 from taccl_py.msccl.pairing import Item, Pair, choose_pairs, dead_after, merge
-from taccl_py.msccl.verify import find_deadlock
+from taccl_py.msccl.verify import find_deadlock, verify_program
 from taccl_py.msccl.writer import save_xml
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Topology
@@ -92,10 +92,23 @@ def lower_schedule(schedule: Schedule, topology: Topology, *, dialect: str = "v2
 
 def write_schedule_xml(schedule: Schedule, topology: Topology, path: str | os.PathLike[str], *,
                        dialect: str = "v2", instances: int = 1, proto: str = "Simple", min_bytes: int = 0,
-                       max_bytes: int = 0, in_place: bool | None = None, name: str | None = None) -> Program:
-    """Lower ``schedule`` and write it to ``path`` atomically; returns the program."""
+                       max_bytes: int = 0, in_place: bool | None = None, name: str | None = None,
+                       verify: bool = True) -> Program:
+    """Lower ``schedule``, verify the program and write it to ``path`` atomically; returns the program.
+
+    With ``verify`` (the default) the program is checked as ``taccl verify``
+    would (rules, deadlock, data races, the result in every buffer mode)
+    before anything is written; a program found wrong raises
+    :class:`LoweringError` naming the first problem, and nothing is written.
+    """
     program = lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=proto,
                              min_bytes=min_bytes, max_bytes=max_bytes, in_place=in_place, name=name)
+    if verify:
+        report = verify_program(program, dialect)
+        if report.verdict == "incorrect":
+            first = str(report.errors[0]) if report.errors else "no buffer mode could be checked"
+            raise LoweringError(f"the lowered program is not correct ({len(report.errors)} problem(s)); the first: "
+                                f"{first}")
     save_xml(program, path, dialect)
     return program
 
