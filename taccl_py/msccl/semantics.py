@@ -127,11 +127,13 @@ class DataSpec:
             for k in range(c):
                 yield k, 1 << k
         elif kind is CollectiveKind.ALLREDUCE or (kind is CollectiveKind.REDUCE and rank == self.root):
+            every_rank = self._every_rank
             for k in range(c):
-                yield k, _sum(self.contribution(s, k) for s in range(n))
+                yield k, every_rank << k
         elif kind is CollectiveKind.REDUCESCATTER:
+            every_rank = self._every_rank
             for j in range(b):
-                yield j, _sum(self.contribution(s, rank * b + j) for s in range(n))
+                yield j, every_rank << (rank * b + j)
         elif kind is CollectiveKind.ALLTOALL:
             for s in range(n):
                 for j in range(b):
@@ -139,6 +141,11 @@ class DataSpec:
         elif kind is CollectiveKind.BROADCAST:
             for k in range(c):
                 yield k, self.contribution(self.root, k)
+
+    @property
+    def _every_rank(self) -> int:
+        """Input chunk 0 of every rank; shifted by ``k``, input chunk ``k`` of every rank."""
+        return _sum(self.contribution(s, 0) for s in range(self.ngpus))
 
     def describe(self, value: Value) -> str:
         if isinstance(value, Garbage):

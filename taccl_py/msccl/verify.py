@@ -13,6 +13,9 @@ buffer mode (in-place, out-of-place) the program declares.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from taccl_py.errors import InputError
 from taccl_py.msccl.ir import DIALECTS, Buffer, Program, StepType
@@ -147,25 +150,53 @@ class _HappensBefore:
 
     The race check only asks whether an earlier access (in the execution's
     topological order) happens before the transmission being executed. Most
-    answers are immediate: the same threadblock, or a direct wait. The rest
-    search backwards from the later transmission over the happens-before
-    graph, never entering a transmission that the topological order puts
-    before the earlier one (it cannot follow it) and stopping at the earlier
-    one's threadblock (its position there decides). A search that finds
-    nothing is a race. The searches share a budget of visited transmissions
-    (a multiple of the program's size); once it is spent, ``exhausted`` is set
-    and every further question is answered "ordered" (the check is then
-    incomplete, and the verifier says so).
+    answers are immediate: the same threadblock, a direct wait, or a chain of
+    the rank's own waits (vector clocks over the rank's threadblocks, made
+    only when first needed: orderings between a rank's steps are mostly its
+    own dependencies). The rest search backwards from the later transmission
+    over the whole happens-before graph. A search never enters a transmission that cannot follow the
+    earlier one (the topological order puts it before, or its level or
+    height rules it out) and stops at the earlier one's threadblock (its
+    position there decides). A search that finds nothing is a race. The
+    searches share a budget of visited transmissions (a multiple of the
+    program's size); once it is spent, ``exhausted`` is set and every further
+    question is answered "ordered" (the check is then incomplete, and the
+    verifier says so).
     """
 
     def __init__(self, machine: Machine, order: list[int]) -> None:
         self.machine = machine
+        self.order = order
         self.position = [0] * len(machine.nodes)
         for i, node in enumerate(order):
             self.position[node] = i
         self.searches = 0
         self.budget = _RACE_SEARCH_FACTOR * len(machine.nodes) + _RACE_SEARCH_BASE
         self.exhausted = False
+
+    @cached_property
+    def _labels(self) -> tuple[list[int], list[int]]:
+        """Per transmission: the longest chain of waits below it (level) and above it (height).
+
+        If A happens before B, A's level is below B's and its height above
+        B's: a search for A never needs to enter a transmission failing that.
+        Computed on the first search only (most programs need none).
+        """
+        preds = self.machine.preds
+        level = [0] * len(preds)
+        for node in self.order:
+            best = 0
+            for p in preds[node]:
+                if level[p] > best:
+                    best = level[p]
+            level[node] = best + 1
+        height = [1] * len(preds)
+        for node in reversed(self.order):
+            h = height[node] + 1
+            for p in preds[node]:
+                if height[p] < h:
+                    height[p] = h
+        return level, height
 
     def ordered(self, earlier: int, later: int) -> bool:
         if earlier == later:
@@ -174,34 +205,83 @@ class _HappensBefore:
         e, t = nodes[earlier], nodes[later]
         if e.tb == t.tb:
             return e.seq < t.seq
-        preds = self.machine.preds
-        if earlier in preds[later]:
+        if earlier in self.machine.preds[later]:
             return True
         if self.exhausted:
             return True
+        local, index = self._local_clocks
+        if e.rank == t.rank and local[later][index[e.tb]] > e.seq:
+            return True
         self.searches += 1
-        tb, seq, floor = e.tb, e.seq, self.position[earlier]
-        position = self.position
+        found, visited = self._search(earlier, later)
+        self.budget -= visited
+        if self.budget < 0:
+            self.exhausted = True
+        return found
+
+    @cached_property
+    def _local_clocks(self) -> tuple[list[np.ndarray], list[int]]:
+        """Per transmission, how many transmissions of each threadblock of its rank precede it through the
+        rank's own waits (threadblock order and dependencies; receives' senders are not followed).
+
+        (clocks, index of each threadblock among its rank's). A transmission
+        without dependencies shares its predecessor's clock (its own entry is
+        implied by its position), so arrays are made only where dependencies
+        join threadblocks. Computed on the first question the quick answers
+        cannot settle.
+        """
+        machine = self.machine
+        nodes, preds = machine.nodes, machine.preds
+        index = [0] * len(machine.tbs)
+        sizes: dict[int, int] = {}
+        for g, (rank, _) in enumerate(machine.tbs):
+            index[g] = sizes.get(rank, 0)
+            sizes[rank] = index[g] + 1
+        dtype = np.int16 if max((len(tb) for tb in machine.tb_nodes), default=0) < 32000 else np.int32
+        empty = {rank: np.zeros(size, dtype=dtype) for rank, size in sizes.items()}
+        clocks: list[np.ndarray] = [empty[t.rank] for t in nodes]
+        for node in self.order:
+            t = nodes[node]
+            ps = preds[node]
+            first = 1 if t.seq else 0
+            clock = clocks[node - 1] if t.seq else clocks[node]
+            fresh = False
+            for p in ps[first:]:
+                q = nodes[p]
+                if q.rank != t.rank:
+                    continue
+                if not fresh:
+                    clock = clock.copy()
+                    fresh = True
+                np.maximum(clock, clocks[p], out=clock)
+                g = index[q.tb]
+                if clock[g] <= q.seq:
+                    clock[g] = q.seq + 1
+            clocks[node] = clock
+        return clocks, index
+
+    def _search(self, earlier: int, later: int) -> tuple[bool, int]:
+        """(found ``earlier`` behind ``later``, transmissions visited)."""
+        nodes, preds, position = self.machine.nodes, self.machine.preds, self.position
+        level, height = self._labels
+        e = nodes[earlier]
+        tb, seq = e.tb, e.seq
+        floor, low, high = position[earlier], level[earlier], height[earlier]
         stack = [later]
         seen = {later}
-        try:
-            while stack:
-                for p in preds[stack.pop()]:
-                    if p in seen:
-                        continue
-                    seen.add(p)
-                    q = nodes[p]
-                    if q.tb == tb:
-                        if q.seq >= seq:
-                            return True
-                        continue  # before ``earlier`` in its threadblock: nothing it waits for follows it
-                    if position[p] > floor:
-                        stack.append(p)
-            return False
-        finally:
-            self.budget -= len(seen)
-            if self.budget < 0:
-                self.exhausted = True
+        while stack:
+            for p in preds[stack.pop()]:
+                if p in seen:
+                    continue
+                seen.add(p)
+                q = nodes[p]
+                if q.tb == tb:
+                    if q.seq >= seq:
+                        return True, len(seen)
+                    continue  # before ``earlier`` in its threadblock: nothing it waits for follows it
+                if position[p] > floor and level[p] > low and height[p] < high:
+                    stack.append(p)
+        return False, len(seen)
 
 
 class _Execution:
