@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint pytest bench clean
+.PHONY: demo test lint pytest bench bench-full bench-render clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
@@ -32,9 +32,16 @@ pytest: $(VENV)/.installed-test
 
 test: lint pytest
 
+# Benchmarks: raw JSON in benchmarks/results/, then RESULTS.md, benchmarks/figures/ and the README headline
+# regenerated from it (benchmarks/README.md). Quick mode: under 10 minutes on 2 cores.
 bench: $(VENV)/.installed-test
-	$(BIN)/python benchmarks/bench_simulator.py
-	$(BIN)/python benchmarks/bench_synthesis.py
+	$(BIN)/python benchmarks/run.py
+
+bench-full: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/run.py --full
+
+bench-render: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/run.py --render
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

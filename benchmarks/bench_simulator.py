@@ -1,12 +1,12 @@
-"""Simulator speed and memory on large NCCL-style schedules, written into benchmarks/RESULTS.md.
+"""Simulator speed and memory on large NCCL-style schedules (the "Simulator" section of RESULTS.md).
 
-Run: ``.venv/bin/python benchmarks/bench_simulator.py [--quick] [--no-write] [--cpu N]``. Every case runs
-in its own child process pinned to one CPU (``os.sched_setaffinity``, BLAS/OpenMP threads set to 1), so
-its peak RSS and caches are its own. Per case it times building the schedule (topology generation, ring or
-tree plan, transfers) apart from simulating it, keeps the best of ``repeats`` runs, and checks the
-simulator's verdict (correct, and no faster than ``taccl bound``). Results also go to
-``benchmarks/results/simulator.json``; the "## Simulator" section of RESULTS.md is replaced, any other
-section is left as it is.
+A benchmark module of benchmarks/harness.py: ``make bench`` runs it through ``benchmarks/run.py``, which
+stores ``results/simulator.json`` and renders the section. Alone, ``.venv/bin/python
+benchmarks/bench_simulator.py [--quick] [--cpu N]`` prints the table rows. Every case runs in its own
+child process pinned to one CPU (``os.sched_setaffinity``, BLAS/OpenMP threads set to 1), so its peak RSS
+and caches are its own. Per case it times building the schedule (topology generation, ring or tree plan,
+transfers) apart from simulating it, keeps the best of ``repeats`` runs, and checks the simulator's
+verdict (correct, and no faster than ``taccl bound``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -24,8 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
-SECTION = "## Simulator"
+NAME, TITLE, ORDER = "simulator", "Simulator", 10
 GB = 2**30
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
@@ -150,34 +148,20 @@ def fmt_row(row: dict[str, Any]) -> str:
             f"| {row['peak_rss_mib']:.0f} | {correct} | {time_ms} | {target} | {result} |")
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def render(rows: list[dict[str, Any]], command: str, machine: dict[str, Any]) -> str:
+def render(data: dict[str, Any], figures: Path) -> str:
+    """The section body (protocol of benchmarks/harness.py): how it was measured, the table."""
+    rows = data["rows"]
     imports = min(r["rss_after_imports_mib"] for r in rows)
-    lines = [SECTION, "",
-             f"Measured {machine['date']} on {machine['cpu_model']} ({machine['cpus']} CPUs, benchmark pinned to "
-             f"CPU {machine['cpu']}), Python {machine['python']}, load average {machine['load_before']:.2f} "
-             f"before and {machine['load_after']:.2f} after the run, with:", "",
-             f"    {command}", "",
-             *([] if "--quick" in command else ["(`make bench` runs it, then `benchmarks/bench_synthesis.py`.)", ""]),
-             "Every case is a fresh process on one CPU. Build s: generating the topology and constructing the "
-             "NCCL-style schedule (`taccl_py.baselines.baseline`: ring or tree plan, then the transfers); "
-             "simulate s: `taccl_py.simulator.simulate` on it (dependency graph, fluid max-min events, "
+    lines = [f"Every case is a fresh process pinned to CPU {data['cpu']}. Build s: generating the topology and "
+             "constructing the NCCL-style schedule (`taccl_py.baselines.baseline`: ring or tree plan, then the "
+             "transfers); simulate s: `taccl_py.simulator.simulate` on it (dependency graph, fluid max-min events, "
              "post-condition check). Peak MiB is the process's peak RSS "
              f"(about {imports:.0f} MiB of it is Python and the imports). "
              "Correct: the simulator's verdict, and its time is not below `taccl bound`. Sizes are 1GB "
              "(2^30 bytes, nccl-tests convention); sim. time is the simulated collective time. "
              "A target bounds build + simulate; the 1024-GPU target counts about a million transfers, "
-             "i.e. one ring (NCCL would run 8 rings on this fabric, 8 times as many transfers). The machine may be "
-             "shared with other jobs (see the load averages); the figures are wall times.", "",
+             "i.e. one ring (NCCL would run 8 rings on this fabric, 8 times as many transfers); quick mode "
+             "leaves out the 1024-GPU and the largest 128-GPU cases.", "",
              "| what | topology | transfers | build s | simulate s | peak MiB | correct | sim. time ms | target "
              "| result |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -188,48 +172,40 @@ def render(rows: list[dict[str, Any]], command: str, machine: dict[str, Any]) ->
     return "\n".join(lines) + "\n"
 
 
-def write_section(section: str) -> None:
-    """Replace this benchmark's section of RESULTS.md (or append it); other sections stay as they are."""
-    path = HERE / "RESULTS.md"
-    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    start = text.find(SECTION)
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end:] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+def headline(data: dict[str, Any]) -> list[list[str]]:
+    """README rows: the largest simulation measured."""
+    biggest = max(data["rows"], key=lambda r: r["transfers"])
+    return [[f"simulating a {biggest['gpus']}-GPU {biggest['what'].split(',')[0]} ({biggest['transfers']:,} "
+             "transfers)", f"{biggest['build_s'] + biggest['simulate_s']:.1f} s on one core, "
+             f"{'correct' if biggest['correct'] else 'NOT correct'}", ""]]
+
+
+def run(quick: bool, cpu: int | None = None) -> dict[str, Any]:
+    """Every case (quick: the quick ones) in its own pinned process (protocol of benchmarks/harness.py)."""
+    from harness import note
+
+    rows = []
+    for case in CASES:
+        if quick and not case.quick:
+            continue
+        row = run_child(case, cpu)
+        rows.append(row)
+        note(fmt_row(row))
+    return {"cpu": rows[0]["cpu"], "rows": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="only the quick cases (no 1024-GPU run)")
-    parser.add_argument("--no-write", action="store_true", help="do not touch benchmarks/RESULTS.md")
     parser.add_argument("--cpu", type=int, default=None, help="CPU to pin to (default: the last one allowed)")
     parser.add_argument("--case", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    by_key = {c.key: c for c in CASES}
     if args.case:
-        print(json.dumps(run_case(by_key[args.case], args.cpu)))
+        print(json.dumps(run_case({c.key: c for c in CASES}[args.case], args.cpu)))
         return
-    load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    rows = []
-    for case in CASES:
-        if args.quick and not case.quick:
-            continue
-        row = run_child(case, args.cpu)
-        rows.append(row)
-        print(fmt_row(row), flush=True)
-    machine = {"date": time.strftime("%Y-%m-%d"), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
-               "cpu": rows[0]["cpu"], "python": platform.python_version(), "load_before": load_before,
-               "load_after": os.getloadavg()[0], "wall_s": time.perf_counter() - started}
-    command = ".venv/bin/python benchmarks/bench_simulator.py" + (" --quick" if args.quick else "")
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "simulator.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
-    if not args.no_write:
-        write_section(render(rows, command, machine))
-    print(f"done in {machine['wall_s']:.0f} s", file=sys.stderr)
+    data = run(args.quick, args.cpu)
+    for row in data["rows"]:
+        print(fmt_row(row))
 
 
 if __name__ == "__main__":

@@ -1,23 +1,22 @@
-"""Synthesizer quality and speed on the reference instances, written into benchmarks/RESULTS.md.
+"""Synthesizer quality and speed on the reference instances (the "Synthesizer" section of RESULTS.md).
 
-Run: ``.venv/bin/python benchmarks/bench_synthesis.py [--quick] [--only NAME]`` (one process, one core
-per solver thread as configured, 2 threads by default). Every figure is measured by our simulator on the
-returned schedule; the bound is ``taccl bound``'s. Results also go to ``benchmarks/results/synthesis.json``.
+A benchmark module of benchmarks/harness.py: ``make bench`` runs it through ``benchmarks/run.py``, which
+stores ``results/synthesis.json`` and renders the section with its scaling picture. Alone,
+``.venv/bin/python benchmarks/bench_synthesis.py [--quick] [--only NAME]`` prints the rows (one process,
+one core per solver thread as configured, 2 threads by default). Every figure is measured by our
+simulator on the returned schedule; the bound is ``taccl bound``'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
+import re
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from bench_simulator import cpu_model  # same directory: run as a script
+from typing import Any
 
 from solver_models._backend import SolverConfig
 from solver_models.logical import build_logical_graph
@@ -30,10 +29,12 @@ from taccl_py.library import list_topologies, resolve_topology
 from taccl_py.simulator import simulate
 from taccl_py.sketch import derive_sketch
 from taccl_py.synthesis import SynthesisOptions, synthesize
+from taccl_py.synthesis.chunking import selectable_at
 from taccl_py.units import format_bytes
 
-HERE = Path(__file__).parent
+NAME, TITLE, ORDER = "synthesis", "Synthesizer", 20
 GB = 2**30
+SCALING_FIGURE = "synthesis-scaling.png"
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ def run_target(t: Target) -> dict[str, object]:
             "size": t.size, "correct": result.sim.correct, "time_us": time_us, "algbw_GBps": algbw,
             "bound_algbw_GBps": t.size / bound / 1e3, "efficiency": efficiency, "ring_time_us": ring,
             "synthesis_s": seconds, "algorithm": result.chosen, "chunk_factor": result.schedule.collective.chunk_factor,
-            "goal": t.goal, "met": bool(met), "reference": t.reference}
+            "goal": t.goal, "met": bool(met), "reference": t.reference,
+            "stages_s": {k: round(v, 3) for k, v in result.stages_s.items()}, "time_limit_hit": result.time_limit_hit,
+            "selectable": selectable_at(result.schedule.collective, t.size, 4)}
 
 
 def solver_comparison() -> list[dict[str, object]]:
@@ -136,12 +139,8 @@ def _fmt_row(r: dict[str, object]) -> str:
             f"| {r['reference']} |")
 
 
-def render(rows: list[dict[str, object]], solvers: list[dict[str, object]], command: str) -> str:
-    lines = ["## Synthesizer", "",
-             f"Measured on {cpu_model()} ({os.cpu_count()} CPUs), Python {platform.python_version()}, "
-             f"{time.strftime('%Y-%m-%d')}, with:", "",
-             f"    {command}", "",
-             "Sizes are binary (1GB = 2^30 bytes); algbw = size / time (GB/s of 1e9 bytes); efficiency = bound / "
+def render_tables(rows: list[dict[str, object]], solvers: list[dict[str, object]]) -> str:
+    lines = ["Sizes are binary (1GB = 2^30 bytes); algbw = size / time (GB/s of 1e9 bytes); efficiency = bound / "
              "time; speedup is against the NCCL-style ring baseline on the same topology; synthesis seconds "
              "include routing, ordering, scheduling and the simulation of every candidate.", "",
              "| topology (GPUs) | collective | size | algbw | bound algbw | efficiency | vs ring | synthesis s "
@@ -151,8 +150,8 @@ def render(rows: list[dict[str, object]], solvers: list[dict[str, object]], comm
     small = [r for r in rows if r["group"] == "small"]
     if small:
         met = sum(1 for r in small if r["met"])
-        lines += ["", f"Small buffers (Allgather, 1KB-64KB) on every shipped multi-machine topology: faster than "
-                      f"the NCCL-style ring in {met} of {len(small)} cases.", "",
+        lines += ["", f"Small buffers (Allgather, {_small_sizes(small)}) on every shipped multi-machine topology: "
+                      f"faster than the NCCL-style ring in {met} of {len(small)} cases.", "",
                   "| topology (GPUs) | collective | size | algbw | bound algbw | efficiency | vs ring | synthesis s "
                   "| target | result | published reference |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [_fmt_row(r) for r in small]
@@ -164,38 +163,83 @@ def render(rows: list[dict[str, object]], solvers: list[dict[str, object]], comm
     return "\n".join(lines) + "\n"
 
 
-def write_section(section: str) -> None:
-    path = HERE / "RESULTS.md"
-    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    start = text.find("## Synthesizer")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+def _small_sizes(rows: list[dict[str, object]]) -> str:
+    sizes = sorted({int(r["size"]) for r in rows})  # type: ignore[call-overload]
+    return f"{format_bytes(sizes[0])}-{format_bytes(sizes[-1])}"
+
+
+# ------------------------------------------------------------------ protocol of benchmarks/harness.py
+def run(quick: bool) -> dict[str, Any]:
+    from harness import note
+
+    rows = []
+    for t in [*targets(quick), *small_buffer_targets(quick)]:
+        row = run_target(t)
+        rows.append(row)
+        note(_fmt_row(row))
+    return {"rows": rows, "solvers": solver_comparison()}
+
+
+def _base_name(topology: str) -> str:
+    """``dgx-a100x16-forestcoll`` -> ``dgx-a100x16``: the fabric suffixes name variants of one machine count."""
+    return re.sub(r"(-(forestcoll|single|rail|nvls))+$", "", topology)
+
+
+def _family(topology: str) -> str:
+    """``dgx-a100x16-forestcoll`` -> ``dgx-a100``."""
+    return re.sub(r"x\d+$", "", _base_name(topology))
+
+
+def render(data: dict[str, Any], figures: Path) -> str:
+    """The tables, and synthesis time and efficiency versus GPU count for the 1GB instances."""
+    from taccl_py.plots import ScalingPoint, save_figure, scaling_figure
+
+    body = render_tables(data["rows"], data["solvers"])
+    points = [ScalingPoint(f"{_family(r['topology'])} {r['collective']} {format_bytes(r['size'])}", r["gpus"],
+                           r["synthesis_s"], r["efficiency"])
+              for r in data["rows"] if r["group"] != "small" and r["correct"]]
+    if points:
+        save_figure(scaling_figure(points, "Synthesis at 1GB: wall time and efficiency versus GPU count"),
+                    figures / SCALING_FIGURE)
+        body += (f"\n![synthesis time and efficiency versus GPU count](figures/{SCALING_FIGURE})\n\n"
+                 "Synthesis wall time (left, log scale) and efficiency = bound / time (right) of the 1GB instances "
+                 "above, one line per machine family and collective.\n")
+    return body
+
+
+_HEADLINE = {("ndv2x2", "allgather"): "2xNDv2 Allgather 1 GB", ("ndv2x4", "allgather"): "4xNDv2 Allgather 1 GB",
+             ("dgx2x2", "allgather"): "2xDGX-2 Allgather 1 GB",
+             ("dgx-a100x16", "allgather"): "16xDGX-A100 (128 GPUs) Allgather 1 GB",
+             ("dgx-a100x16", "allreduce"): "16xDGX-A100 (128 GPUs) Allreduce 1 GB"}
+
+
+def headline(data: dict[str, Any]) -> list[list[str]]:
+    """README rows: the published reference instances, the 128-GPU runs (full mode), the small buffers."""
+    out = []
+    for r in data["rows"]:
+        label = _HEADLINE.get((_base_name(r["topology"]), r["collective"]))
+        if label and r["group"] != "small":
+            reference = f" (published: {r['reference']})" if r["reference"] else ""
+            out.append([label, f"{r['algbw_GBps']:.2f} GB/s, {100 * r['efficiency']:.1f}% of the bound "
+                               f"{r['bound_algbw_GBps']:.2f}{reference}", f"{r['synthesis_s']:.1f} s"])
+    small = [r for r in data["rows"] if r["group"] == "small"]
+    if small:
+        met = sum(1 for r in small if r["met"])
+        out.append([f"Allgather {_small_sizes(small)}, every shipped multi-machine topology",
+                    f"faster than the NCCL-style ring in {met} of {len(small)} cases", ""])
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="skip the 128-GPU runs and use fewer small sizes")
     parser.add_argument("--only", help="run targets whose topology contains this text")
-    parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    rows = []
     for t in [*targets(args.quick), *small_buffer_targets(args.quick)]:
         if args.only and args.only not in t.topology:
             continue
-        row = run_target(t)
-        rows.append(row)
-        print(_fmt_row(row), flush=True)
-    solvers = [] if args.only else solver_comparison()
-    command = "make bench   # = .venv/bin/python benchmarks/bench_synthesis.py" + (" --quick" if args.quick else "")
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "synthesis.json").write_text(json.dumps({"rows": rows, "solvers": solvers}, indent=1))
-    if not args.no_write and not args.only:
-        write_section(render(rows, solvers, command))
-    print("done", file=sys.stderr)
+        print(_fmt_row(run_target(t)), flush=True)
+    print("done (make bench stores and renders the results)", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -2,32 +2,61 @@
 
 Encodings describe their problems with the small neutral types below; this
 module turns them into GLOP linear programs, CP-SAT models or PuLP MILPs,
-applies the time limit, seed and thread count, and reports status, incumbent,
+applies the limits, seed and thread count, and reports status, incumbent,
 bound and gap in a :class:`SolveStats`. Statuses become :class:`Infeasible` or
 :class:`SolverTimeout` here, nowhere else.
+
+Limits are *deterministic* so that identical inputs give identical answers on
+any machine and under any load: CP-SAT and GLOP stop on their deterministic
+time (``max_deterministic_time``, an operation count scaled to about a second
+of work; CP-SAT's workers are interleaved deterministically), CBC on a node
+count (one thread: its parallel search is not deterministic). The wall-clock
+``time_limit_s`` stays as an outer guard; when it, not the deterministic
+budget, stops a solve, :attr:`SolveStats.stopped_by` says ``"time limit"``
+and the answer may differ between runs.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import threading
 import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from taccl_py.errors import Infeasible, SolverError, SolverTimeout
 
-__all__ = ["IntegerProgram", "LinearResult", "SolveStats", "SolverConfig", "solve_integer_program", "solve_lp"]
+__all__ = ["STOPPED_BY_TIME", "STOPPED_BY_WORK", "IntegerProgram", "LinearResult", "SolveStats", "SolverConfig",
+           "check_solver", "cpsat_solver", "cpsat_stop_reason", "glop_solver", "pulp_solver_name",
+           "solve_cpsat_interruptibly", "solve_integer_program", "solve_lp"]
+
+STOPPED_BY_WORK = "work limit"
+"""A solve stopped by its deterministic budget: the same answer on every machine."""
+
+STOPPED_BY_TIME = "time limit"
+"""A solve stopped by the wall-clock guard: the answer may differ between runs and machines."""
 
 
 @dataclass(frozen=True)
 class SolverConfig:
-    """Solver control shared by every stage: which MILP solver, limits, seed, threads."""
+    """Solver control shared by every stage: which MILP solver, limits, seed, threads.
+
+    ``work_limit`` is the deterministic budget (CP-SAT deterministic seconds),
+    ``max_nodes`` CBC's branch-and-bound node budget, ``time_limit_s`` the
+    wall-clock guard (seconds). ``threads`` goes to the PuLP solvers that take it
+    (Gurobi, CPLEX, HiGHS, SCIP); CP-SAT and CBC run on one thread so that
+    their answers are reproducible.
+    """
 
     solver: str = "cpsat"
     time_limit_s: float = 30.0
     threads: int = 2
     seed: int = 0
+    work_limit: float = 10.0
+    max_nodes: int = 20_000
 
 
 @dataclass
@@ -44,6 +73,8 @@ class SolveStats:
     constraints: int = 0
     iterations: int = 0
     note: str = ""
+    stopped_by: str = ""
+    """Why the solve ended before proving its answer: "" (it did not), STOPPED_BY_WORK or STOPPED_BY_TIME."""
 
     @property
     def gap(self) -> float | None:
@@ -56,7 +87,8 @@ class SolveStats:
     def to_dict(self) -> dict[str, object]:
         return {"stage": self.stage, "solver": self.solver, "status": self.status, "objective": self.objective,
                 "bound": self.bound, "gap": self.gap, "time_s": round(self.time_s, 4), "variables": self.variables,
-                "constraints": self.constraints, "iterations": self.iterations, "note": self.note}
+                "constraints": self.constraints, "iterations": self.iterations, "note": self.note,
+                "stopped_by": self.stopped_by}
 
 
 # ---------------------------------------------------------------------------- LP
@@ -67,18 +99,28 @@ class LinearResult:
     duals: list[float]
 
 
-def solve_lp(objective: Sequence[float], rows: Sequence[tuple[Sequence[tuple[int, float]], str, float]],
-             lower: Sequence[float], upper: Sequence[float]) -> LinearResult:
-    """Minimize ``objective . x`` subject to rows ``(terms, sense, rhs)`` with sense in ``<=, =, >=``.
-
-    Solved with GLOP (OR-Tools' primal/dual simplex). Duals follow the textbook
-    sign for a minimization: >= rows have non-negative duals, <= rows non-positive.
-    """
+def glop_solver(work_limit: float) -> Any:
+    """A GLOP solver stopped by ``work_limit`` deterministic seconds (GLOP is single-threaded and deterministic)."""
     from ortools.linear_solver import pywraplp
 
     solver = pywraplp.Solver.CreateSolver("GLOP")
     if solver is None:  # pragma: no cover - GLOP ships with every ortools wheel
         raise SolverError("OR-Tools GLOP is not available")
+    solver.SetSolverSpecificParametersAsString(f"max_deterministic_time: {work_limit!r}")
+    return solver
+
+
+def solve_lp(objective: Sequence[float], rows: Sequence[tuple[Sequence[tuple[int, float]], str, float]],
+             lower: Sequence[float], upper: Sequence[float], *, work_limit: float = 60.0) -> LinearResult:
+    """Minimize ``objective . x`` subject to rows ``(terms, sense, rhs)`` with sense in ``<=, =, >=``.
+
+    Solved with GLOP (OR-Tools' primal/dual simplex) within ``work_limit``
+    deterministic seconds (:class:`SolverTimeout` beyond). Duals follow the textbook
+    sign for a minimization: >= rows have non-negative duals, <= rows non-positive.
+    """
+    from ortools.linear_solver import pywraplp
+
+    solver = glop_solver(work_limit)
     xs = [solver.NumVar(lo, up if math.isfinite(up) else solver.infinity(), f"x{i}")
           for i, (lo, up) in enumerate(zip(lower, upper, strict=True))]
     cons = []
@@ -95,8 +137,9 @@ def solve_lp(objective: Sequence[float], rows: Sequence[tuple[Sequence[tuple[int
     status = solver.Solve()
     if status == pywraplp.Solver.INFEASIBLE:
         raise Infeasible("the routing linear program is infeasible")
-    if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
-        raise SolverError(f"GLOP stopped with status {status}")
+    if status != pywraplp.Solver.OPTIMAL:
+        raise SolverTimeout(f"GLOP did not reach the LP optimum within {work_limit:g} deterministic seconds "
+                            f"(status {status})")
     return LinearResult(objective=obj.Value(), values=[x.solution_value() for x in xs],
                         duals=[ct.dual_value() for ct in cons])
 
@@ -134,7 +177,7 @@ def solve_integer_program(program: IntegerProgram, config: SolverConfig, stage: 
     ``scale`` and rounded (the stats note the resolution). Returns the values and stats.
     """
     started = time.perf_counter()
-    if config.solver.lower() in ("cpsat", "cp-sat", "ortools"):
+    if config.solver.strip().lower() in _CPSAT_NAMES:
         values, stats = _solve_cpsat(program, config, stage, scale)
     else:
         values, stats = _solve_pulp(program, config, stage)
@@ -142,6 +185,39 @@ def solve_integer_program(program: IntegerProgram, config: SolverConfig, stage: 
     stats.variables = len(program.names)
     stats.constraints = len(program.rows)
     return values, stats
+
+
+def solve_cpsat_interruptibly(solver: Any, model: Any) -> Any:
+    """``solver.solve(model)`` that Ctrl-C stops at once with :class:`KeyboardInterrupt`.
+
+    CP-SAT's own SIGINT handling would end the search quietly (the caller would
+    carry on with the incumbent) and then leave SIGINT at its default, killing
+    the process on the next Ctrl-C without a word. Instead the solve runs in a
+    worker thread (CP-SAT releases the GIL) while the main thread waits; a
+    Ctrl-C there stops the search and propagates.
+    """
+    solver.parameters.catch_sigint_signal = False
+    outcome: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(solver.solve(model))
+        except BaseException as exc:  # re-raised in the caller's thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=run, name="cp-sat", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except KeyboardInterrupt:
+        solver.stop_search()
+        worker.join()
+        raise
+    if failure:
+        raise failure[0]
+    return outcome[0]
 
 
 def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
@@ -168,22 +244,76 @@ def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
     model.minimize(sum(round(c * 1e3 / factor[i] * scale) * xs[i] for i, c in enumerate(program.objective) if c))
     for i, value in program.hint.items():
         model.add_hint(xs[i], round(value * factor[i]))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = config.time_limit_s
-    solver.parameters.num_workers = max(1, config.threads)
-    solver.parameters.random_seed = config.seed
-    solver.parameters.interleave_search = True  # workers interleaved deterministically: same answer every run
-    status = solver.solve(model)
+    solver = cpsat_solver(config)
+    status = solve_cpsat_interruptibly(solver, model)
     name = solver.status_name(status)
     if status == cp_model.INFEASIBLE:
         raise Infeasible(f"{stage}: no integer solution exists (CP-SAT proved it)")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise SolverTimeout(f"{stage}: CP-SAT found no solution within {config.time_limit_s:g} s")
+        raise SolverTimeout(f"{stage}: CP-SAT found no solution within its budget ({config.work_limit:g} "
+                            f"deterministic s, {config.time_limit_s:g} s wall)")
     norm = scale * 1e3
     stats = SolveStats(stage=stage, solver="CP-SAT", status=name.lower(), objective=solver.objective_value / norm,
-                       bound=solver.best_objective_bound / norm,
+                       bound=solver.best_objective_bound / norm, stopped_by=cpsat_stop_reason(solver, status, config),
                        note=f"continuous values at resolution 1/{scale:g}")
     return [solver.value(x) / factor[i] for i, x in enumerate(xs)], stats
+
+
+def cpsat_solver(config: SolverConfig) -> Any:
+    """A CP-SAT solver with the deterministic budget, the wall-clock guard and the seed, on one worker.
+
+    One worker: CP-SAT's parallel portfolio shares solutions at moments that
+    depend on thread timing, so it is not reproducible; its interleaved mode is,
+    but on the scheduling model it reached worse makespans in the same wall time
+    (measured on dgx-a100x2 Allgather 4 MB: 30.0 us after 17 s against 21.6 us after 20 s for one worker).
+    """
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_deterministic_time = config.work_limit
+    solver.parameters.max_time_in_seconds = config.time_limit_s
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = config.seed
+    return solver
+
+
+def cpsat_stop_reason(solver: Any, status: int, config: SolverConfig) -> str:
+    """"" when CP-SAT proved its answer, else which limit stopped it (the deterministic one or the wall clock)."""
+    from ortools.sat.python import cp_model
+
+    if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        return ""
+    if solver.wall_time >= config.time_limit_s * 0.999 and solver.deterministic_time < config.work_limit * 0.999:
+        return STOPPED_BY_TIME
+    return STOPPED_BY_WORK
+
+
+_CPSAT_NAMES = ("cpsat", "cp-sat", "ortools")
+
+
+def pulp_solver_name(name: str) -> str:
+    """PuLP's name of the MILP solver ``name`` (``cbc``, ``gurobi``, ``cplex``...), if it is installed here.
+
+    Raises :class:`SolverError` listing the available ones otherwise; the CLI calls
+    it before any work so a misspelt ``--solver`` fails at once.
+    """
+    import pulp
+
+    wanted = name.strip().lower()
+    if wanted in ("cbc", "pulp_cbc", "pulp_cbc_cmd"):
+        return "PULP_CBC_CMD"
+    available = {s.upper(): s for s in pulp.listSolvers(onlyAvailable=True)}
+    key = next((v for k, v in available.items() if wanted and wanted.upper() in k), None)
+    if key is None:
+        raise SolverError(f"solver {name!r} is not available to PuLP here (available: "
+                          f"{', '.join(sorted(available.values()))}, or cpsat)")
+    return key
+
+
+def check_solver(name: str) -> None:
+    """Raise :class:`SolverError` unless ``name`` is CP-SAT or a PuLP solver installed here."""
+    if name.strip().lower() not in _CPSAT_NAMES:
+        pulp_solver_name(name)
 
 
 def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tuple[list[float], SolveStats]:
@@ -201,21 +331,23 @@ def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tu
         prob += (expr <= rhs if sense == "<=" else expr >= rhs if sense == ">=" else expr == rhs), rname
     for i, value in program.hint.items():
         xs[i].setInitialValue(value)
-    name = config.solver.lower()
     kwargs = {"msg": False, "timeLimit": config.time_limit_s}
-    if name in ("cbc", "pulp_cbc", "pulp_cbc_cmd"):
+    key = pulp_solver_name(config.solver)
+    cbc = key == "PULP_CBC_CMD"
+    started = time.perf_counter()
+    if cbc:
         with warnings.catch_warnings():  # PuLP 3 deprecates its bundled CBC in favour of a separate install
             warnings.simplefilter("ignore", DeprecationWarning)
-            solver = pulp.PULP_CBC_CMD(threads=config.threads, options=[f"randomSeed {config.seed}",
-                                                                        f"randomCbcSeed {config.seed}"], **kwargs)
+            # one thread: CBC's parallel tree search is not deterministic; the node budget is
+            solver = pulp.PULP_CBC_CMD(threads=1, maxNodes=config.max_nodes,
+                                       options=[f"randomSeed {config.seed}", f"randomCbcSeed {config.seed}"],
+                                       **kwargs)
     else:
-        available = {s.upper(): s for s in pulp.listSolvers(onlyAvailable=True)}
-        key = next((v for k, v in available.items() if name.upper() in k), None)
-        if key is None:
-            raise SolverError(f"solver {config.solver!r} is not available to PuLP here (available: "
-                              f"{', '.join(sorted(available.values()))}, or cpsat)")
-        solver = pulp.getSolver(key, **kwargs)
+        solver_class = getattr(pulp, key, None)
+        takes_threads = solver_class is not None and "threads" in inspect.signature(solver_class.__init__).parameters
+        solver = pulp.getSolver(key, **kwargs, **({"threads": config.threads} if takes_threads else {}))
     status = prob.solve(solver)
+    elapsed = time.perf_counter() - started
     status_name = pulp.LpStatus.get(status, str(status)).lower()
     if status == pulp.LpStatusInfeasible:
         raise Infeasible(f"{stage}: no integer solution exists ({config.solver} proved it)")
@@ -223,8 +355,16 @@ def _solve_pulp(program: IntegerProgram, config: SolverConfig, stage: str) -> tu
         raise SolverTimeout(f"{stage}: {config.solver} found no solution within {config.time_limit_s:g} s")
     objective = pulp.value(prob.objective)
     bound = getattr(prob, "bestBound", None)
+    # CBC's node budget is deterministic; any other solver here has only the wall clock
+    if elapsed >= config.time_limit_s * 0.999:
+        stopped_by = STOPPED_BY_TIME
+    elif status_name == "optimal":
+        stopped_by = ""
+    else:
+        stopped_by = STOPPED_BY_WORK if cbc else STOPPED_BY_TIME
     stats = SolveStats(stage=stage, solver=config.solver.upper(), status=status_name,
                        objective=float(objective) if objective is not None else None,
                        bound=float(bound) if bound is not None else (float(objective) if status_name == "optimal"
-                                                                      and objective is not None else None))
+                                                                      and objective is not None else None),
+                       stopped_by=stopped_by)
     return [float(x.varValue) for x in xs], stats

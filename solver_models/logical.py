@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from solver_models.symmetry import unusable_offset
 from taccl_py.errors import Infeasible, SketchError
-from taccl_py.sketch import Sketch
+from taccl_py.sketch import Sketch, check_sketch
 from taccl_py.topology import Route, Topology
 
 __all__ = ["LogicalGraph", "build_logical_graph"]
@@ -72,15 +73,10 @@ def build_logical_graph(topology: Topology, sketch: Sketch) -> LogicalGraph:
     """Apply the sketch to the physical topology; raise :class:`Infeasible` if it disconnects GPUs."""
     n = topology.num_gpus
     local = _local_ids(topology)
-    machine_size = len(topology.machines[0]) if topology.machines else n
     if sketch.num_machines is not None and topology.machines and sketch.num_machines != len(topology.machines):
-        raise SketchError(f"sketch is for {sketch.num_machines} machines but topology {topology.name!r} has "
-                          f"{len(topology.machines)}", field="nnodes")
-    for group in sketch.switch_groups:
-        for g in group:
-            if not 0 <= g < machine_size:
-                raise SketchError(f"switch group names local GPU {g} but machines have {machine_size} GPUs",
-                                  field="intranode_sketch.switches")
+        raise SketchError(f"is {sketch.num_machines} but topology {topology.name!r} has {len(topology.machines)} "
+                          "machines", where=sketch.path or sketch.origin, field="nnodes")
+    check_sketch(sketch, topology)
     allowed_switch: set[tuple[int, int]] | None = None
     if sketch.intranode == "switch" and sketch.switch_groups:
         allowed_switch = set()
@@ -133,6 +129,12 @@ def build_logical_graph(topology: Topology, sketch: Sketch) -> LogicalGraph:
                          bandwidth_GBps=bandwidth, index=index, inter_machine=inter, source_forbidden=forbidden,
                          description=sketch.describe())
     _check_reachable(graph, sketch)
+    unusable = unusable_offset(topology, sketch.symmetry_offsets, frozenset(edges))
+    if unusable is not None:
+        k, why = unusable
+        offset, group_size = sketch.symmetry_offsets[k]
+        raise SketchError(f"[{offset}, {group_size}] {why}", where=sketch.path or sketch.origin,
+                          field=f"symmetry_offsets[{k}]")
     return graph
 
 

@@ -28,20 +28,21 @@ class McfResult:
 
 
 def alltoall_mcf(num_gpus: int, num_vertices: int, links: Sequence[tuple[int, int, float]],
-                 *, time_limit_s: float = 60.0) -> McfResult | None:
+                 *, work_limit: float = 60.0) -> McfResult | None:
     """Solve the Alltoall flow LP; ``links`` are (src id, dst id, bytes per us), GPUs are ids 0..N-1.
 
-    Returns None when the LP is too large (see :data:`MAX_LP_VARIABLES`) or GLOP does not reach optimality.
+    GLOP stops after ``work_limit`` deterministic seconds, so whether the bound
+    is found does not depend on the machine or its load. Returns None when the
+    LP is too large (see :data:`MAX_LP_VARIABLES`) or GLOP does not reach optimality.
     """
     from ortools.linear_solver import pywraplp
+
+    from solver_models._backend import glop_solver
 
     variables = num_gpus * len(links)
     if num_gpus < 2 or variables > MAX_LP_VARIABLES:
         return None
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    if solver is None:
-        return None
-    solver.SetTimeLimit(int(time_limit_s * 1000))
+    solver = glop_solver(work_limit)
     inf = solver.infinity()
     makespan = solver.NumVar(0.0, inf, "T")
     flow = [[solver.NumVar(0.0, inf, f"f[s{s},l{i}]") for i in range(len(links))] for s in range(num_gpus)]

@@ -7,7 +7,9 @@ another in the greedy order (the simulator's FIFO rule). Consecutive tasks of on
 chunks are contiguous may be *merged* into one message (alpha + k * beta): the
 second then rides the first's latency, its bytes follow immediately, and both
 arrive when the message ends; its chunk must be at the sender when the message
-starts. The greedy order is the hint; the objective is the makespan.
+starts. The greedy order is the hint; the objective is the makespan. The solve
+stops on ``config.work_limit`` deterministic seconds (the same answer on every
+machine), with ``config.time_limit_s`` as the wall-clock guard.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from solver_models._backend import SolverConfig, SolveStats
+from solver_models._backend import (
+    SolverConfig,
+    SolveStats,
+    cpsat_solver,
+    cpsat_stop_reason,
+    solve_cpsat_interruptibly,
+)
 from solver_models.ordering import Task, TaskTiming
 
 __all__ = ["ScheduledTasks", "merge_candidates", "schedule_tasks"]
@@ -112,14 +120,12 @@ def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, conf
         model.add_hint(send[i], s)
     for m in merged_with.values():
         model.add_hint(m, 0)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = config.time_limit_s
-    solver.parameters.num_workers = max(1, config.threads)
-    solver.parameters.random_seed = config.seed
-    status = solver.solve(model)
+    solver = cpsat_solver(config)
+    status = solve_cpsat_interruptibly(solver, model)
     stats = SolveStats(stage="scheduling + contiguity", solver="CP-SAT", status=solver.status_name(status).lower(),
                        time_s=time.perf_counter() - started, variables=3 * n + len(merged_with),
-                       constraints=len(pairs) + n, note=f"tick {tick:.4g} us; {len(pairs)} merge candidates")
+                       constraints=len(pairs) + n, stopped_by=cpsat_stop_reason(solver, status, config),
+                       note=f"tick {tick:.4g} us; {len(pairs)} merge candidates")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return ScheduledTasks(list(hint.start_us), list(range(n)), hint.makespan_us), stats
     stats.objective = solver.objective_value * tick

@@ -20,7 +20,7 @@ from networkx.algorithms.isomorphism import DiGraphMatcher
 
 from taccl_py.topology import Topology
 
-__all__ = ["Symmetry", "find_symmetry", "offset_permutation", "trivial_symmetry"]
+__all__ = ["Symmetry", "find_symmetry", "offset_permutation", "trivial_symmetry", "unusable_offset"]
 
 _MAX_GROUP = 4096
 
@@ -184,31 +184,71 @@ def find_symmetry(topology: Topology, *, offsets: Sequence[Sequence[int]] | None
     ``allowed``: logical GPU edges the sketch allows; generators must preserve the set.
     ``fixed_gpu``: a rank the collective distinguishes (Broadcast root): no symmetry then.
     """
-    size = len(topology.vertices)
     if fixed_gpu is not None or topology.num_gpus == 1:
         return trivial_symmetry(topology)
+    cands = _offset_candidates(topology, offsets) if offsets else _structural_candidates(topology)
+    group, names, _ = _grow_group(topology, cands, allowed)
+    return _build(topology, group, tuple(names))
+
+
+def _offset_candidates(topology: Topology, offsets: Sequence[Sequence[int]]) -> list[tuple[str, list[int]]]:
+    return [(f"offset {o} within {g}", offset_permutation(topology.num_gpus, int(o), int(g))) for o, g in offsets]
+
+
+def _grow_group(topology: Topology, cands: Sequence[tuple[str, list[int]]],
+                allowed: frozenset[tuple[int, int]] | None,
+                explain: bool = False) -> tuple[list[Perm], list[str], list[tuple[int, str]]]:
+    """Add each candidate generator that keeps the group freely acting; also say why each other one was left out.
+
+    Returns the group, the names of the generators taken, and ``(candidate index, reason)``
+    for every candidate left out (a candidate the group already contains is not left out).
+    ``explain`` tells a non-automorphism from a sketch restriction (one more graph match per rejection).
+    """
+    size = len(topology.vertices)
     graph = _graph(topology)
-    if offsets:
-        cands = [(f"offset {o} within {g}", offset_permutation(topology.num_gpus, int(o), int(g)))
-                 for o, g in offsets]
-    else:
-        cands = _structural_candidates(topology)
     chosen: list[Perm] = []
     names: list[str] = []
+    rejected: list[tuple[int, str]] = []
     group: list[Perm] = [tuple(range(size))]
-    for name, gpu_perm in cands:
+    for k, (name, gpu_perm) in enumerate(cands):
+        if sorted(gpu_perm) != list(range(topology.num_gpus)):
+            rejected.append((k, "does not permute the GPUs"))
+            continue
         if allowed is not None and any((gpu_perm[u], gpu_perm[v]) not in allowed for u, v in allowed):
+            if explain and _extend(topology, graph, gpu_perm) is None:
+                rejected.append((k, f"is not a symmetry of {topology.name}: it maps some link onto a missing or "
+                                    "different link"))
+            else:
+                rejected.append((k, "maps a connection the sketch allows onto one it does not"))
             continue
         perm = _extend(topology, graph, gpu_perm)
-        if perm is None or perm in group:
+        if perm is None:
+            rejected.append((k, f"is not a symmetry of {topology.name}: it maps some link onto a missing or "
+                                "different link"))
+            continue
+        if perm in group:
             continue
         trial = _closure([*chosen, perm], size)
-        if trial is None or not _acts_freely(trial, topology.num_gpus):
+        if trial is None:
+            rejected.append((k, f"would make a group of more than {_MAX_GROUP} elements"))
+            continue
+        if not _acts_freely(trial, topology.num_gpus):
+            rejected.append((k, "together with the entries before it, leaves some GPU in place (every element of "
+                                "the group must move every GPU)"))
             continue
         chosen.append(perm)
         names.append(name)
         group = trial
-    return _build(topology, group, tuple(names))
+    return group, names, rejected
+
+
+def unusable_offset(topology: Topology, offsets: Sequence[Sequence[int]],
+                    allowed: frozenset[tuple[int, int]] | None = None) -> tuple[int, str] | None:
+    """The first TACCL ``symmetry_offsets`` entry that :func:`find_symmetry` could not use, and why; None if all fit."""
+    if topology.num_gpus == 1 or not offsets:
+        return None
+    _, _, rejected = _grow_group(topology, _offset_candidates(topology, offsets), allowed, explain=True)
+    return rejected[0] if rejected else None
 
 
 def _build(topology: Topology, group: list[Perm], names: tuple[str, ...]) -> Symmetry:

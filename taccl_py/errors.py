@@ -11,6 +11,7 @@ __all__ = [
     "Infeasible",
     "InputError",
     "LoweringError",
+    "OutputError",
     "ProfileInputError",
     "ScheduleError",
     "SketchError",
@@ -63,6 +64,10 @@ class SketchError(InputError):
 
 class ProfileInputError(InputError):
     """A measurement file (nccl-tests log, CSV) cannot be fitted."""
+
+
+class OutputError(InputError):
+    """An output (``-o``, ``--schedule-out``...) cannot be written where asked. Exit status 2."""
 
 
 class LoweringError(TacclError):

@@ -26,14 +26,14 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from taccl_py.collectives import Collective, parse_collective
 from taccl_py.errors import InputError, ScheduleError, TopologyError
+from taccl_py.limits import MAX_CHUNK_COPIES, MAX_CHUNK_FACTOR, MAX_GPUS, MAX_START_US, limit_text
 from taccl_py.topology import Route, Topology
 
 __all__ = ["Op", "Schedule", "Transfer", "load_schedule", "save_schedule", "schedule_from_dict",
@@ -104,7 +104,9 @@ class Schedule:
             if t.channel < 0:
                 return f"transfer {i}: negative channel {t.channel}"
             for a in t.after:
-                if not 0 <= a < count or a == i:
+                if a == i:
+                    return f"transfer {i}: 'after' refers to itself (a transfer cannot wait for its own commit)"
+                if not 0 <= a < count:
                     return f"transfer {i}: 'after' names transfer {a}, which does not exist"
             if not t.route:
                 return f"transfer {i}: empty route"
@@ -173,6 +175,7 @@ def schedule_from_dict(data: Any, topology: Topology, *, where: str = "<schedule
                                 _int(col.get("root", 0)))
     except (TypeError, ValueError) as exc:
         raise fail("collective", str(exc)) from None
+    _check_collective_limits(collective, fail)
     raw = data.get("transfers")
     if not isinstance(raw, list):
         raise fail("transfers", "must be a list")
@@ -211,11 +214,24 @@ def schedule_from_dict(data: Any, topology: Topology, *, where: str = "<schedule
     return schedule
 
 
+def _check_collective_limits(collective: Collective, fail: Callable[[str, str], ScheduleError]) -> None:
+    """Ranks, chunk factor and (rank, chunk) pairs within :mod:`taccl_py.limits`, before anything is allocated."""
+    if collective.num_ranks > MAX_GPUS:
+        raise fail("collective.ranks", f"is {collective.num_ranks}; {limit_text('MAX_GPUS', MAX_GPUS)}")
+    if collective.chunk_factor > MAX_CHUNK_FACTOR:
+        raise fail("collective.chunk_factor",
+                   f"is {collective.chunk_factor}; {limit_text('MAX_CHUNK_FACTOR', MAX_CHUNK_FACTOR)}")
+    copies = collective.num_ranks * collective.num_chunks
+    if copies > MAX_CHUNK_COPIES:
+        raise fail("collective", f"tracks {copies:,} (rank, chunk) pairs ({collective.num_ranks} ranks x "
+                                 f"{collective.num_chunks:,} chunks); {limit_text('MAX_CHUNK_COPIES', MAX_CHUNK_COPIES)}")
+
+
 def _start_time(x: Any) -> float | None:
     if x is None:
         return None
-    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
-        raise ValueError(f"not_before_us must be a finite number >= 0, got {x!r}")
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or not 0 <= x <= MAX_START_US:
+        raise ValueError(f"not_before_us must be a number in 0..{MAX_START_US:g} us (MAX_START_US), got {x!r}")
     return float(x)
 
 
@@ -232,14 +248,10 @@ def save_schedule(schedule: Schedule, topology: Topology, path: str | os.PathLik
 
 
 def load_schedule(path: str | os.PathLike[str], topology: Topology) -> Schedule:
-    where = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ScheduleError("no such file", where=where) from None
-    except json.JSONDecodeError as exc:
-        raise ScheduleError(f"not valid JSON: {exc.msg} (line {exc.lineno})", where=where) from None
-    return schedule_from_dict(data, topology, where=where)
+    from taccl_py.inputs import read_json_file
+
+    data = read_json_file(path, ScheduleError, what="schedule file")
+    return schedule_from_dict(data, topology, where=str(path))
 
 
 def renumber(transfers: Sequence[Transfer], order: Sequence[int]) -> list[Transfer]:

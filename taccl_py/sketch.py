@@ -12,16 +12,17 @@ connection allowed, symmetry found automatically).
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from taccl_py.errors import SketchError
+from taccl_py.inputs import read_json_file
+from taccl_py.topology import Topology
 
-__all__ = ["Sketch", "derive_sketch", "load_sketch", "sketch_from_dict"]
+__all__ = ["Sketch", "check_sketch", "derive_sketch", "load_sketch", "sketch_from_dict"]
 
 _POLICIES = ("uc-max", "uc-min")
 
@@ -48,6 +49,8 @@ class Sketch:
     num_machines: int | None = None
     origin: str = "derived from the topology"
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    path: str = field(default="", compare=False)
+    """The file the sketch was read from (named in errors), or empty."""
 
     def describe(self) -> str:
         parts = [f"intranode={self.intranode}"]
@@ -71,14 +74,8 @@ def derive_sketch() -> Sketch:
 
 
 def load_sketch(path: str | os.PathLike[str]) -> Sketch:
-    where = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SketchError("no such file", where=where) from None
-    except json.JSONDecodeError as exc:
-        raise SketchError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", where=where) from None
-    return sketch_from_dict(data, where=where)
+    data = read_json_file(path, SketchError, what="sketch file")
+    return sketch_from_dict(data, where=str(path))
 
 
 def _int_list(value: Any, where: str, field_name: str) -> tuple[int, ...]:
@@ -180,4 +177,36 @@ def sketch_from_dict(data: Any, *, where: str = "<sketch>") -> Sketch:
     return Sketch(intranode=intranode, switch_groups=groups, hyperedge_policy=policies, internode_conn=conn,
                   direct_map=direct_map, sender_feeds=feeds, enforce_ordering=enforce,
                   symmetry_offsets=tuple((int(o), int(g)) for o, g in offsets_raw), chunk_factor=chunkup,
-                  num_machines=nnodes, origin=f"sketch {Path(where).name}", raw=data)
+                  num_machines=nnodes, origin=f"sketch {Path(where).name}", raw=data, path=where)
+
+
+def check_sketch(sketch: Sketch, topology: Topology) -> None:
+    """Every GPU the sketch names is a local GPU of the topology's machines, and every symmetry offset
+    permutes its GPUs; raise :class:`SketchError` naming the file and field otherwise.
+
+    (Whether an offset is a symmetry of the topology needs its graph; the synthesizer checks that.)
+    """
+    where = sketch.path or sketch.origin
+    n = topology.num_gpus
+    local = len(topology.machines[0]) if topology.machines else n
+    span = (f"a machine of {topology.name} has local GPUs 0..{local - 1}" if topology.machines else
+            f"{topology.name} has GPUs 0..{local - 1}")
+
+    def check_ids(ids: Sequence[int], field_name: str) -> None:
+        for g in ids:
+            if not 0 <= g < local:
+                raise SketchError(f"names GPU {g}, but {span}", where=where, field=field_name)
+
+    for k, group in enumerate(sketch.switch_groups):
+        check_ids(group, f"intranode_sketch.switches[{k}]")
+    for name, mapping in (("internode_conn", sketch.internode_conn), ("gpus_to_sender_rev_map", sketch.sender_feeds)):
+        for sender, targets in (mapping or {}).items():
+            check_ids((sender, *targets), f"internode_sketch.{name}.{sender}")
+    for k, (offset, group_size) in enumerate(sketch.symmetry_offsets):
+        field_name = f"symmetry_offsets[{k}]"
+        if n % group_size:
+            raise SketchError(f"[{offset}, {group_size}]: groups of {group_size} GPUs do not divide the {n} GPUs of "
+                              f"{topology.name}", where=where, field=field_name)
+        if offset % group_size == 0:
+            raise SketchError(f"[{offset}, {group_size}]: an offset of {offset} within groups of {group_size} moves no "
+                              "GPU (use 0 < offset < group size)", where=where, field=field_name)

@@ -17,6 +17,7 @@ from itertools import pairwise
 from typing import Any
 
 from taccl_py.errors import TopologyError
+from taccl_py.limits import MAX_BANDWIDTH_GBPS, MAX_GPUS, MAX_LATENCY_US, MIN_BANDWIDTH_GBPS, limit_text
 
 __all__ = ["Link", "Route", "Switch", "Topology", "Vertex", "check_topology"]
 
@@ -299,6 +300,8 @@ def check_topology(topology: Topology, *, where: str = "") -> Topology:
     where = where or topology.name
     if topology.num_gpus < 1:
         raise TopologyError(f"must be >= 1 (got {topology.num_gpus})", where=where, field="gpus")
+    if topology.num_gpus > MAX_GPUS:
+        raise TopologyError(f"is {topology.num_gpus}; {limit_text('MAX_GPUS', MAX_GPUS)}", where=where, field="gpus")
     names: set[str] = set()
     for k, switch in enumerate(topology.switches):
         if not isinstance(switch.name, str) or not switch.name:
@@ -319,6 +322,13 @@ def check_topology(topology: Topology, *, where: str = "") -> Topology:
             raise TopologyError(f"must be > 0 (got {link.bandwidth:g})", where=where, field=f"links[{i}].bandwidth")
         if not link.latency >= 0:
             raise TopologyError(f"must be >= 0 (got {link.latency:g})", where=where, field=f"links[{i}].latency")
+        if not MIN_BANDWIDTH_GBPS <= link.bandwidth <= MAX_BANDWIDTH_GBPS:
+            raise TopologyError(f"is {link.bandwidth:g} GB/s, outside {MIN_BANDWIDTH_GBPS:g}..{MAX_BANDWIDTH_GBPS:g} "
+                                "GB/s (MIN_BANDWIDTH_GBPS..MAX_BANDWIDTH_GBPS)", where=where,
+                                field=f"links[{i}].bandwidth")
+        if not link.latency <= MAX_LATENCY_US:
+            raise TopologyError(f"is {link.latency:g} us; {limit_text('MAX_LATENCY_US', MAX_LATENCY_US, 'us')}",
+                                where=where, field=f"links[{i}].latency")
         key = (link.src, link.dst)
         if key in seen:
             raise TopologyError(f"duplicates links[{seen[key]}] ({link.src!r} -> {link.dst!r})", where=where,
@@ -342,6 +352,8 @@ def check_machines(machines: Iterable[Sequence[int]], num_gpus: int, *, where: s
         return
     owner: dict[int, int] = {}
     for m, members in enumerate(machines):
+        if not members:
+            raise TopologyError("is empty (a machine holds at least one GPU)", where=where, field=f"machines[{m}]")
         for k, g in enumerate(members):
             if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < num_gpus:
                 raise TopologyError(f"must be a GPU id in 0..{num_gpus - 1} (got {g!r})", where=where,

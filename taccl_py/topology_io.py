@@ -17,6 +17,7 @@ merges a link with its reverse when they are adjacent and identical, so
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -24,10 +25,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from taccl_py.errors import TopologyError
+from taccl_py.errors import OutputError, TopologyError
+from taccl_py.inputs import read_json_file
+from taccl_py.limits import (
+    MAX_BANDWIDTH_GBPS,
+    MAX_GPUS,
+    MAX_LATENCY_US,
+    MIN_BANDWIDTH_GBPS,
+    limit_text,
+)
 from taccl_py.topology import Link, Switch, Topology, Vertex, check_connected, check_machines
 
-__all__ = ["atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
+__all__ = ["atomic_write_bytes", "atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
            "topology_to_dict"]
 
 _TOP_KEYS = {"name", "source", "gpus", "machines", "switches", "links", "format"}
@@ -43,35 +52,58 @@ def _new_file_mode() -> int:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it into place."""
+    """Write ``text`` (UTF-8) to a temporary file beside ``path`` and rename it into place.
+
+    An existing file is replaced only once the new text is complete; an OS error
+    becomes :class:`OutputError` naming ``path`` (and the temporary file is removed).
+    A device or a named pipe (``/dev/stdout``, ``/dev/null``) is written into, not replaced.
+    """
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """:func:`atomic_write_text` for bytes (a PNG plot)."""
     target = Path(path)
+    if target.exists() and not target.is_file() and not target.is_dir():
+        _write_through(target, data)  # a device or a pipe (-o /dev/stdout): renaming over it would replace it
+        return
     directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise OutputError(f"cannot write here: {_why(exc)}", where=str(path)) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.chmod(tmp, _new_file_mode())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise OutputError(f"cannot write: {_why(exc)}", where=str(path)) from None
         raise
+
+
+def _write_through(target: Path, data: bytes) -> None:
+    try:
+        with open(target, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise OutputError(f"cannot write: {_why(exc)}", where=str(target)) from None
+
+
+def _why(exc: OSError) -> str:
+    """The OS's reason, without the temporary file's name."""
+    if isinstance(exc, IsADirectoryError) or exc.errno == errno.EISDIR:
+        return "it is a directory"
+    return exc.strerror or str(exc)
 
 
 def load_topology(path: str | os.PathLike[str]) -> Topology:
     """Read and validate a topology file; raise :class:`TopologyError` naming file and field."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TopologyError("no such file", where=where) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TopologyError(f"cannot read: {exc}", where=where) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TopologyError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
-                            where=where) from None
+    data = read_json_file(path, TopologyError, what="topology file")
     return topology_from_dict(data, where=where, default_name=Path(path).stem)
 
 
@@ -100,6 +132,7 @@ def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: st
     _require(isinstance(num_gpus, int) and not isinstance(num_gpus, bool),
              f"must be an integer (got {_typename(num_gpus)} {num_gpus!r})", where, "gpus")
     _require(num_gpus >= 1, f"must be >= 1 (got {num_gpus})", where, "gpus")
+    _require(num_gpus <= MAX_GPUS, f"is {num_gpus}; {limit_text('MAX_GPUS', MAX_GPUS)}", where, "gpus")
     name = data.get("name", default_name)
     _require(isinstance(name, str), f"must be a string (got {_typename(name)})", where, "name")
     source = data.get("source", "")
@@ -182,10 +215,15 @@ def _parse_link(entry: Any, i: int, num_gpus: int, names: set[str], where: str) 
     _require(_is_number(bandwidth), f"must be a number (got {_typename(bandwidth)} {bandwidth!r})", where,
              f"{field}.bandwidth")
     _require(bandwidth > 0, f"must be > 0 (got {bandwidth:g})", where, f"{field}.bandwidth")
+    _require(MIN_BANDWIDTH_GBPS <= bandwidth <= MAX_BANDWIDTH_GBPS,
+             f"is {bandwidth:g} GB/s, outside {MIN_BANDWIDTH_GBPS:g}..{MAX_BANDWIDTH_GBPS:g} GB/s "
+             "(MIN_BANDWIDTH_GBPS..MAX_BANDWIDTH_GBPS)", where, f"{field}.bandwidth")
     latency = entry.get("latency", 0.0)
     _require(_is_number(latency), f"must be a number (got {_typename(latency)} {latency!r})", where,
              f"{field}.latency")
     _require(latency >= 0, f"must be >= 0 (got {latency:g})", where, f"{field}.latency")
+    _require(latency <= MAX_LATENCY_US, f"is {latency:g} us; {limit_text('MAX_LATENCY_US', MAX_LATENCY_US, 'us')}",
+             where, f"{field}.latency")
     kind = entry.get("kind", "nvlink")
     _require(isinstance(kind, str), f"must be a string (got {_typename(kind)})", where, f"{field}.kind")
     bidirectional = entry.get("bidirectional", False)

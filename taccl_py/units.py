@@ -12,6 +12,7 @@ import math
 import re
 
 from taccl_py.errors import InputError
+from taccl_py.limits import MAX_SIZE_BYTES, limit_text
 
 __all__ = [
     "BYTES_PER_US_PER_GBPS",
@@ -57,6 +58,9 @@ def parse_size(text: str | int, *, where: str = "--size") -> int:
         value = int(scaled)
     if value <= 0:
         raise InputError(f"size must be > 0 bytes (got {text!r})", where=where)
+    if value > MAX_SIZE_BYTES:
+        raise InputError(f"size {text!r} is above 1TB; {limit_text('MAX_SIZE_BYTES', MAX_SIZE_BYTES, 'bytes')}",
+                         where=where)
     return value
 
 

@@ -252,7 +252,7 @@ def test_generate_bad_input_writes_nothing(args: list[str], words: str, tmp_path
 def test_generate_into_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "no" / "such" / "dir.json"
     code, _, err = run(["topo", "generate", "dgx1", "-o", str(target)], capsys)
-    assert_one_line_error(code, err, f"{target}: cannot write")
+    assert_one_line_error(code, err, f"-o {target}: directory", "does not exist")
 
 
 def test_real_entry_point_prints_one_line_without_traceback(tmp_path: Path) -> None:

@@ -66,9 +66,9 @@ def test_incorrect_schedule_file_exits_1(tmp_path: Path, capsys: pytest.CaptureF
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda d: d["transfers"][3].__setitem__("not_before_us", float("nan")),
-     "transfers[3] has a malformed field: not_before_us must be a finite number >= 0, got nan"),
+     "transfers[3] has a malformed field: not_before_us must be a number in 0..1e+09 us (MAX_START_US), got nan"),
     (lambda d: d["transfers"][3].__setitem__("not_before_us", -1.0),
-     "transfers[3] has a malformed field: not_before_us must be a finite number >= 0, got -1.0"),
+     "transfers[3] has a malformed field: not_before_us must be a number in 0..1e+09 us (MAX_START_US), got -1.0"),
     (lambda d: d["collective"].__setitem__("kind", "bogus"), "collective.kind unknown collective 'bogus'"),
     (lambda d: d["transfers"][2].__setitem__("chunks", [999]), "transfers[2] chunk 999 out of range 0..7"),
 ])

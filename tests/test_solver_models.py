@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -158,7 +160,7 @@ def test_integer_master_without_a_solution_in_time_falls_back_to_rounding(
     assert set(plan.assignment) == {(g, -1) for g in range(8)}
     assert all(sum(a.count for a in choice) == 6 for choice in plan.assignment.values())
     stats = plan.stats[1]
-    assert stats.status == "time limit" and "rounded" in stats.note
+    assert stats.status == "work limit" and stats.stopped_by == "work limit" and "rounded" in stats.note
     # the rounding is feasible, so never better than the optimum, and its objective is what the split costs:
     # the busiest physical link's bytes over its bandwidth plus the slowest route used
     assert solved.stats[1].objective is not None and stats.objective is not None
@@ -232,3 +234,70 @@ def test_cpsat_schedule_merges_latency_bound_messages() -> None:
     assert solved.group == [0, 0]
     assert solved.makespan_us < hint.makespan_us
     assert stats.status == "optimal"
+
+
+# ----------------------------------------------------------------- budgets
+def test_column_generation_stops_on_its_round_budget_and_says_so() -> None:
+    from solver_models.routing import ColumnBudget
+
+    topo = resolve_topology("mi250x2")
+    graph = build_logical_graph(topo, derive_sketch())
+    symmetry = find_symmetry(topo, allowed=frozenset(graph.edges))
+    pool = tree_columns(topo, graph, symmetry, budget=ColumnBudget(max_rounds=2))
+    assert pool.stats.iterations == 2 and pool.stats.stopped_by == "work limit"
+    assert pool.stats.status == "work limit"
+    again = tree_columns(topo, graph, symmetry, budget=ColumnBudget(max_rounds=2))
+    assert again.columns == pool.columns and again.lp_time_per_byte_us == pool.lp_time_per_byte_us
+    # a pricing-work budget that allows no pricing round stops after the first master LP
+    tight = tree_columns(topo, graph, symmetry, budget=ColumnBudget(work_limit=1e-9))
+    assert tight.stats.iterations == 1 and tight.stats.stopped_by == "work limit"
+
+
+def _latency_bound_tasks(n: int) -> list[Task]:
+    """``n`` GPUs on a star, each sending its chunk to every other GPU through the switch."""
+    tasks = []
+    for src in range(n):
+        for dst in range(n):
+            if src != dst:
+                tasks.append(Task(src, dst, (src,), (src, n + dst), 2.0, 1e3, 10.0, -1, (1, 0, 0, src)))
+    return tasks
+
+
+def _partition(items: int = 40) -> IntegerProgram:
+    """Split random weights into two near-equal halves: CP-SAT finds good splits fast but proves slowly."""
+    rng = np.random.default_rng(7)
+    weights = [float(w) for w in rng.integers(10**5, 10**6, size=items)]
+    program = IntegerProgram()
+    xs = [program.var(f"x{i}", 0, 1, integer=True) for i in range(items)]
+    z = program.var("z", 0, math.inf, integer=True, cost=1.0)
+    program.add([*((x, w) for x, w in zip(xs, weights, strict=True)), (z, -1.0)], "<=", 0.0, "left")
+    program.add([*((x, -w) for x, w in zip(xs, weights, strict=True)), (z, -1.0)], "<=", -sum(weights), "right")
+    return program
+
+
+def test_cpsat_stops_on_deterministic_work_with_the_same_answer_every_time() -> None:
+    config = SolverConfig(time_limit_s=600, work_limit=0.02)
+    first, stats = solve_integer_program(_partition(), config, "partition")
+    second, again = solve_integer_program(_partition(), config, "partition")
+    assert stats.status == "feasible" and stats.stopped_by == "work limit"
+    assert first == second and stats.objective == again.objective and stats.bound == again.bound
+
+
+def test_scheduling_names_the_clock_when_it_stops_the_solve() -> None:
+    tasks = _latency_bound_tasks(6)
+    hint = arrival_order(tasks, 12)
+    solved, stats = schedule_tasks(tasks, 12, hint, SolverConfig(time_limit_s=600, work_limit=1.0), allow_merge=True)
+    assert stats.status == "optimal" and stats.stopped_by == ""
+    assert solved.makespan_us < hint.makespan_us
+    # a wall clock far below the work budget: the guard stops it, and the stats say so
+    _, guarded = schedule_tasks(tasks, 12, hint, SolverConfig(time_limit_s=1e-6, work_limit=1e6), allow_merge=True)
+    assert guarded.stopped_by == "time limit"
+
+
+def test_cbc_runs_on_a_node_budget() -> None:
+    program = IntegerProgram()
+    x = program.var("x", 0, 10, integer=True, cost=3.0)
+    y = program.var("y", 0, 10, integer=True, cost=2.0)
+    program.add([(x, 2.0), (y, 3.0)], ">=", 7.0, "demand")
+    values, stats = solve_integer_program(program, SolverConfig(solver="cbc", time_limit_s=30, max_nodes=1), "test")
+    assert 2 * values[0] + 3 * values[1] >= 7 - 1e-9 and stats.stopped_by in ("", "work limit")

@@ -4,26 +4,38 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import sys
-from collections.abc import Callable, Sequence
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from taccl_py.collectives import CollectiveKind, parse_collective
-from taccl_py.errors import InputError
+from taccl_py.errors import InputError, OutputError, SolverError
+from taccl_py.limits import MAX_LATENCY_US, MAX_SOLVER_THREADS, limit_text
 from taccl_py.topology import Topology
 from taccl_py.units import parse_size_range
 
-__all__ = ["collective_option", "emit_json", "err_console", "json_option", "load_topology_arg",
-           "make_table", "out_console", "size_option", "sizes_from", "topology_option"]
+__all__ = ["FittedTable", "check_output_file", "check_step_overhead", "check_synthesis_args", "check_xml_root", "collective_option",
+           "emit_json", "err_console", "json_option", "load_topology_arg", "make_table", "min_steps_per_rank",
+           "out_console", "plural", "prepare_output_dir", "progress_enabled", "progress_line", "size_option",
+           "sizes_from", "topology_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 out_console = Console(highlight=False, soft_wrap=True)
-if not out_console.is_terminal:
+if not out_console.is_terminal and "COLUMNS" not in os.environ:
     out_console = Console(highlight=False, soft_wrap=True, width=160)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # an error stays one line
 
@@ -80,13 +92,121 @@ def collective_from(name: str) -> CollectiveKind:
 
 
 def make_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-               right_align_from: int = 1) -> Table:
-    table = Table(title=title, show_lines=False, header_style="bold")
-    for k, column in enumerate(columns):
-        table.add_column(column, justify="right" if k >= right_align_from else "left")
+               right_align_from: int = 1, key_columns: int = 1) -> FittedTable:
+    """A table that never cuts a number; float cells get one number style per column."""
+    return FittedTable(title, columns, rows, right_align_from=right_align_from, key_columns=key_columns)
+
+
+def column_decimals(values: Sequence[float]) -> int:
+    """Decimals that show a column's smallest non-zero magnitude with 4 significant digits,
+    at most 2 (3 when it is below 1), as nccl-tests prints times and bandwidths."""
+    magnitudes = [abs(v) for v in values if v and math.isfinite(v)]
+    if not magnitudes:
+        return 2
+    smallest = min(magnitudes)
+    return max(0, min(2 if smallest >= 1 else 3, 3 - math.floor(math.log10(smallest))))
+
+
+def _cells(rows: Sequence[Sequence[Any]], num_columns: int) -> list[list[str]]:
+    """Rows as text: floats of a column share one fixed-point style (grouped thousands), None is '-'."""
+    decimals = []
+    for k in range(num_columns):
+        floats = [v for row in rows if k < len(row) for v in [row[k]] if isinstance(v, float)]
+        decimals.append(column_decimals(floats))
+    text = []
     for row in rows:
-        table.add_row(*("-" if v is None else str(v) for v in row))
-    return table
+        cells = []
+        for k, v in enumerate(row):
+            if v is None or (isinstance(v, float) and not math.isfinite(v)):
+                cells.append("-")
+            elif isinstance(v, float):
+                cells.append(f"{v:,.{decimals[k]}f}")
+            else:
+                cells.append(str(v))
+        text.append(cells)
+    return text
+
+
+_NUMBER_RE = re.compile(r"^[-+]?(\d[\d,]*)?\.?\d+(e[-+]?\d+)?[%x]?$", re.IGNORECASE)
+
+
+def _is_number_cell(text: str) -> bool:
+    return text in ("-", "") or bool(_NUMBER_RE.match(text))
+
+
+class FittedTable:
+    """A rich table that fits the console without cutting a number.
+
+    A column of numbers is exactly as wide as its widest number (its header
+    wraps at spaces); text columns may wrap. When the columns do not fit the
+    console's width they are split over several tables, each repeating the
+    first ``key_columns`` (the size), with a line saying so. A column too wide
+    even beside the key alone folds its digits onto a second line rather than
+    losing them.
+    """
+
+    def __init__(self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
+                 right_align_from: int = 1, key_columns: int = 1) -> None:
+        self.title = title
+        self.columns = list(columns)
+        self.rows = _cells(rows, len(self.columns))
+        self.right_align_from = right_align_from
+        self.key_columns = min(key_columns, len(self.columns))
+        self.numeric = [all(_is_number_cell(row[k]) for row in self.rows if k < len(row))
+                        for k in range(len(self.columns))]
+        # per column: narrowest width (widest number, or longest word of text; the header may wrap at spaces)
+        # and the width that also keeps the header on one line
+        self.narrow: list[int] = []
+        self.wide: list[int] = []
+        for k, header in enumerate(self.columns):
+            header_word = max((cell_len(w) for w in header.split()), default=0)
+            cells = [cell_len(row[k]) for row in self.rows if k < len(row)]
+            if self.numeric[k]:
+                self.narrow.append(max([header_word, *cells], default=1))
+            else:
+                words = [cell_len(w) for row in self.rows if k < len(row) for w in row[k].split()]
+                self.narrow.append(max([header_word, *words], default=1))
+            self.wide.append(max([cell_len(header), *cells], default=1))
+
+    def width_of(self, indices: Sequence[int], *, wide: bool = False) -> int:
+        """Width of the table of these columns: borders, padding and the columns' narrow (or wide) widths."""
+        widths = self.wide if wide else self.narrow
+        return 1 + sum(widths[k] + 3 for k in indices)
+
+    def _table(self, indices: Sequence[int], title: str | None, width: int) -> Table:
+        table = Table(title=title, show_lines=False, header_style="bold")
+        widths = self.wide if self.width_of(indices, wide=True) <= width else self.narrow
+        for k in indices:
+            table.add_column(self.columns[k], justify="right" if k >= self.right_align_from else "left",
+                             overflow="fold", width=widths[k] if self.numeric[k] else None)
+        for row in self.rows:
+            table.add_row(*(row[k] if k < len(row) else "" for k in indices))
+        return table
+
+    def parts(self, width: int) -> list[list[int]]:
+        """Column indices of each printed table at ``width``: every column if they fit, else groups."""
+        every = list(range(len(self.columns)))
+        if self.width_of(every) <= width:
+            return [every]
+        keys = every[:self.key_columns]
+        parts: list[list[int]] = []
+        current = list(keys)
+        for k in every[self.key_columns:]:
+            if len(current) > len(keys) and self.width_of([*current, k]) > width:
+                parts.append(current)
+                current = list(keys)
+            current.append(k)
+        parts.append(current)
+        return parts
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        parts = self.parts(options.max_width)
+        for n, indices in enumerate(parts):
+            title = self.title if n == 0 else f"(continued, {n + 1}/{len(parts)})"
+            yield self._table(indices, title, options.max_width)
+        if len(parts) > 1:
+            yield Text(f"(split into {len(parts)} tables to fit {options.max_width} columns; --json gives one)",
+                       style="dim")
 
 
 def fmt(value: float | None, digits: int = 4) -> str:
@@ -103,3 +223,179 @@ def fmt(value: float | None, digits: int = 4) -> str:
 
 def fail_input(message: str, *, where: str = "") -> InputError:
     return InputError(message, where=where)
+
+
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """``1 machine``, ``2 machines``, ``0 machines``."""
+    return f"{count} {noun if count == 1 else plural_noun or noun + 's'}"
+
+
+# ------------------------------------------------------------------ outputs
+def check_output_file(path: str | None, option: str) -> None:
+    """Fail before any work when ``path`` cannot be written (an unwritable -o found after the work is lost work).
+
+    Checks that the directory exists and takes a new file (by creating and removing
+    a probe file, which also catches read-only and immutable directories), that the
+    target is not a directory and, when it exists, that it can be replaced. The
+    write itself still goes through a temporary file and a rename.
+    """
+    if path is None:
+        return
+    target = Path(path)
+    where = f"{option} {path}"
+    if path == "-":
+        raise OutputError("standard output is not an option here; give a file name (e.g. ./out)", where=where)
+    if target.is_dir():
+        raise OutputError("is a directory; give a file name", where=where)
+    if target.exists() and not target.is_file():
+        return  # a device or a pipe (-o /dev/stdout): written into, not replaced (atomic_write_text)
+    parent = target.parent
+    if not parent.exists():
+        raise OutputError(f"directory {str(parent)!r} does not exist", where=where)
+    if not parent.is_dir():
+        raise OutputError(f"{str(parent)!r} is not a directory", where=where)
+    _probe_directory(parent, where)
+    if target.is_file():
+        try:
+            with open(target, "ab"):
+                pass
+        except OSError as exc:
+            raise OutputError(f"cannot replace the existing file: {exc.strerror or exc}", where=where) from None
+
+
+def prepare_output_dir(path: str, option: str) -> Path:
+    """Create (if needed) the directory ``path`` for a sweep's files and check that it takes new files."""
+    target = Path(path)
+    where = f"{option} {path}"
+    if target.exists() and not target.is_dir():
+        raise OutputError("must be a directory when --size is a range", where=where)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the directory: {exc.strerror or exc}", where=where) from None
+    _probe_directory(target, where)
+    return target
+
+
+def _probe_directory(directory: Path, where: str) -> None:
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".taccl-probe-", dir=directory)
+    except OSError as exc:
+        raise OutputError(f"cannot create files in {str(directory)!r}: {exc.strerror or exc}", where=where) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+# ------------------------------------------------------------------ up-front argument checks
+def check_step_overhead(value: float, option: str = "--step-overhead") -> None:
+    """A per-step software latency: finite, >= 0 and at most :data:`MAX_LATENCY_US`."""
+    if not 0 <= value <= MAX_LATENCY_US:  # also refuses NaN
+        raise InputError(f"must be in 0..{MAX_LATENCY_US:g} us (got {value}); "
+                         f"{limit_text('MAX_LATENCY_US', MAX_LATENCY_US, 'us')}", where=option)
+
+
+def check_xml_root(kind: CollectiveKind, root: int, dialect: str) -> None:
+    """v1 MSCCL XML has no root attribute: a Broadcast/Reduce rooted elsewhere than rank 0 cannot be written."""
+    if dialect == "v1" and root and kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+        raise InputError(f"{kind.value} with --root {root} cannot be written as v1 MSCCL XML, which has no root "
+                         "attribute (use --dialect v2 or --root 0)", where="--dialect")
+
+
+def min_steps_per_rank(kind: CollectiveKind, num_gpus: int, chunk_factor: int) -> int:
+    """The fewest MSCCL steps the busiest rank runs when every transfer carries one chunk (as synthesized ones do).
+
+    Each chunk delivery is a receive step on one rank and a send step on another,
+    so the busiest rank runs at least 2 x deliveries / N steps. Allgather,
+    ReduceScatter and Alltoall deliver at least N(N-1)C chunks, Allreduce twice
+    that (reduce, then spread every chunk); for Broadcast and Reduce the root
+    alone sends (or receives) every one of the C chunks.
+    """
+    n, c = num_gpus, chunk_factor
+    if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+        return c
+    if kind is CollectiveKind.ALLREDUCE:
+        return 4 * (n - 1) * c
+    return 2 * (n - 1) * c
+
+
+def check_synthesis_args(topology: Topology, kind: CollectiveKind, *, output: str | None, schedule_out: str | None,
+                         ranged: bool, dialect: str, instances: int, root: int, chunk_factors: Sequence[int],
+                         solver: str, seed: int = 0, time_limit: float = 60.0, threads: int = 1) -> None:
+    """Everything ``taccl synthesize`` can check before the solvers start, each failing with exit status 2."""
+    from taccl_py.msccl.ir import MAX_CHANNELS, MAX_NODES_PER_RANK
+
+    if not -(2**31) <= seed < 2**31:
+        raise InputError(f"must be in {-(2**31)}..{2**31 - 1} (got {seed}): the solvers take a 32-bit seed",
+                         where="--seed")
+    if not 1 <= threads <= MAX_SOLVER_THREADS:
+        raise InputError(f"must be in 1..{MAX_SOLVER_THREADS} (got {threads}); "
+                         f"{limit_text('MAX_SOLVER_THREADS', MAX_SOLVER_THREADS)}", where="--threads")
+    if math.isnan(time_limit):
+        raise InputError("must be a number of seconds (got nan)", where="--time-limit")
+    if topology.num_gpus < 2:
+        raise InputError("has 1 GPU: a collective on one GPU moves no data, so there is nothing to synthesize",
+                         where=topology.name)
+    if not 1 <= instances <= MAX_CHANNELS:
+        raise InputError(f"must be in 1..{MAX_CHANNELS} (got {instances}): each instance takes an MSCCL channel "
+                         f"and a rank has {MAX_CHANNELS}", where="--instances")
+    if output:
+        check_xml_root(kind, root, dialect)
+    for factor in chunk_factors:
+        steps = min_steps_per_rank(kind, topology.num_gpus, factor) * instances
+        if steps > MAX_NODES_PER_RANK:
+            raise InputError(f"{factor} needs at least {steps:,} MSCCL steps per rank for {kind.value} on "
+                             f"{topology.num_gpus} GPUs{f' x {instances} instances' if instances > 1 else ''} "
+                             f"(one chunk per step); MSCCL runs at most {MAX_NODES_PER_RANK} per rank "
+                             "(MAX_NODES_PER_RANK)", where="--chunk-factor")
+    try:
+        from solver_models._backend import check_solver
+
+        check_solver(solver)
+    except SolverError as exc:
+        raise InputError(str(exc), where="--solver") from None
+    if ranged and output:
+        prepare_output_dir(output, "-o")
+    else:
+        check_output_file(output, "-o")
+    check_output_file(schedule_out, "--schedule-out")
+
+
+# ------------------------------------------------------------------ progress
+PROGRESS_DELAY_S = 2.0
+"""A live progress line appears only once a command has run this long."""
+
+
+class _DelayedLine:
+    """Renders nothing for :data:`PROGRESS_DELAY_S`, then the current text and the elapsed time."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.text = ""
+
+    def update(self, text: str) -> None:
+        self.text = text
+
+    def __rich__(self) -> Group | Text:
+        elapsed = time.perf_counter() - self.started
+        if elapsed < PROGRESS_DELAY_S:
+            return Group()
+        return Text.from_markup(f"{self.text}  [dim]{elapsed:.0f} s[/dim]")
+
+
+def progress_enabled(as_json: bool) -> bool:
+    """Live progress only for a person watching: not with --json, and only when stdout and stderr are terminals."""
+    return not as_json and out_console.is_terminal and err_console.is_terminal
+
+
+@contextmanager
+def progress_line(enabled: bool) -> Iterator[Callable[[str], None]]:
+    """A transient status line on stderr, shown once the work takes longer than :data:`PROGRESS_DELAY_S`.
+
+    Yields ``update(text)``: say what is being done now (``simulating ring: size 3/12 (4MB)``).
+    """
+    if not enabled:
+        yield lambda text: None
+        return
+    line = _DelayedLine()
+    with Live(line, console=err_console, transient=True, refresh_per_second=4):
+        yield line.update

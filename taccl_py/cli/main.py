@@ -2,6 +2,8 @@
 
 Every error the package raises on purpose is a :class:`~taccl_py.errors.TacclError`;
 it is printed as one line ``taccl: error: ...`` (exit 2 for bad input, 1 otherwise).
+Ctrl-C, in any phase, prints ``taccl: interrupted`` and exits 130; outputs are
+written through a temporary file and a rename, so none is left half-written.
 Anything else is a bug and keeps its traceback.
 """
 
@@ -9,13 +11,50 @@ from __future__ import annotations
 
 import sys
 
-import click
+INTERRUPTED_STATUS = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
 
-from taccl_py import __version__
-from taccl_py.errors import TacclError
+try:
+    import click
+
+    from taccl_py import __version__
+    from taccl_py.errors import TacclError
+except KeyboardInterrupt:  # Ctrl-C while the command is still starting up
+    sys.stderr.write("taccl: interrupted\n")
+    sys.exit(INTERRUPTED_STATUS)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Commands(click.Group):
+    """The command group; the command modules are imported on first use, inside :func:`main`'s error handling
+    (so a Ctrl-C while they load is reported like any other)."""
+
+    _loaded = False
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        from taccl_py.cli import profile_cmd, report_cmd, sim_cmd, sweep_cmd, synth_cmd, topo_cmd, verify_cmd
+
+        self.add_command(topo_cmd.topo)
+        for command in sim_cmd.COMMANDS:
+            self.add_command(command)
+        self.add_command(verify_cmd.verify)
+        self.add_command(synth_cmd.synthesize_command)
+        self.add_command(profile_cmd.profile)
+        self.add_command(sweep_cmd.sweep_command)
+        self.add_command(report_cmd.report_command)
+        self._loaded = True
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        self._load()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._load()
+        return super().list_commands(ctx)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="taccl")
 def cli() -> None:
     """Synthesize, verify and time collective algorithms for multi-GPU topologies.
@@ -25,30 +64,22 @@ def cli() -> None:
     """
 
 
-def _register() -> None:
-    from taccl_py.cli import profile_cmd, sim_cmd, synth_cmd, topo_cmd, verify_cmd
-
-    cli.add_command(topo_cmd.topo)
-    for command in sim_cmd.COMMANDS:
-        cli.add_command(command)
-    cli.add_command(verify_cmd.verify)
-    cli.add_command(synth_cmd.synthesize_command)
-    cli.add_command(profile_cmd.profile)
-
-
-_register()
-
-
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; map project errors to one line and an exit status."""
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        status = cli.main(args=argv, prog_name="taccl", standalone_mode=False)
+        # make_context + invoke rather than cli.main: click's main would print a blank line before our one on Ctrl-C
+        with cli.make_context("taccl", args) as ctx:
+            status = cli.invoke(ctx)
     except TacclError as exc:
         click.echo(f"taccl: error: {exc}", err=True)
         sys.exit(exc.exit_status)
-    except click.exceptions.Abort:
-        click.echo("taccl: aborted", err=True)
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("taccl: interrupted", err=True)
+        sys.exit(INTERRUPTED_STATUS)
+    except click.exceptions.NoArgsIsHelpError as exc:  # bare `taccl` or `taccl topo`: the help, not an error line
+        click.echo(exc.format_message(), err=True)
+        sys.exit(2)
     except click.ClickException as exc:
         click.echo(f"taccl: error: {exc.format_message()}", err=True)
         sys.exit(2)

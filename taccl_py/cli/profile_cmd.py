@@ -9,8 +9,16 @@ from typing import Any
 
 import click
 
-from taccl_py.cli.common import emit_json, err_console, fmt, json_option, make_table, out_console
+from taccl_py.cli.common import (
+    check_output_file,
+    emit_json,
+    err_console,
+    json_option,
+    make_table,
+    out_console,
+)
 from taccl_py.errors import ProfileInputError
+from taccl_py.limits import MAX_GPUS
 from taccl_py.profiler.calibration import LinkFit, link_classes
 from taccl_py.profiler.fitting import FitOutcome, FitRequest, fit_measurements
 from taccl_py.profiler.report import FitRow, fit_to_json, rows_from_fits, rows_from_topology, write_plot
@@ -45,7 +53,7 @@ def _fit_table(title: str, rows: list[FitRow]) -> Any:
 
 
 def _table_rows(rows: list[FitRow]) -> list[list[Any]]:
-    return [[r.label, fmt(r.alpha_us), fmt(r.bandwidth_gbps),
+    return [[r.label, float(r.alpha_us), float(r.bandwidth_gbps),
              "-" if r.r_squared is None else f"{r.r_squared:.5f}",
              "-" if r.rms_residual_pct is None else f"{r.rms_residual_pct:.2f}", r.samples, r.dropped, r.links]
             for r in rows]
@@ -59,15 +67,6 @@ def _load_base(spec: str, option: str) -> Topology:
     from taccl_py.cli.common import load_topology_arg
 
     return load_topology_arg(spec)
-
-
-def _check_output(path: str, option: str) -> None:
-    """Fail before any work when an output cannot be written where asked."""
-    parent = Path(path).parent
-    if not parent.is_dir():
-        raise ProfileInputError(f"directory {str(parent)!r} does not exist", where=f"{option} {path}")
-    if Path(path).is_dir():
-        raise ProfileInputError("is a directory, not a file", where=f"{option} {path}")
 
 
 def _fit_json(outcome: FitOutcome, output: str | None) -> dict[str, Any]:
@@ -107,7 +106,8 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
                    "(then -o is required).")
 @click.option("--collective", metavar="NAME",
               help="nccl-tests binary when the log does not say (sendrecv, allgather, allreduce, ...).")
-@click.option("--ranks", type=click.IntRange(min=1), help="Ranks of the nccl-tests run when the log lacks Rank lines.")
+@click.option("--ranks", type=click.IntRange(1, MAX_GPUS),
+              help="Ranks of the nccl-tests run when the log lacks Rank lines.")
 @click.option("--group", type=click.Choice(["pair", "class"]),
               help="CSV: one fit per measured direction (default without --into) or per link class of the "
                    "topology (default with --into).")
@@ -132,7 +132,7 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
         base = _load_base(into, "--into")
     target = output or into
     if target is not None:
-        _check_output(target, "-o" if output else "--into")
+        check_output_file(target, "-o" if output else "--into")
     request = FitRequest(files=files, collective=collective, ranks=ranks, group=group, base=base,
                          base_where=into or "", class_name=class_name, name=name)
     outcome = fit_measurements(request)
@@ -142,7 +142,7 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
 
 
 @profile.command("run")
-@click.option("--nproc", type=click.IntRange(min=2), help="Ranks to spawn locally (default: the topology's "
+@click.option("--nproc", type=click.IntRange(2, MAX_GPUS), help="Ranks to spawn locally (default: the topology's "
               "GPUs, else 2). Ignored under torchrun, which sets the world size.")
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), help="Default: nccl with GPUs, gloo without.")
 @click.option("--sizes", "sizes_spec", default="1KB:256MB", show_default=True, metavar="LO:HI",
@@ -173,7 +173,7 @@ def run_cmd(nproc: int | None, backend: str | None, sizes_spec: str, repeats: in
                                 where="--sizes")
     for path, option in ((output, "-o"), (fit_output, "--fit")):
         if path is not None:
-            _check_output(path, option)
+            check_output_file(path, option)
     topology = _load_base(topology_spec, "--topology") if topology_spec else None
     under_torchrun = live.launched_by_torchrun()
     world = int(os.environ["WORLD_SIZE"]) if under_torchrun else (
@@ -227,7 +227,7 @@ def _is_topology_file(path: str) -> bool:
         return False
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return True  # let load_topology report it
     return isinstance(data, dict) and "links" in data
 
@@ -236,12 +236,12 @@ def _is_topology_file(path: str) -> bool:
 @click.argument("file", metavar="FILE")
 @click.option("--plot", "plot_path", metavar="PNG", help="Also plot time versus size with the fitted lines.")
 @click.option("--collective", metavar="NAME", help="nccl-tests binary when a log does not say.")
-@click.option("--ranks", type=click.IntRange(min=1), help="Ranks of an nccl-tests run without Rank lines.")
+@click.option("--ranks", type=click.IntRange(1, MAX_GPUS), help="Ranks of an nccl-tests run without Rank lines.")
 @json_option
 def show_cmd(file: str, plot_path: str | None, collective: str | None, ranks: int | None, as_json: bool) -> None:
     """The fitted table of a fitted topology (its links' provenance), a CSV or an nccl-tests log."""
     if plot_path is not None:
-        _check_output(plot_path, "--plot")
+        check_output_file(plot_path, "--plot")
     fits: tuple[LinkFit, ...] = ()
     warnings: tuple[str, ...] = ()
     if _is_topology_file(file):

@@ -11,16 +11,17 @@ its error and exits with status 1.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import click
-from rich.progress import Progress
 
 from taccl_py.bounds import Bound, lower_bound
 from taccl_py.cli.common import (
+    check_output_file,
+    check_step_overhead,
+    check_xml_root,
     collective_from,
     emit_json,
     err_console,
@@ -28,9 +29,18 @@ from taccl_py.cli.common import (
     load_topology_arg,
     make_table,
     out_console,
+    progress_enabled,
+    progress_line,
     size_option,
     sizes_from,
     topology_option,
+)
+from taccl_py.cli.plot_hooks import (
+    check_picture_path,
+    plot_option,
+    timeline_options,
+    write_algbw_plot,
+    write_timeline,
 )
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import InputError
@@ -51,8 +61,7 @@ def _options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _check_overhead(step_overhead_us: float) -> None:
-    if not step_overhead_us >= 0:
-        raise InputError(f"must be >= 0 us (got {step_overhead_us})", where="--step-overhead")
+    check_step_overhead(step_overhead_us)
 
 
 def _row(size: int, sim: SimResult, bound: Bound) -> dict[str, Any]:
@@ -69,15 +78,10 @@ def _num(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-@contextmanager
-def _progress(total: int, label: str) -> Iterator[Callable[[], None]]:
-    """A transient progress bar on stderr when it is a terminal and there is more than one step."""
-    if total <= 1 or not err_console.is_terminal:
-        yield lambda: None
-        return
-    with Progress(console=err_console, transient=True) as progress:
-        task = progress.add_task(label, total=total)
-        yield lambda: progress.advance(task)
+def _step_text(label: str, k: int, sizes: list[int]) -> str:
+    """``simulating ring: size 3/12 (4MB)``: what the live line says."""
+    return f"{label}: size {k + 1}/{len(sizes)} ({format_bytes(sizes[k])})" if len(sizes) > 1 else \
+        f"{label} ({format_bytes(sizes[k])})"
 
 
 def _is_json(algorithm: str) -> bool:
@@ -85,6 +89,9 @@ def _is_json(algorithm: str) -> bool:
 
 
 def _is_xml(algorithm: str) -> bool:
+    if os.path.isdir(algorithm):
+        raise InputError(f"{algorithm!r} is a directory; give an MSCCL XML file, a schedule JSON file or a baseline "
+                         "name (ring, tree, direct, rd)", where="--algorithm")
     return not _is_json(algorithm) and (algorithm.lower().endswith(".xml") or os.sep in algorithm
                                         or os.path.isfile(algorithm))
 
@@ -109,7 +116,7 @@ def _report_errors(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 # ------------------------------------------------------------------- simulate
 def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
-                   options: SimOptions) -> tuple[CollectiveKind, list[tuple[int, SimResult]]]:
+                   options: SimOptions, show: bool) -> tuple[CollectiveKind, list[tuple[int, SimResult]]]:
     """An MSCCL XML program, or a schedule in taccl_py's JSON form (``synthesize --schedule-out``), at every size."""
     time_at: Callable[[int], SimResult]
     if _is_json(path):
@@ -129,10 +136,10 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
     if kind is not None and kind is not file_kind:
         raise InputError(f"the {what} is for {file_kind.value}, not {kind.value}", where="--collective")
     results = []
-    with _progress(len(sizes), "simulating") as step:
-        for size in sizes:
+    with progress_line(show) as say:
+        for k, size in enumerate(sizes):
+            say(_step_text(f"simulating {os.path.basename(path)}", k, sizes))
             results.append((size, time_at(size)))
-            step()
     return file_kind, results
 
 
@@ -145,31 +152,38 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
               help="An NCCL-style baseline, an MSCCL XML file or a schedule JSON file (synthesize --schedule-out).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
+@plot_option
+@timeline_options
 @json_option
 def simulate_command(topology_spec: str, collective_name: str | None, size_spec: str, algorithm: str,
-                     channels: int | None, root: int, step_overhead_us: float, as_json: bool) -> None:
+                     channels: int | None, root: int, step_overhead_us: float, plot_path: str | None,
+                     timeline_path: str | None, timeline_rows: str, as_json: bool) -> None:
     """Simulate one algorithm: is it correct, how long does it take, how close to the bound."""
     from taccl_py.baselines import baseline
 
     _check_overhead(step_overhead_us)
     topology = load_topology_arg(topology_spec)
     sizes = sizes_from(size_spec)
+    check_picture_path(plot_path, "--plot")
+    check_picture_path(timeline_path, "--timeline")
+    if timeline_path and len(sizes) > 1:
+        raise InputError("draws one size at a time", where="--timeline")
     options = SimOptions(step_overhead_us=step_overhead_us)
     kind = collective_from(collective_name) if collective_name else None
     if _is_json(algorithm) or _is_xml(algorithm):
         if channels is not None:
             raise InputError("applies to baselines only, not to a file", where="--channels")
-        kind, results = _simulate_file(algorithm, topology, kind, sizes, options)
+        kind, results = _simulate_file(algorithm, topology, kind, sizes, options, progress_enabled(as_json))
     else:
         if kind is None:
             raise InputError("is required unless --algorithm is an XML or JSON file", where="--collective")
         results = []
-        with _progress(len(sizes), f"simulating {algorithm}") as step:
-            for size in sizes:
+        with progress_line(progress_enabled(as_json)) as say:
+            for k, size in enumerate(sizes):
+                say(_step_text(f"simulating {algorithm}", k, sizes))
                 schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
                                     step_overhead_us=step_overhead_us)
                 results.append((size, simulate(topology, schedule, size, options)))
-                step()
     rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us))
             for size, sim in results]
     head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm}
@@ -183,22 +197,35 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
                            [[r["size_bytes"], _num(r["time_us"]), _num(r["algbw_GBps"]), _num(r["busbw_GBps"]),
                              _num(r["bound_us"]), _num(r["efficiency"], 3)] for r in rows])
         out_console.print(table)
+    if plot_path:
+        write_algbw_plot(plot_path, f"{algorithm} {kind.value} on {topology.name} ({topology.num_gpus} GPUs)",
+                         sizes, {algorithm: [r["time_us"] for r in rows]}, [r["bound_us"] for r in rows])
+    if timeline_path and rows[0]["correct"]:
+        from taccl_py.msccl import load_program
+        from taccl_py.schedule import load_schedule
+
+        drawn = load_schedule(algorithm, topology) if _is_json(algorithm) else load_program(algorithm) if _is_xml(
+            algorithm) else baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=sizes[0],
+                                     step_overhead_us=step_overhead_us)
+        write_timeline(timeline_path, topology, drawn, results[0][1], timeline_rows)
     _report_errors(rows, as_json)
     _fail_if_incorrect(rows)
 
 
 # ------------------------------------------------------------------- baseline
 def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], names: list[str],
-                   channels: int | None, root: int, step_overhead_us: float) -> list[dict[str, Any]]:
+                   channels: int | None, root: int, step_overhead_us: float, show: bool) -> list[dict[str, Any]]:
     from taccl_py.baselines import baseline
 
     options = SimOptions(step_overhead_us=step_overhead_us)
     out = []
-    with _progress(len(sizes) * len(names), "simulating baselines") as step:
-        for size in sizes:
+    with progress_line(show) as say:
+        for k, size in enumerate(sizes):
+            say(_step_text("bound", k, sizes))
             bound = lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us)
             entries = []
             for name in names:
+                say(_step_text(f"simulating {name}", k, sizes))
                 schedule = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
                                     step_overhead_us=step_overhead_us)
                 sim = simulate(topology, schedule, size, options)
@@ -207,7 +234,6 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                 entry["channels"] = schedule.notes.get("channels")
                 entry["transfers"] = len(schedule)
                 entries.append(entry)
-                step()
             timed = [e for e in entries if e["time_us"] is not None]
             best = min(timed, key=lambda e: e["time_us"])["algorithm"] if timed else None
             out.append({"size_bytes": size, "bound_us": bound.bound_us, "bound_algbw_GBps": bound.algbw_GBps,
@@ -237,10 +263,11 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
 @click.option("-o", "--output", default=None, metavar="FILE.xml", help="Write the best baseline as MSCCL XML.")
 @click.option("--dialect", type=click.Choice(["v2", "v1"]), default="v2", show_default=True,
               help="MSCCL XML dialect for -o.")
+@plot_option
 @json_option
 def baseline_command(topology_spec: str, collective_name: str, size_spec: str, only: str | None,
                      channels: int | None, root: int, step_overhead_us: float, output: str | None, dialect: str,
-                     as_json: bool) -> None:
+                     plot_path: str | None, as_json: bool) -> None:
     """Every applicable NCCL-style baseline side by side with the lower bound."""
     from taccl_py.baselines import ALGORITHMS, applicable_baselines
 
@@ -257,7 +284,15 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         raise InputError(f"no baseline runs {kind.value} on {topology.name}", where="--collective")
     if output and len(sizes) > 1:
         raise InputError("needs a single --size (the schedule's pipelining depends on it)", where="-o")
-    rows = _baseline_rows(topology, kind, sizes, names, channels, root, step_overhead_us)
+    check_output_file(output, "-o")
+    if output:
+        check_xml_root(kind, root, dialect)
+    check_picture_path(plot_path, "--plot")
+    rows = _baseline_rows(topology, kind, sizes, names, channels, root, step_overhead_us, progress_enabled(as_json))
+    if plot_path:
+        write_algbw_plot(plot_path, f"NCCL-style baselines, {kind.value} on {topology.name} ({topology.num_gpus} GPUs)",
+                         sizes, {name: [r["baselines"][k]["time_us"] for r in rows] for k, name in enumerate(names)},
+                         [r["bound_us"] for r in rows])
     written = None
     if output:
         chosen = only or rows[0]["best"]

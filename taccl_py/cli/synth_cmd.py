@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from rich.text import Text
 
 from taccl_py.bounds import Bound
 from taccl_py.cli.common import (
+    check_synthesis_args,
     collective_from,
     collective_option,
     emit_json,
@@ -26,10 +29,17 @@ from taccl_py.cli.common import (
     sizes_from,
     topology_option,
 )
+from taccl_py.cli.jobs_cli import jobs_option
+from taccl_py.cli.plot_hooks import check_picture_path, plot_option, write_algbw_plot
 from taccl_py.collectives import CollectiveKind
-from taccl_py.errors import InputError
+from taccl_py.errors import InputError, LoweringError
+from taccl_py.msccl.ir import Program
+from taccl_py.msccl.selection import DEFAULT_TYPE_SIZE, band_sizes, falls_back
+from taccl_py.schedule import Schedule
+from taccl_py.simulator import SimResult
 from taccl_py.sketch import load_sketch
-from taccl_py.synthesis import SynthesisOptions, SynthesisResult, synthesize
+from taccl_py.synthesis import STAGES, SynthesisOptions, SynthesisResult, WorkBudget, synthesize
+from taccl_py.synthesis.candidates import Choice
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes
 
@@ -37,11 +47,18 @@ __all__ = ["synthesize_command"]
 
 _NCCL_DEFAULT = {CollectiveKind.ALLTOALL: "direct"}
 
+SOLVE_SHARE = 0.85
+"""The solver stages' wall-clock guard is this share of --time-limit; lowering, verifying and writing use the rest."""
+
+COMMAND_STAGES = (*STAGES, "lower", "verify", "write", "report")
+"""The per-stage wall times a report shows (``stages_s``); ``report`` is the bound and the reference ring."""
+
 
 class _Progress:
     """Live one-line status on stderr (stage, elapsed, incumbent, bound, gap) when it is a terminal."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, label: str = "") -> None:
+        self.label = label  # which size of a sweep, e.g. "size 3/12 4MB"
         self.live: Live | None = None
         if enabled and err_console.is_terminal:
             self.live = Live(Text(""), console=err_console, transient=True, refresh_per_second=8)
@@ -58,7 +75,7 @@ class _Progress:
     def __call__(self, stage: str, info: dict[str, Any]) -> None:
         if not self.live:
             return
-        parts = [f"[bold]{stage}[/bold]", f"{info.get('elapsed_s', 0.0):6.1f}s"]
+        parts = [*([self.label] if self.label else []), f"[bold]{stage}[/bold]", f"{info.get('elapsed_s', 0.0):6.1f}s"]
         for key, label in (("chunk_factor", "chunks/GPU"), ("ordering", "order"), ("incumbent_us", "incumbent"),
                            ("bound_us", "bound"), ("gap", "gap"), ("time_us", "simulated"), ("detail", "")):
             value = info.get(key)
@@ -102,47 +119,169 @@ def _resolve_topology(spec: str, sketch_nodes: int | None) -> Topology:
 
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             data = None
         if is_taccl_profile(data):
             return topology_from_taccl_profile(data, nnodes=sketch_nodes or 1, where=spec)
     return load_topology_arg(spec)
 
 
-def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, dialect: str, instances: int, proto: str,
-               min_bytes: int, max_bytes: int) -> None:
-    from taccl_py.msccl import write_schedule_xml
+@dataclass
+class _Written:
+    """What the XML stages of one size did: the choice written, its program, notes, wall time per stage."""
 
-    write_schedule_xml(result.schedule, topology, path, dialect=dialect, instances=instances, proto=proto,
-                       min_bytes=min_bytes, max_bytes=max_bytes)
+    schedule: Schedule
+    sim: SimResult
+    label: str
+    program: Program | None = None
+    path: Path | None = None
+    verified: bool | None = None
+    notes: list[str] = field(default_factory=list)
+    stages_s: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, stage: str, started: float) -> None:
+        self.stages_s[stage] = self.stages_s.get(stage, 0.0) + time.perf_counter() - started
+
+
+def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, dialect: str, instances: int, proto: str,
+               min_bytes: int, max_bytes: int, progress: Callable[[str, dict[str, Any]], None]) -> _Written:
+    """Lower the first ranked choice that fits the dialect, verify it, write it atomically.
+
+    A choice that cannot be lowered (too many XML nodes or steps...) gives way to
+    the next one, and the notes say so. Nothing is written if no choice fits or
+    the lowered program fails verification.
+    """
+    from taccl_py.msccl import lower_schedule, save_xml, verify_program
+
+    first = result.ranked[0] if result.ranked else None
+    written = _Written(result.schedule, result.sim, result.chosen)
+    for choice in result.ranked or ():
+        started = time.perf_counter()
+        progress("lowering", {"detail": choice.label})
+        try:
+            program = lower_schedule(choice.schedule, topology, dialect=dialect, instances=instances, proto=proto,
+                                     min_bytes=min_bytes, max_bytes=max_bytes)
+        except LoweringError as exc:
+            written.timed("lower", started)
+            written.notes.append(f"{_describe(choice)} ({choice.time_us:.4g} us) cannot be "
+                                 f"written as MSCCL XML: {exc}")
+            continue
+        written.timed("lower", started)
+        written.schedule, written.sim, written.label, written.program = choice.schedule, choice.sim, choice.label, \
+            program
+        if choice is not first:
+            written.notes.append(f"wrote {_describe(choice)} instead ({choice.time_us:.4g} us), "
+                                 "the fastest that fits the runtime's limits")
+        break
+    else:
+        written.notes.append("nothing was written: no candidate fits the runtime's limits")
+        return written
+    started = time.perf_counter()
+    progress("verifying", {"detail": path.name})
+    report = verify_program(program, dialect)
+    written.timed("verify", started)
+    written.verified = report.correct
+    written.notes += [f"XML check: {note}" for note in report.notes]
+    if not report.correct:
+        written.notes += [f"XML check failed: {error}" for error in report.errors[:5]]
+        written.notes.append(f"{path} was not written: the lowered program did not verify")
+        return written
+    started = time.perf_counter()
+    save_xml(program, path, dialect)
+    written.timed("write", started)
+    written.path = path
+    return written
+
+
+def _describe(choice: Choice) -> str:
+    """``the ring baseline`` or ``the synthesized schedule (chunk factor 12)``."""
+    if choice.is_baseline:
+        return f"the {choice.candidate.label} baseline"
+    return f"the synthesized schedule (chunk factor {choice.schedule.collective.chunk_factor})"
+
+
+def _size_ranges(sizes: list[int]) -> str:
+    """Power-of-two sizes as runs: ``1B-32B, 1GB``."""
+    runs: list[list[int]] = []
+    for size in sorted(sizes):
+        if runs and size == runs[-1][-1] * 2:
+            runs[-1].append(size)
+        else:
+            runs.append([size])
+    return ", ".join(format_bytes(r[0]) if len(r) == 1 else f"{format_bytes(r[0])}-{format_bytes(r[-1])}"
+                     for r in runs)
+
+
+def _selection(program: Program, size: int, dialect: str) -> tuple[dict[str, Any], list[str]]:
+    """At which power-of-two sizes of its band (and at its own size) the runtime would not run the file."""
+    sizes = sorted({*band_sizes(program, dialect), size})
+    skipped = falls_back(program, sizes, DEFAULT_TYPE_SIZE, dialect)
+    skipped_bytes = [s.size_bytes for s in skipped]
+    at_size = size not in skipped_bytes
+    info = {"nchunksperloop": program.nchunksperloop, "element_bytes": DEFAULT_TYPE_SIZE,
+            "selected_at_size": at_size, "falls_back_bytes": skipped_bytes}
+    notes = []
+    if skipped:
+        where = "including its own size" if not at_size else "all below its own size" \
+            if all(b < size for b in skipped_bytes) else "some of its sizes"
+        reason = next((s for s in skipped if s.size_bytes == size), skipped[-1]).reason
+        notes.append(f"the runtime would skip this file (and run its own algorithm) at {_size_ranges(skipped_bytes)} "
+                     f"of its band ({where}; {DEFAULT_TYPE_SIZE}-byte elements): {reason}")
+    return info, notes
 
 
 def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisResult, root: int,
-         xml: str | None) -> dict[str, Any]:
+         written: _Written | None, started: float, time_limit: float, dialect: str) -> dict[str, Any]:
+    """The report of one size; the wall time runs from ``started`` to the end of the reference computations."""
+    report_started = time.perf_counter()
     ring_name, ring_time, bound = _reference_times(topology, kind, size, result, root)
-    time_us = result.sim.time_us
+    report_s = time.perf_counter() - report_started
+    wall_s = time.perf_counter() - started
+    schedule, sim, label = (written.schedule, written.sim, written.label) if written else \
+        (result.schedule, result.sim, result.chosen)
+    time_us = sim.time_us
+    notes = [*result.notes, *(written.notes if written else [])]
+    selection: dict[str, Any] | None = None
+    if written is not None and written.program is not None:
+        selection, selection_notes = _selection(written.program, size, dialect)
+        notes += selection_notes
+    stages = {name: round(result.stages_s.get(name, 0.0), 3) for name in STAGES}
+    stages.update({name: round((written.stages_s if written else {}).get(name, 0.0), 3)
+                   for name in ("lower", "verify", "write")})
+    stages["report"] = round(report_s, 3)
+    hit = result.time_limit_hit or wall_s > time_limit
+    if wall_s > time_limit:
+        xml_s = sum(stages[name] for name in ("lower", "verify", "write"))
+        notes.append(f"the command took {wall_s:.1f} s, over --time-limit {time_limit:g} s: lowering, verifying and "
+                     f"writing the XML took {xml_s:.1f} s and cannot be cut short")
     return {
         "size_bytes": size,
-        "correct": result.sim.correct,
+        "correct": sim.correct and (written is None or written.path is not None),
         "time_us": time_us,
-        "algbw_GBps": result.sim.algbw_GBps,
-        "busbw_GBps": result.sim.busbw_GBps,
+        "algbw_GBps": sim.algbw_GBps,
+        "busbw_GBps": sim.busbw_GBps,
         "ring_time_us": ring_time,
         "ring_algorithm": ring_name,
         "bound_us": bound.bound_us,
         "efficiency": bound.efficiency(time_us),
         "speedup_vs_ring": (ring_time / time_us) if ring_time and time_us else None,
         "synthesis_s": round(result.synthesis_s, 3),
-        "xml": xml,
-        "algorithm": result.chosen,
-        "chunk_factor": result.schedule.collective.chunk_factor,
-        "transfers": len(result.schedule.transfers),
+        "wall_s": round(wall_s, 3),
+        "stages_s": stages,
+        "time_limit_s": time_limit,
+        "time_limit_hit": hit,
+        "xml": str(written.path) if written and written.path else None,
+        "xml_verified": written.verified if written else None,
+        "selection": selection,
+        "algorithm": label,
+        "chunk_factor": schedule.collective.chunk_factor,
+        "transfers": len(schedule.transfers),
         "symmetry": result.symmetry,
         "sketch": result.sketch,
         "baselines_us": result.baselines,
         "candidates": [{"label": c.label, "time_us": c.time_us, "transfers": c.transfers} for c in result.candidates],
         "solver_stages": [s.to_dict() for s in result.stats],
-        "notes": list(result.notes),
+        "notes": notes,
     }
 
 
@@ -150,30 +289,81 @@ def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any])
     title = (f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs), size {format_bytes(row['size_bytes'])}: "
              f"{row['algorithm']}")
     table = make_table(title, ["", "time us", "algbw GB/s", "busbw GB/s"], [
-        ["synthesized" if row["algorithm"] == "synthesized" else row["algorithm"], fmt(row["time_us"]),
-         fmt(row["algbw_GBps"]), fmt(row["busbw_GBps"])],
-        [f"NCCL-style {row['ring_algorithm'] or '-'}", fmt(row["ring_time_us"]),
-         fmt(row["size_bytes"] / row["ring_time_us"] / 1e3 if row["ring_time_us"] else None), "-"],
-        ["lower bound", fmt(row["bound_us"]),
-         fmt(row["size_bytes"] / row["bound_us"] / 1e3 if row["bound_us"] else None), "-"],
+        ["synthesized" if row["algorithm"] == "synthesized" else row["algorithm"], row["time_us"],
+         row["algbw_GBps"], row["busbw_GBps"]],
+        [f"NCCL-style {row['ring_algorithm'] or '-'}", row["ring_time_us"],
+         row["size_bytes"] / row["ring_time_us"] / 1e3 if row["ring_time_us"] else None, None],
+        ["lower bound", row["bound_us"], row["size_bytes"] / row["bound_us"] / 1e3 if row["bound_us"] else None,
+         None],
     ])
     out_console.print(table)
     out_console.print(f"correct: {'yes' if row['correct'] else 'NO'}   efficiency (bound/time): "
                       f"{fmt(row['efficiency'], 3)}   speedup vs {row['ring_algorithm'] or 'ring'}: "
                       f"{fmt(row['speedup_vs_ring'], 3)}x   synthesis: {row['synthesis_s']:.2f} s")
+    stages_text = ", ".join(f"{name} {seconds:.2f}" for name, seconds in row["stages_s"].items() if seconds)
+    out_console.print(f"wall time: {row['wall_s']:.2f} s of --time-limit {row['time_limit_s']:g} s"
+                      f"{' (reached)' if row['time_limit_hit'] else ''}   per stage (s): {stages_text}")
     out_console.print(f"symmetry: {row['symmetry']}\nsketch: {row['sketch']}")
     stages = make_table("solver statistics per stage", ["stage", "solver", "status", "objective", "bound", "gap",
-                                                        "time s", "vars"],
-                        [[s["stage"], s["solver"], s["status"], fmt(s["objective"]), fmt(s["bound"]),
+                                                        "time s", "vars", "stopped by"],
+                        [[s["stage"], s["solver"], s["status"], s["objective"], s["bound"],
                           "-" if s["gap"] is None else f"{100 * s['gap']:.2f}%", f"{s['time_s']:.2f}",
-                          s["variables"] or "-"] for s in row["solver_stages"]])
+                          s["variables"] or "-", s["stopped_by"] or "-"] for s in row["solver_stages"]])
     out_console.print(stages)
     out_console.print(make_table("candidates (simulated)", ["candidate", "time us", "transfers"],
-                                 [[c["label"], fmt(c["time_us"]), c["transfers"]] for c in row["candidates"]]))
+                                 [[c["label"], c["time_us"], c["transfers"]] for c in row["candidates"]]))
     for note in row["notes"]:
         out_console.print(f"note: {note}")
     if row["xml"]:
         out_console.print(f"wrote {row['xml']}")
+
+
+@dataclass(frozen=True)
+class _Band:
+    """One size of a synthesize run and where its XML goes (``lo``/``hi``: its size band in the XML)."""
+
+    topology: Topology
+    kind: CollectiveKind
+    size: int
+    options: SynthesisOptions
+    root: int
+    xml_path: Path | None
+    lo: int
+    hi: int
+    dialect: str
+    instances: int
+    proto: str
+    schedule_out: str | None
+    time_limit: float
+    live_label: str = ""
+    """Show the live status line with this label while solving (only when run in this process)."""
+
+
+def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Synthesize one size, write its XML; the report row (a job function of the runner: module level)."""
+    started = time.perf_counter()
+    with _Progress(progress is None and bool(band.live_label), band.live_label) as live:
+        report = progress if progress is not None else live
+        result = synthesize(band.topology, band.kind, band.size, band.options, report)
+        written: _Written | None = None
+        if band.xml_path is not None:
+            written = _write_xml(result, band.topology, band.xml_path, dialect=band.dialect, instances=band.instances,
+                                 proto=band.proto, min_bytes=band.lo, max_bytes=band.hi, progress=report)
+    if band.schedule_out:
+        from taccl_py.schedule import save_schedule
+
+        save_schedule(written.schedule if written else result.schedule, band.topology, band.schedule_out)
+    return _row(band.topology, band.kind, band.size, result, band.root, written, started, band.time_limit,
+                band.dialect), {}
+
+
+def _plot_times(rows: list[dict[str, Any]]) -> dict[str, list[float | None]]:
+    """Per size: the synthesizer's best candidate and every baseline it was compared with."""
+    times: dict[str, list[float | None]] = {"taccl synthesized": [min(
+        (c["time_us"] for c in r["candidates"] if c["time_us"] is not None), default=None) for r in rows]}
+    for name in sorted({name for r in rows for name in r["baselines_us"]}):
+        times[f"NCCL-style {name}"] = [r["baselines_us"].get(name) for r in rows]
+    return times
 
 
 def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
@@ -189,7 +379,9 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
 @click.option("-o", "--output", type=click.Path(), default=None,
               help="Write the MSCCL XML here (a directory when --size is a range).")
 @click.option("--time-limit", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
-              help="Overall solver budget in seconds; at the limit the best incumbent is used.")
+              help="Wall-clock limit of the command per size (solve, simulate, lower, verify, write). The solvers "
+                   "stop on deterministic work budgets scaled from it; the clock only guards, and the report says "
+                   "when it bites.")
 @click.option("--solver", default="cpsat", show_default=True,
               help="Routing MILP solver: cpsat (OR-Tools CP-SAT) or a PuLP solver name (cbc, gurobi, cplex...).")
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
@@ -204,11 +396,14 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
 @click.option("--no-baselines", is_flag=True, help="Do not compare with (or fall back to) NCCL-style baselines.")
 @click.option("--schedule-out", type=click.Path(dir_okay=False), default=None,
               help="Also write the schedule IR as JSON (single size only).")
+@jobs_option(default=1)
+@plot_option
 @json_option
 def synthesize_command(topology_spec: str, collective_name: str, size_spec: str, sketch_path: str | None,
                        output: str | None, time_limit: float, solver: str, threads: int, seed: int,
                        chunk_factors: tuple[int, ...], root: int, dialect: str, instances: int, proto: str,
-                       no_baselines: bool, schedule_out: str | None, as_json: bool) -> None:
+                       no_baselines: bool, schedule_out: str | None, jobs: int, plot_path: str | None,
+                       as_json: bool) -> None:
     """Synthesize a collective algorithm, verify it by simulation and write MSCCL XML.
 
     Example: taccl synthesize --topology ndv2x2 --collective allgather --size 1GB -o ag.xml
@@ -221,38 +416,43 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
         raise InputError(f"root must be a GPU id in 0..{topology.num_gpus - 1} (got {root})", where="--root")
     if len(sizes) > 1 and schedule_out:
         raise InputError("--schedule-out needs a single size", where="--schedule-out")
-    options = SynthesisOptions(sketch=sketch, solver=solver, time_limit_s=time_limit, threads=threads, seed=seed,
-                               chunk_factors=chunk_factors or None, compare_baselines=not no_baselines, root=root)
-    rows = []
+    check_synthesis_args(topology, kind, output=output, schedule_out=schedule_out, ranged=len(sizes) > 1,
+                         dialect=dialect, instances=instances, root=root, chunk_factors=chunk_factors, solver=solver,
+                         seed=seed, time_limit=time_limit, threads=threads)
+    check_picture_path(plot_path, "--plot")
+    options = SynthesisOptions(sketch=sketch, solver=solver, time_limit_s=time_limit * SOLVE_SHARE, threads=threads,
+                               seed=seed, chunk_factors=chunk_factors or None, compare_baselines=not no_baselines,
+                               root=root, budget=WorkBudget.for_time_limit(time_limit), instances=instances)
     out_dir = Path(output) if output and len(sizes) > 1 else None
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():
             raise InputError("must be a directory when --size is a range", where=str(out_dir))
         out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    bands = []
     for k, size in enumerate(sizes):
+        xml_path = (out_dir / _band_name(kind, topology, size) if out_dir is not None else
+                    Path(output) if output else None)
+        band_lo, band_hi = (0 if k == 0 else size, 0 if k == len(sizes) - 1 else sizes[k + 1] - 1) \
+            if out_dir is not None else (0, 0)
+        live = f"size {k + 1}/{len(sizes)} {format_bytes(size)}" if len(sizes) > 1 and jobs == 1 and not as_json \
+            else ""
+        bands.append(_Band(topology, kind, size, options, root, xml_path, band_lo, band_hi, dialect, instances,
+                           proto, schedule_out, time_limit, live))
+    if len(bands) == 1:
         with _Progress(not as_json) as progress:
-            result = synthesize(topology, kind, size, options, progress)
-        xml_path: Path | None = None
-        if output:
-            if out_dir is not None:
-                lo = 0 if k == 0 else size
-                hi = 0 if k == len(sizes) - 1 else sizes[k + 1] - 1
-                xml_path = out_dir / _band_name(kind, topology, size)
-                _write_xml(result, topology, xml_path, dialect=dialect, instances=instances, proto=proto,
-                           min_bytes=lo, max_bytes=hi)
-            else:
-                xml_path = Path(output)
-                _write_xml(result, topology, xml_path, dialect=dialect, instances=instances, proto=proto,
-                           min_bytes=0, max_bytes=0)
-        if schedule_out:
-            from taccl_py.schedule import save_schedule
+            rows = [_synthesize_band(bands[0], progress)[0]]
+        if not as_json:
+            _print_report(topology, kind, rows[0])
+    else:
+        from taccl_py.cli.jobs_cli import run_bands
 
-            save_schedule(result.schedule, topology, schedule_out)
-        row = _row(topology, kind, size, result, root, str(xml_path) if xml_path else None)
-        rows.append(row)
-        if not as_json and len(sizes) == 1:
-            _print_report(topology, kind, row)
+        # one size at a time shows each size's live line (stage, incumbent); several at once, a progress bar
+        rows = run_bands(_synthesize_band, bands, [b.size for b in bands], jobs,
+                         show_progress=not as_json and jobs > 1)
+    if plot_path:
+        write_algbw_plot(plot_path, f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs)",
+                         sizes, _plot_times(rows), [r["bound_us"] for r in rows], synthesized="taccl synthesized")
     if len(sizes) > 1:
         if as_json:
             emit_json({"topology": topology.name, "collective": kind.value, "rows": rows,
@@ -263,12 +463,12 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
                 f"{kind.value} on {topology.name}: synthesized per size band",
                 ["size", "time us", "algbw", "busbw", "ring us", "bound us", "efficiency", "speedup", "algorithm",
                  "xml"],
-                [[format_bytes(r["size_bytes"]), fmt(r["time_us"]), fmt(r["algbw_GBps"]), fmt(r["busbw_GBps"]),
-                  fmt(r["ring_time_us"]), fmt(r["bound_us"]), fmt(r["efficiency"], 3), fmt(r["speedup_vs_ring"], 3),
-                  r["algorithm"], os.path.basename(r["xml"]) if r["xml"] else "-"] for r in rows]))
+                [[format_bytes(r["size_bytes"]), r["time_us"], r["algbw_GBps"], r["busbw_GBps"], r["ring_time_us"],
+                  r["bound_us"], r["efficiency"], r["speedup_vs_ring"], r["algorithm"],
+                  os.path.basename(r["xml"]) if r["xml"] else "-"] for r in rows]))
     elif as_json:
         emit_json(rows[0])
-    if not all(r["correct"] for r in rows):  # pragma: no cover - synthesize only returns correct schedules
+    if not all(r["correct"] for r in rows):  # a file that could not be written or did not verify
         raise click.exceptions.Exit(1)
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 import click
 from rich.table import Table
 
-from taccl_py.cli.common import emit_json, json_option, make_table, out_console
-from taccl_py.errors import InputError, TacclError, TopologyError
+from taccl_py.cli.common import check_output_file, emit_json, json_option, make_table, out_console, plural
+from taccl_py.errors import InputError, TacclError
 from taccl_py.library import (
     describe_topology,
     dgx1,
@@ -95,24 +95,32 @@ def _machines_line(machines: tuple[tuple[int, ...], ...]) -> str:
     if not machines:
         return "none declared"
     sizes = sorted({len(m) for m in machines})
-    size_text = f"{len(machines)} x {sizes[0]} GPUs" if len(sizes) == 1 else f"{len(machines)} machines"
+    size_text = f"{len(machines)} x {plural(sizes[0], 'GPU')}" if len(sizes) == 1 else plural(len(machines), 'machine')
     members = "; ".join(f"m{k}: {format_gpu_ranges(list(m))}" for k, m in enumerate(machines))
     return f"{size_text} ({members})"
 
 
 @topo.command("show")
 @click.argument("spec", metavar="NAME|FILE")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png|FILE.svg",
+              help="Also draw it: GPUs grouped by machine, switches, links with their bandwidth.")
 @json_option
-def show_cmd(spec: str, as_json: bool) -> None:
+def show_cmd(spec: str, plot_path: str | None, as_json: bool) -> None:
     """GPUs, switches and links by kind, per-GPU bandwidth, machines and source."""
     topology = resolve_topology(spec)
     description = describe_topology(topology)
+    if plot_path is not None:
+        from taccl_py.plots import check_figure_path, save_figure, topology_figure
+
+        check_figure_path(plot_path, where="--plot")
+        save_figure(topology_figure(topology), plot_path)
     if as_json:
-        emit_json(description.to_json())
+        emit_json(description.to_json() | ({"plot": plot_path} if plot_path else {}))
         return
     switches = sum(s.count for s in description.switches)
-    out_console.print(f"[bold]{description.name}[/bold]: {description.gpus} GPUs, {switches} switch vertices, "
-                      f"{description.links} directed links")
+    out_console.print(f"[bold]{description.name}[/bold]: {plural(description.gpus, 'GPU')}, "
+                      f"{plural(switches, 'switch vertex', 'switch vertices')}, "
+                      f"{plural(description.links, 'directed link')}")
     out_console.print(f"machines: {_machines_line(description.machines)}")
     out_console.print(f"source: {description.source or '-'}")
     if description.switches:
@@ -124,6 +132,8 @@ def show_cmd(spec: str, as_json: bool) -> None:
     out_console.print(make_table("Per-GPU link bandwidth", ["GPUs", "count", "out GB/s", "in GB/s"],
                                  [(format_gpu_ranges(g.gpus), len(g.gpus), f"{g.out_GBps:.6g}",
                                    f"{g.in_GBps:.6g}") for g in description.gpu_bandwidth]))
+    if plot_path is not None:
+        out_console.print(f"wrote {plot_path}", markup=False)
 
 
 # ----------------------------------------------------------------------- validate
@@ -138,8 +148,10 @@ def validate_cmd(path: str, as_json: bool) -> None:
         if as_json:
             emit_json({"file": path, "valid": False, "error": str(exc)})
         raise
-    summary = (f"{topology.num_gpus} GPUs, {len(topology.machines) or 'no'} machines, "
-               f"{len(topology.switches)} switch vertices, {len(topology.links)} directed links")
+    summary = (f"{plural(topology.num_gpus, 'GPU')}, "
+               f"{plural(len(topology.machines), 'machine') if topology.machines else 'no machines'}, "
+               f"{plural(len(topology.switches), 'switch vertex', 'switch vertices')}, "
+               f"{plural(len(topology.links), 'directed link')}")
     if as_json:
         emit_json({"file": path, "valid": True, "name": topology.name, "gpus": topology.num_gpus,
                    "machines": len(topology.machines), "switches": len(topology.switches),
@@ -366,6 +378,8 @@ def generate_cmd(kind: str, gpus: int | None, machines: int | None, fabric: str 
     KIND: ring, fully-connected, switch, torus, mesh, hypercube, astra, or a machine
     (dgx1, ndv2, dgx2, dgx-a100, dgx-h100, mi250, gb200-nvl72, ring8; with --machines K).
     """
+    if output != "-":
+        check_output_file(output, "-o")
     options = GenerateOptions(gpus=gpus, machines=machines, fabric=fabric, dims=dims, bandwidth=bandwidth,
                               latency=latency, nvls=nvls, name=name)
     topology = generate_topology(kind, options)
@@ -374,13 +388,11 @@ def generate_cmd(kind: str, gpus: int | None, machines: int | None, fabric: str 
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    try:
-        atomic_write_text(output, text)
-    except OSError as exc:
-        raise TopologyError(f"cannot write: {exc.strerror or exc}", where=output) from None
+    atomic_write_text(output, text)
     if as_json:
         emit_json({"written": output, "name": topology.name, "gpus": topology.num_gpus,
                    "switches": len(topology.switches), "links": len(topology.links)})
     else:
-        out_console.print(f"wrote {output}: {topology.name}, {topology.num_gpus} GPUs, "
-                          f"{len(topology.switches)} switch vertices, {len(topology.links)} directed links")
+        out_console.print(f"wrote {output}: {topology.name}, {plural(topology.num_gpus, 'GPU')}, "
+                          f"{plural(len(topology.switches), 'switch vertex', 'switch vertices')}, "
+                          f"{plural(len(topology.links), 'directed link')}")

@@ -35,8 +35,10 @@ from typing import Any
 import yaml
 
 from taccl_py.errors import TopologyError
+from taccl_py.inputs import json_depth, read_text_file
 from taccl_py.library.builder import TopologyBuilder, check_link_budget
 from taccl_py.library.grids import grid_coordinates, grid_id
+from taccl_py.limits import MAX_JSON_DEPTH
 from taccl_py.topology import Topology, Vertex
 
 __all__ = [
@@ -271,19 +273,20 @@ def parse_astra_network(data: Any, *, where: str = "<network>") -> tuple[AstraDi
 def load_astra_yaml(path: str | os.PathLike[str]) -> Topology:
     """Import an ASTRA-sim network YAML file as a :class:`Topology` named after the file."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TopologyError("no such file", where=where) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TopologyError(f"cannot read: {exc}", where=where) from None
+    text = read_text_file(path, TopologyError, what="network file")
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise TopologyError(f"nests lists/mappings more than {MAX_JSON_DEPTH} levels deep (MAX_JSON_DEPTH)",
+                            where=where) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         raise TopologyError(f"not valid YAML: {problem}{at}", where=where) from None
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise TopologyError(f"nests lists/mappings more than {MAX_JSON_DEPTH} levels deep (MAX_JSON_DEPTH)",
+                            where=where)
     dims = parse_astra_network(data, where=where)
     shape = " x ".join(d.describe() for d in dims)
     return astra_topology(dims, name=Path(path).stem, where=where, source=(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from taccl_py.errors import ProfileInputError
+from taccl_py.limits import MAX_GPUS, limit_text
 from taccl_py.profiler.calibration import (
     LinkFit,
     link_classes,
@@ -71,12 +72,13 @@ def is_csv_file(path: str) -> bool:
         return True
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                stripped = line.strip()
-                if stripped and not stripped.startswith("#"):
-                    return "time_us" in stripped and "," in stripped
+            head = handle.read(1 << 16)  # the first data line is near the top; never read a huge file here
     except OSError:
         return False
+    for line in head.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            return "time_us" in stripped and "," in stripped
     return False
 
 
@@ -222,6 +224,8 @@ def _fit_logs(request: FitRequest) -> FitOutcome:
             binary = _binary_of(run, path, request.collective)
             model = BINARY_MODELS[binary]
             nranks = request.ranks if request.ranks is not None else run.nranks
+            if nranks > MAX_GPUS:
+                raise ProfileInputError(f"the run has {nranks} ranks; {limit_text('MAX_GPUS', MAX_GPUS)}", where=at)
             if nranks < 2:
                 raise ProfileInputError(f"{binary} ran on {nranks} rank: no link between GPUs was measured "
                                         "(pass --ranks N if the log lacks its '#  Rank' lines)", where=at)

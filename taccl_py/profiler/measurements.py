@@ -14,9 +14,10 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from taccl_py.errors import ProfileInputError
+from taccl_py.inputs import read_text_file
+from taccl_py.limits import MAX_GPUS, MAX_SIZE_BYTES, limit_text
 from taccl_py.topology_io import atomic_write_text
 
 __all__ = ["CSV_COLUMNS", "Sample", "dumps_measurements_csv", "read_measurements_csv", "write_measurements_csv"]
@@ -40,13 +41,7 @@ class Sample:
 def read_measurements_csv(path: str | os.PathLike[str]) -> tuple[Sample, ...]:
     """Read and validate a measurements CSV; errors name the file, line and column."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileInputError("no such file", where=where) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileInputError(f"cannot read: {exc}", where=where) from None
-    return parse_measurements_csv(text, where=where)
+    return parse_measurements_csv(read_text_file(path, ProfileInputError, what="CSV file"), where=where)
 
 
 def _data_lines(text: str) -> list[tuple[int, str]]:
@@ -83,11 +78,13 @@ def parse_measurements_csv(text: str, *, where: str = "<csv>") -> tuple[Sample, 
         fields = [f.strip() for f in next(csv.reader([line]))]
         if len(fields) != len(header):
             raise ProfileInputError(f"has {len(fields)} fields, the header has {len(header)}", where=at)
-        src = _int_field(fields[column["src"]], "src", at, minimum=0)
-        dst = _int_field(fields[column["dst"]], "dst", at, minimum=0)
+        ranks = f"rank ids stop at {MAX_GPUS - 1:,} (MAX_GPUS = {MAX_GPUS:,} ranks)"
+        src = _int_field(fields[column["src"]], "src", at, minimum=0, maximum=MAX_GPUS - 1, limit=ranks)
+        dst = _int_field(fields[column["dst"]], "dst", at, minimum=0, maximum=MAX_GPUS - 1, limit=ranks)
         if src == dst:
             raise ProfileInputError(f"src and dst are both {src} (a link joins two different ranks)", where=at)
-        size = _int_field(fields[column["bytes"]], "bytes", at, minimum=1)
+        size = _int_field(fields[column["bytes"]], "bytes", at, minimum=1, maximum=MAX_SIZE_BYTES,
+                          limit=limit_text("MAX_SIZE_BYTES", MAX_SIZE_BYTES))
         time_us = _float_field(fields[column["time_us"]], "time_us", at)
         repeat = _int_field(fields[column["repeat"]], "repeat", at, minimum=0) if "repeat" in column else 0
         samples.append(Sample(src, dst, size, time_us, repeat, origin=at))
@@ -104,13 +101,16 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _int_field(text: str, name: str, at: str, *, minimum: int) -> int:
+def _int_field(text: str, name: str, at: str, *, minimum: int, maximum: int | None = None, limit: str = "") -> int:
+    """An integer field in ``minimum..maximum`` (``limit`` says which limit ``maximum`` is)."""
     try:
         value = int(text)
     except ValueError:
-        raise ProfileInputError(f"{name} must be an integer (got {text!r})", where=at) from None
+        raise ProfileInputError(f"{name} must be an integer (got {text[:40]!r})", where=at) from None
     if value < minimum:
         raise ProfileInputError(f"{name} must be >= {minimum} (got {value})", where=at)
+    if maximum is not None and value > maximum:
+        raise ProfileInputError(f"{name} is {value}; {limit}", where=at)
     return value
 
 

@@ -27,9 +27,9 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from taccl_py.errors import ProfileInputError
+from taccl_py.inputs import read_text_file
 from taccl_py.profiler.fit import Observation
 
 __all__ = [
@@ -212,14 +212,8 @@ class _RunBuilder:
 
 def parse_nccl_tests_log(path: str | os.PathLike[str]) -> tuple[NcclTestsRun, ...]:
     """Read an nccl-tests log; see :func:`parse_nccl_tests_text`."""
-    where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise ProfileInputError("no such file", where=where) from None
-    except OSError as exc:
-        raise ProfileInputError(f"cannot read: {exc}", where=where) from None
-    return parse_nccl_tests_text(text, where=where)
+    text = read_text_file(path, ProfileInputError, what="nccl-tests log", lenient=True)
+    return parse_nccl_tests_text(text, where=str(path))
 
 
 def parse_nccl_tests_text(text: str, *, where: str = "<log>") -> tuple[NcclTestsRun, ...]:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +14,7 @@ import numpy as np
 from taccl_py.errors import ProfileInputError
 from taccl_py.profiler.calibration import LinkFit
 from taccl_py.topology import Topology
+from taccl_py.topology_io import atomic_write_bytes
 
 __all__ = ["FitRow", "fit_to_json", "rows_from_fits", "rows_from_topology", "write_plot"]
 
@@ -154,20 +153,4 @@ def write_plot(path: str | os.PathLike[str], *, title: str, fits: Sequence[LinkF
     axes.legend(fontsize=7, loc="upper left")
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", metadata={"Software": None})
-    _atomic_write_bytes(path, buffer.getvalue())
-
-
-def _atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as open() would; mkstemp alone gives 0o600
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_bytes(path, buffer.getvalue())

@@ -1,0 +1,206 @@
+"""Stages 5 and 6: simulate the candidates, keep the best of each chunk factor, rank them with the baselines.
+
+The ranking puts first what a runtime would run: a schedule whose file the
+runtime selects at the synthesized size before one it would skip, then the
+fastest (a baseline only when strictly faster than the synthesized algorithm).
+The later entries are fallbacks for when the first cannot be written as XML.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.msccl.ir import MAX_NODES_PER_RANK
+from taccl_py.schedule import Schedule
+from taccl_py.simulator import SimResult, simulate
+from taccl_py.synthesis.chunking import chunks_per_loop, min_nodes_per_rank, selectable_at
+from taccl_py.synthesis.options import Run
+from taccl_py.synthesis.variants import CandidateSchedule, Variant
+from taccl_py.topology import Topology
+
+__all__ = ["BaselineComparison", "Candidate", "Choice", "Ranking", "Simulated", "compare_baselines",
+           "rank_choices", "simulate_candidates"]
+
+_BASELINE_MARGIN = 1e-9
+"""A baseline must be faster by this fraction to be preferred: ties go to the synthesized algorithm."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One simulated candidate: how it was built and how fast it is (``time_us`` None: incorrect)."""
+
+    label: str
+    chunk_factor: int
+    time_us: float | None
+    transfers: int
+    note: str = ""
+    variant: Variant | None = None
+    """The synthesized variant; None for a baseline."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A correct schedule, its simulation and the candidate record it came from."""
+
+    schedule: Schedule
+    sim: SimResult
+    candidate: Candidate
+
+    @property
+    def time_us(self) -> float:
+        assert self.sim.time_us is not None
+        return self.sim.time_us
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.candidate.variant is None
+
+    @property
+    def label(self) -> str:
+        """How the report names it: ``synthesized`` or ``baseline <name>``."""
+        return f"baseline {self.candidate.label}" if self.is_baseline else "synthesized"
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """Stage 5's output for one chunk factor: every candidate simulated, the best correct one, notes."""
+
+    candidates: tuple[Candidate, ...]
+    best: Choice | None
+    notes: tuple[str, ...]
+    stopped: bool
+    """The wall-clock limit stopped the simulation of this factor's candidates."""
+
+
+def simulate_candidates(run: Run, topology: Topology, collective: Collective, size_bytes: float,
+                        schedules: Sequence[CandidateSchedule], *, any_before: bool) -> Simulated:
+    """Simulate each distinct candidate schedule; the fastest correct one is ``best`` (first wins ties).
+
+    A candidate that needs more XML nodes per rank than the runtimes accept is
+    not simulated. ``any_before``: candidates of earlier factors exist, so the
+    wall-clock limit may stop this one.
+    """
+    c = collective.chunk_factor
+    candidates: list[Candidate] = []
+    notes: list[str] = []
+    best: Choice | None = None
+    seen: set[tuple[object, ...]] = set()
+    stopped = False
+    for cand_schedule in schedules:
+        how = cand_schedule.variant.describe()
+        transfers = cand_schedule.transfers
+        if transfers in seen:
+            continue
+        seen.add(transfers)
+        nodes = min_nodes_per_rank(transfers, collective.num_ranks, run.options.instances)
+        if nodes > MAX_NODES_PER_RANK:
+            notes.append(f"chunk factor {c}, {how}: needs at least {nodes} XML nodes on a rank (the runtimes "
+                         f"accept {MAX_NODES_PER_RANK}): not simulated")
+            continue
+        if (any_before or candidates) and run.out_of_time():
+            notes.append(f"time limit reached: ordering {how!r} of chunk factor {c} not simulated")
+            stopped = True
+            break
+        schedule = Schedule(collective, transfers, name=f"taccl-{collective.kind.value}-c{c}",
+                            topology=topology.name,
+                            notes={"generator": "taccl_py synthesize", "chunk_factor": c, "ordering": how})
+        run.report("simulating", chunk_factor=c, ordering=how, transfers=len(transfers))
+        with run.stage("simulate"):
+            sim = simulate(topology, schedule, size_bytes)
+        cand = Candidate(label=f"chunk factor {c}, {how}", chunk_factor=c, time_us=sim.time_us,
+                         transfers=len(transfers), note=sim.error or "", variant=cand_schedule.variant)
+        candidates.append(cand)
+        run.report("candidate", chunk_factor=c, ordering=how, time_us=sim.time_us, correct=sim.correct)
+        if not sim.correct:
+            notes.append(f"chunk factor {c}, {how}: the simulator rejected the schedule: {sim.error}")
+            continue
+        assert sim.time_us is not None
+        if best is None or sim.time_us < best.time_us:
+            best = Choice(schedule, sim, cand)
+    return Simulated(tuple(candidates), best, tuple(notes), stopped)
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """Every applicable baseline's simulated time (None: incorrect or never writable), the correct ones
+    fastest first, and notes."""
+
+    times_us: dict[str, float | None]
+    correct: tuple[Choice, ...]
+    notes: tuple[str, ...] = ()
+
+
+def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int,
+                      instances: int = 1) -> BaselineComparison:
+    """Simulate every NCCL-style baseline that applies to this topology and collective.
+
+    A baseline that needs more XML nodes per rank than the runtimes accept is not simulated.
+    """
+    from taccl_py.baselines import applicable_baselines, baseline
+
+    times: dict[str, float | None] = {}
+    correct: list[Choice] = []
+    notes: list[str] = []
+    for name in applicable_baselines(topology, kind):
+        schedule = baseline(topology, kind, name, root=root)
+        nodes = min_nodes_per_rank(schedule.transfers, topology.num_gpus, instances)
+        if nodes > MAX_NODES_PER_RANK:
+            times[name] = None
+            notes.append(f"the {name} baseline needs at least {nodes} XML nodes on a rank (the runtimes accept "
+                         f"{MAX_NODES_PER_RANK}): not simulated")
+            continue
+        sim = simulate(topology, schedule, size_bytes)
+        times[name] = sim.time_us
+        if sim.time_us is not None:
+            correct.append(Choice(schedule, sim, Candidate(name, schedule.collective.chunk_factor, sim.time_us,
+                                                           len(schedule.transfers))))
+    correct.sort(key=lambda choice: choice.time_us)  # stable: the first listed wins ties
+    return BaselineComparison(times, tuple(correct), tuple(notes))
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Stage 6's output: correct choices in order of preference (the first is returned) and why."""
+
+    ranked: tuple[Choice, ...]
+    notes: tuple[str, ...]
+
+
+def rank_choices(synthesized: Sequence[Choice], baselines: BaselineComparison, size_bytes: float,
+                 element_bytes: int, instances: int) -> Ranking:
+    """Order the best synthesized schedule of each chunk factor and the correct baselines.
+
+    First those whose file the runtime selects at ``size_bytes`` (if any), then
+    by time; a baseline goes before a synthesized schedule only when faster by
+    more than :data:`_BASELINE_MARGIN`.
+    """
+    def selectable(choice: Choice) -> bool:
+        return selectable_at(choice.schedule.collective, size_bytes, element_bytes, instances)
+
+    def key(choice: Choice) -> tuple[bool, float]:
+        return (not selectable(choice), choice.time_us * (1 + _BASELINE_MARGIN) if choice.is_baseline
+                else choice.time_us)
+
+    ranked = tuple(sorted([*sorted(synthesized, key=lambda c: c.time_us), *baselines.correct], key=key))
+    notes: list[str] = []
+    if not ranked:
+        return Ranking(ranked, ())
+    first = ranked[0]
+    best_synth = min(synthesized, key=lambda c: c.time_us, default=None)
+    if first.is_baseline:
+        if best_synth is None:
+            notes.append(f"no synthesized candidate was correct: returning the {first.candidate.label} baseline")
+        elif first.time_us < best_synth.time_us:
+            notes.append(f"the {first.candidate.label} baseline ({first.time_us:.4g} us) is faster than the "
+                         f"synthesized algorithm ({best_synth.time_us:.4g} us): returning the baseline")
+    fastest = min(ranked, key=lambda c: c.time_us)
+    if fastest is not first and not selectable(fastest) and selectable(first):
+        name = f"the {fastest.candidate.label} baseline" if fastest.is_baseline else \
+            f"the synthesized schedule with chunk factor {fastest.candidate.chunk_factor}"
+        notes.append(f"{name} is faster ({fastest.time_us:.4g} us) but the runtime would never select its file at "
+                     f"{int(size_bytes)} bytes (nchunksperloop {chunks_per_loop(fastest.schedule.collective, instances)}"
+                     f" does not divide the {int(size_bytes) // element_bytes} elements): returning "
+                     f"{first.label} ({first.time_us:.4g} us)")
+    return Ranking(ranked, tuple(notes))

@@ -1,0 +1,109 @@
+"""``synthesize``: the stages in order, from a topology, a collective and a size to the chosen schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from solver_models._backend import STOPPED_BY_TIME, SolveStats
+from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.errors import Infeasible, InputError
+from taccl_py.schedule import Schedule
+from taccl_py.simulator import SimResult
+from taccl_py.synthesis.candidates import (
+    BaselineComparison,
+    Candidate,
+    Choice,
+    compare_baselines,
+    rank_choices,
+    simulate_candidates,
+)
+from taccl_py.synthesis.chunking import chunk_factors
+from taccl_py.synthesis.options import STAGES, ProgressFn, Run, SynthesisOptions
+from taccl_py.synthesis.routes import prepare, route_pools
+from taccl_py.synthesis.variants import candidate_schedules
+from taccl_py.topology import Topology
+
+__all__ = ["SynthesisResult", "synthesize"]
+
+
+@dataclass(frozen=True)
+class SynthesisResult:
+    """The chosen schedule with everything the report shows."""
+
+    schedule: Schedule
+    sim: SimResult
+    chosen: str
+    synthesized: Candidate | None
+    candidates: tuple[Candidate, ...]
+    baselines: dict[str, float | None]
+    stats: tuple[SolveStats, ...]
+    symmetry: str
+    sketch: str
+    synthesis_s: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    stages_s: dict[str, float] = field(default_factory=dict)
+    """Wall seconds per stage (see :data:`~taccl_py.synthesis.options.STAGES`)."""
+    time_limit_hit: bool = False
+    """The wall-clock guard, not the deterministic budgets, ended some stage: the result may vary between runs."""
+    ranked: tuple[Choice, ...] = ()
+    """Every kept choice in order of preference, ``schedule`` first: fallbacks for when it cannot be written."""
+
+
+def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
+               options: SynthesisOptions | None = None, progress: ProgressFn | None = None) -> SynthesisResult:
+    """Synthesize, verify by simulation, compare with baselines and the bound; return the fastest correct result.
+
+    The stages: prepare (sketch, logical graph, symmetry) -> route pools (column
+    generation per direction) -> chunk factors -> per factor: variants (integer
+    routing, orderings, channel layouts) -> simulate candidates -> rank the best
+    of each factor with the baselines (a faster baseline is returned instead).
+    """
+    options = options or SynthesisOptions()
+    if size_bytes <= 0:
+        raise InputError(f"size must be > 0 bytes (got {size_bytes})", where="--size")
+    run = Run.start(options, progress)
+    prepared = prepare(run, topology, kind, size_bytes)
+    pools = route_pools(run, prepared)
+    stats: list[SolveStats] = list(pools.stats)
+    notes: list[str] = []
+    candidates: list[Candidate] = []
+    best_per_factor: list[Choice] = []
+    stopped = False
+    for c in chunk_factors(options, prepared):
+        if candidates and run.out_of_time():
+            notes.append(f"time limit reached before chunk factor {c} was tried")
+            stopped = True
+            break
+        schedules, variant_stats = candidate_schedules(run, pools, c, size_bytes)
+        stats += variant_stats
+        simulated = simulate_candidates(run, topology, Collective(kind, topology.num_gpus, c, options.root),
+                                        size_bytes, schedules, any_before=bool(candidates))
+        candidates += simulated.candidates
+        notes += simulated.notes
+        stopped |= simulated.stopped
+        if simulated.best is not None:
+            best_per_factor.append(simulated.best)
+    comparison = BaselineComparison({}, ())
+    if options.compare_baselines:
+        with run.stage("baselines"):
+            comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances)
+        notes += comparison.notes
+    ranking = rank_choices(best_per_factor, comparison, size_bytes, options.element_bytes, options.instances)
+    notes += ranking.notes
+    if not ranking.ranked:
+        raise Infeasible("synthesis produced no correct schedule and no baseline applies")
+    best = ranking.ranked[0]
+    guarded = [s.stage for s in stats if s.stopped_by == STOPPED_BY_TIME]
+    if guarded or stopped:
+        what = ", ".join(dict.fromkeys(guarded)) or "the candidates"
+        notes.append(f"the wall-clock time limit stopped {what} before the deterministic work budget (after "
+                     f"{options.time_limit_s:.3g} s of solving): another run may give a different result; raise "
+                     "--time-limit")
+    timed = [x.time_us for x in candidates if x.time_us is not None]
+    synthesized = next((x for x in candidates if x.time_us is not None and x.time_us == min(timed)), None)
+    return SynthesisResult(schedule=best.schedule, sim=best.sim, chosen=best.label, synthesized=synthesized,
+                           candidates=tuple(candidates), baselines=comparison.times_us, stats=tuple(stats),
+                           symmetry=prepared.symmetry.describe(), sketch=prepared.sketch.describe(),
+                           synthesis_s=run.elapsed_s(), notes=tuple(notes),
+                           stages_s={name: run.stages_s.get(name, 0.0) for name in STAGES},
+                           time_limit_hit=bool(guarded or stopped), ranked=ranking.ranked)

@@ -1,0 +1,364 @@
+"""Stage 4: for one chunk factor, the candidate schedules (an ordering rule x a channel layout).
+
+For every phase the routing plan's pieces become *tasks* (one piece over one
+logical edge), ordered by each greedy rule and, where the instance is small
+enough, by the CP-SAT scheduling model. Every ordering is also spread over
+several channels per connection, and the first one over staggered channels.
+The phases of a collective (ReduceScatter then Allgather for Allreduce) are
+joined under the same variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from solver_models._backend import SolveStats
+from solver_models.logical import LogicalGraph
+from solver_models.ordering import Task, TaskTiming, arrival_order, list_order, pipeline_order
+from solver_models.routing import Column, RoutingPlan, assign_pieces
+from solver_models.scheduling import merge_candidates, schedule_tasks
+from solver_models.symmetry import Symmetry
+from taccl_py.collectives import CollectiveKind
+from taccl_py.schedule import Op, Transfer
+from taccl_py.synthesis.options import Run
+from taccl_py.synthesis.routes import Phase, RoutePools
+from taccl_py.units import transfer_time_us
+
+__all__ = [
+    "CandidateSchedule",
+    "Ordering",
+    "OrderingRule",
+    "PhaseVariants",
+    "Variant",
+    "candidate_schedules",
+    "phase_variants",
+]
+
+
+class OrderingRule(Enum):
+    """How the sends on every link are ordered (the value is the report's wording)."""
+
+    CPSAT = "CP-SAT schedule"
+    ARRIVAL = "arrival order"
+    LIST = "list schedule"
+    PIPELINE = "pipelined trees"
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """A program order of the tasks (by ``start_us``) and the message each task travels in.
+
+    ``group[i]`` is the first task of task i's message (contiguous chunks merged into one send).
+    """
+
+    rule: OrderingRule
+    start_us: tuple[float, ...]
+    group: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """An ordering rule on ``channels`` channels per connection, optionally ``staggered``.
+
+    Staggered: a connection's channel k starts only once its channel k-1's first message has arrived.
+    """
+
+    rule: OrderingRule
+    channels: int = 1
+    staggered: bool = False
+
+    def describe(self) -> str:
+        if self.channels == 1:
+            return self.rule.value
+        return f"{self.rule.value}, {self.channels} {'staggered ' if self.staggered else ''}channels"
+
+
+@dataclass(frozen=True)
+class PhaseVariants:
+    """One phase's candidate transfer lists (in variant order) and the solver statistics that made them."""
+
+    variants: tuple[tuple[Variant, tuple[Transfer, ...]], ...]
+    stats: tuple[SolveStats, ...]
+
+
+@dataclass(frozen=True)
+class CandidateSchedule:
+    """The whole collective's transfers under one variant, ready to simulate."""
+
+    variant: Variant
+    transfers: tuple[Transfer, ...]
+
+
+# ------------------------------------------------------------------------- tasks
+def _subtree_heights(graph: LogicalGraph, column: Column, piece_bytes: float) -> dict[int, float]:
+    """Longest remaining store-and-forward time below every vertex of a tree (for priorities)."""
+    height: dict[int, float] = {}
+    for e in reversed(column.edges):
+        u, v = graph.edges[e]
+        h = transfer_time_us(piece_bytes, graph.bandwidth_GBps[e], graph.latency_us[e]) + height.get(v, 0.0)
+        height[u] = max(height.get(u, 0.0), h)
+    return height
+
+
+def _image_edge(graph: LogicalGraph, perm: Sequence[int], edge: int) -> int:
+    u, v = graph.edges[edge]
+    return graph.index[(perm[u], perm[v])]
+
+
+def _task(graph: LogicalGraph, edge: int, chunk: int, piece_bytes: float, pred: int,
+          priority: tuple[float, ...]) -> Task:
+    src, dst = graph.edges[edge]
+    return Task(src=src, dst=dst, chunks=(chunk,), route=graph.routes[edge], latency_us=float(graph.latency_us[edge]),
+                bytes=piece_bytes, bandwidth_GBps=float(graph.bandwidth_GBps[edge]), pred=pred, priority=priority)
+
+
+def tree_tasks(graph: LogicalGraph, symmetry: Symmetry, plan: RoutingPlan, piece_bytes: float, own_first: bool,
+               chunk_id: Callable[[int, int], int]) -> list[Task]:
+    """Every GPU's pieces, each along the image of its assigned tree.
+
+    Priority: the sender's own pieces first (if ``own_first``), then the deepest subtree, piece, GPU.
+    """
+    tasks: list[Task] = []
+    heights: dict[int, dict[int, float]] = {}
+    for (gpu, _), choice in sorted(plan.assignment.items()):
+        j = 0
+        for a in choice:
+            col, perm = a.column, symmetry.perms[a.perm]
+            height = heights.setdefault(id(col), _subtree_heights(graph, col, piece_bytes))
+            for _ in range(a.count):
+                chunk = chunk_id(gpu, j)
+                holder: dict[int, int] = {}
+                for e in col.edges:
+                    u, v = graph.edges[e]
+                    image = _image_edge(graph, perm, e)
+                    own = 0 if (own_first and graph.edges[image][0] == gpu) else 1
+                    tasks.append(_task(graph, image, chunk, piece_bytes, holder.get(u, -1),
+                                       (own, -height.get(v, 0.0), j, gpu)))
+                    holder[v] = len(tasks) - 1
+                j += 1
+    return tasks
+
+
+def path_tasks(graph: LogicalGraph, symmetry: Symmetry, plan: RoutingPlan, num_ranks: int, chunk_factor: int,
+               piece_bytes: float) -> list[Task]:
+    """Every (source, destination) pair's pieces along the images of their assigned paths."""
+    n, c = num_ranks, chunk_factor
+    tasks: list[Task] = []
+    for (gpu, dst), choice in sorted(plan.assignment.items()):
+        j = 0
+        for a in choice:
+            col, perm = a.column, symmetry.perms[a.perm]
+            for _ in range(a.count):
+                chunk = (gpu * n + dst) * c + j
+                prev = -1
+                remaining = col.path_time_us(graph, piece_bytes)
+                for e in col.edges:
+                    tasks.append(_task(graph, _image_edge(graph, perm, e), chunk, piece_bytes, prev,
+                                       (1, -remaining, j, gpu)))
+                    remaining -= transfer_time_us(piece_bytes, float(graph.bandwidth_GBps[e]),
+                                                  float(graph.latency_us[e]))
+                    prev = len(tasks) - 1
+                j += 1
+    return tasks
+
+
+# ---------------------------------------------------------------------- orderings
+def _greedy_groups(tasks: Sequence[Task], timing: TaskTiming) -> tuple[int, ...]:
+    """Merge contiguous chunks on a connection into one message where latency dominates and data is ready."""
+    group = list(range(len(tasks)))
+    message_start: dict[int, float] = {}
+    for i, j in merge_candidates(tasks, timing.order(tasks)):
+        t = tasks[j]
+        first = group[i]
+        start = message_start.setdefault(first, timing.start_us[first])
+        ready = timing.arrive_us[t.pred] if t.pred >= 0 else 0.0
+        if t.latency_us > t.duration_us and ready <= start + 1e-12:
+            group[j] = first
+    return tuple(group)
+
+
+def _greedy(rule: OrderingRule, tasks: Sequence[Task], timing: TaskTiming, merge: bool) -> Ordering:
+    group = _greedy_groups(tasks, timing) if merge else tuple(range(len(tasks)))
+    return Ordering(rule, tuple(timing.start_us), group)
+
+
+def orderings(run: Run, tasks: list[Task], num_links: int) -> tuple[list[Ordering], list[SolveStats]]:
+    """Candidate orders of the tasks, the CP-SAT schedule first when it ran; each will be simulated."""
+    options = run.options
+    latency_bound = any(t.latency_us > t.duration_us for t in tasks)
+    with run.stage("ordering"):
+        found, stats, timing = _greedy_orderings(options.max_list_tasks, options.max_multi_order_transfers,
+                                                 tasks, num_links, latency_bound)
+    run.report("ordering", incumbent_us=timing.makespan_us, tasks=len(tasks))
+    if len(tasks) <= options.max_cpsat_tasks:
+        with run.stage("scheduling"):
+            solved, schedule_stats = schedule_tasks(tasks, num_links, timing,
+                                                    run.solver_config(options.work.scheduling_work),
+                                                    allow_merge=latency_bound)
+        stats.append(schedule_stats)
+        run.report("scheduling", incumbent_us=schedule_stats.objective, bound_us=schedule_stats.bound,
+                   gap=schedule_stats.gap)
+        found.insert(0, Ordering(OrderingRule.CPSAT, tuple(solved.start_us), tuple(solved.group)))
+    else:
+        stats.append(SolveStats(stage="scheduling + contiguity", solver="CP-SAT", status="skipped",
+                                note=f"{len(tasks)} tasks > {options.max_cpsat_tasks}: greedy orders kept, "
+                                     "greedy message merging"))
+    return found, stats
+
+
+def _greedy_orderings(max_list_tasks: int, max_multi_order_transfers: int, tasks: list[Task], num_links: int,
+                      latency_bound: bool) -> tuple[list[Ordering], list[SolveStats], TaskTiming]:
+    """The greedy rules' orders, their statistics and the best estimate (CP-SAT's hint)."""
+    found: list[Ordering] = []
+    stats: list[SolveStats] = []
+    timing = arrival_order(tasks, num_links)
+    found.append(_greedy(OrderingRule.ARRIVAL, tasks, timing, latency_bound))
+    stats.append(SolveStats(stage="ordering (greedy, arrival rule)", solver="greedy", status="done",
+                            objective=timing.makespan_us, variables=len(tasks),
+                            note="makespan estimate with one message per link at a time, us"))
+    if len(tasks) <= max_list_tasks:
+        timing_list = list_order(tasks, num_links)
+        found.append(_greedy(OrderingRule.LIST, tasks, timing_list, latency_bound))
+        stats.append(SolveStats(stage="ordering (greedy, most-work-first rule)", solver="greedy", status="done",
+                                objective=timing_list.makespan_us, variables=len(tasks), note="makespan estimate, us"))
+        if timing_list.makespan_us < timing.makespan_us:
+            timing = timing_list
+    if not latency_bound and len(tasks) <= max_multi_order_transfers:
+        found.append(Ordering(OrderingRule.PIPELINE, tuple(pipeline_order(tasks).start_us),
+                              tuple(range(len(tasks)))))
+    return found, stats, timing
+
+
+# ------------------------------------------------------------------- transfers
+def _tasks_to_transfers(tasks: Sequence[Task], ordering: Ordering) -> tuple[Transfer, ...]:
+    """Messages in program order (by start time), each with the union of its tasks' chunks."""
+    start_us, group = ordering.start_us, ordering.group
+    members: dict[int, list[int]] = {}
+    for i in range(len(tasks)):
+        members.setdefault(group[i], []).append(i)
+    firsts = sorted(members, key=lambda g: (start_us[g], tasks[g].priority, g))
+    transfers = []
+    for g in firsts:
+        t = tasks[g]
+        chunks = tuple(sorted(c for i in members[g] for c in tasks[i].chunks))
+        transfers.append(Transfer(src=t.src, dst=t.dst, chunks=chunks, route=t.route,
+                                  op=Op.REDUCE if t.reduce else Op.COPY))
+    return tuple(transfers)
+
+
+def _reverse_to_reduction(transfers: Sequence[Transfer]) -> tuple[Transfer, ...]:
+    """An Allgather-style schedule on the reversed topology, run backwards as reductions."""
+    assert not any(t.after for t in transfers), "explicit orders are added after the reversal"
+    return tuple(Transfer(src=t.dst, dst=t.src, chunks=t.chunks, route=tuple(reversed(t.route)), op=Op.REDUCE,
+                          channel=t.channel) for t in reversed(transfers))
+
+
+def _stagger_channels(transfers: Sequence[Transfer]) -> tuple[Transfer, ...]:
+    """Start a connection's channel k only once its channel k-1's first message has arrived.
+
+    Otherwise every channel starts at once and the channels run in lockstep, all
+    waiting out their latency at the same moments; staggered, one channel moves
+    bytes while the other waits. The dependency is on the same sender, so MSCCL
+    can express it.
+    """
+    first: dict[tuple[int, int, int], int] = {}
+    result = list(transfers)
+    for i, t in enumerate(transfers):
+        key = (t.src, t.dst, t.channel)
+        if key in first:
+            continue
+        first[key] = i
+        prev = first.get((t.src, t.dst, t.channel - 1))
+        if t.channel > 0 and prev is not None and prev not in t.after:
+            result[i] = replace(t, after=(*t.after, prev))
+    return tuple(result)
+
+
+def _alternate_channels(transfers: Sequence[Transfer], channels: int) -> tuple[Transfer, ...]:
+    """Spread each connection's messages round-robin over ``channels`` channels.
+
+    A connection sends one message after another and each pays the route
+    latency; with two channels one message moves its bytes while the next waits
+    out its latency, so synchronized senders do not leave a link idle.
+    """
+    if channels <= 1:
+        return tuple(transfers)
+    count: dict[tuple[int, int], int] = {}
+    result = []
+    for t in transfers:
+        k = count.get((t.src, t.dst), 0)
+        count[(t.src, t.dst)] = k + 1
+        result.append(replace(t, channel=k % channels))
+    return tuple(result)
+
+
+def _channel_variants(run: Run, tasks: Sequence[Task],
+                      found: Sequence[Ordering]) -> list[tuple[Variant, tuple[Transfer, ...]]]:
+    """Each ordering on one channel per connection, and also spread over more channels (all of them on
+    instances small enough, the first one otherwise); the first one also staggered."""
+    channels = run.options.channels
+    variants = []
+    for k, ordering in enumerate(found):
+        transfers = _tasks_to_transfers(tasks, ordering)
+        variants.append((Variant(ordering.rule), transfers))
+        if channels > 1 and (k == 0 or len(tasks) <= run.options.max_multi_order_transfers):
+            spread = _alternate_channels(transfers, channels)
+            variants.append((Variant(ordering.rule, channels), spread))
+            if k == 0:
+                # the channel dependencies are added once the whole schedule is joined (candidate_schedules)
+                variants.append((Variant(ordering.rule, channels, staggered=True), spread))
+    return variants
+
+
+# ------------------------------------------------------------------------ phases
+def _assign(run: Run, phase: Phase, pieces: int, piece_bytes: float) -> RoutingPlan:
+    with run.stage("routing"):
+        plan = assign_pieces(phase.pool, pieces, piece_bytes, run.solver_config(run.options.work.master_work))
+    master = plan.stats[1]
+    run.report("routing", incumbent_us=master.objective, bound_us=master.bound, gap=master.gap, chunk_factor=pieces)
+    return plan
+
+
+def phase_variants(run: Run, phase: Phase, chunk_factor: int, size_bytes: float) -> PhaseVariants:
+    """Route one phase's pieces (integer master), order them every way, spread them over channels."""
+    d = phase.direction
+    n, c = d.topology.num_gpus, chunk_factor
+    rooted = phase.rooted
+    if phase.kind is CollectiveKind.ALLTOALL:
+        piece_bytes = size_bytes / (n * c)
+    else:
+        piece_bytes = (size_bytes if rooted else size_bytes / n) / c
+    plan = _assign(run, phase, c, piece_bytes)
+    with run.stage("ordering"):
+        if phase.kind is CollectiveKind.ALLTOALL:
+            tasks = path_tasks(d.graph, d.symmetry, plan, n, c, piece_bytes)
+        else:
+            sketch = run.options.sketch
+            own_first = bool(sketch and sketch.enforce_ordering)
+            tasks = tree_tasks(d.graph, d.symmetry, plan, piece_bytes, own_first,
+                               lambda gpu, j: j if rooted else gpu * c + j)
+    found, order_stats = orderings(run, tasks, len(d.topology.links))
+    with run.stage("ordering"):
+        variants = _channel_variants(run, tasks, found)
+        if phase.reversed:
+            variants = [(v, _reverse_to_reduction(ts)) for v, ts in variants]
+    return PhaseVariants(tuple(variants), (plan.stats[1], *order_stats))
+
+
+def candidate_schedules(run: Run, pools: RoutePools, chunk_factor: int,
+                        size_bytes: float) -> tuple[list[CandidateSchedule], list[SolveStats]]:
+    """Every variant that all phases produced, the phases joined in order, staggered where asked."""
+    parts = [phase_variants(run, phase, chunk_factor, size_bytes) for phase in pools.phases]
+    stats = [s for part in parts for s in part.stats]
+    # the same variant in every phase of an Allreduce
+    by_variant = [dict(part.variants) for part in parts]
+    joined = []
+    with run.stage("ordering"):
+        for variant, _ in parts[0].variants:
+            if all(variant in found for found in by_variant):
+                transfers = tuple(t for found in by_variant for t in found[variant])
+                joined.append(CandidateSchedule(variant,
+                                                _stagger_channels(transfers) if variant.staggered else transfers))
+    return joined, stats
