@@ -1,17 +1,18 @@
 """Lowering, writing and verifying MSCCL XML for the synthesis benchmark's schedules and a few baselines.
 
-Run: ``.venv/bin/python benchmarks/bench_lowering.py [--quick] [--only TEXT] [--simulate]``.
+A benchmark module of benchmarks/harness.py (the "Lowering" section): ``benchmarks/run.py --only lowering``
+measures it into results/lowering.{json,md}; ``.venv/bin/python benchmarks/bench_lowering.py [--full]
+[--only TEXT]`` does the same without touching RESULTS.md, and prints the table.
 
 The schedules are those the synthesis benchmark (``bench_synthesis.py``) produces for its instances
-(synthesized with the same time limits) plus NCCL-style baselines. Synthesizing them is slow and not
-what is measured here, so each schedule is cached as JSON in ``benchmarks/results/schedules/`` (not
-in git) with its ``synthesis_s``; delete the directory to re-synthesize. Per schedule the benchmark
+(synthesized with the same time limits; quick mode: a few of them) plus NCCL-style baselines. Synthesizing
+them is not what is measured here, so each schedule is cached as JSON in ``benchmarks/results/schedules/``
+(not in git) with its ``synthesis_s``; delete the directory to re-synthesize. Per schedule the benchmark
 times ``lower_schedule``, ``save_xml`` (to a temporary file) and ``verify_program`` (rules, deadlock,
-race check and the data result), and, with ``--simulate``, ``simulate_program`` of the program against
-``simulate`` of the schedule (the two times must agree). The target (issue 16) is lower + write +
+race check and the data result), in wall and CPU time, and compares ``simulate_program`` of the program
+with ``simulate`` of the schedule (the two times must agree). The target (issue 16) is lower + write +
 verify <= 0.5 x synthesis_s + 3 s, so that the whole ``synthesize -o`` command stays within
-1.5 x synthesis_s + 3 s. Raw rows go to ``benchmarks/results/lowering.json`` and the table to
-``benchmarks/results/lowering.md``.
+1.5 x synthesis_s + 3 s.
 """
 
 from __future__ import annotations
@@ -19,18 +20,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import resource
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_simulator import cpu_model  # same directory: run as a script
-from bench_synthesis import small_buffer_targets, targets
+from bench_synthesis import small_buffer_targets, targets  # same directory
 
 from taccl_py.baselines import baseline
 from taccl_py.collectives import CollectiveKind
@@ -42,9 +39,14 @@ from taccl_py.simulator import simulate
 from taccl_py.synthesis import SynthesisOptions, synthesize
 from taccl_py.units import format_bytes
 
+NAME, TITLE, ORDER = "lowering", "Lowering", 40
 HERE = Path(__file__).parent
 CACHE = HERE / "results" / "schedules"
 GB = 2**30
+QUICK_SYNTHESIZED = {("ndv2x2", CollectiveKind.ALLGATHER, GB), ("dgx2x2", CollectiveKind.ALLGATHER, GB),
+                     ("dgx-a100x2", CollectiveKind.ALLGATHER, GB), ("ndv2x2", CollectiveKind.ALLTOALL, GB),
+                     ("ndv2x2", CollectiveKind.ALLGATHER, 1024), ("dgx-a100x4", CollectiveKind.ALLGATHER, 65536)}
+"""Synthesized instances of quick mode (the rest of the synthesis benchmark's take too long to synthesize)."""
 
 
 @dataclass(frozen=True)
@@ -68,11 +70,10 @@ class Case:
 
 
 def cases(quick: bool) -> list[Case]:
-    """The synthesis benchmark's instances, then the baselines."""
-    quick_keys = {(t.topology, t.kind, t.size) for t in [*targets(True), *small_buffer_targets(True)]}
+    """The synthesis benchmark's instances (quick: ``QUICK_SYNTHESIZED``), then the baselines."""
     out = [Case(t.topology, t.kind, t.size, time_limit_s=t.time_limit_s,
-                quick=(t.topology, t.kind, t.size) in quick_keys)
-           for t in [*targets(quick), *small_buffer_targets(quick)]]
+                quick=(t.topology, t.kind, t.size) in QUICK_SYNTHESIZED)
+           for t in [*targets(False), *small_buffer_targets(False)]]
     ag, ar, a2a = CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE, CollectiveKind.ALLTOALL
     out += [Case("ndv2x2", ar, GB, "ring"), Case("dgx2x2", ar, 2**20, "tree"), Case("dgx-a100x2", ar, 2**20, "tree"),
             Case("dgx-a100x4", a2a, GB, "direct"), Case("dgx-a100x16", ag, GB, "ring", 1),
@@ -113,8 +114,7 @@ def run_case(case: Case, with_simulation: bool) -> dict[str, Any]:
     except LoweringError as exc:
         return {"case": case.key, "topology": case.topology, "gpus": topo.num_gpus, "collective": case.kind.value,
                 "size": case.size, "algorithm": case.algorithm or "synthesized", "transfers": len(schedule),
-                "synthesis_s": synthesis_s, "lower_s": time.perf_counter() - started, "error": str(exc),
-                **({"xml_time_us": None} if with_simulation else {})}
+                "synthesis_s": synthesis_s, "lower_s": time.perf_counter() - started, "error": str(exc)}
     lowered = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         save_xml(program, Path(tmp) / "x.xml")
@@ -149,15 +149,15 @@ def fmt_row(row: dict[str, Any]) -> str:
     if "error" in row:
         return (f"| {row['topology']} ({row['gpus']}) | {row['collective']} | {format_bytes(int(row['size']))} "
                 f"| {row['algorithm']} | {row['transfers']:,} | - | - | {row['lower_s']:.2f} | - | - | - | - | - "
-                f"| LoweringError: {row['error']} | - |" + (" - | - |" if "xml_time_us" in row else ""))
+                f"| LoweringError: {row['error']} | - | - | - |")
     budget = row["budget_s"]
     met = "-" if budget is None else ("met" if row["total_s"] <= budget and row["correct"] else "**not met**")
     if budget is not None and met != "met" and row["correct"] and row["total_cpu_s"] <= budget:
         met = "met in CPU time"
     synth = "-" if row["synthesis_s"] is None else f"{row['synthesis_s']:.1f}"
     verdict = {"correct": "yes", "unknown": "unknown"}.get(row["verdict"], "**no**")
-    sim = ""
-    if "xml_time_us" in row:
+    sim = " | - | -"
+    if row.get("xml_time_us") is not None:
         sim = f" | {row['schedule_time_us'] / 1e3:.3f} | {row['xml_time_us'] / 1e3:.3f}"
     return (f"| {row['topology']} ({row['gpus']}) | {row['collective']} | {format_bytes(int(row['size']))} "
             f"| {row['algorithm']} | {row['transfers']:,} | {row['steps']:,} | {synth} | {row['lower_s']:.2f} "
@@ -165,53 +165,61 @@ def fmt_row(row: dict[str, Any]) -> str:
             f"| {'-' if budget is None else f'{budget:.1f}'} | {verdict} | {met}{sim} |")
 
 
-def render(rows: list[dict[str, Any]], command: str, machine: dict[str, Any]) -> str:
-    sim = any(r.get("xml_time_us") is not None for r in rows)
-    lines = ["## Lowering", "",
-             f"Measured {machine['date']} on {machine['cpu_model']} ({machine['cpus']} CPUs), Python "
-             f"{machine['python']}, load average {machine['load_before']:.2f} before and {machine['load_after']:.2f} "
-             "after the run, with:", "", f"    {command}", "",
-             "Per schedule: lower s = `lower_schedule`, write s = `save_xml`, verify s = `verify_program` (rules, "
-             "deadlock, data-race check, data result in every buffer mode); budget = 0.5 x synthesis s + 3 s, so "
-             "that `taccl synthesize -o` stays within 1.5 x synthesis s + 3 s (issue 16). Synthesis s is from "
-             "when the cached schedule was synthesized (it varies with the machine's load); CPU s is the process's CPU time "
-             "for lower + write + verify (what the wall time would be on an idle machine). Correct: the "
-             "verifier's verdict (`unknown` if the race check could not run).", "",
+def render(data: dict[str, Any], figures: Path) -> str:
+    """The section body (protocol of benchmarks/harness.py): how it was measured, the table."""
+    rows = data["rows"]
+    lines = ["Per schedule: lower s = `lower_schedule`, write s = `save_xml`, verify s = `verify_program` (rules, "
+             "deadlock, data-race check, data result in every buffer mode); CPU s = the process's CPU time for the "
+             "three (about the wall time on an idle machine). Budget = 0.5 x synthesis s + 3 s, so that "
+             "`taccl synthesize -o` stays within 1.5 x synthesis s + 3 s (issue 16); synthesis s is from when the "
+             "cached schedule was synthesized, under whatever load the machine had then. `met in CPU time`: over "
+             "budget in wall time only. Correct: the verifier's verdict (`unknown` if a check could not run). "
+             "Schedule ms / XML ms: `simulate` of the schedule and `simulate_program` of the lowered XML at the "
+             "instance's size (they must agree). A `LoweringError` is a schedule that does not fit the runtime's "
+             "limits (the synthesize command then writes the next candidate).", "",
              "| topology (GPUs) | collective | size | algorithm | transfers | steps | synthesis s | lower s | write s "
-             "| verify s | total s | CPU s | budget s | correct | result |" + (" schedule ms | XML ms |" if sim else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if sim else "")]
+             "| verify s | total s | CPU s | budget s | correct | result | schedule ms | XML ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [fmt_row(r) for r in rows]
     return "\n".join(lines) + "\n"
 
 
+def run(quick: bool) -> dict[str, Any]:
+    """Every case (quick: the quick ones), in this process (protocol of benchmarks/harness.py)."""
+    from harness import note
+
+    rows = []
+    for case in cases(quick):
+        row = run_case(case, True)
+        rows.append(row)
+        note(fmt_row(row))
+    return {"rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="skip the 128-GPU instances and use fewer small sizes")
-    parser.add_argument("--only", help="run cases whose key contains this text")
-    parser.add_argument("--simulate", action="store_true", help="also time the XML against the schedule")
+    parser.add_argument("--full", action="store_true", help="every case (default: the quick ones)")
+    parser.add_argument("--only", help="measure only cases whose key contains this text, print, store nothing")
     parser.add_argument("--synthesize-only", action="store_true", help="only fill the schedule cache")
-    parser.add_argument("--no-write", action="store_true", help="do not write results/lowering.{json,md}")
     args = parser.parse_args()
-    selected = [c for c in cases(args.quick) if not args.only or args.only in c.key]
+    selected = [c for c in cases(not (args.full or args.only)) if not args.only or args.only in c.key]
     if args.synthesize_only:
         for case in selected:
             obtain(case)
             print(case.key, flush=True)
         return
-    load_before = os.getloadavg()[0]
-    rows = []
-    for case in selected:
-        row = run_case(case, args.simulate)
-        rows.append(row)
-        print(fmt_row(row), flush=True)
-    machine = {"date": time.strftime("%Y-%m-%d"), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
-               "python": platform.python_version(), "load_before": load_before, "load_after": os.getloadavg()[0]}
-    command = " ".join([".venv/bin/python benchmarks/bench_lowering.py", *sys.argv[1:]])
-    if not args.no_write:
-        (HERE / "results").mkdir(exist_ok=True)
-        (HERE / "results" / "lowering.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
-        (HERE / "results" / "lowering.md").write_text(render(rows, command, machine))
-    print("done", file=sys.stderr)
+    if args.only:
+        for case in selected:
+            print(fmt_row(run_case(case, True)), flush=True)
+        return
+    import harness
+
+    bench = next(b for b in harness.discover() if b.name == NAME)
+    command = ".venv/bin/python benchmarks/bench_lowering.py" + (" --full" if args.full else "")
+    envelope = harness.run_benchmark(bench, not args.full, command)
+    section = harness.render_section(bench, envelope)
+    (HERE / "results" / f"{NAME}.md").write_text(section)
+    print(section)
 
 
 if __name__ == "__main__":
