@@ -158,7 +158,7 @@ def fmt_row(row: dict[str, Any]) -> str:
     verdict = {"correct": "yes", "unknown": "unknown"}.get(row["verdict"], "**no**")
     sim = " | - | -"
     if row.get("xml_time_us") is not None:
-        sim = f" | {row['schedule_time_us'] / 1e3:.3f} | {row['xml_time_us'] / 1e3:.3f}"
+        sim = f" | {row['schedule_time_us']:.6g} | {row['xml_time_us']:.6g}"
     return (f"| {row['topology']} ({row['gpus']}) | {row['collective']} | {format_bytes(int(row['size']))} "
             f"| {row['algorithm']} | {row['transfers']:,} | {row['steps']:,} | {synth} | {row['lower_s']:.2f} "
             f"| {row['write_s']:.2f} | {row['verify_s']:.2f} | {row['total_s']:.2f} | {row['total_cpu_s']:.2f} "
@@ -174,11 +174,11 @@ def render(data: dict[str, Any], figures: Path) -> str:
              "`taccl synthesize -o` stays within 1.5 x synthesis s + 3 s (issue 16); synthesis s is from when the "
              "cached schedule was synthesized, under whatever load the machine had then. `met in CPU time`: over "
              "budget in wall time only. Correct: the verifier's verdict (`unknown` if a check could not run). "
-             "Schedule ms / XML ms: `simulate` of the schedule and `simulate_program` of the lowered XML at the "
+             "Schedule us / XML us: `simulate` of the schedule and `simulate_program` of the lowered XML at the "
              "instance's size (they must agree). A `LoweringError` is a schedule that does not fit the runtime's "
              "limits (the synthesize command then writes the next candidate).", "",
              "| topology (GPUs) | collective | size | algorithm | transfers | steps | synthesis s | lower s | write s "
-             "| verify s | total s | CPU s | budget s | correct | result | schedule ms | XML ms |",
+             "| verify s | total s | CPU s | budget s | correct | result | schedule us | XML us |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [fmt_row(r) for r in rows]
     return "\n".join(lines) + "\n"
