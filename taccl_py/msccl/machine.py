@@ -158,6 +158,20 @@ def _transmissions(rank: int, tb_index: int, tb: Threadblock, first_node: int) -
         if kind is StepType.NOP:
             continue
         is_re = kind is StepType.REDUCE
+        if not is_re:  # nothing fuses with it: a transmission of its own, made at once
+            if current is not None:
+                finish(current)
+                current = None
+            deps = tuple(waits)
+            waits = []
+            if len(deps) > 1:
+                counter += len(deps) - 1
+            out.append(Transmission(node, rank, tb_index, node - first_node, kind, pos, pos, st.cnt, st.srcbuf,
+                                    (st.srcoff,), st.dstbuf, st.dstoff, deps, counter if st.hasdep else None))
+            counter += 1
+            node += 1
+            chain = None
+            continue
         if is_re and current is not None and st.depid < 0 and chain == (st.dstbuf, st.dstoff, st.srcbuf):
             current[2], current[3], current[9] = pos, st.cnt, st.hasdep
             current[5].append(st.srcoff)
