@@ -93,10 +93,32 @@ def obtain(case: Case) -> tuple[Schedule, float | None]:
     started = time.perf_counter()
     result = synthesize(topo, case.kind, case.size, SynthesisOptions(time_limit_s=case.time_limit_s))
     seconds = time.perf_counter() - started
+    # what `taccl synthesize -o` writes: the first ranked choice that fits the runtime's limits
+    schedule, chosen, skipped = result.schedule, result.chosen, []
+    fallback_s = 0.0
+    for choice in result.ranked:
+        tried = time.process_time()
+        try:
+            lower_schedule(choice.schedule, topo)
+        except LoweringError as exc:
+            skipped.append(f"{choice.label}: {exc}")
+            fallback_s += time.process_time() - tried
+            continue
+        schedule, chosen = choice.schedule, choice.label
+        break
     CACHE.mkdir(parents=True, exist_ok=True)
-    save_schedule(result.schedule, topo, path)
-    meta.write_text(json.dumps({"synthesis_s": seconds, "chosen": result.chosen}))
-    return result.schedule, seconds
+    save_schedule(schedule, topo, path)
+    meta.write_text(json.dumps({"synthesis_s": seconds, "chosen": chosen, "skipped": skipped,
+                                "fallback_cpu_s": fallback_s}))
+    return schedule, seconds
+
+
+def fallback_cpu_s(case: Case) -> float:
+    """CPU seconds the command spends lowering better-ranked choices that do not fit (recorded when cached)."""
+    meta = CACHE / f"{case.key}.meta.json"
+    if case.algorithm is not None or not meta.exists():
+        return 0.0
+    return float(json.loads(meta.read_text()).get("fallback_cpu_s", 0.0))
 
 
 def _rss_mib() -> float:
@@ -132,8 +154,9 @@ def run_case(case: Case, with_simulation: bool) -> dict[str, Any]:
         "errors": [str(e) for e in report.errors[:3]], "notes": list(report.notes),
     }
     total = row["lower_s"] + row["write_s"] + row["verify_s"]
+    row["fallback_cpu_s"] = fallback_cpu_s(case)
     row["total_s"] = total
-    row["total_cpu_s"] = cpu_s
+    row["total_cpu_s"] = cpu_s + row["fallback_cpu_s"]
     row["budget_s"] = None if synthesis_s is None else 0.5 * synthesis_s + 3.0
     if with_simulation:
         sim_start = time.perf_counter()
@@ -170,7 +193,9 @@ def render(data: dict[str, Any], figures: Path) -> str:
     rows = data["rows"]
     lines = ["Per schedule: lower s = `lower_schedule`, write s = `save_xml`, verify s = `verify_program` (rules, "
              "deadlock, data-race check, data result in every buffer mode); CPU s = the process's CPU time for the "
-             "three (about the wall time on an idle machine). Budget = 0.5 x synthesis s + 3 s, so that "
+             "three (about the wall time on an idle machine), plus, where the fastest choice of the synthesizer does not fit "
+             "the runtime's limits, the CPU time `taccl synthesize -o` spends finding that out before writing the next "
+             "one (which is the schedule measured here). Budget = 0.5 x synthesis s + 3 s, so that "
              "`taccl synthesize -o` stays within 1.5 x synthesis s + 3 s (issue 16); synthesis s is from when the "
              "cached schedule was synthesized, under whatever load the machine had then. `met in CPU time`: over "
              "budget in wall time only. Correct: the verifier's verdict (`unknown` if a check could not run). "

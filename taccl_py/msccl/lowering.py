@@ -34,6 +34,7 @@ from taccl_py.msccl.analysis import INITIAL, ScheduleOrder, analyze
 from taccl_py.msccl.assembly import Connection, LoweredOp, TbKey, assemble
 from taccl_py.msccl.ir import (
     DIALECTS,
+    MAX_CHANNELS,
     MAX_COUNT,
     PROTOCOLS,
     Buffer,
@@ -248,7 +249,24 @@ class _Lowering:
                 parts = min(len(members), parts * 2)
             if parts > 1:
                 segments[key] = parts
+        self._check_channel_count(segments)
         return _Structure(segments, choose_pairs(self.order, self.layout, self.banned))
+
+    def _check_channel_count(self, segments: dict[BaseConnection, int]) -> None:
+        """Fail at once when two ranks need more connections (segments) than there are channels.
+
+        Each connection between the same two ranks needs a channel of its own,
+        and segments only multiply, so no later attempt could fit.
+        """
+        between: dict[tuple[int, int], int] = {}
+        for key in self.connections:
+            pair = key[:2]
+            between[pair] = between.get(pair, 0) + segments.get(key, 1)
+        for (src, dst), count in sorted(between.items()):
+            if count > MAX_CHANNELS:
+                raise LoweringError(f"connections {src}->{dst} need a channel but all {MAX_CHANNELS} are taken "
+                                    f"({count} connections between the two ranks; one connection per peer and "
+                                    "channel)")
 
     def _steps(self, t: int, sending: bool) -> int:
         """Steps transfer ``t`` takes on one side at least (copies through scratch, pieces of 71 chunks)."""
@@ -347,6 +365,7 @@ class _Lowering:
                 raise LoweringError(f"one transfer of connection {base[0]}->{base[1]} needs more than {limit} steps "
                                     f"(the {self.options.dialect} limit per threadblock)")
             segments[base] = min(count, parts * 2)
+        self._check_channel_count(segments)
         return _Structure(segments, frozenset(pairs))
 
     def _program(self, gpus: tuple[Gpu, ...], nchannels: int) -> Program:
