@@ -60,11 +60,11 @@ def targets(quick: bool) -> Iterator[Target]:
     yield Target("reference", "dgx2x2", ag, GB, "the bound (129 GB/s) in < 60 s", 60, min_algbw=129.0,
                  max_seconds=60, reference="TE-CCL 129.03 in 2,700 s")
     for k in (2, 4, 8):
-        yield Target("reference", f"dgx-a100x{k}", ag, GB, ">= 97% of the bound in < 60 s", 60,
+        yield Target("reference", f"dgx-a100x{k}-forestcoll", ag, GB, ">= 97% of the bound in < 60 s", 60,
                      min_efficiency=0.97, max_seconds=60, reference="ForestColl reaches the bound; 522 s at 64 GPUs")
     if not quick:
         for kind in (ag, ar):
-            yield Target("scale", "dgx-a100x16", kind, GB, ">= 90% of the bound in < 300 s", 290,
+            yield Target("scale", "dgx-a100x16-forestcoll", kind, GB, ">= 90% of the bound in < 300 s", 290,
                          min_efficiency=0.90, max_seconds=300, reference="TACCL reported failing at 128 GPUs")
     yield Target("alltoall", "ndv2x2", a2a, GB, "within 5% of the cut bound", 60, min_efficiency=0.95,
                  reference="TE-CCL 3.524 (15-GPU quirk); TACCL 3.125")
@@ -117,7 +117,8 @@ def run_target(t: Target) -> dict[str, object]:
 def solver_comparison() -> list[dict[str, object]]:
     """Routing integer master: CP-SAT against CBC (through PuLP) on the same column pools."""
     rows = []
-    for name, pieces in (("ndv2x2", 32), ("dgx2x2", 16), ("dgx-a100x4", 16), ("dgx-a100x8", 8)):
+    for name, pieces in (("ndv2x2", 32), ("dgx2x2", 16), ("dgx-a100x4-forestcoll", 16),
+                         ("dgx-a100x8-forestcoll", 8)):
         topo = resolve_topology(name)
         graph = build_logical_graph(topo, derive_sketch())
         pool = tree_columns(topo, graph, find_symmetry(topo, allowed=frozenset(graph.edges)))

@@ -17,9 +17,11 @@ leaving it.
   GPU whose only link is slow can stream its data out while the sum streams
   back in). Valid instead: every cut separating GPUs carries the whole buffer
   each way (``M / B(S)``), and, splitting the GPUs into P parts (single GPUs,
-  machines), every element needs 2(P-1) messages between parts (one-way
-  gossip), so ``T >= 2(P-1) M / sum of the parts' outgoing bandwidth``. On
-  symmetric systems this equals ReduceScatter + Allgather.
+  machines, the groups of a multi-dimensional network along every proper set
+  of its dimensions), every element needs 2(P-1) messages between parts
+  (one-way gossip), so ``T >= 2(P-1) M / sum of the parts' outgoing
+  bandwidth``. On symmetric systems this equals ReduceScatter + Allgather.
+  The proof is in docs/simulator.md.
 * Broadcast / Reduce: ``M`` over the min cut between the root and any GPU.
 * Latency: data must travel from its source to its farthest destination (the
   latency eccentricity, relays allowed); and the bytes crossing the binding
@@ -30,6 +32,7 @@ leaving it.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -410,11 +413,14 @@ def _alltoall_profile(topology: Topology, latency: float) -> BoundProfile:
     return profile
 
 
-def _part_masks(topology: Topology, graph: _Graph) -> list[np.ndarray]:
-    """Machines with the switches only they use (NVSwitch, NICs); shared switches stay apart."""
-    owner = topology.machine_of
+def _part_masks(topology: Topology, graph: _Graph, parts: Sequence[Sequence[int]] | None = None
+                ) -> list[np.ndarray]:
+    """GPU parts (machines by default) with the switches only they use (NVSwitch, NICs); shared switches stay
+    apart."""
+    parts = topology.machines if parts is None else parts
+    owner = {g: k for k, members in enumerate(parts) for g in members}
     vid = topology.vertex_id
-    masks = [graph.mask(members) for members in topology.machines]
+    masks = [graph.mask(members) for members in parts]
     for switch in topology.switches:
         sid = vid[switch.name]
         touching: set[int] = set()
@@ -427,6 +433,21 @@ def _part_masks(topology: Topology, graph: _Graph) -> list[np.ndarray]:
         if len(touching) == 1:
             masks[touching.pop()][sid] = True
     return masks
+
+
+def _dimension_partitions(topology: Topology) -> list[tuple[str, list[list[int]]]]:
+    """For every proper, non-empty set J of dimensions: the groups of GPUs that differ only along J."""
+    active = [d for d, dim in enumerate(topology.dimensions) if dim.size > 1]
+    out = []
+    for size in range(1, len(active)):
+        for varying in itertools.combinations(active, size):
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for g in topology.gpus:
+                coords = topology.coordinates(g)
+                groups.setdefault(tuple(coords[d] for d in active if d not in varying), []).append(g)
+            label = f"groups along dimension{'s' if size > 1 else ''} {', '.join(map(str, varying))}"
+            out.append((label, [groups[key] for key in sorted(groups)]))
+    return out
 
 
 def _allreduce_profile(topology: Topology, latency: float) -> BoundProfile:
@@ -447,6 +468,7 @@ def _allreduce_profile(topology: Topology, latency: float) -> BoundProfile:
     partitions = [("single GPUs", [graph.mask([g]) for g in range(n)])]
     if len(topology.machines) > 1:
         partitions.append(("machines", _part_masks(topology, graph)))
+    partitions += [(label, _part_masks(topology, graph, parts)) for label, parts in _dimension_partitions(topology)]
     route_latency = _min_route_latency(topology)
     for label, parts in partitions:
         inward = _Graph(topology, reverse=True)

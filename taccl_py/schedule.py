@@ -18,6 +18,14 @@ The tuple order is the *program order*; a transfer's id is its index. Semantics
 * It **commits** (writes at ``dst``) once it has arrived, every earlier writer
   of the same chunk at ``dst`` has committed and every earlier reader of it
   there has arrived.
+* An **exchange** is a run of consecutive transfers with the same ``exchange``
+  number: inside it every read comes before every write. Each member reads
+  its chunks as they were before the exchange (it does not wait for, or see,
+  the other members' writes), and a member's write also waits for the
+  arrival of every member that reads that chunk there. This is how one
+  message round in which ranks both send and receive the same chunks (a
+  one-shot Allreduce, a pairwise swap) is written; in MSCCL the receiver
+  takes such data after its own sends of that chunk have completed.
 """
 
 from __future__ import annotations
@@ -36,8 +44,8 @@ from taccl_py.errors import InputError, ScheduleError, TopologyError
 from taccl_py.limits import MAX_CHUNK_COPIES, MAX_CHUNK_FACTOR, MAX_GPUS, MAX_START_US, limit_text
 from taccl_py.topology import Route, Topology
 
-__all__ = ["Op", "Schedule", "Transfer", "load_schedule", "save_schedule", "schedule_from_dict",
-           "schedule_to_dict"]
+__all__ = ["Op", "Schedule", "Transfer", "exchange_blocks", "load_schedule", "save_schedule",
+           "schedule_from_dict", "schedule_to_dict"]
 
 SCHEDULE_FORMAT = "taccl_py-schedule/1"
 
@@ -59,6 +67,27 @@ class Transfer:
     channel: int = 0
     after: tuple[int, ...] = ()
     not_before_us: float | None = None
+    exchange: int | None = None
+    """Exchange number: consecutive transfers sharing one read before any of them writes (see the module)."""
+
+
+def exchange_blocks(transfers: Sequence[Transfer]) -> list[tuple[int, int]]:
+    """``(first, end)`` ranges of program order whose reads all precede their writes.
+
+    A transfer outside any exchange is a range of its own; an exchange (a run of
+    consecutive transfers with the same ``exchange`` number) is one range.
+    """
+    blocks: list[tuple[int, int]] = []
+    i, n = 0, len(transfers)
+    while i < n:
+        tag = transfers[i].exchange
+        end = i + 1
+        if tag is not None:
+            while end < n and transfers[end].exchange == tag:
+                end += 1
+        blocks.append((i, end))
+        i = end
+    return blocks
 
 
 @dataclass(frozen=True)
@@ -89,7 +118,15 @@ class Schedule:
         num_chunks = self.collective.num_chunks
         links = topology.links
         count = len(self.transfers)
+        closed: set[int] = set()  # exchanges that have ended
+        previous: int | None = None
         for i, t in enumerate(self.transfers):
+            if t.exchange != previous:
+                if previous is not None:
+                    closed.add(previous)
+                if t.exchange in closed:
+                    return f"transfer {i}: exchange {t.exchange} is not one run of consecutive transfers"
+                previous = t.exchange
             if not (0 <= t.src < n and 0 <= t.dst < n):
                 return f"transfer {i}: ranks {t.src} -> {t.dst} out of range 0..{n - 1}"
             if t.src == t.dst:
@@ -142,6 +179,8 @@ def schedule_to_dict(schedule: Schedule, topology: Topology) -> dict[str, Any]:
             entry["after"] = list(t.after)
         if t.not_before_us is not None:
             entry["not_before_us"] = t.not_before_us
+        if t.exchange is not None:
+            entry["exchange"] = t.exchange
         transfers.append(entry)
     return {
         "format": SCHEDULE_FORMAT,
@@ -195,6 +234,7 @@ def schedule_from_dict(data: Any, topology: Topology, *, where: str = "<schedule
                 op=Op(entry.get("op", "copy")), channel=_int(entry.get("channel", 0)),
                 after=tuple(_int(a) for a in entry.get("after", [])),
                 not_before_us=_start_time(entry.get("not_before_us")),
+                exchange=None if entry.get("exchange") is None else _int(entry["exchange"]),
             ))
         except KeyError as exc:
             raise fail(f"{f}.{exc.args[0]}", "is missing") from None

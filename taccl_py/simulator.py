@@ -119,10 +119,43 @@ def _dependencies(transfers: tuple[Transfer, ...], num_chunks: int) -> _Dependen
         else:
             entry.append(waiter)
 
+    def read(i: int, t: Transfer) -> None:
+        """An exchange member's start: the writers before its exchange; it registers as a reader."""
+        s_deps: set[int] = set(t.after)
+        base = t.src * num_chunks
+        for c in t.chunks:
+            w = last_writer.get(base + c)
+            if w is not None:
+                s_deps.add(w)
+            readers.setdefault(base + c, []).append(i)
+        for w in sorted(s_deps):
+            wait(start_on_commit, w, i)
+        start_pending[i] = len(s_deps)
+
     for i, t in enumerate(transfers):
         chunks = t.chunks
         src_base, dst_base = t.src * num_chunks, t.dst * num_chunks
-        if len(chunks) == 1 and not t.after:
+        if t.exchange is not None:
+            if i == 0 or transfers[i - 1].exchange != t.exchange:  # the exchange begins: all its reads first
+                end = i
+                while end < len(transfers) and transfers[end].exchange == t.exchange:
+                    read(end, transfers[end])
+                    end += 1
+            writers: set[int] = set()
+            earlier_readers: set[int] = set()
+            for c in chunks:
+                key = dst_base + c
+                w = last_writer.get(key)
+                if w is not None:
+                    writers.add(w)
+                earlier_readers.update(readers.pop(key, ()))
+                last_writer[key] = i
+            for w in sorted(writers):
+                wait(commit_on_commit, w, i)
+            for r in sorted(earlier_readers):
+                wait(commit_on_arrive, r, i)
+            commit_pending[i] += len(writers) + len(earlier_readers)
+        elif len(chunks) == 1 and not t.after:
             key = src_base + chunks[0]
             w = last_writer.get(key)
             if w is not None:

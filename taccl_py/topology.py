@@ -10,8 +10,10 @@ third GPU is two transfers.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from functools import cached_property
 from itertools import pairwise
 from typing import Any
@@ -19,7 +21,8 @@ from typing import Any
 from taccl_py.errors import TopologyError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MAX_GPUS, MAX_LATENCY_US, MIN_BANDWIDTH_GBPS, limit_text
 
-__all__ = ["Link", "Route", "Switch", "Topology", "Vertex", "check_topology"]
+__all__ = ["Dimension", "DimensionKind", "Link", "Route", "Switch", "Topology", "Vertex", "check_dimensions",
+           "check_topology"]
 
 Vertex = int | str
 """A GPU rank (int) or a switch name (str)."""
@@ -54,6 +57,33 @@ class Link:
     provenance: Mapping[str, Any] | None = field(default=None, hash=False, compare=True)
 
 
+class DimensionKind(StrEnum):
+    """How the GPUs of one group along a dimension are joined."""
+
+    RING = "ring"
+    """Neighbours linked both ways, wrapping around (a torus dimension, ASTRA-sim's ``Ring``)."""
+    FULLY_CONNECTED = "fully-connected"
+    """A direct link between every ordered pair (ASTRA-sim's ``FullyConnected``)."""
+    SWITCH = "switch"
+    """Every member reaches every other through switch vertices (ASTRA-sim's ``Switch``, an NVSwitch, an IB fabric)."""
+    LINE = "line"
+    """Neighbours linked both ways without wrap-around (a mesh dimension)."""
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One dimension of a multi-dimensional network: ``size`` GPUs per group, joined as ``kind``.
+
+    GPU ids are mixed radix over the dimensions, dimension 0 varying fastest: the
+    group of GPU g along dimension d is the ``size`` GPUs that share all of g's other
+    coordinates. Dimensions describe how a topology was built (ASTRA-sim networks,
+    tori, DGX clusters as GPUs-in-a-machine x machines); the links stay the truth.
+    """
+
+    kind: DimensionKind
+    size: int
+
+
 @dataclass(frozen=True)
 class Topology:
     """A multi-GPU system. Build it directly, from a generator, or with ``load_topology``.
@@ -68,6 +98,17 @@ class Topology:
     switches: tuple[Switch, ...] = ()
     machines: tuple[tuple[int, ...], ...] = ()
     source: str = ""
+    dimensions: tuple[Dimension, ...] = ()
+    """Optional multi-dimensional structure (see :class:`Dimension`); empty when the topology has none."""
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        """Computed once: caches keyed by a topology (bounds, baselines) hash it on every lookup."""
+        return hash((self.name, self.num_gpus, self.links, self.switches, self.machines, self.source,
+                     self.dimensions))
 
     # ----------------------------------------------------------------- vertices
     @property
@@ -138,6 +179,22 @@ class Topology:
     @property
     def num_machines(self) -> int:
         return len(self.machines) if self.machines else self.num_gpus
+
+    # --------------------------------------------------------------- dimensions
+    def coordinates(self, gpu: int) -> tuple[int, ...]:
+        """Mixed-radix coordinates of ``gpu`` over :attr:`dimensions` (dimension 0 fastest)."""
+        coords = []
+        for dim in self.dimensions:
+            coords.append(gpu % dim.size)
+            gpu //= dim.size
+        return tuple(coords)
+
+    def dimension_group(self, gpu: int, dim: int) -> tuple[int, ...]:
+        """The GPUs sharing every coordinate of ``gpu`` but the one of dimension ``dim``, by that coordinate."""
+        stride = math.prod(d.size for d in self.dimensions[:dim])
+        size = self.dimensions[dim].size
+        base = gpu - ((gpu // stride) % size) * stride
+        return tuple(base + i * stride for i in range(size))
 
     # ------------------------------------------------------------------- routes
     def route_latency(self, route: Route) -> float:
@@ -270,6 +327,7 @@ class Topology:
             "links": len(self.links),
             "link_kinds": {k: kinds[k] for k in sorted(kinds)},
             "machines": [list(m) for m in self.machines],
+            "dimensions": [{"kind": d.kind.value, "size": d.size} for d in self.dimensions],
             "injection_GBps": [self.injection_bandwidth(g) for g in self.gpus],
             "ejection_GBps": [self.ejection_bandwidth(g) for g in self.gpus],
             "source": self.source,
@@ -335,6 +393,7 @@ def check_topology(topology: Topology, *, where: str = "") -> Topology:
                                 field=f"links[{i}]")
         seen[key] = i
     check_machines(topology.machines, topology.num_gpus, where=where)
+    check_dimensions(topology.dimensions, topology.num_gpus, where=where)
     check_connected(topology, where=where)
     return topology
 
@@ -366,6 +425,24 @@ def check_machines(machines: Iterable[Sequence[int]], num_gpus: int, *, where: s
     if missing:
         raise TopologyError(f"do not include GPU {missing[0]} (machines must cover every GPU)", where=where,
                             field="machines")
+
+
+def check_dimensions(dimensions: Sequence[Dimension], num_gpus: int, *, where: str) -> None:
+    """Dimensions, when given, have sizes >= 1 whose product is the GPU count."""
+    if not dimensions:
+        return
+    for k, dim in enumerate(dimensions):
+        if not isinstance(dim, Dimension) or not isinstance(dim.kind, DimensionKind):
+            raise TopologyError(f"must be a Dimension with a DimensionKind (got {dim!r})", where=where,
+                                field=f"dimensions[{k}]")
+        if isinstance(dim.size, bool) or not isinstance(dim.size, int) or dim.size < 1:
+            raise TopologyError(f"must be an integer >= 1 (got {dim.size!r})", where=where,
+                                field=f"dimensions[{k}].size")
+    total = math.prod(dim.size for dim in dimensions)
+    if total != num_gpus:
+        shape = " x ".join(str(dim.size) for dim in dimensions)
+        raise TopologyError(f"multiply to {total} ({shape}) but the topology has {num_gpus} GPUs", where=where,
+                            field="dimensions")
 
 
 def check_connected(topology: Topology, *, where: str) -> None:

@@ -4,12 +4,15 @@
 
     {"name": "...", "source": "where the numbers come from", "gpus": 8,
      "machines": [[0, 1, 2, 3, 4, 5, 6, 7]],
+     "dimensions": [{"kind": "switch", "size": 8}],
      "switches": [{"name": "nvs0", "kind": "nvswitch"}],
      "links": [{"src": 0, "dst": "nvs0", "bandwidth": 300, "latency": 0.35,
                 "kind": "nvlink", "bidirectional": true}]}
 
 GPUs are ints ``0..gpus-1``; switches are declared by name (optional ``kind``,
-``multicast``, ``reduce``). A link with ``"bidirectional": true`` stands for two
+``multicast``, ``reduce``). ``dimensions`` (optional) lists the multi-dimensional
+structure, dimension 0 varying fastest in the GPU id (see :class:`~taccl_py.topology.Dimension`).
+A link with ``"bidirectional": true`` stands for two
 directed links with the same figures. ``save`` writes one element per line and
 merges a link with its reverse when they are adjacent and identical, so
 ``save(load(f))`` reproduces a saved file byte for byte and ``load(save(t)) == t``.
@@ -34,12 +37,23 @@ from taccl_py.limits import (
     MIN_BANDWIDTH_GBPS,
     limit_text,
 )
-from taccl_py.topology import Link, Switch, Topology, Vertex, check_connected, check_machines
+from taccl_py.topology import (
+    Dimension,
+    DimensionKind,
+    Link,
+    Switch,
+    Topology,
+    Vertex,
+    check_connected,
+    check_dimensions,
+    check_machines,
+)
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
            "topology_to_dict"]
 
-_TOP_KEYS = {"name", "source", "gpus", "machines", "switches", "links", "format"}
+_TOP_KEYS = {"name", "source", "gpus", "machines", "dimensions", "switches", "links", "format"}
+_DIMENSION_KEYS = {"kind", "size"}
 _LINK_KEYS = {"src", "dst", "bandwidth", "latency", "kind", "bidirectional", "provenance"}
 _SWITCH_KEYS = {"name", "kind", "multicast", "reduce"}
 
@@ -145,6 +159,7 @@ def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: st
              "must be a list of lists of GPU ids", where, "machines")
     check_machines(machines_raw, num_gpus, where=where)
     machines = tuple(tuple(m) for m in machines_raw)
+    dimensions = _parse_dimensions(data.get("dimensions", []), num_gpus, where)
 
     links_raw = data.get("links")
     _require(links_raw is not None, "is missing", where, "links")
@@ -160,9 +175,32 @@ def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: st
             first_entry[key] = i
             links.append(link)
     topology = Topology(name=name, num_gpus=num_gpus, links=tuple(links), switches=switches,
-                        machines=machines, source=source)
+                        machines=machines, source=source, dimensions=dimensions)
     check_connected(topology, where=where)
     return topology
+
+
+def _parse_dimensions(raw: Any, num_gpus: int, where: str) -> tuple[Dimension, ...]:
+    _require(isinstance(raw, list), f"must be a list (got {_typename(raw)})", where, "dimensions")
+    kinds = ", ".join(k.value for k in DimensionKind)
+    result = []
+    for k, entry in enumerate(raw):
+        field = f"dimensions[{k}]"
+        _require(isinstance(entry, dict), f"must be an object with kind and size (got {_typename(entry)})", where,
+                 field)
+        unknown = sorted(set(entry) - _DIMENSION_KEYS)
+        _require(not unknown, f"has unknown field {unknown[0]!r}" if unknown else "", where, field)
+        for key in ("kind", "size"):
+            _require(key in entry, "is missing", where, f"{field}.{key}")
+        kind = entry["kind"]
+        _require(isinstance(kind, str) and kind in {d.value for d in DimensionKind},
+                 f"must be one of {kinds} (got {kind!r})", where, f"{field}.kind")
+        size = entry["size"]
+        _require(isinstance(size, int) and not isinstance(size, bool) and size >= 1,
+                 f"must be an integer >= 1 (got {size!r})", where, f"{field}.size")
+        result.append(Dimension(DimensionKind(kind), size))
+    check_dimensions(result, num_gpus, where=where)
+    return tuple(result)
 
 
 def _parse_switches(raw: Any, where: str) -> tuple[Switch, ...]:
@@ -284,6 +322,8 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
     data: dict[str, Any] = {"name": topology.name, "source": topology.source, "gpus": topology.num_gpus}
     if topology.machines:
         data["machines"] = [list(m) for m in topology.machines]
+    if topology.dimensions:
+        data["dimensions"] = [{"kind": d.kind.value, "size": d.size} for d in topology.dimensions]
     data["switches"] = switches
     data["links"] = links
     return data

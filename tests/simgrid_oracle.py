@@ -8,7 +8,7 @@ one JSON object::
     {"links": [{"capacity": units per us, "latency": us}, ...],
      "step_overhead_us": 0.0,
      "transfers": [{"src": 0, "dst": 1, "chunks": [3], "route": [link ids], "units": 1000,
-                    "channel": 0, "after": [], "not_before_us": null}, ...]}
+                    "channel": 0, "after": [], "not_before_us": null, "exchange": null}, ...]}
 
 Sizes are whole numbers of a unit the caller picks (a byte, or 1/N byte so that
 every chunk is a whole number of units: ``Comm.sendto_async`` takes integers,
@@ -24,7 +24,9 @@ chunks at its source has committed, the previous transfer on its connection
 ``not_before_us`` has passed; it then waits its route latency (plus the step
 overhead) and sends its bytes over its route; it commits once it has arrived,
 every earlier writer of its chunks at the destination has committed and every
-earlier reader of them there has arrived.
+earlier reader of them there has arrived. Inside an exchange (consecutive
+transfers with the same ``exchange`` number) every read counts as earlier
+than every write.
 
 SimGrid details:
 
@@ -65,13 +67,24 @@ class Dependencies:
         writer: dict[tuple[int, int], int] = {}
         readers: dict[tuple[int, int], list[int]] = {}
         last_on_connection: dict[tuple[int, int, int], int] = {}
-        for i, t in enumerate(transfers):
+        def read(i: int) -> None:
+            t = transfers[i]
             start_on_commit[i].update(t.get("after") or ())
             for c in t["chunks"]:
                 key = (t["src"], c)
                 if key in writer:
                     start_on_commit[i].add(writer[key])
                 readers.setdefault(key, []).append(i)
+
+        for i, t in enumerate(transfers):
+            tag = t.get("exchange")
+            if tag is None:
+                read(i)
+            elif i == 0 or transfers[i - 1].get("exchange") != tag:  # an exchange: all its reads come first
+                j = i
+                while j < count and transfers[j].get("exchange") == tag:
+                    read(j)
+                    j += 1
             for c in t["chunks"]:
                 key = (t["dst"], c)
                 if key in writer:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from taccl_py.cli.main import main
 from taccl_py.errors import TopologyError
 from taccl_py.library import (
     AstraDimension,
@@ -22,7 +26,10 @@ from taccl_py.library import (
     ring8,
     torus,
 )
-from taccl_py.topology import Topology
+from taccl_py.library.astra import astra_dimensions_of, dumps_astra_network, save_astra_yaml
+from taccl_py.library.grids import mesh
+from taccl_py.topology import DimensionKind, Topology
+from taccl_py.topology_io import load_topology, save_topology
 
 VECTORS = Path(__file__).resolve().parent / "vectors" / "astra"
 GIB = 2**30 / 1e9  # ASTRA-sim GB/s -> GB/s of 1e9 bytes
@@ -242,3 +249,125 @@ def test_generator_rejects_bad_dimensions() -> None:
         astra_topology([])
     with pytest.raises(TopologyError, match=r"dims\[0\].npus must be > 1"):
         astra_topology([AstraDimension(AstraKind.RING, 1, 1.0, 1.0)])
+
+
+# ------------------------------------------------------------ dimensions, export
+def test_imported_networks_carry_their_dimensions_through_save_and_load(tmp_path: Path) -> None:
+    topology = load_astra_yaml(VECTORS / "ring_fc_switch_64npus.yml")
+    assert [(d.kind, d.size) for d in topology.dimensions] == [
+        (DimensionKind.RING, 2), (DimensionKind.FULLY_CONNECTED, 8), (DimensionKind.SWITCH, 4)]
+    save_topology(topology, tmp_path / "t.json")
+    assert load_topology(tmp_path / "t.json") == topology
+    text = (tmp_path / "t.json").read_text()
+    assert '  "dimensions": [\n    {"kind": "ring", "size": 2},\n    {"kind": "fully-connected", "size": 8},' in text
+    assert topology.dimension_group(13, 1) == (1, 3, 5, 7, 9, 11, 13, 15)
+    assert topology.coordinates(13) == (1, 6, 0)
+
+
+def test_generators_set_dimensions() -> None:
+    assert [(d.kind.value, d.size) for d in torus([4, 2]).dimensions] == [("ring", 4), ("ring", 2)]
+    assert [(d.kind.value, d.size) for d in mesh([3, 2]).dimensions] == [("line", 3), ("line", 2)]
+    assert [(d.kind.value, d.size) for d in resolve_topology("dgx-h100x4").dimensions] == [("switch", 8),
+                                                                                            ("switch", 4)]
+    assert resolve_topology("dgx1").dimensions == ()
+
+
+@pytest.mark.parametrize(("text", "field", "words"), [
+    ('"dimensions": [{"kind": "ring", "size": 3}]', "dimensions", "multiply to 3 (3) but the topology has 4 GPUs"),
+    ('"dimensions": [{"kind": "torus", "size": 4}]', "dimensions[0].kind", "must be one of ring, fully-connected"),
+    ('"dimensions": [{"kind": "ring", "size": 0}]', "dimensions[0].size", "must be an integer >= 1 (got 0)"),
+    ('"dimensions": [{"kind": "ring"}]', "dimensions[0].size", "is missing"),
+    ('"dimensions": [{"kind": "ring", "size": 4, "bw": 1}]', "dimensions[0]", "has unknown field 'bw'"),
+    ('"dimensions": {"kind": "ring"}', "dimensions", "must be a list"),
+])
+def test_bad_dimensions_in_a_file(text: str, field: str, words: str, tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text('{"gpus": 4, ' + text + ', "links": [{"src": 0, "dst": 1, "bandwidth": 1, "bidirectional": '
+                    'true}, {"src": 1, "dst": 2, "bandwidth": 1, "bidirectional": true}, {"src": 2, "dst": 3, '
+                    '"bandwidth": 1, "bidirectional": true}]}')
+    with pytest.raises(TopologyError) as info:
+        load_topology(path)
+    assert str(info.value) == f"{path}: {field} {words}" or (str(info.value).startswith(f"{path}: {field} ")
+                                                             and words in str(info.value))
+
+
+def yaml_text(kinds: list[str], npus: list[int], bandwidth: list[str], latency: list[str]) -> str:
+    """An ASTRA-sim network file as its own examples are written."""
+    return (f"topology: [ {', '.join(kinds)} ]\nnpus_count: [ {', '.join(map(str, npus))} ]\n"
+            f"bandwidth: [ {', '.join(bandwidth)} ]\nlatency: [ {', '.join(latency)} ]\n")
+
+
+decimal_text = st.builds(lambda whole, frac, digits: f"{whole}.{str(frac).zfill(digits)[:digits]}",
+                         st.integers(0, 5000), st.integers(0, 999_999), st.integers(1, 6))
+
+
+@settings(max_examples=60, deadline=None)
+@given(dims=st.lists(st.tuples(st.sampled_from(["Ring", "FullyConnected", "Switch"]), st.integers(2, 5),
+                          decimal_text.filter(lambda t: float(t) >= 0.01), decimal_text), min_size=1, max_size=4)
+       .filter(lambda dims: math.prod(d[1] for d in dims) <= 128))
+def test_yaml_topology_yaml_round_trip_is_exact(dims: list[tuple[str, int, str, str]], tmp_path_factory: Any) -> None:
+    """Every field comes back as the file wrote it (compared as YAML values), and exporting the re-imported
+    network writes the same bytes again."""
+    directory = tmp_path_factory.mktemp("yaml")
+    text = yaml_text([d[0] for d in dims], [d[1] for d in dims], [d[2] for d in dims], [d[3] for d in dims])
+    (directory / "net.yml").write_text(text)
+    topology = load_astra_yaml(directory / "net.yml")
+    save_astra_yaml(topology, directory / "out.yml")
+    written = (directory / "out.yml").read_text()
+    assert yaml.safe_load(written) == yaml.safe_load(text)
+    again = load_astra_yaml(directory / "out.yml")
+    assert link_set(again) == link_set(topology) and again.dimensions == topology.dimensions
+    save_astra_yaml(again, directory / "again.yml")
+    assert (directory / "again.yml").read_text().splitlines()[1:] == written.splitlines()[1:]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.builds(AstraDimension, st.sampled_from(list(AstraKind)), st.integers(2, 4),
+                          st.floats(1e-3, 9e5, allow_nan=False), st.floats(0, 1e7, allow_nan=False)),
+                min_size=1, max_size=3))
+def test_export_reproduces_any_network_exactly(dims: list[AstraDimension]) -> None:
+    """Arbitrary floats: the exported numbers convert back to the very same link figures."""
+    topology = astra_topology(dims)
+    exported = astra_dimensions_of(topology)
+    assert astra_topology(exported, name=topology.name, source=topology.source) == topology
+    assert yaml.safe_load(dumps_astra_network(exported))["bandwidth"] == [d.bandwidth_gibps for d in exported]
+
+
+def test_a_torus_exports_as_rings() -> None:
+    topology = torus([4, 1, 2], 100.0, 0.25)
+    dims = astra_dimensions_of(topology)
+    assert [(d.kind, d.npus) for d in dims] == [(AstraKind.RING, 4), (AstraKind.RING, 2)]  # size 1 dropped
+    assert dims[0].latency_ns == 250.0 and dims[0].bandwidth_GBps == 100.0
+    assert link_set(astra_topology(dims)) == link_set(topology)
+
+
+@pytest.mark.parametrize(("spec", "words"), [
+    ("dgx1", "has no dimensions"),
+    ("dgx-a100x2", "cannot be an ASTRA-sim Switch dimension"),
+])
+def test_export_refuses_what_astra_sim_cannot_express(spec: str, words: str) -> None:
+    with pytest.raises(TopologyError, match=words):
+        astra_dimensions_of(resolve_topology(spec))
+    with pytest.raises(TopologyError, match="line dimension"):
+        astra_dimensions_of(mesh([3, 3]))
+    tampered = astra_topology(list(EXAMPLE_DIMS))
+    links = list(tampered.links)
+    links[0] = replace(links[0], bandwidth=links[0].bandwidth / 2)
+    with pytest.raises(TopologyError, match="is not the ASTRA-sim network"):
+        astra_dimensions_of(replace(tampered, links=tuple(links)))
+
+
+def test_cli_topo_export_astra(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = VECTORS / "ring_fc_switch_64npus.yml"
+    with pytest.raises(SystemExit) as done:
+        main(["topo", "export-astra", str(source), "-o", str(tmp_path / "net.yml")])
+    assert done.value.code in (0, None)
+    assert yaml.safe_load((tmp_path / "net.yml").read_text()) == {
+        key: value for key, value in yaml.safe_load(source.read_text()).items()
+        if key in ("topology", "npus_count", "bandwidth", "latency")}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main(["topo", "export-astra", "dgx1", "-o", str(tmp_path / "x.yml")])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "has no dimensions" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.yml").exists()

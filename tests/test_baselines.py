@@ -82,7 +82,7 @@ def _case(name: str, kind: CollectiveKind) -> tuple[tuple[int, ...], dict[str, i
         return (4096, 16 * MiB), dict.fromkeys(ALGORITHMS)
     if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
         return (4096,), dict.fromkeys(ALGORITHMS)
-    return (MiB,), {"ring": 2, "tree": 2, "rd": 2, "direct": None}
+    return (MiB,), {"ring": 2, "tree": 2, "rd": 2, "direct": None, "oneshot": None, "hier": None, "hier-lb": None}
 
 
 @pytest.mark.parametrize("kind", list(CollectiveKind), ids=[k.value for k in CollectiveKind])

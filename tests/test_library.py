@@ -97,7 +97,7 @@ def test_every_shipped_name_resolves_to_its_file(name: str) -> None:
 @pytest.mark.parametrize(("spec", "name"), [
     ("DGX1", "dgx1"), ("  dgx_a100 ", "dgx-a100"), ("NVL72", "gb200-nvl72"), ("gb200", "gb200-nvl72"),
     ("DGX-A100X16", "dgx-a100x16"), ("dgxa100x2", "dgx-a100x2"), ("dgx-h100x3-rail", "dgx-h100x3-rail"),
-    ("dgx-a100x2-forestcoll", "dgx-a100x2"), ("dgx-a100x5-single", "dgx-a100x5-single"),
+    ("dgx-a100x2-forestcoll", "dgx-a100x2-forestcoll"), ("dgx-a100x2-leaf-spine", "dgx-a100x2"), ("dgx-a100x5-single", "dgx-a100x5-single"),
     ("ndv2x3", "ndv2x3"), ("dgx2x5", "dgx2x5"), ("mi250x3", "mi250x3"), ("dgx-h100-nvls", "dgx-h100-nvls"),
     ("dgx-h100x2-nvls", "dgx-h100x2-nvls"), ("gb200-nvl72-nvls", "gb200-nvl72-nvls"),
 ])
@@ -247,7 +247,17 @@ def test_reference_allgather_bounds_follow_from_the_topologies(name: str, bound:
 
 
 def test_a100_cluster_routes_follow_the_fabric() -> None:
-    forest = dgx_a100_cluster(2)
+    default = dgx_a100_cluster(2)  # the DGX SuperPOD leaf-spine: every GPU reaches every GPU through the IB
+    assert default.name == "dgx-a100x2"
+    same_rail = default.gpu_route(0, 8)
+    assert same_rail is not None and default.route_latency(same_rail) == pytest.approx(2.6)
+    assert default.route_vertices(same_rail) == (0, "m0.nic0", "su0.leaf0", "m1.nic0", 8)
+    across = default.gpu_route(7, 8)  # the step a plain 16-GPU ring takes between the machines
+    assert across is not None
+    assert default.route_vertices(across) == (7, "m0.nic7", "su0.leaf7", "spine", "su0.leaf0", "m1.nic0", 8)
+    assert default.route_latency(across) == pytest.approx(4.2)
+    forest = dgx_a100_cluster(2, "forestcoll")
+    assert forest.name == "dgx-a100x2-forestcoll"
     same_parity = forest.gpu_route(0, 10)
     assert same_parity is not None
     assert forest.route_vertices(same_parity) == (0, "m0.nic0", "ib0", "m1.nic2", 10)
@@ -354,17 +364,31 @@ def test_a100_and_h100_clusters(k: int, fabric: Fabric, h100: bool) -> None:
     topology = dgx_h100_cluster(k, fabric) if h100 else dgx_a100_cluster(k, fabric)
     assert_connected(topology)
     nvswitch, nic = (450.0, 50.0) if h100 else (300.0, 25.0)
-    ib_switches = {Fabric.FORESTCOLL: 2, Fabric.SINGLE: 1, Fabric.RAIL: 8}[fabric]
+    unit = 32 if h100 else 20  # machines per DGX SuperPOD scalable unit
+    leaves = 8 * -(-k // unit)
+    ib_switches = {Fabric.FORESTCOLL: 2, Fabric.SINGLE: 1, Fabric.RAIL: 8, Fabric.LEAF_SPINE: leaves + 1}[fabric]
     assert topology.num_gpus == 8 * k
     assert len(topology.switches) == 9 * k + ib_switches
-    assert len(topology.links) == 48 * k
+    assert len(topology.links) == 48 * k + (2 * leaves if fabric is Fabric.LEAF_SPINE else 0)
+    assert [(d.kind.value, d.size) for d in topology.dimensions] == [("switch", 8), ("switch", k)]
     for g in topology.gpus:
         kinds = {topology.links[i].kind: topology.links[i].bandwidth for i in topology.links_from(g)}
         assert kinds == {"nvlink": nvswitch, "nic": nic}
         assert topology.ejection_bandwidth(g) == nvswitch + nic
+        assert topology.gpu_route(g, (g + 8) % (8 * k)) is not None  # the same rail, one machine on
     for s in topology.switches:
-        if s.kind == "ib":
+        if s.kind != "ib":
+            continue
+        if fabric is not Fabric.LEAF_SPINE:
             assert len(topology.links_to(s.name)) == 8 * k // ib_switches
+        elif s.name == "spine":
+            assert len(topology.links_to(s.name)) == leaves
+        else:  # a leaf: its unit's NICs of one rail, and the spine; its uplink carries all of its downlinks
+            down = [topology.links[i] for i in topology.links_to(s.name) if topology.links[i].src != "spine"]
+            up = topology.links[topology.link_index[(s.name, "spine")]]
+            assert up.bandwidth == pytest.approx(sum(link.bandwidth for link in down))
+    if fabric is not Fabric.FORESTCOLL and fabric is not Fabric.RAIL:
+        assert all(topology.gpu_route(a, b) is not None for a in range(8) for b in range(8, 16))
 
 
 @settings(max_examples=10)
@@ -389,7 +413,7 @@ def test_mi250_cluster(k: int) -> None:
     (lambda: mesh([4, 0]), "mesh: dims[1] must be >= 1 (got 0)"),
     (lambda: hypercube(0), "hypercube: dimension must be >= 1 (got 0)"),
     (lambda: hypercube(True), "must be an integer"),
-    (lambda: dgx_a100_cluster(2, "fat-tree"), "unknown fabric 'fat-tree'"),
+    (lambda: dgx_a100_cluster(2, "fat-tree"), "unknown fabric 'fat-tree' (choose one of: leaf-spine, forestcoll"),
     (lambda: mi250_cluster(1), "use 'mi250' for one machine"),
 ])
 def test_generator_arguments_are_checked(call: object, words: str) -> None:

@@ -96,7 +96,7 @@ def link_spec(topology: Topology, units_per_byte: int) -> list[dict[str, float]]
 
 def transfer_spec(t: Transfer, units: int) -> dict[str, Any]:
     return {"src": t.src, "dst": t.dst, "chunks": list(t.chunks), "route": list(t.route), "units": units,
-            "channel": t.channel, "after": list(t.after), "not_before_us": t.not_before_us}
+            "channel": t.channel, "after": list(t.after), "not_before_us": t.not_before_us, "exchange": t.exchange}
 
 
 def schedule_spec(topology: Topology, schedule: Schedule, size_bytes: int,

@@ -1,7 +1,9 @@
 """NCCL-style baselines, emitted as schedules so they are judged exactly like synthesized ones.
 
-``baseline(topology, kind, "ring" | "tree" | "direct" | "rd")`` builds one;
-``applicable_baselines(topology, kind)`` lists those that can run. Rings and
+``baseline(topology, kind, "ring" | "tree" | "direct" | "rd" | "oneshot" | "hier" | "hier-lb")`` builds one
+(``oneshot``: the latency-optimal small collectives of :mod:`taccl_py.baselines.oneshot`);
+``applicable_baselines(topology, kind)`` lists those that can run. On topologies with dimensions,
+``hier`` and ``hier-lb`` run per-dimension phases (:mod:`taccl_py.baselines.hierarchical`). Rings and
 trees pick their channel count to spread the load over the links (one ring per
 NIC rail on DGX A100 clusters, several disjoint rings on DGX-1); the pipelined
 ones (Broadcast, Reduce, trees) pick their depth from ``size_bytes`` when given.
@@ -11,7 +13,9 @@ from __future__ import annotations
 
 from taccl_py.baselines.common import Leg, NotApplicable
 from taccl_py.baselines.direct import check_direct, direct_schedule
+from taccl_py.baselines.hierarchical import check_hierarchical, hierarchical_schedule
 from taccl_py.baselines.layout import Ring, RingPlan, ring_plan
+from taccl_py.baselines.oneshot import check_oneshot, oneshot_schedule
 from taccl_py.baselines.recursive import check_recursive, recursive_schedule
 from taccl_py.baselines.ring import (
     ring_allgather,
@@ -29,7 +33,7 @@ from taccl_py.topology import Topology
 __all__ = ["ALGORITHMS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan", "applicable_baselines",
            "baseline", "ring_plan", "tree_plan"]
 
-ALGORITHMS = ("ring", "tree", "direct", "rd")
+ALGORITHMS = ("ring", "tree", "direct", "rd", "oneshot", "hier", "hier-lb")
 """Baseline names, in the order tables list them."""
 
 _RING_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
@@ -79,7 +83,7 @@ def _machine_aligned(ring: Ring, plan: RingPlan) -> tuple[int, ...]:
 def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, channels: int | None = None,
              chunk_factor: int | None = None, root: int = 0, size_bytes: float | None = None,
              step_overhead_us: float = 0.0) -> Schedule:
-    """The NCCL-style ``algorithm`` (ring, tree, direct, rd) for ``kind`` on ``topology``.
+    """The NCCL-style ``algorithm`` (ring, tree, direct, rd, oneshot) for ``kind`` on ``topology``.
 
     ``channels``: rings / trees / parallel copies (chosen to spread the load when None).
     ``chunk_factor``: chunks per block of the collective (a multiple of the channels).
@@ -120,6 +124,11 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
                            step_overhead_us=step_overhead_us)
     if algorithm == "direct":
         return direct_schedule(topology, kind, channels=channels or 1, chunk_factor=chunk_factor, root=root)
+    if algorithm in ("hier", "hier-lb"):  # per-dimension phases; channels come from the dimension algorithms
+        return hierarchical_schedule(topology, kind, balanced=algorithm == "hier-lb", size_bytes=size_bytes)
+    if algorithm == "oneshot":
+        return oneshot_schedule(topology, kind, root=root, chunk_factor=chunk_factor, channels=channels,
+                                size_bytes=size_bytes, step_overhead_us=step_overhead_us)
     return recursive_schedule(topology, kind, _orders(topology, channels), chunk_factor=chunk_factor)
 
 
@@ -139,6 +148,10 @@ def applicable_baselines(topology: Topology, kind: CollectiveKind | str, *, root
                 tree_plan(topology, kind, root if kind is not CollectiveKind.ALLREDUCE else 0)
             elif algorithm == "direct":
                 check_direct(topology, kind, root)
+            elif algorithm in ("hier", "hier-lb"):
+                check_hierarchical(topology, kind)
+            elif algorithm == "oneshot":
+                check_oneshot(topology, kind)
             else:
                 check_recursive(topology, kind, _orders(topology, None))
         except NotApplicable:

@@ -33,7 +33,16 @@ class _Commands(click.Group):
     def _load(self) -> None:
         if self._loaded:
             return
-        from taccl_py.cli import profile_cmd, report_cmd, sim_cmd, sweep_cmd, synth_cmd, topo_cmd, verify_cmd
+        from taccl_py.cli import (
+            export_cmd,
+            profile_cmd,
+            report_cmd,
+            sim_cmd,
+            sweep_cmd,
+            synth_cmd,
+            topo_cmd,
+            verify_cmd,
+        )
 
         self.add_command(topo_cmd.topo)
         for command in sim_cmd.COMMANDS:
@@ -43,6 +52,7 @@ class _Commands(click.Group):
         self.add_command(profile_cmd.profile)
         self.add_command(sweep_cmd.sweep_command)
         self.add_command(report_cmd.report_command)
+        self.add_command(export_cmd.export)
         self._loaded = True
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:

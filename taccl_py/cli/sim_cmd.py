@@ -148,7 +148,7 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
 @click.option("--collective", "-c", "collective_name", default=None, metavar="NAME",
               help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce (read from a file).")
 @size_option
-@click.option("--algorithm", "-a", required=True, metavar="ring|tree|direct|rd|FILE.xml|FILE.json",
+@click.option("--algorithm", "-a", required=True, metavar="ring|tree|direct|rd|oneshot|hier|hier-lb|FILE.xml|FILE.json",
               help="An NCCL-style baseline, an MSCCL XML file or a schedule JSON file (synthesize --schedule-out).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
@@ -233,6 +233,9 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                 del entry["size_bytes"]
                 entry["channels"] = schedule.notes.get("channels")
                 entry["transfers"] = len(schedule)
+                if "parameters" in schedule.notes:  # hierarchical baselines: algorithm per dimension, splits, orders
+                    entry["parameters"] = schedule.notes["parameters"]
+                    entry["description"] = schedule.notes.get("description")
                 entries.append(entry)
             timed = [e for e in entries if e["time_us"] is not None]
             best = min(timed, key=lambda e: e["time_us"])["algorithm"] if timed else None
@@ -242,13 +245,17 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
 
 
 def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, channels: int | None, root: int,
-               step_overhead_us: float, path: str, dialect: str) -> None:
-    from taccl_py.baselines import baseline
+               step_overhead_us: float, path: str, dialect: str) -> dict[str, Any]:
+    """Write the baseline as XML, with chunk and channel counts the runtime picks at ``size`` where it can."""
+    from taccl_py.baselines.selectable import selectable_baseline
     from taccl_py.msccl import write_schedule_xml
 
-    schedule = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
-                        step_overhead_us=step_overhead_us)
-    write_schedule_xml(schedule, topology, path, dialect=dialect)
+    placed = selectable_baseline(topology, kind, name, size, channels=channels, root=root,
+                                 step_overhead_us=step_overhead_us)
+    write_schedule_xml(placed.schedule, topology, path, dialect=dialect)
+    return {"nchunksperloop": placed.nchunksperloop, "selected": placed.selected, "count": placed.count,
+            "type_size": placed.type_size, "smallest_selected_bytes": placed.smallest_size,
+            "changed": placed.changed or None, "selection": placed.describe()}
 
 
 @click.command("baseline")
@@ -257,10 +264,11 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
               help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce.")
 @size_option
 @click.option("--algorithm", "-a", "only", default=None, metavar="NAME",
-              help="Only this baseline (ring, tree, direct, rd); with -o, the one to write.")
+              help="Only this baseline (ring, tree, direct, rd, oneshot, hier, hier-lb); with -o, the one to write.")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
-@click.option("-o", "--output", default=None, metavar="FILE.xml", help="Write the best baseline as MSCCL XML.")
+@click.option("-o", "--output", default=None, metavar="FILE.xml",
+              help="Write the best baseline as MSCCL XML, with chunk and channel counts the runtime picks at --size.")
 @click.option("--dialect", type=click.Choice(["v2", "v1"]), default="v2", show_default=True,
               help="MSCCL XML dialect for -o.")
 @plot_option
@@ -298,8 +306,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         chosen = only or rows[0]["best"]
         if chosen is None:
             raise InputError("no baseline was correct; nothing to write", where="-o")
-        _write_xml(topology, kind, sizes[0], chosen, channels, root, step_overhead_us, output, dialect)
-        written = {"path": output, "algorithm": chosen, "dialect": dialect}
+        placed = _write_xml(topology, kind, sizes[0], chosen, channels, root, step_overhead_us, output, dialect)
+        written = {"path": output, "algorithm": chosen, "dialect": dialect, **placed}
     head: dict[str, Any] = {"topology": topology.name, "collective": kind.value}
     if written:
         head["xml"] = written
@@ -318,8 +326,14 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
             table_rows.append(cells)
         title = f"NCCL-style baselines for {kind.value} on {topology.name} (times in us, bandwidth in GB/s)"
         out_console.print(make_table(title, columns, table_rows))
+        for r in rows:
+            for e in r["baselines"]:
+                if e.get("description"):
+                    size = f" at {format_bytes(r['size_bytes'])}" if len(rows) > 1 else ""
+                    out_console.print(f"{e['algorithm']}{size}: {e['description']}", markup=False)
         if written:
-            out_console.print(f"wrote {written['algorithm']} as MSCCL XML ({dialect}) to {output}")
+            out_console.print(f"wrote {written['algorithm']} as MSCCL XML ({dialect}) to {output}; "
+                              f"{written['selection']}", markup=False)
     for e in flat:
         if not e["correct"] and not as_json:
             err_console.print(f"taccl: error: {e['algorithm']} at {format_bytes(e['size_bytes'])}: {e.get('error')}",

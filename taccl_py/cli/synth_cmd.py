@@ -337,6 +337,8 @@ class _Band:
     time_limit: float
     live_label: str = ""
     """Show the live status line with this label while solving (only when run in this process)."""
+    chakra_dir: str | None = None
+    """Also write Chakra execution traces into this directory."""
 
 
 def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -353,8 +355,14 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
         from taccl_py.schedule import save_schedule
 
         save_schedule(written.schedule if written else result.schedule, band.topology, band.schedule_out)
-    return _row(band.topology, band.kind, band.size, result, band.root, written, started, band.time_limit,
-                band.dialect), {}
+    row = _row(band.topology, band.kind, band.size, result, band.root, written, started, band.time_limit,
+               band.dialect)
+    if band.chakra_dir:
+        from taccl_py.cli.export_cmd import write_chakra
+
+        row["chakra"] = write_chakra(written.schedule if written else result.schedule, band.size, band.chakra_dir,
+                                     f"{band.kind.value}-{band.topology.name}")
+    return row, {}
 
 
 def _plot_times(rows: list[dict[str, Any]]) -> dict[str, list[float | None]]:
@@ -396,14 +404,16 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
 @click.option("--no-baselines", is_flag=True, help="Do not compare with (or fall back to) NCCL-style baselines.")
 @click.option("--schedule-out", type=click.Path(dir_okay=False), default=None,
               help="Also write the schedule IR as JSON (single size only).")
+@click.option("--chakra", "chakra_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Also write Chakra execution traces, DIR/<collective>-<topology>.<rank>.et (single size only).")
 @jobs_option(default=1)
 @plot_option
 @json_option
 def synthesize_command(topology_spec: str, collective_name: str, size_spec: str, sketch_path: str | None,
                        output: str | None, time_limit: float, solver: str, threads: int, seed: int,
                        chunk_factors: tuple[int, ...], root: int, dialect: str, instances: int, proto: str,
-                       no_baselines: bool, schedule_out: str | None, jobs: int, plot_path: str | None,
-                       as_json: bool) -> None:
+                       no_baselines: bool, schedule_out: str | None, chakra_dir: str | None, jobs: int,
+                       plot_path: str | None, as_json: bool) -> None:
     """Synthesize a collective algorithm, verify it by simulation and write MSCCL XML.
 
     Example: taccl synthesize --topology ndv2x2 --collective allgather --size 1GB -o ag.xml
@@ -420,6 +430,8 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
                          dialect=dialect, instances=instances, root=root, chunk_factors=chunk_factors, solver=solver,
                          seed=seed, time_limit=time_limit, threads=threads)
     check_picture_path(plot_path, "--plot")
+    if len(sizes) > 1 and chakra_dir:
+        raise InputError("needs a single size", where="--chakra")
     options = SynthesisOptions(sketch=sketch, solver=solver, time_limit_s=time_limit * SOLVE_SHARE, threads=threads,
                                seed=seed, chunk_factors=chunk_factors or None, compare_baselines=not no_baselines,
                                root=root, budget=WorkBudget.for_time_limit(time_limit), instances=instances)
@@ -438,7 +450,7 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
         live = f"size {k + 1}/{len(sizes)} {format_bytes(size)}" if len(sizes) > 1 and jobs == 1 and not as_json \
             else ""
         bands.append(_Band(topology, kind, size, options, root, xml_path, band_lo, band_hi, dialect, instances,
-                           proto, schedule_out, time_limit, live))
+                           proto, schedule_out, time_limit, live, chakra_dir))
     if len(bands) == 1:
         with _Progress(not as_json) as progress:
             rows = [_synthesize_band(bands[0], progress)[0]]

@@ -122,6 +122,7 @@ def show_cmd(spec: str, plot_path: str | None, as_json: bool) -> None:
                       f"{plural(switches, 'switch vertex', 'switch vertices')}, "
                       f"{plural(description.links, 'directed link')}")
     out_console.print(f"machines: {_machines_line(description.machines)}")
+    out_console.print(f"dimensions: {description.dimensions_line()}", markup=False)
     out_console.print(f"source: {description.source or '-'}")
     if description.switches:
         out_console.print(make_table("Switch vertices", ["kind", "count", "multicast", "reduce"],
@@ -294,7 +295,7 @@ def _single_machine(kind: str, single: Callable[[], Topology]) -> Callable[[Gene
 
 
 def _fabric(o: GenerateOptions) -> Fabric:
-    return parse_fabric(o.fabric) if o.fabric is not None else Fabric.FORESTCOLL
+    return parse_fabric(o.fabric) if o.fabric is not None else Fabric.LEAF_SPINE
 
 
 def _gen_dgx_a100(o: GenerateOptions) -> Topology:
@@ -357,8 +358,8 @@ def generate_topology(kind: str, options: GenerateOptions) -> Topology:
 @click.option("--gpus", "-n", type=int, default=None, help="GPUs (ring, fully-connected, switch, hypercube).")
 @click.option("--machines", "-k", type=int, default=None,
               help="Machines K for ndv2, dgx2, dgx-a100, dgx-h100, mi250 (default 1).")
-@click.option("--fabric", default=None, metavar="forestcoll|single|rail",
-              help="IB fabric of dgx-a100 / dgx-h100 clusters (default forestcoll).")
+@click.option("--fabric", default=None, metavar="leaf-spine|forestcoll|single|rail",
+              help="IB fabric of dgx-a100 / dgx-h100 clusters (default leaf-spine).")
 @click.option("--dims", default=None, metavar="SPEC",
               help="torus/mesh: 4x4 or 4x4x2; hypercube: the dimension D; astra: "
                    "Ring:2:200:50,FullyConnected:8:100:500 (GB/s of 2^30 bytes, ns) or a network .yml.")
@@ -396,3 +397,25 @@ def generate_cmd(kind: str, gpus: int | None, machines: int | None, fabric: str 
         out_console.print(f"wrote {output}: {topology.name}, {plural(topology.num_gpus, 'GPU')}, "
                           f"{plural(len(topology.switches), 'switch vertex', 'switch vertices')}, "
                           f"{plural(len(topology.links), 'directed link')}")
+
+
+@topo.command("export-astra")
+@click.argument("spec", metavar="TOPOLOGY")
+@click.option("--output", "-o", required=True, metavar="FILE.yml", help="Where to write the network; - prints it.")
+@json_option
+def export_astra_cmd(spec: str, output: str, as_json: bool) -> None:
+    """Write a multi-dimensional topology as an ASTRA-sim network YAML (YAML -> topology -> YAML is exact)."""
+    from taccl_py.library import resolve_topology
+    from taccl_py.library.astra import astra_dimensions_of, dumps_astra_network, save_astra_yaml
+
+    topology = resolve_topology(spec)
+    if output == "-":
+        sys.stdout.write(dumps_astra_network(astra_dimensions_of(topology)))
+        return
+    dims = save_astra_yaml(topology, output)
+    if as_json:
+        emit_json({"written": output, "name": topology.name, "npus": topology.num_gpus,
+                   "topology": [d.kind.value for d in dims], "npus_count": [d.npus for d in dims],
+                   "bandwidth": [d.bandwidth_gibps for d in dims], "latency": [d.latency_ns for d in dims]})
+    else:
+        out_console.print(f"wrote {output}: {' x '.join(d.describe() for d in dims)}", markup=False)

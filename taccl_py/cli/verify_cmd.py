@@ -8,10 +8,12 @@ unknown: ``"verdict": "unknown"`` in the JSON).
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table
 
-from taccl_py.cli.common import emit_json, err_console, json_option, out_console
+from taccl_py.cli.common import emit_json, err_console, json_option, out_console, sizes_from
 
 __all__ = ["verify"]
 
@@ -21,13 +23,19 @@ __all__ = ["verify"]
 @click.option("--dialect", type=click.Choice(["v1", "v2"]), default=None,
               help="Check against the v1 (MSCCL fork) or v2 (msccl-executor, RCCL) parser; detected when omitted "
                    "(v2 needs outofplace, minBytes and maxBytes).")
+@click.option("--size", "-s", "size_spec", default=None, metavar="SIZE|LO:HI",
+              help="Also say whether the runtime would pick the file for a call of this nccl-tests size (4096, "
+                   "1MB; LO:HI sweeps powers of two), and with which element count.")
+@click.option("--type-size", type=click.IntRange(1, 16), default=4, show_default=True, metavar="BYTES",
+              help="Bytes per element of the call, for --size (4: float, 2: half/bfloat16).")
 @json_option
-def verify(xml_file: str, dialect: str | None, as_json: bool) -> None:
+def verify(xml_file: str, dialect: str | None, size_spec: str | None, type_size: int, as_json: bool) -> None:
     """Check an MSCCL XML algorithm: parser rules, deadlocks, data races and the result on every rank."""
     from taccl_py.msccl.loader import XmlLoadError, load_program
     from taccl_py.msccl.verify import verify_program
 
     ctx = click.get_current_context()
+    sizes = sizes_from(size_spec) if size_spec is not None else []
     try:
         program = load_program(xml_file)
     except XmlLoadError as exc:
@@ -39,14 +47,32 @@ def verify(xml_file: str, dialect: str | None, as_json: bool) -> None:
         ctx.exit(2)
         return
     report = verify_program(program, dialect)
+    picks = [_selection(program, size, type_size, report.dialect) for size in sizes]
     if as_json:
+        extra: dict[str, Any] = {}
+        if picks:
+            rows = [{k: v for k, v in pick.items() if k != "text"} for pick in picks]
+            extra = {"selection": rows[0]} if len(rows) == 1 else {"selections": rows}
         emit_json({"valid": report.valid, "correct": report.correct, "verdict": report.verdict, "file": xml_file,
                    "dialect": report.dialect,
                    "coll": program.coll, "ngpus": program.ngpus, "modes_checked": list(report.modes),
-                   "errors": [e.to_dict() for e in report.errors], "notes": list(report.notes)})
+                   "errors": [e.to_dict() for e in report.errors], "notes": list(report.notes), **extra})
     else:
         _print_report(xml_file, program, report)
+        for pick in picks:
+            out_console.print(pick["text"], markup=False)
     ctx.exit(0 if report.valid and report.correct else 3 if report.verdict == "unknown" else 1)
+
+
+def _selection(program: object, size: int, type_size: int, dialect: str) -> dict[str, Any]:
+    """Would the runtime pick ``program`` for a call of ``size`` bytes of ``type_size``-byte elements?"""
+    from taccl_py.msccl.ir import Program
+    from taccl_py.msccl.selection import runtime_selection
+
+    assert isinstance(program, Program)
+    decision = runtime_selection(program, size, type_size, dialect)
+    return {"size_bytes": size, "type_size": type_size, "selected": decision.selected, "count": decision.count,
+            "reason": decision.reason or None, "text": f"runtime: {decision.describe()}"}
 
 
 def _print_report(path: str, program: object, report: object) -> None:
@@ -72,4 +98,4 @@ def _print_report(path: str, program: object, report: object) -> None:
             table.add_row(e.rule, *("-" if v is None else str(v) for v in (e.rank, e.tb, e.step)), e.message)
         out_console.print(table)
     for note in report.notes:
-        err_console.print(f"note: {note}")
+        err_console.print(f"note: {note}", markup=False)

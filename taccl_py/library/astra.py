@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -39,17 +40,21 @@ from taccl_py.inputs import json_depth, read_text_file
 from taccl_py.library.builder import TopologyBuilder, check_link_budget
 from taccl_py.library.grids import grid_coordinates, grid_id
 from taccl_py.limits import MAX_JSON_DEPTH
-from taccl_py.topology import Topology, Vertex
+from taccl_py.topology import Dimension, DimensionKind, Topology, Vertex
+from taccl_py.topology_io import atomic_write_text
 
 __all__ = [
     "AstraDimension",
     "AstraKind",
+    "astra_dimensions_of",
     "astra_route",
     "astra_switch_name",
     "astra_topology",
+    "dumps_astra_network",
     "load_astra_yaml",
     "parse_astra_dims",
     "parse_astra_network",
+    "save_astra_yaml",
 ]
 
 ASTRA_GB = 2**30
@@ -66,6 +71,12 @@ class AstraKind(StrEnum):
     @property
     def short(self) -> str:
         return {"Ring": "ring", "FullyConnected": "fc", "Switch": "switch"}[self.value]
+
+    @property
+    def dimension_kind(self) -> DimensionKind:
+        """The topology model's name for this kind."""
+        return {"Ring": DimensionKind.RING, "FullyConnected": DimensionKind.FULLY_CONNECTED,
+                "Switch": DimensionKind.SWITCH}[self.value]
 
 
 _LENIENT_KINDS = {"ring": AstraKind.RING, "fullyconnected": AstraKind.FULLY_CONNECTED,
@@ -187,7 +198,8 @@ def astra_topology(dims: Sequence[AstraDimension], *, name: str | None = None, s
     shape = " x ".join(d.describe() for d in dims)
     return builder.build(source=source or (
         f"ASTRA-sim analytical network {shape} = {total} NPUs; bandwidth GB/s of 2^30 bytes converted to "
-        f"GB/s of 1e9, latency ns to us, per link; NPU id mixed radix, dimension 0 fastest"))
+        f"GB/s of 1e9, latency ns to us, per link; NPU id mixed radix, dimension 0 fastest"),
+        dimensions=[Dimension(d.kind.dimension_kind, d.npus) for d in dims])
 
 
 def astra_route(dims: Sequence[AstraDimension], src: int, dst: int) -> tuple[Vertex, ...]:
@@ -314,3 +326,148 @@ def parse_astra_dims(text: str, *, where: str = "--dims") -> tuple[AstraDimensio
                       (f"dimension {k} npus", f"dimension {k} bandwidth", f"dimension {k} latency"))
         dims.append(AstraDimension(kind, npus, bandwidth, latency))
     return tuple(dims)
+
+
+
+# ------------------------------------------------------------------- export
+def _bandwidth_to_ours(gibps: float) -> float:
+    """The importer's conversion (as :attr:`AstraDimension.bandwidth_GBps`)."""
+    return gibps * ASTRA_GB / 1e9
+
+
+def _latency_to_ours(ns: float) -> float:
+    """The importer's conversion (as :attr:`AstraDimension.latency_us`)."""
+    return ns / 1e3
+
+
+def _astra_number(value: float, naive: float, convert: Any, where: str, field: str) -> float:
+    """The shortest decimal that ``convert`` (the importer's conversion) maps exactly to ``value``.
+
+    A number an ASTRA-sim file wrote comes back as it was written; ``naive`` is the plain inverse.
+    """
+    for digits in range(1, 18):
+        candidate = float(f"{naive:.{digits}g}")
+        if convert(candidate) == value:
+            return candidate
+    low = high = naive
+    for _ in range(64):  # the plain inverse can be a few ulps off
+        low, high = math.nextafter(low, -math.inf), math.nextafter(high, math.inf)
+        for candidate in (low, high):
+            if convert(candidate) == value:
+                return candidate
+    raise TopologyError(f"{value!r} has no exact ASTRA-sim counterpart", where=where, field=field)
+
+
+def _canonical_links(topology: Topology) -> Counter[tuple[Any, Any, float, float]]:
+    """Links with each switch named by the GPUs it touches (switch names differ between generators)."""
+    touching: dict[str, set[int]] = {s.name: set() for s in topology.switches}
+    for link in topology.links:
+        for a, b in ((link.src, link.dst), (link.dst, link.src)):
+            if isinstance(a, str) and topology.is_gpu(b):
+                assert isinstance(b, int)
+                touching[a].add(b)
+
+    def key(v: Vertex) -> Any:
+        return v if topology.is_gpu(v) else ("switch", frozenset(touching[str(v)]))
+
+    return Counter((key(lk.src), key(lk.dst), lk.bandwidth, lk.latency) for lk in topology.links)
+
+
+def _dimension_figures(topology: Topology, dim: int) -> tuple[float, float]:
+    """(bandwidth GB/s, latency us) of the links of one dimension, read on its first group."""
+    group = topology.dimension_group(0, dim)
+    kind = topology.dimensions[dim].kind
+    where, field = topology.name, f"dimensions[{dim}]"
+    if kind is DimensionKind.SWITCH:
+        for li in topology.links_from(group[0]):
+            link = topology.links[li]
+            if isinstance(link.dst, str):
+                peers = {topology.links[k].dst for k in topology.links_from(link.dst)}
+                if peers == set(group):
+                    return link.bandwidth, link.latency
+        raise TopologyError(f"cannot be an ASTRA-sim Switch dimension: no single switch joins GPU {group[0]}'s "
+                            f"group {list(group)}", where=where, field=field)
+    index = topology.link_index.get((group[0], group[1]))
+    if index is None:
+        raise TopologyError(f"has no link GPU {group[0]} -> GPU {group[1]}", where=where, field=field)
+    return topology.links[index].bandwidth, topology.links[index].latency
+
+
+def astra_dimensions_of(topology: Topology) -> tuple[AstraDimension, ...]:
+    """The ASTRA-sim dimensions a topology is built from; :class:`TopologyError` when it is not such a network.
+
+    Dimensions of size 1 are left out (they change no NPU id). The topology must be exactly what
+    :func:`astra_topology` builds from the result (switch names aside), so nothing is lost.
+    """
+    where = topology.name
+    if not topology.dimensions:
+        raise TopologyError("has no dimensions: only a multi-dimensional network (an imported ASTRA-sim file, "
+                            "`topo generate astra` or `torus`) can be written as an ASTRA-sim network",
+                            where=where, field="dimensions")
+    kinds = {DimensionKind.RING: AstraKind.RING, DimensionKind.FULLY_CONNECTED: AstraKind.FULLY_CONNECTED,
+             DimensionKind.SWITCH: AstraKind.SWITCH}
+    dims = []
+    for k, dim in enumerate(topology.dimensions):
+        if dim.kind not in kinds:
+            raise TopologyError(f"is a {dim.kind.value} dimension; ASTRA-sim has Ring, FullyConnected and Switch "
+                                "only", where=where, field=f"dimensions[{k}]")
+        if dim.size < 2:
+            continue
+        bandwidth, latency = _dimension_figures(topology, k)
+        field = f"dimensions[{k}]"
+        gibps = _astra_number(bandwidth, bandwidth * 1e9 / ASTRA_GB, _bandwidth_to_ours, where, f"{field}.bandwidth")
+        ns = _astra_number(latency, latency * 1e3, _latency_to_ours, where, f"{field}.latency")
+        dims.append(AstraDimension(kinds[dim.kind], dim.size, gibps, ns))
+    if not dims:
+        raise TopologyError("every dimension has size 1", where=where, field="dimensions")
+    rebuilt = astra_topology(dims, name=topology.name)
+    if rebuilt.num_gpus != topology.num_gpus or _canonical_links(rebuilt) != _canonical_links(topology):
+        missing = _canonical_links(rebuilt) - _canonical_links(topology)
+        extra = _canonical_links(topology) - _canonical_links(rebuilt)
+        what = (f"lacks the link {_show(next(iter(missing)))}" if missing else
+                f"has the link {_show(next(iter(extra)))} that the network does not" if extra else
+                "differs in its switches")
+        raise TopologyError(f"is not the ASTRA-sim network {' x '.join(d.describe() for d in dims)}: it {what}",
+                            where=where)
+    return tuple(dims)
+
+
+def _show(entry: tuple[Any, Any, float, float]) -> str:
+    def name(v: Any) -> str:
+        return f"GPU {v}" if isinstance(v, int) else f"switch of GPUs {sorted(v[1])}"
+
+    return f"{name(entry[0])} -> {name(entry[1])} ({entry[2]:g} GB/s, {entry[3]:g} us)"
+
+
+def _yaml_float(value: float) -> str:
+    """A float YAML 1.1 (PyYAML) reads back as the same float: always a dot before any exponent."""
+    text = repr(float(value))
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        if "." not in mantissa:
+            mantissa += ".0"
+        text = f"{mantissa}e{exponent}"
+    return text
+
+
+def dumps_astra_network(dims: Sequence[AstraDimension], *, comment: str = "") -> str:
+    """An ASTRA-sim network YAML in the style of its own example files (GB/s of 2^30 bytes, ns)."""
+    dims = _validate_dims(dims, "astra")
+    lines = [f"# {line}" for line in comment.splitlines() if line.strip()]
+    lines += [f"topology: [ {', '.join(d.kind.value for d in dims)} ]",
+              f"npus_count: [ {', '.join(str(d.npus) for d in dims)} ]",
+              f"bandwidth: [ {', '.join(_yaml_float(d.bandwidth_gibps) for d in dims)} ]",
+              f"latency: [ {', '.join(_yaml_float(d.latency_ns) for d in dims)} ]"]
+    return "\n".join(lines) + "\n"
+
+
+def save_astra_yaml(topology: Topology, path: str | os.PathLike[str]) -> tuple[AstraDimension, ...]:
+    """Write ``topology`` as an ASTRA-sim network YAML (atomically); returns its dimensions."""
+    dims = astra_dimensions_of(topology)
+    text = dumps_astra_network(dims, comment=f"ASTRA-sim network written by taccl_py from {topology.name} "
+                                             f"({topology.num_gpus} NPUs)")
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise TopologyError(f"cannot write: {exc.strerror or exc}", where=str(path)) from None
+    return dims

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from taccl_py.errors import TopologyError
-from taccl_py.topology import Link, Switch, Topology, Vertex, check_topology
+from taccl_py.topology import Dimension, Link, Switch, Topology, Vertex, check_topology
 
 __all__ = ["MAX_LINKS", "TopologyBuilder", "check_link_budget"]
 
@@ -60,9 +60,10 @@ class TopologyBuilder:
             self._links.append(Link(src=u, dst=v, bandwidth=float(bandwidth), latency=float(latency),
                                     kind=kind))
 
-    def build(self, *, source: str, machines: Iterable[Iterable[int]] = ()) -> Topology:
+    def build(self, *, source: str, machines: Iterable[Iterable[int]] = (),
+              dimensions: Iterable[Dimension] = ()) -> Topology:
         """The frozen topology, checked with :func:`~taccl_py.topology.check_topology`."""
         topology = Topology(name=self.name, num_gpus=self.num_gpus, links=tuple(self._links),
                             switches=tuple(self._switches), machines=tuple(tuple(m) for m in machines),
-                            source=source)
+                            source=source, dimensions=tuple(dimensions))
         return check_topology(topology, where=self.name)

@@ -56,6 +56,12 @@ class TopologyDescription:
     in_GBps: tuple[float, ...]
     machines: tuple[tuple[int, ...], ...]
     source: str
+    dimensions: tuple[tuple[str, int], ...] = ()
+    """``(kind, size)`` per dimension, dimension 0 first (empty without dimensions)."""
+
+    def dimensions_line(self) -> str:
+        """``ring 4 x switch 4`` (or ``-``)."""
+        return " x ".join(f"{kind} {size}" for kind, size in self.dimensions) or "-"
 
     def to_json(self) -> dict[str, Any]:
         """The object ``taccl topo show --json`` prints."""
@@ -74,6 +80,7 @@ class TopologyDescription:
             "out_GBps": list(self.out_GBps),
             "in_GBps": list(self.in_GBps),
             "machines": [list(m) for m in self.machines],
+            "dimensions": [{"kind": kind, "size": size} for kind, size in self.dimensions],
             "source": self.source,
         }
 
@@ -119,4 +126,5 @@ def describe_topology(topology: Topology) -> TopologyDescription:
     return TopologyDescription(name=topology.name, gpus=topology.num_gpus, switches=switches,
                                links=len(topology.links), link_kinds=tuple(link_kinds),
                                gpu_bandwidth=gpu_bandwidth, out_GBps=out_bw, in_GBps=in_bw,
-                               machines=topology.machines, source=topology.source)
+                               machines=topology.machines, source=topology.source,
+                               dimensions=tuple((d.kind.value, d.size) for d in topology.dimensions))

@@ -3,7 +3,9 @@
 GPU ids are ``machine * gpus_per_machine + local``. Per-machine vertices are
 named ``m<machine>.nvswitch`` and ``m<machine>.nic<k>``; global IB switches are
 ``ib``, ``ib0``/``ib1`` or ``rail<k>``. Link kinds: ``nvlink`` / ``xgmi`` inside
-a machine, ``nic`` between a GPU and its NIC, ``ib`` on the InfiniBand side.
+a machine, ``nic`` between a GPU and its NIC, ``ib`` on the InfiniBand side. DGX A100 / H100 clusters
+default to the leaf-spine fabric of NVIDIA's DGX SuperPOD (``Fabric.LEAF_SPINE``); ForestColl's
+two-switch model, on which the published comparisons were made, is the named fabric ``forestcoll``.
 
 Units: bandwidth in GB/s (1e9 B/s) per direction, latency in us per link.
 """
@@ -22,7 +24,7 @@ from taccl_py.library.machines import (
     add_mi250_machine,
     add_nvswitch_machine,
 )
-from taccl_py.topology import Topology
+from taccl_py.topology import Dimension, DimensionKind, Topology
 
 __all__ = [
     "Fabric",
@@ -54,6 +56,9 @@ NIC_SWITCH_LATENCY_US = 0.8
 class Fabric(StrEnum):
     """How the per-GPU NICs of DGX A100 / H100 clusters reach each other."""
 
+    LEAF_SPINE = "leaf-spine"
+    """The DGX SuperPOD compute fabric (the default): rail-aligned leaf switches per scalable unit, NIC b of every
+    machine of the unit on leaf ``su<s>.leaf<b>``, every leaf joined to a non-blocking spine vertex ``spine``."""
     FORESTCOLL = "forestcoll"
     """Two global IB switches: NIC b with b even on ``ib0``, odd on ``ib1`` (ForestColl's model)."""
     SINGLE = "single"
@@ -62,8 +67,15 @@ class Fabric(StrEnum):
     """Rail-optimized: NIC b of every machine on rail switch ``rail<b>``."""
 
 
+SUPERPOD_UNIT_MACHINES = {"dgx-a100": 20, "dgx-h100": 32}
+"""Machines per scalable unit of the DGX SuperPOD reference architectures (A100: RA-09950-001; H100:
+RA-11333-001): the machines whose NIC b share one rail leaf switch."""
+SPINE_LATENCY_US = NIC_SWITCH_LATENCY_US
+"""Leaf <-> spine, per direction: one more switch hop, assumed to cost what NIC <-> leaf does."""
+
+
 def parse_fabric(value: str | Fabric, *, where: str = "--fabric") -> Fabric:
-    """``forestcoll``, ``single`` or ``rail`` (case-insensitive)."""
+    """``leaf-spine``, ``forestcoll``, ``single`` or ``rail`` (case-insensitive)."""
     try:
         return Fabric(str(value).strip().lower())
     except ValueError:
@@ -150,53 +162,66 @@ def dgx2_cluster(machines: int) -> Topology:
     return builder.build(source=source, machines=_machines(machines, 16))
 
 
+def _ib_switch(fabric: Fabric, machine: int, nic: int, unit_machines: int) -> str:
+    """The IB switch NIC ``nic`` of ``machine`` plugs into."""
+    if fabric is Fabric.LEAF_SPINE:
+        return f"su{machine // unit_machines}.leaf{nic}"
+    if fabric is Fabric.FORESTCOLL:
+        return f"ib{nic % 2}"
+    if fabric is Fabric.SINGLE:
+        return "ib"
+    return f"rail{nic}"
+
+
 def _nic_cluster(family: str, machines: int, fabric: Fabric | str, nvswitch_gbps: float, nic_gbps: float,
                  *, nvls: bool, hardware: str) -> Topology:
-    _check_machines(family, machines, 48)
+    _check_machines(family, machines, 50)
     fabric = parse_fabric(fabric)
-    suffix = "" if fabric is Fabric.FORESTCOLL else f"-{fabric.value}"
+    suffix = "" if fabric is Fabric.LEAF_SPINE else f"-{fabric.value}"
     name = f"{family}x{machines}{suffix}" + ("-nvls" if nvls else "")
+    unit = SUPERPOD_UNIT_MACHINES[family]
     builder = TopologyBuilder(name, 8 * machines)
-    if fabric is Fabric.FORESTCOLL:
-        ib_names = ["ib0", "ib1"]
-    elif fabric is Fabric.SINGLE:
-        ib_names = ["ib"]
-    else:
-        ib_names = [f"rail{b}" for b in range(8)]
+    ib_names: list[str] = []
     for m in range(machines):
         add_nvswitch_machine(builder, f"m{m}.nvswitch", 8 * m, 8, nvswitch_gbps, nvls=nvls)
         for b in range(8):
             nic = builder.add_switch(f"m{m}.nic{b}", "nic")
             builder.link(8 * m + b, nic, nic_gbps, GPU_NIC_LATENCY_US, "nic")
-            if fabric is Fabric.FORESTCOLL:
-                ib = ib_names[b % 2]
-            elif fabric is Fabric.SINGLE:
-                ib = ib_names[0]
-            else:
-                ib = ib_names[b]
+            ib = _ib_switch(fabric, m, b, unit)
+            if ib not in ib_names:
+                ib_names.append(ib)
             builder.link(nic, ib, nic_gbps, NIC_SWITCH_LATENCY_US, "ib")
-    for ib in ib_names:
+    for ib in sorted(ib_names, key=lambda x: (len(x), x)):
         builder.add_switch(ib, "ib")
+    if fabric is Fabric.LEAF_SPINE:
+        builder.add_switch("spine", "ib")
+        for ib in sorted(ib_names, key=lambda x: (len(x), x)):
+            in_unit = min(unit, machines - int(ib[2:ib.index(".")]) * unit)
+            builder.link(ib, "spine", in_unit * nic_gbps, SPINE_LATENCY_US, "ib")
     wiring = {
+        Fabric.LEAF_SPINE: (f"DGX SuperPOD leaf-spine: NIC b of the machines of a {unit}-machine scalable unit on "
+                            f"rail leaf su<s>.leaf<b>, every leaf <-> one non-blocking spine vertex (uplink = the "
+                            f"leaf's downlinks, {SPINE_LATENCY_US:g} us); across rails 4.2 us"),
         Fabric.FORESTCOLL: "two IB switches, NIC b even -> ib0, odd -> ib1 (ForestColl)",
         Fabric.SINGLE: "one IB switch for all NICs",
         Fabric.RAIL: "rail-optimized: NIC b of every machine on switch rail<b>",
     }[fabric]
-    source = (f"{machines} x {hardware} as ForestColl's A100 model: GPU <-> NVSwitch {nvswitch_gbps:g} GB/s, "
+    source = (f"{machines} x {hardware}, machines as ForestColl's A100 model: GPU <-> NVSwitch {nvswitch_gbps:g} GB/s, "
               f"0.35 us; one NIC per GPU, GPU <-> NIC {nic_gbps:g} GB/s, 0.5 us; NIC <-> IB switch "
               f"{nic_gbps:g} GB/s, 0.8 us (GPU -> GPU across machines 2.6 us, TACCL's remote alpha); "
               f"{wiring}" + ("; NVSwitch flagged multicast + reduce (NVLS)" if nvls else "")
-              + "; GPU = 8*machine + local")
-    return builder.build(source=source, machines=_machines(machines, 8))
+              + "; GPU = 8*machine + local; dimensions: 8 GPUs in a machine x machines")
+    return builder.build(source=source, machines=_machines(machines, 8),
+                         dimensions=[Dimension(DimensionKind.SWITCH, 8), Dimension(DimensionKind.SWITCH, machines)])
 
 
-def dgx_a100_cluster(machines: int, fabric: Fabric | str = Fabric.FORESTCOLL) -> Topology:
+def dgx_a100_cluster(machines: int, fabric: Fabric | str = Fabric.LEAF_SPINE) -> Topology:
     """DGX A100 x K: NVSwitch 300 GB/s, one 200 Gb/s NIC per GPU (25 GB/s), IB as ``fabric``."""
     return _nic_cluster("dgx-a100", machines, fabric, A100_NVSWITCH_GBPS, IB_HDR_GBPS, nvls=False,
                         hardware="NVIDIA DGX A100")
 
 
-def dgx_h100_cluster(machines: int, fabric: Fabric | str = Fabric.FORESTCOLL, *, nvls: bool = False) -> Topology:
+def dgx_h100_cluster(machines: int, fabric: Fabric | str = Fabric.LEAF_SPINE, *, nvls: bool = False) -> Topology:
     """DGX H100 x K: NVSwitch 450 GB/s, one 400 Gb/s NIC per GPU (50 GB/s), IB as ``fabric``."""
     return _nic_cluster("dgx-h100", machines, fabric, H100_NVSWITCH_GBPS, IB_NDR_GBPS, nvls=nvls,
                         hardware="NVIDIA DGX H100")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from taccl_py.errors import TopologyError
 from taccl_py.library.builder import TopologyBuilder, check_link_budget
 from taccl_py.library.validation import require_bandwidth, require_int, require_latency
-from taccl_py.topology import Topology
+from taccl_py.topology import Dimension, DimensionKind, Topology
 
 __all__ = [
     "DEFAULT_BANDWIDTH_GBPS",
@@ -140,8 +140,10 @@ def _grid(kind: str, dims: Sequence[int], bandwidth: float, latency: float, name
             other = grid_id((*coords[:k], nxt, *coords[k + 1:]), sizes)
             builder.link(g, other, bandwidth, latency, f"dim{k}")
     what = "torus (each dimension a bidirectional ring)" if wrap else "mesh (no wrap-around)"
+    kind = DimensionKind.RING if wrap else DimensionKind.LINE
     return builder.build(source=f"{shape} {what}, {bandwidth:g} GB/s and {latency:g} us per link; "
-                                f"GPU id mixed radix, dimension 0 fastest")
+                                f"GPU id mixed radix, dimension 0 fastest",
+                         dimensions=[Dimension(kind, size) for size in sizes])
 
 
 def torus(dims: Sequence[int], bandwidth: float = DEFAULT_BANDWIDTH_GBPS, latency: float = DEFAULT_LATENCY_US,
@@ -171,4 +173,4 @@ def hypercube(dimension: int, bandwidth: float = DEFAULT_BANDWIDTH_GBPS, latency
             if other > g:
                 builder.link(g, other, bandwidth, latency, f"dim{k}")
     return builder.build(source=f"{d}-dimensional hypercube of {n} GPUs, {bandwidth:g} GB/s and {latency:g} us "
-                                f"per link")
+                                f"per link", dimensions=[Dimension(DimensionKind.RING, 2)] * d)

@@ -3,8 +3,8 @@
 Names are case-insensitive (``_`` reads as ``-``). Fixed names: ``dgx1``,
 ``ndv2``, ``dgx2``, ``dgx-a100``, ``dgx-h100``, ``mi250``, ``gb200-nvl72``
 (alias ``nvl72``), ``ring8``. Families with K >= 2 machines: ``ndv2xK``,
-``dgx2xK``, ``dgx-a100xK`` and ``dgx-h100xK`` (optionally ``-forestcoll``,
-``-single`` or ``-rail``), ``mi250xK``. A ``-nvls`` suffix on ``dgx-h100``,
+``dgx2xK``, ``dgx-a100xK`` and ``dgx-h100xK`` (the DGX SuperPOD leaf-spine fabric; ``-forestcoll``,
+``-single`` or ``-rail`` name the other fabrics), ``mi250xK``. A ``-nvls`` suffix on ``dgx-h100``,
 ``dgx-h100xK`` and ``gb200-nvl72`` flags the NVSwitch multicast + reduce.
 """
 
@@ -74,16 +74,16 @@ _NVLS: dict[str, Callable[[], Topology]] = {
 }
 _ALIASES = {"nvl72": "gb200-nvl72", "gb200": "gb200-nvl72", "dgx-1": "dgx1", "dgx-2": "dgx2",
             "dgxa100": "dgx-a100", "dgxh100": "dgx-h100", "dgx-v100": "dgx1"}
-_FAMILY_RE = re.compile(r"^(ndv2|dgx-?2|dgx-?a100|dgx-?h100|mi250)x(\d+)(?:-(forestcoll|single|rail))?(-nvls)?$")
+_FAMILY_RE = re.compile(r"^(ndv2|dgx-?2|dgx-?a100|dgx-?h100|mi250)x(\d+)(?:-(leaf-spine|forestcoll|single|rail))?(-nvls)?$")
 
 _FAMILIES = (
     TopologyFamily("ndv2xK", 8, 2, "K x Azure NDv2 (K = 2: IB links 0->9, 8->1; K >= 3: one IB switch), "
                                    "12.5 GB/s per machine"),
     TopologyFamily("dgx2xK", 16, 2, "K x DGX-2, 8 x 12.5 GB/s NICs per machine (K = 2: direct; K >= 3: rails)"),
     TopologyFamily("dgx-a100xK[-forestcoll|-single|-rail]", 8, 2,
-                   "K x DGX A100, one 25 GB/s NIC per GPU, IB fabric as named (default forestcoll)"),
+                   "K x DGX A100, one 25 GB/s NIC per GPU, IB fabric as named (default leaf-spine)"),
     TopologyFamily("dgx-h100xK[-forestcoll|-single|-rail][-nvls]", 8, 2,
-                   "K x DGX H100, one 50 GB/s NIC per GPU, IB fabric as named (default forestcoll)"),
+                   "K x DGX H100, one 50 GB/s NIC per GPU, IB fabric as named (default leaf-spine)"),
     TopologyFamily("mi250xK", 16, 2, "K x MI250, every GCD <-> one IB switch at 16 GB/s"),
 )
 
@@ -91,6 +91,8 @@ SHIPPED_NAMES: tuple[str, ...] = (
     "dgx1", "ndv2", "dgx2", "dgx-a100", "dgx-h100", "mi250", "gb200-nvl72", "ring8",
     "ndv2x2", "ndv2x4", "dgx2x2", "dgx2x4",
     "dgx-a100x2", "dgx-a100x4", "dgx-a100x8", "dgx-h100x2", "dgx-h100x4", "dgx-h100x8",
+    "dgx-a100x2-forestcoll", "dgx-a100x4-forestcoll", "dgx-a100x8-forestcoll",
+    "dgx-h100x2-forestcoll", "dgx-h100x4-forestcoll", "dgx-h100x8-forestcoll",
     "mi250x2", "mi250x4", "mi250x8",
 )
 """Every name written to ``topologies/<name>.json`` by ``python -m taccl_py.library.export``."""
@@ -98,8 +100,8 @@ SHIPPED_NAMES: tuple[str, ...] = (
 _FAMILY_DESCRIPTIONS = {
     "ndv2": "Azure NDv2 machines, one 100 Gb/s NIC each",
     "dgx2": "DGX-2 machines, 8 x 100 Gb/s NICs each",
-    "dgx-a100": "DGX A100 machines, one 200 Gb/s NIC per GPU",
-    "dgx-h100": "DGX H100 machines, one 400 Gb/s NIC per GPU",
+    "dgx-a100": "DGX A100 machines, one 200 Gb/s NIC per GPU, leaf-spine IB",
+    "dgx-h100": "DGX H100 machines, one 400 Gb/s NIC per GPU, leaf-spine IB",
     "mi250": "MI250 nodes, every GCD on one IB switch",
 }
 
@@ -124,8 +126,8 @@ def _family_topology(match: re.Match[str], spec: str) -> Topology:
     if family == "mi250":
         return fabrics.mi250_cluster(count)
     if family == "dgx-a100":
-        return fabrics.dgx_a100_cluster(count, fabric or fabrics.Fabric.FORESTCOLL)
-    return fabrics.dgx_h100_cluster(count, fabric or fabrics.Fabric.FORESTCOLL, nvls=bool(nvls))
+        return fabrics.dgx_a100_cluster(count, fabric or fabrics.Fabric.LEAF_SPINE)
+    return fabrics.dgx_h100_cluster(count, fabric or fabrics.Fabric.LEAF_SPINE, nvls=bool(nvls))
 
 
 def topology_by_name(name: str) -> Topology | None:
@@ -197,6 +199,8 @@ def list_topologies() -> list[TopologyInfo]:
             match = _FAMILY_RE.match(name)
             assert match is not None
             description = f"{match.group(2)} x {_FAMILY_DESCRIPTIONS[match.group(1)]}"
+            if match.group(3) == "forestcoll":
+                description = description.replace("leaf-spine IB", "ForestColl's two IB switches")
         result.append(TopologyInfo(name=name, gpus=topology.num_gpus, machines=max(1, len(topology.machines)),
                                    switches=len(topology.switches), links=len(topology.links),
                                    description=description, source=topology.source))

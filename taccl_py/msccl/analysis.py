@@ -4,7 +4,8 @@ For each transfer: the transfers whose commit its start waits for (the last
 writer of each chunk it reads at the sender, and ``after``), its predecessor on
 its connection (whose arrival it waits for), and, at the receiver, the earlier
 writers whose commit and the earlier readers whose arrival its commit waits
-for. Together these are a graph over *events* (each transfer's start, arrival
+for. Inside an exchange every read counts as earlier than every write.
+Together these are a graph over *events* (each transfer's start, arrival
 and commit); :meth:`ScheduleOrder.waits` answers "does event X wait for event
 Y", i.e. is Y reachable from X, which the lowering uses to place steps where
 they delay nothing.
@@ -22,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from taccl_py.schedule import Schedule
+from taccl_py.schedule import Schedule, exchange_blocks
 
 __all__ = ["ARRIVE", "COMMIT", "INITIAL", "START", "ScheduleOrder", "analyze"]
 
@@ -57,11 +58,15 @@ class ScheduleOrder:
         transfers = self.schedule.transfers
         num_chunks = self.schedule.collective.num_chunks
         accesses: dict[int, list[tuple[int, bool]]] = {}  # slot -> (transfer, writes?) in program order
-        for i, t in enumerate(transfers):
-            for c in t.chunks:
-                accesses.setdefault(t.src * num_chunks + c, []).append((i, False))
-            for c in t.chunks:
-                accesses.setdefault(t.dst * num_chunks + c, []).append((i, True))
+        for first, end in exchange_blocks(transfers):  # inside an exchange every read comes first
+            for i in range(first, end):
+                t = transfers[i]
+                for c in t.chunks:
+                    accesses.setdefault(t.src * num_chunks + c, []).append((i, False))
+            for i in range(first, end):
+                t = transfers[i]
+                for c in t.chunks:
+                    accesses.setdefault(t.dst * num_chunks + c, []).append((i, True))
         out: list[dict[int, tuple[tuple[int, ...], int]]] = [{} for _ in transfers]
         for key, seq in accesses.items():
             chunk = key % num_chunks
@@ -159,7 +164,10 @@ class ScheduleOrder:
         return level, height
 
     def _forward_labels(self) -> tuple[list[int], list[int]]:
-        """Levels and heights when every wait points to an earlier transfer: program order is topological."""
+        """Levels and heights when every wait points to an earlier transfer: program order is topological.
+
+        (Not so with an ``after`` pointing forward or an exchange: then ``_sorted_labels``.)
+        """
         transfers = self.schedule.transfers
         raw, waw, war, prev_of = self.raw, self.waw, self.war, self.connection_prev
         count = len(transfers)
@@ -248,27 +256,45 @@ def analyze(schedule: Schedule) -> ScheduleOrder:
     war: list[tuple[int, ...]] = []
     connection_prev: list[int] = []
     dependents: list[set[int]] = [set() for _ in range(n)]
-    for i, t in enumerate(transfers):
-        src_base, dst_base = t.src * num_chunks, t.dst * num_chunks
-        chunks = t.chunks
-        if len(chunks) == 1:
-            key = src_base + chunks[0]
-            r: tuple[int, ...] = (last_writer.get(key, INITIAL),)
+
+    def read(i: int) -> tuple[int, ...]:
+        """Last writers of what transfer ``i`` reads at its sender; it joins the readers there."""
+        t = transfers[i]
+        base = t.src * num_chunks
+        if len(t.chunks) == 1:
+            key = base + t.chunks[0]
             seen = readers.get(key)
             if seen is None:
                 readers[key] = [i]
             else:
                 seen.append(i)
+            return (last_writer.get(key, INITIAL),)
+        rs: dict[int, None] = {}
+        for c in t.chunks:
+            key = base + c
+            rs[last_writer.get(key, INITIAL)] = None
+            readers.setdefault(key, []).append(i)
+        return tuple(rs)
+
+    exchange_reads: dict[int, tuple[int, ...]] = {}
+    for i, t in enumerate(transfers):
+        if t.exchange is None:
+            r = read(i)
+        else:  # an exchange: every member reads before any member writes
+            if i not in exchange_reads:
+                end = i
+                while end < n and transfers[end].exchange == t.exchange:
+                    exchange_reads[end] = read(end)
+                    end += 1
+            r = exchange_reads.pop(i)
+        dst_base = t.dst * num_chunks
+        chunks = t.chunks
+        if len(chunks) == 1:
             key = dst_base + chunks[0]
             w: tuple[int, ...] = (last_writer.get(key, INITIAL),)
             x: tuple[int, ...] = tuple(readers.pop(key, ()))
             last_writer[key] = i
         else:
-            rs: dict[int, None] = {}
-            for c in chunks:
-                key = src_base + c
-                rs[last_writer.get(key, INITIAL)] = None
-                readers.setdefault(key, []).append(i)
             ws: dict[int, None] = {}
             xs: dict[int, None] = {}
             for c in chunks:
@@ -277,7 +303,7 @@ def analyze(schedule: Schedule) -> ScheduleOrder:
                 for reader in readers.pop(key, ()):
                     xs[reader] = None
                 last_writer[key] = i
-            r, w, x = tuple(rs), tuple(ws), tuple(xs)
+            w, x = tuple(ws), tuple(xs)
         raw.append(r)
         waw.append(w)
         war.append(x)
@@ -299,6 +325,7 @@ def analyze(schedule: Schedule) -> ScheduleOrder:
         connection_id.append(cid)
         connection_pos.append(connection_len[cid])
         connection_len[cid] += 1
-    forward = any(a > i for i, t in enumerate(transfers) for a in t.after)
+    # an exchange member's commit can wait for a later member's arrival: program order is not topological then
+    forward = any(t.exchange is not None or any(a > i for a in t.after) for i, t in enumerate(transfers))
     return ScheduleOrder(schedule, raw, waw, war, connection_prev, dependents, forward, connection_id,
                          connection_pos)

@@ -11,7 +11,8 @@ nothing the schedule would not delay (the policy is :mod:`.pairing`). Every
 other ordering the schedule needs (read-after-write at the sender,
 write-after-read/write at the receiver, ``after``) becomes a
 ``depid``/``deps`` dependency, with ``nop`` steps for extra ones. Non-contiguous
-messages go through scratch (``cpy``/``re``, which take no time).
+messages, and messages of an exchange, go through scratch (``cpy``/``re``, which
+take no time).
 ``instances`` splits every chunk in parts sent on parallel channels.
 Threadblocks over the step limit are split over more channels; what cannot fit
 raises :class:`LoweringError` naming the limit.
@@ -271,13 +272,14 @@ class _Lowering:
     def _steps(self, t: int, sending: bool) -> int:
         """Steps transfer ``t`` takes on one side at least (copies through scratch, pieces of 71 chunks)."""
         tr = self.transfers[t]
-        if len(tr.chunks) == 1:
+        staged = not sending and tr.exchange is not None  # received into scratch, then copied or reduced
+        if len(tr.chunks) == 1 and not staged:
             return 1
         rank = tr.src if sending else tr.dst
         where = self.layout.working
         locs = [where[(rank, k)] for k in tr.chunks]
         pieces = len(_pieces(len(locs)))
-        if is_contiguous(locs):
+        if is_contiguous(locs) and not staged:
             return pieces
         return pieces + len(contiguous_runs([(loc, loc) for loc in locs]))
 
@@ -538,12 +540,15 @@ class _Emitter:
         tr = self.transfers[t]
         where = self.layout.working
         reduce = tr.op is Op.REDUCE
-        if len(tr.chunks) == 1:
+        # an exchange member lands in scratch and is applied once the rank's own sends of it are done, so the
+        # receive never waits on them (a waiting receive would stall its sender once the FIFO is full)
+        direct = tr.exchange is None
+        if len(tr.chunks) == 1 and direct:
             loc = where[(tr.dst, tr.chunks[0])]
             op_id = self.emit(StepType.RECV_REDUCE_COPY if reduce else StepType.RECV, loc, loc, 1, receives=t)
             return op_id, op_id
         locs = [where[(tr.dst, k)] for k in tr.chunks]
-        if is_contiguous(locs):
+        if direct and is_contiguous(locs):
             first = last = -1
             kind = StepType.RECV_REDUCE_COPY if reduce else StepType.RECV
             for off, cnt in _pieces(len(locs)):

@@ -50,13 +50,13 @@ def fusable(order: ScheduleOrder, a: int, b: int, layout: BufferLayout) -> bool:
     """Receive ``a`` and send ``b`` can be one rcs/rrcs/rrs step.
 
     ``b`` forwards exactly the chunks ``a`` delivered, on the same channel, and
-    waits for nothing else; the chunks sit contiguously on the rank; and
+    waits for nothing else; ``a`` is not part of an exchange; the chunks sit contiguously on the rank; and
     nothing outside the two connections waits for ``a``'s commit.
     """
     transfers = order.schedule.transfers
     ta, tb = transfers[a], transfers[b]
-    if ta.chunks != tb.chunks or ta.dst != tb.src or ta.channel != tb.channel:
-        return False
+    if ta.chunks != tb.chunks or ta.dst != tb.src or ta.channel != tb.channel or ta.exchange is not None:
+        return False  # an exchange member is received into scratch (see the lowering), never forwarded as it lands
     if order.raw[b] != (a,) or any(x != a for x in tb.after):
         return False
     if not is_contiguous([layout.where(ta.dst, k) for k in ta.chunks]):

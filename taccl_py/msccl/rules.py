@@ -7,6 +7,7 @@ Each check returns :class:`Violation` records naming rank, threadblock (its
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -30,8 +31,18 @@ from taccl_py.msccl.ir import (
     Threadblock,
 )
 from taccl_py.msccl.report import Violation
+from taccl_py.msccl.selection import (
+    DEFAULT_TYPE_SIZE,
+    band_sizes,
+    runtime_selection,
+    size_multiplier,
+    smallest_selected_size,
+)
 
-__all__ = ["check_rules"]
+__all__ = ["SELECTION_RULES", "check_rules"]
+
+SELECTION_RULES = frozenset({"never-selected", "rarely-selected"})
+"""Warnings (reported in ``notes``): the runtime falls back to its own algorithm at most sizes of the band."""
 
 _MAX_PER_RULE = 20
 
@@ -58,6 +69,7 @@ def _all_checks(program: Program, spec: Dialect) -> Iterator[Violation]:
     for issue in program.source_issues:
         yield Violation(issue.rule, f"line {issue.line}: {issue.message}")
     yield from _check_algo(program, spec)
+    yield from _check_selection(program, spec)
     yield from _check_gpus(program, spec)
     for gpu in program.gpus:
         yield from _check_threadblocks(program, spec, gpu)
@@ -104,6 +116,40 @@ def _check_algo(program: Program, spec: Dialect) -> Iterator[Violation]:
     if len(program.gpus) > MAX_CHILDREN:
         yield Violation("children-limit", f"<algo> has {len(program.gpus)} <gpu> children; the tokenizer keeps at "
                         f"most {MAX_CHILDREN}")
+
+
+def _check_selection(program: Program, spec: Dialect) -> Iterator[Violation]:
+    """Warn when the runtime's size rule picks the file at none, or fewer than half, of its band's power-of-two
+    sizes (``count x sizeMultiplier`` must be a multiple of ``nchunksperloop``; 4-byte elements)."""
+    c = program.nchunksperloop
+    lo, hi = program.min_bytes, program.max_bytes
+    if c < 1 or program.ngpus < 1 or (lo is not None and lo < 0) or (hi is not None and hi < 0):
+        return
+    sizes = band_sizes(program, spec.name)
+    if not sizes:
+        return
+    picked = [size for size in sizes if runtime_selection(program, size, DEFAULT_TYPE_SIZE, spec.name).selected]
+    if len(picked) * 2 >= len(sizes):
+        return
+    band = f"{sizes[0]}..{sizes[-1]} bytes" + (" (no upper limit; checked to 4 GiB)" if not hi else "")
+    smallest = smallest_selected_size(program, DEFAULT_TYPE_SIZE, spec.name)
+    if picked:
+        yield Violation("rarely-selected", f"the runtime picks this file at only {len(picked)} of the {len(sizes)} "
+                        f"power-of-two sizes of its band {band}, from {picked[0]} bytes on (count x sizeMultiplier "
+                        f"must be a multiple of nchunksperloop={c}; 4-byte elements); at the others it silently "
+                        "runs its own algorithm")
+        return
+    if smallest is not None:
+        where = f"the smallest power-of-two size it would be picked at is {smallest} bytes, outside the band"
+    else:
+        odd = c // math.gcd(c, size_multiplier(program.coll, program.ngpus))
+        while odd % 2 == 0:
+            odd //= 2
+        where = (f"it is picked at no power-of-two size: nchunksperloop={c} keeps the odd factor {odd} after "
+                 "sizeMultiplier, and a power-of-two size holds a power-of-two element count")
+    yield Violation("never-selected", f"the runtime never picks this file at a power-of-two size of its band "
+                    f"{band} (count x sizeMultiplier must be a multiple of nchunksperloop={c}; 4-byte elements): "
+                    f"{where}; it silently runs its own algorithm instead")
 
 
 # ---------------------------------------------------------------------- gpus

@@ -27,7 +27,7 @@ from taccl_py.collectives import CollectiveKind
 from taccl_py.msccl.ir import Program
 
 __all__ = ["DEFAULT_TYPE_SIZE", "Selection", "band_sizes", "falls_back", "kind_multiplier", "runtime_selection",
-           "size_multiplier", "smallest_selected_size"]
+           "size_multiplier", "size_rule", "smallest_selected_size"]
 
 DEFAULT_TYPE_SIZE = 4
 """Bytes per element of the call (nccl-tests' default ``float``)."""
@@ -67,28 +67,35 @@ def runtime_selection(program: Program, size_bytes: int, type_size: int = DEFAUL
     Only the size rule is checked here (the caller matches ngpus, the collective and the buffer mode).
     """
     dialect = dialect or program.detected_dialect
-    multiplier = size_multiplier(program.coll, program.ngpus)
+    return size_rule(program.coll, program.ngpus, program.nchunksperloop, size_bytes, type_size,
+                     min_bytes=program.min_bytes, max_bytes=program.max_bytes, dialect=dialect)
+
+
+def size_rule(coll: str, ngpus: int, nchunksperloop: int, size_bytes: int, type_size: int = DEFAULT_TYPE_SIZE, *,
+              min_bytes: int | None = 0, max_bytes: int | None = 0, dialect: str = "v2") -> Selection:
+    """:func:`runtime_selection` from the attributes alone (for a file not written yet)."""
+    multiplier = size_multiplier(coll, ngpus)
     per_call = type_size * multiplier
     if size_bytes <= 0 or size_bytes % per_call:
         return Selection(False, size_bytes, type_size, None,
                          f"{size_bytes} bytes is not a whole count of {type_size}-byte elements"
                          + (f" on each of {multiplier} ranks" if multiplier > 1 else ""))
     count = size_bytes // per_call
-    lo = program.min_bytes or 0
+    lo = min_bytes or 0
     if dialect == "v1":
-        hi = program.max_bytes if program.max_bytes is not None else V1_DEFAULT_MAX_BYTES
+        hi = max_bytes if max_bytes is not None else V1_DEFAULT_MAX_BYTES
         if not lo <= size_bytes < hi:
             return Selection(False, size_bytes, type_size, count,
                              f"outside the size range minBytes={lo} <= size < maxBytes={hi}")
     else:
-        hi = program.max_bytes or 0
+        hi = max_bytes or 0
         if size_bytes < lo or (hi and size_bytes > hi):
             return Selection(False, size_bytes, type_size, count,
                              f"outside the size range minBytes={lo} <= size <= maxBytes={hi or 'unlimited'}")
-    if (count * multiplier) % program.nchunksperloop:
+    if (count * multiplier) % nchunksperloop:
         return Selection(False, size_bytes, type_size, count,
                          f"count x sizeMultiplier = {count} x {multiplier} = {count * multiplier} elements is not a "
-                         f"multiple of nchunksperloop={program.nchunksperloop}; the runtime runs its own algorithm")
+                         f"multiple of nchunksperloop={nchunksperloop}; the runtime runs its own algorithm")
     return Selection(True, size_bytes, type_size, count)
 
 

@@ -26,7 +26,7 @@ from taccl_py.msccl.semantics import DataSpec, Garbage, Value, reduce_values
 
 __all__ = ["VerifyReport", "Violation", "execute_program", "find_deadlock", "verify_program"]
 
-WARNING_RULES = frozenset({"dependency-flag"})
+WARNING_RULES = frozenset({"dependency-flag", "never-selected", "rarely-selected"})
 """Reported in ``notes``: legal for the runtime but probably not what the author meant."""
 
 

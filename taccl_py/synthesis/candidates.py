@@ -144,7 +144,7 @@ def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: floa
     correct: list[Choice] = []
     notes: list[str] = []
     for name in applicable_baselines(topology, kind):
-        schedule = baseline(topology, kind, name, root=root)
+        schedule = baseline(topology, kind, name, root=root, size_bytes=size_bytes)
         nodes = min_nodes_per_rank(schedule.transfers, topology.num_gpus, instances)
         if nodes > MAX_NODES_PER_RANK:
             times[name] = None

@@ -1,0 +1,205 @@
+"""Files the runtime actually picks: ``baseline -o`` at its size, ``verify``'s selection warnings and ``--size``.
+
+The runtime's rule is recomputed here from its definition (msccl-executor-nccl /
+RCCL ``mscclInternalSchedulerSelectAlgo``), independently of
+``taccl_py.msccl.selection``: a call of ``count`` elements is served by the
+file only if ``count x sizeMultiplier`` is a multiple of ``nchunksperloop``
+(sizeMultiplier = ngpus for allgather, reducescatter and alltoall, else 1;
+``count`` is per rank for allgather and reducescatter) and the size lies in
+``minBytes..maxBytes``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+from cli_runner import only_json, run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from taccl_py.baselines import baseline
+from taccl_py.library import resolve_topology, switch_star
+from taccl_py.msccl import load_program, lower_schedule, save_xml, verify_program
+from taccl_py.msccl.ir import Program
+from taccl_py.msccl.rules import check_rules
+from taccl_py.testing import topologies
+from taccl_py.topology import Topology
+from taccl_py.topology_io import save_topology
+
+KB, MB = 1024, 1 << 20
+FLOAT = 4
+
+
+def runtime_picks(program: Program, size: int, type_size: int = FLOAT) -> bool:
+    """The v2 runtime's decision, written from its definition."""
+    multiplied = program.coll in ("allgather", "reducescatter", "alltoall")
+    multiplier = program.ngpus if multiplied else 1
+    if size % (type_size * multiplier):
+        return False
+    count = size // (type_size * multiplier)
+    if count <= 0:
+        return False
+    lo, hi = program.min_bytes or 0, program.max_bytes or 0
+    if size < lo or (hi and size > hi):
+        return False
+    return (count * multiplier) % program.nchunksperloop == 0
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+# ---------------------------------------------------------------- baseline -o
+@pytest.mark.parametrize(("name", "algorithm", "verify"), [("dgx2x2", "tree", False), ("dgx-a100x2", "tree", True),
+                                                          ("dgx1", "ring", True)])
+def test_issue_examples_are_now_picked(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str,
+                                       algorithm: str, verify: bool) -> None:
+    """Issue 16: ``baseline -t dgx2x2 -c allreduce -s 1MB`` wrote a tree with nchunksperloop 1632, dgx-a100x2
+    one with 96; DGX-1 rings came in twelves. The files written now are picked at 1 MB."""
+    out = tmp_path / "b.xml"
+    code, stdout, _ = run(["baseline", "-t", name, "-c", "allreduce", "-s", "1MB", "-a", algorithm, "-o", str(out),
+                           "--json"], capsys)
+    assert code == 0
+    xml = only_json(stdout)["xml"]
+    program = load_program(out)
+    assert runtime_picks(program, MB)
+    assert xml["selected"] and xml["nchunksperloop"] == program.nchunksperloop
+    assert _power_of_two(program.nchunksperloop)
+    assert xml["changed"]  # the default did not fit
+    assert xml["count"] == MB // FLOAT
+    if verify:  # (the 32-GPU tree takes long to verify; the others cover the same code)
+        report = verify_program(program)
+        assert report.valid and report.correct
+        assert not [n for n in report.notes if "selected]" in n]
+
+
+def test_human_output_says_what_the_runtime_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, _ = run(["baseline", "-t", "dgx-a100x2", "-c", "allreduce", "-s", "1MB", "-a", "tree", "-o",
+                           str(tmp_path / "t.xml")], capsys)
+    assert code == 0
+    assert "the runtime picks it at 1048576 bytes (count 262144 elements of 4 bytes)" in stdout.replace("\n", " ")
+
+
+def test_impossible_sizes_are_said_plainly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Six GPUs: an Allreduce file has 6c chunks per loop, which no power-of-two element count is a multiple
+    of: the file is written and the output says the runtime will not pick it."""
+    topo_file = tmp_path / "six.json"
+    save_topology(switch_star(6, 100.0, 0.5), topo_file)
+    out = tmp_path / "six.xml"
+    code, stdout, _ = run(["baseline", "-t", str(topo_file), "-c", "allreduce", "-s", "64KB", "-o", str(out),
+                           "--json"], capsys)
+    assert code == 0 and out.exists()
+    xml = only_json(stdout)["xml"]
+    assert not xml["selected"] and xml["smallest_selected_bytes"] is None
+    assert "does NOT pick it at 65536 bytes" in xml["selection"]
+    assert not runtime_picks(load_program(out), 64 * KB)
+
+
+COLLECTIVES = ["allgather", "reducescatter", "allreduce", "broadcast", "reduce"]
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(topology=topologies(max_gpus=8), kind=st.sampled_from(COLLECTIVES), log_size=st.integers(10, 24),
+       algorithm=st.sampled_from([None, "ring", "direct", "oneshot"]), dialect=st.sampled_from(["v2", "v1"]))
+def test_every_file_baseline_writes_is_picked_at_its_size(capsys: pytest.CaptureFixture[str], topology: Topology,
+                                                          kind: str, log_size: int, algorithm: str | None,
+                                                          dialect: str) -> None:
+    """For random topologies and sizes: the written file is picked at its size whenever any file of this
+    collective on these GPUs can be (N a power of two, or Broadcast/Reduce), and otherwise says so."""
+    size = 1 << log_size
+    with tempfile.TemporaryDirectory() as tmp:
+        topo_file = os.path.join(tmp, "t.json")
+        save_topology(topology, topo_file)
+        out = os.path.join(tmp, "b.xml")
+        args = ["baseline", "-t", topo_file, "-c", kind, "-s", str(size), "-o", out, "--dialect", dialect, "--json"]
+        if algorithm:
+            args += ["-a", algorithm]
+        code, stdout, _ = run(args, capsys)
+        if code == 2:  # this baseline does not apply here
+            assert algorithm is not None
+            return
+        assert code == 0, stdout
+        xml = only_json(stdout)["xml"]
+        program = load_program(out)
+        picked = runtime_picks(program, size)
+        assert xml["selected"] == picked and xml["nchunksperloop"] == program.nchunksperloop
+        n = topology.num_gpus
+        if _power_of_two(n) or kind in ("broadcast", "reduce"):
+            assert picked, f"nchunksperloop {program.nchunksperloop} at {size} bytes"
+        else:
+            assert picked or "does NOT pick it" in xml["selection"]
+
+
+# ------------------------------------------------------------------- verify
+@pytest.fixture(scope="module")
+def never_picked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default tree Allreduce of dgx-a100x2 at 1 MB, lowered as it was: nchunksperloop 96."""
+    topo = resolve_topology("dgx-a100x2")
+    program = lower_schedule(baseline(topo, "allreduce", "tree", size_bytes=MB), topo)
+    assert program.nchunksperloop == 96
+    path = tmp_path_factory.mktemp("sel") / "tree96.xml"
+    save_xml(program, path)
+    return path
+
+
+def test_never_selected_is_a_warning(never_picked: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, stderr = run(["verify", str(never_picked)], capsys)
+    assert code == 0  # valid and correct: only a warning
+    assert "valid: yes   correct: yes" in stdout
+    assert "[never-selected]" in stderr and "odd factor 3" in stderr
+    code, stdout, _ = run(["verify", str(never_picked), "--json"], capsys)
+    data = only_json(stdout)
+    assert data["valid"] and data["correct"] and not data["errors"]
+    assert any(n.startswith("[never-selected]") for n in data["notes"])
+
+
+def _program(coll: str, ngpus: int, nchunks: int, lo: int, hi: int) -> Program:
+    return Program(name="x", coll=coll, ngpus=ngpus, nchunksperloop=nchunks, nchannels=1, proto="Simple",
+                   inplace=1, gpus=(), outofplace=0, min_bytes=lo, max_bytes=hi)
+
+
+@pytest.mark.parametrize(("nchunks", "lo", "hi", "rule"), [
+    (96, 0, 0, "never-selected"),                 # odd factor: no power-of-two size
+    (1 << 20, 0, 0, "rarely-selected"),           # picked from 4 MiB only: 11 of 33 sizes up to 4 GiB
+    (8192, 1 << 10, 1 << 14, "never-selected"),   # needs 32 KiB, the band ends at 16 KiB
+    (8, 0, 0, None),                              # picked from 32 bytes on
+    (1 << 12, 1 << 20, 1 << 30, None),            # picked in the whole band
+])
+def test_selection_rules(nchunks: int, lo: int, hi: int, rule: str | None) -> None:
+    program = _program("allreduce", 8, nchunks, lo, hi)
+    found = {v.rule for v in check_rules(program, "v2")} & {"never-selected", "rarely-selected"}
+    assert found == ({rule} if rule else set())
+    # the rule agrees with the runtime's arithmetic over the band's powers of two
+    sizes = [1 << k for k in range(33) if (lo or 1) <= 1 << k and (not hi or 1 << k <= hi)]
+    picked = [s for s in sizes if runtime_picks(program, s)]
+    assert (rule == "never-selected") == (not picked)
+    assert (rule == "rarely-selected") == (0 < 2 * len(picked) < len(sizes))
+
+
+def test_verify_size_answers(never_picked: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, _ = run(["verify", str(never_picked), "--size", "1MB"], capsys)
+    assert code == 0
+    assert "runtime: not selected at 1048576 bytes" in stdout and "nchunksperloop=96" in stdout
+    good = tmp_path / "good.xml"
+    run(["baseline", "-t", "dgx-a100", "-c", "allgather", "-s", "64KB", "-o", str(good)], capsys)
+    code, stdout, _ = run(["verify", str(good), "--size", "64KB", "--type-size", "2", "--json"], capsys)
+    selection = only_json(stdout)["selection"]
+    program = load_program(good)
+    assert selection == {"size_bytes": 64 * KB, "type_size": 2, "selected": True,
+                         "count": 64 * KB // (2 * 8), "reason": None}
+    assert runtime_picks(program, 64 * KB, 2)
+    code, stdout, _ = run(["verify", str(good), "--size", "1KB:4KB", "--json"], capsys)
+    rows = only_json(stdout)["selections"]
+    assert [r["size_bytes"] for r in rows] == [KB, 2 * KB, 4 * KB]
+    assert [r["selected"] for r in rows] == [runtime_picks(program, s) for s in (KB, 2 * KB, 4 * KB)]
+
+
+def test_verify_size_bad_input(never_picked: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, stderr = run(["verify", str(never_picked), "--size", "4XB"], capsys)
+    assert code == 2 and "--size" in stderr and "Traceback" not in stderr
+    code, _, stderr = run(["verify", str(never_picked), "--size", "4KB", "--type-size", "0"], capsys)
+    assert code == 2
