@@ -376,3 +376,44 @@ def test_node_limit_per_rank() -> None:
                         tuple(Transfer(0, 1, (j,), route(topo, 0, 1)) for j in range(c)))
     with pytest.raises(LoweringError, match="XML nodes"):
         lower_schedule(schedule, topo, dialect="v1")
+
+
+def _local_groups(groups: int, length: int) -> tuple[list, dict, list]:
+    """Groups of three local threadblocks on rank 0: A and B copy, C's i-th step waits for A's and B's i-th."""
+    from taccl_py.msccl.assembly import LoweredOp, TbKey
+    from taccl_py.msccl.ir import Buffer
+
+    ops: list[LoweredOp] = []
+    order: dict[TbKey, list[int]] = {}
+    deps: list[tuple[int, ...]] = []
+    for g in range(groups):
+        a, b, c = (TbKey(0, None, None, 3 * g + i) for i in range(3))
+        for key in (a, b, c):
+            order[key] = []
+        for i in range(length):
+            for key in (a, b, c):
+                op_id = len(ops)
+                ops.append(LoweredOp(op_id, key, StepType.COPY, (Buffer.INPUT, 0), (Buffer.OUTPUT, 0), 1))
+                order[key].append(op_id)
+                deps.append((order[a][i], order[b][i]) if key == c else ())
+    return ops, order, deps
+
+
+@pytest.mark.parametrize(("groups", "qualifier"), [(14, "at least "), (12, "")])
+def test_node_limit_is_checked_before_and_after_the_nops(groups: int, qualifier: str) -> None:
+    """14 groups: the steps alone are over 4096 nodes; 12 groups: 3,638 nodes of steps, 4,838 with the nops."""
+    from taccl_py.msccl.assembly import assemble
+
+    ops, order, deps = _local_groups(groups, 100)
+    with pytest.raises(LoweringError, match=f"rank 0 needs {qualifier}[0-9]+ XML nodes"):
+        assemble(ops, order, deps, (), 1, "v1", {}, (1, 1), (0,))
+
+
+def test_local_groups_within_the_node_limit_assemble() -> None:
+    """The same shape below the limit: every C step keeps one dependency on its step and one on a nop."""
+    from taccl_py.msccl.assembly import assemble
+
+    ops, order, deps = _local_groups(2, 100)
+    result = assemble(ops, order, deps, (), 1, "v1", {}, (1, 1), (0,))
+    steps = sum(len(tb.steps) for tb in result.gpus[0].threadblocks)
+    assert steps == 2 * 400

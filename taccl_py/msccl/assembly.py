@@ -211,6 +211,7 @@ def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps
     """
     spec = DIALECTS[dialect]
     op_by_id = ops
+    _check_nodes(ngpus, {key: len(ids) for key, ids in tb_order.items()}, "at least ")
     deps, backwards, deadlocked = _prune(ops, tb_order, op_deps, matches)
     if backwards:
         single = [k for k in backwards if k.send is None or k.recv is None]
@@ -240,6 +241,7 @@ def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps
             overflowing.append(key)
     if overflowing:
         return Assembly((), 0, overflowing)
+    _check_nodes(ngpus, {key: len(rows) for key, rows in layouts.items()}, "")
 
     channel_of, conflicts = _assign_channels(list(tb_order), preferred_channel)
     if conflicts:
@@ -268,7 +270,6 @@ def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps
     i_chunks, o_chunks = buffer_sizes
     for rank in range(ngpus):
         tbs = []
-        total_steps = 0
         for key in by_rank.get(rank, []):
             steps = []
             for pos, (kind, op_id, ds) in enumerate(layouts[key]):
@@ -282,17 +283,29 @@ def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps
                     raise LoweringError(f"rank {rank} needs buffer offset {max(srcoff, dstoff)}; the runtime stores "
                                         "offsets in 16 bits (at most 32767 chunks per buffer)")
                 steps.append(Step(pos, kind, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, dstep, hasdep))
-            total_steps += len(steps)
             tbs.append(Threadblock(tb_id[key], _peer(key.send, 1), _peer(key.recv, 0), tb_channel[key],
                                    tuple(steps)))
         tbs.sort(key=lambda tb: tb.id)
-        nodes = 1 + ngpus + len(tbs) + total_steps
-        if nodes > MAX_NODES_PER_RANK:
-            raise LoweringError(f"rank {rank} needs {nodes} XML nodes; the runtime parser stores at most "
-                                f"{MAX_NODES_PER_RANK} per rank (1 + ngpus + threadblocks + steps)")
         gpus.append(Gpu(rank, i_chunks, o_chunks, scratch[rank], tuple(tbs)))
     nchannels = 1 + max(tb_channel.values(), default=0)
     return Assembly(tuple(gpus), nchannels, [], deadlocked)
+
+
+def _check_nodes(ngpus: int, steps: dict[TbKey, int], qualifier: str) -> None:
+    """Raise when a rank needs more XML nodes (1 + ngpus + threadblocks + steps) than the runtime parser stores.
+
+    Called before the costly stages: with the operations alone (nops only add
+    steps, and a later attempt only unpairs or splits threadblocks, so no
+    attempt could fit; ``qualifier`` "at least ") and again once the nops are
+    known.
+    """
+    nodes = [1 + ngpus] * ngpus
+    for key, count in steps.items():
+        nodes[key.rank] += 1 + count
+    for rank, count in enumerate(nodes):
+        if count > MAX_NODES_PER_RANK:
+            raise LoweringError(f"rank {rank} needs {qualifier}{count} XML nodes; the runtime parser stores at most "
+                                f"{MAX_NODES_PER_RANK} per rank (1 + ngpus + threadblocks + steps)")
 
 
 def _peer(conn: Connection | None, end: int) -> int:

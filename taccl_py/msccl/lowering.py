@@ -286,6 +286,7 @@ class _Lowering:
     def _threadblock_orders(self, structure: _Structure) -> tuple[dict[TbKey, list[Item]], _Structure]:
         """Items of every threadblock, in order; pairs that cannot be merged are dropped (and banned)."""
         segments = structure.segments
+        limit = DIALECTS[self.options.dialect].max_steps
         orders: dict[TbKey, list[Item]] = {}
         paired_send: set[Connection] = set()
         paired_recv: set[Connection] = set()
@@ -296,8 +297,8 @@ class _Lowering:
             items = None
             if segments.get((q, r, ch), 1) == 1 and segments.get((r, p, ch), 1) == 1:
                 items = self._merge(pair)
-            if items is None:
-                self.banned.add(pair)
+            if items is None or self._paired_steps(items) > limit:
+                self.banned.add(pair)  # over the limit it would overflow: the next attempt would unpair it
                 continue
             kept.add(pair)
             orders[TbKey(r, send_conn, recv_conn)] = list(items)
@@ -317,6 +318,18 @@ class _Lowering:
                     items_of = recv_items[conn] = orders[TbKey(conn[1], None, conn)] = []
                 items_of.append(Item(recv=t))
         return orders, _Structure(segments, frozenset(kept))
+
+    def _paired_steps(self, items: tuple[Item, ...]) -> int:
+        """Steps a paired threadblock takes at least (a fused item: one step per piece of 71 chunks)."""
+        total = 0
+        for recv, send in items:
+            if recv >= 0 and send >= 0:
+                total += len(_pieces(len(self.transfers[recv].chunks)))
+            elif send >= 0:
+                total += self._steps(send, True)
+            else:
+                total += self._steps(recv, False)
+        return total
 
     def _merge(self, pair: Pair) -> tuple[Item, ...] | None:
         if pair not in self.merged:
