@@ -245,13 +245,23 @@ class _Lowering:
             sides = [[self._steps(t, sending) for t in members] for sending in (True, False)]
             if max(sum(sides[0]), sum(sides[1])) <= limit:
                 continue
+            waits = [self._waits_to_start(t) for t in members]
             parts = 1
-            while parts < len(members) and any(_largest_segment(sizes, parts) > limit for sizes in sides):
+            while parts < len(members) and (_largest_segment(sides[0], parts, waits) > limit
+                                            or _largest_segment(sides[1], parts) > limit):
                 parts = min(len(members), parts * 2)
             if parts > 1:
                 segments[key] = parts
         self._check_channel_count(segments)
         return _Structure(segments, choose_pairs(self.order, self.layout, self.banned))
+
+    def _waits_to_start(self, t: int) -> bool:
+        """Does transfer ``t``'s first send wait for anything (data it forwards, an initial copy, an ``after``)?"""
+        tr = self.transfers[t]
+        if tr.after:
+            return True
+        copies = self.layout.initial_copies.get(tr.src)
+        return any(w != INITIAL or copies for w in self.order.raw[t])
 
     def _check_channel_count(self, segments: dict[BaseConnection, int]) -> None:
         """Fail at once when two ranks need more connections (segments) than there are channels.
@@ -613,9 +623,20 @@ def _pieces(count: int) -> list[tuple[int, int]]:
     return [(off, min(step, count - off)) for off in range(0, count, step)]
 
 
-def _largest_segment(sizes: list[int], parts: int) -> int:
-    """The most steps any segment gets when ``sizes`` (one per transfer) are cut into ``parts`` as the lowering does."""
+def _largest_segment(sizes: list[int], parts: int, waits: list[bool] | None = None) -> int:
+    """The most steps any segment gets when ``sizes`` (one per transfer) are cut into ``parts`` as the lowering does.
+
+    ``waits`` (sending side): whether each transfer's first send waits for
+    something. A segment after the first also waits for the previous
+    segment's last send, so when its first transfer waits for something
+    else too, the two dependencies take a ``nop`` step.
+    """
     totals = [0] * parts
+    previous = -1
     for i, size in enumerate(sizes):
-        totals[i * parts // len(sizes)] += size
+        segment = i * parts // len(sizes)
+        totals[segment] += size
+        if waits is not None and segment != previous and segment > 0 and waits[i]:
+            totals[segment] += 1
+        previous = segment
     return max(totals)
