@@ -417,3 +417,15 @@ def test_local_groups_within_the_node_limit_assemble() -> None:
     result = assemble(ops, order, deps, (), 1, "v1", {}, (1, 1), (0,))
     steps = sum(len(tb.steps) for tb in result.gpus[0].threadblocks)
     assert steps == 2 * 400
+
+
+def test_largest_segment_counts_the_nop_of_a_waiting_segment_start() -> None:
+    """Later segments whose first send waits for something take one nop more; the first segment never does."""
+    from taccl_py.msccl.lowering import _largest_segment
+
+    sizes = [1] * 8
+    assert _largest_segment(sizes, 2) == 4
+    assert _largest_segment(sizes, 2, [True] * 8) == 5
+    assert _largest_segment(sizes, 2, [True, True, True, True, False, True, True, True]) == 4
+    assert _largest_segment(sizes, 1, [True] * 8) == 8
+    assert _largest_segment([3, 1, 1, 1], 4, [True] * 4) == 3
