@@ -193,14 +193,35 @@ def order_mix(loads: Mapping[Order, Mapping[int, float]]) -> dict[Order, float]:
     return {o: v / total for o, v in zip(orders, values, strict=True) if v / total > 1e-9}
 
 
-def orders_for_splits(mix: Mapping[Order, float], splits: int) -> tuple[Order, ...]:
-    """``splits`` orders in the proportions of ``mix`` (largest remainder), interleaved so that every prefix
-    of the splits keeps the proportions as well as whole splits can."""
+def orders_for_splits(mix: Mapping[Order, float], splits: int, loads: Mapping[Order, Mapping[int, float]]
+                      ) -> tuple[Order, ...]:
+    """``splits`` orders in the proportions of ``mix``, interleaved so that every prefix of the splits keeps
+    the proportions as well as whole splits can.
+
+    Each order gets the floor or the ceiling of its share (whole splits); of those roundings that add up to
+    ``splits``, the one whose busiest dimension (by ``loads``) moves least is taken, then the one closest
+    to the mix. At a few splits this matters: half a split of an order that is cheap in the mix can be a
+    whole split that overloads a dimension.
+    """
     orders = sorted(mix)
-    counts = {o: int(mix[o] * splits) for o in orders}
-    short = splits - sum(counts.values())
-    for o in sorted(orders, key=lambda o: (-(mix[o] * splits - counts[o]), o))[:short]:
-        counts[o] += 1
+    floor = {o: int(mix[o] * splits) for o in orders}
+    dims = sorted({d for o in orders for d in loads[o]})
+    best: tuple[tuple[float, float], dict[Order, int]] | None = None
+    for extra in itertools.product((0, 1), repeat=len(orders)):
+        counts = {o: floor[o] + e for o, e in zip(orders, extra, strict=True)}
+        if sum(counts.values()) != splits:
+            continue
+        busiest = max(sum(counts[o] * loads[o].get(d, 0.0) for o in orders) for d in dims)
+        distance = sum(abs(counts[o] - mix[o] * splits) for o in orders)
+        key = (busiest, distance)
+        if best is None or key < best[0]:
+            best = (key, counts)
+    if best is None:  # the shares do not add up to one: fill the largest remainders
+        counts = dict(floor)
+        for o in sorted(orders, key=lambda o: (-(mix[o] * splits - floor[o]), o))[:splits - sum(floor.values())]:
+            counts[o] += 1
+    else:
+        counts = best[1]
     taken = dict.fromkeys(orders, 0)
     out: list[Order] = []
     for s in range(splits):  # the order furthest behind its share of the first s+1 splits goes next

@@ -394,8 +394,8 @@ def _orders(topology: Topology, kind: CollectiveKind, algorithms: Sequence[DimAl
 
 @lru_cache(maxsize=64)
 def _mix(topology: Topology, kind: CollectiveKind, algorithms: tuple[DimAlgorithm, ...]
-         ) -> dict[tuple[int, ...], float]:
-    """The order mix that balances the dimensions' bytes time (latency ignored)."""
+         ) -> tuple[dict[tuple[int, ...], float], dict[tuple[int, ...], dict[int, float]]]:
+    """The order mix that balances the dimensions' bytes time (latency ignored), and the loads of each order."""
     lanes = _lanes(algorithms)
     active = _active_dims(topology)
     block = _block_bytes(topology, REFERENCE_BYTES, 1)
@@ -406,7 +406,7 @@ def _mix(topology: Topology, kind: CollectiveKind, algorithms: tuple[DimAlgorith
             per_dim[p.dim] += sum(data for _, data in _phase_work(topology, algorithms, p, lanes, block,
                                                                     active).steps)
         loads[order] = per_dim
-    return order_mix(loads)
+    return order_mix(loads), loads
 
 
 def _allreduce_top_ok(algorithms: Sequence[DimAlgorithm], order: Sequence[int]) -> bool:
@@ -529,7 +529,8 @@ def _balanced_trials(topology: Topology, kind: CollectiveKind, algorithms: tuple
     everywhere, the most everywhere and ``warm`` (unless ``slots`` are given); and the Themis greedy under
     the plain rule with one slot per dimension (the earlier ``hier-lb``, kept as a candidate)."""
     lanes = _lanes(algorithms)
-    mixed = orders_for_splits(_mix(topology, kind, algorithms), count)
+    mix, loads = _mix(topology, kind, algorithms)
+    mixed = orders_for_splits(mix, count, loads)
     active = _active_dims(topology)
     options = {d: _slot_options(topology, kind, algorithms, d) if d in active else (1,)
                for d in range(len(topology.dimensions))}
@@ -581,6 +582,21 @@ def hierarchical_plan(topology: Topology, kind: CollectiveKind, *, balanced: boo
         raise NotApplicable(f"must be an integer in 1..1024 (got {splits!r})", where="splits")
     if size_bytes is not None and not size_bytes > 0:
         raise NotApplicable(f"must be > 0 bytes (got {size_bytes!r})", where="size")
+    if algorithms is None and splits is None and channels is None:
+        return _automatic_plan(topology, kind, balanced, size_bytes)
+    return _plan(topology, kind, balanced, algorithms, splits, size_bytes, channels)
+
+
+@lru_cache(maxsize=32)
+def _automatic_plan(topology: Topology, kind: CollectiveKind, balanced: bool, size_bytes: float | None
+                    ) -> HierarchicalPlan:
+    """The plan with every parameter chosen (cached: the synthesizer's shortcut and its baseline comparison
+    both ask for it)."""
+    return _plan(topology, kind, balanced, None, None, size_bytes, None)
+
+
+def _plan(topology: Topology, kind: CollectiveKind, balanced: bool, algorithms: Sequence[DimAlgorithm | str] | None,
+          splits: int | None, size_bytes: float | None, channels: int | Sequence[int] | None) -> HierarchicalPlan:
     slots = _resolve_slots(topology, channels) if channels is not None else None
     fixed = _resolve_algorithms(topology, kind, algorithms, balanced) if algorithms is not None else None
     reference = size_bytes if size_bytes is not None else REFERENCE_BYTES
