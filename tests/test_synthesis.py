@@ -37,7 +37,7 @@ def _runtime_picks(collective: Collective, size: int, element_bytes: int = 4) ->
 def _best_baseline(topo, kind, size, *, selectable_only=False):  # type: ignore[no-untyped-def]
     times = []
     for name in applicable_baselines(topo, kind):
-        schedule = baseline(topo, kind, name)
+        schedule = baseline(topo, kind, name, size_bytes=size)  # tuned for the size, as the synthesizer builds it
         if not selectable_only or _runtime_picks(schedule.collective, size):
             times.append(simulate(topo, schedule, size).time_us)
     return min((t for t in times if t is not None), default=float("inf"))
