@@ -661,5 +661,6 @@ def hierarchical_schedule(topology: Topology, kind: CollectiveKind, *, balanced:
                                                                   t.channel + shift) for t in send)
     name = "hier-lb" if plan.balanced else "hier"
     return Schedule(Collective(kind, n, c), tuple(transfers), name=name, topology=topology.name,
-                    notes={"algorithm": name, "channels": lanes * max(slots), "pieces": count,
+                    notes={"algorithm": name, "channels": 1 + max((t.channel for t in transfers), default=0),
+                           "pieces": count,
                            "parameters": plan.parameters(), "description": plan.describe()})
