@@ -266,6 +266,26 @@ def test_output_is_byte_identical(tmp_path: Path) -> None:
         lower_schedule(schedule, topo, dialect="v1"), "v1")
 
 
+def test_written_files_are_verified_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """write_schedule_xml refuses to write a program the verifier finds wrong (and writes nothing)."""
+    import taccl_py.msccl.lowering as lowering
+    from taccl_py.msccl.report import VerifyReport, Violation
+
+    topo = star(4)
+    broken = VerifyReport(valid=True, correct=False, errors=(Violation("data-race", "injected"),), dialect="v2")
+    monkeypatch.setattr(lowering, "verify_program", lambda program, dialect: broken)
+    with pytest.raises(LoweringError, match="injected"):
+        write_schedule_xml(ring_allgather(topo), topo, tmp_path / "x.xml")
+    assert not (tmp_path / "x.xml").exists()
+    write_schedule_xml(ring_allgather(topo), topo, tmp_path / "x.xml", verify=False)
+    assert (tmp_path / "x.xml").exists()
+    # a verdict of "unknown" (a check could not run) still writes the file
+    unknown = VerifyReport(valid=True, correct=False, errors=(Violation("unchecked-races", "budget"),), dialect="v2")
+    monkeypatch.setattr(lowering, "verify_program", lambda program, dialect: unknown)
+    write_schedule_xml(ring_allgather(topo), topo, tmp_path / "y.xml")
+    assert (tmp_path / "y.xml").exists()
+
+
 def test_long_connections_are_split_over_channels() -> None:
     """A ring allgather with many pieces needs more than 64 steps per threadblock in v2."""
     topo = star(4)
@@ -356,3 +376,56 @@ def test_node_limit_per_rank() -> None:
                         tuple(Transfer(0, 1, (j,), route(topo, 0, 1)) for j in range(c)))
     with pytest.raises(LoweringError, match="XML nodes"):
         lower_schedule(schedule, topo, dialect="v1")
+
+
+def _local_groups(groups: int, length: int) -> tuple[list, dict, list]:
+    """Groups of three local threadblocks on rank 0: A and B copy, C's i-th step waits for A's and B's i-th."""
+    from taccl_py.msccl.assembly import LoweredOp, TbKey
+    from taccl_py.msccl.ir import Buffer
+
+    ops: list[LoweredOp] = []
+    order: dict[TbKey, list[int]] = {}
+    deps: list[tuple[int, ...]] = []
+    for g in range(groups):
+        a, b, c = (TbKey(0, None, None, 3 * g + i) for i in range(3))
+        for key in (a, b, c):
+            order[key] = []
+        for i in range(length):
+            for key in (a, b, c):
+                op_id = len(ops)
+                ops.append(LoweredOp(op_id, key, StepType.COPY, (Buffer.INPUT, 0), (Buffer.OUTPUT, 0), 1))
+                order[key].append(op_id)
+                deps.append((order[a][i], order[b][i]) if key == c else ())
+    return ops, order, deps
+
+
+@pytest.mark.parametrize(("groups", "qualifier"), [(14, "at least "), (12, "")])
+def test_node_limit_is_checked_before_and_after_the_nops(groups: int, qualifier: str) -> None:
+    """14 groups: the steps alone are over 4096 nodes; 12 groups: 3,638 nodes of steps, 4,838 with the nops."""
+    from taccl_py.msccl.assembly import assemble
+
+    ops, order, deps = _local_groups(groups, 100)
+    with pytest.raises(LoweringError, match=f"rank 0 needs {qualifier}[0-9]+ XML nodes"):
+        assemble(ops, order, deps, (), 1, "v1", {}, (1, 1), (0,))
+
+
+def test_local_groups_within_the_node_limit_assemble() -> None:
+    """The same shape below the limit: every C step keeps one dependency on its step and one on a nop."""
+    from taccl_py.msccl.assembly import assemble
+
+    ops, order, deps = _local_groups(2, 100)
+    result = assemble(ops, order, deps, (), 1, "v1", {}, (1, 1), (0,))
+    steps = sum(len(tb.steps) for tb in result.gpus[0].threadblocks)
+    assert steps == 2 * 400
+
+
+def test_largest_segment_counts_the_nop_of_a_waiting_segment_start() -> None:
+    """Later segments whose first send waits for something take one nop more; the first segment never does."""
+    from taccl_py.msccl.lowering import _largest_segment
+
+    sizes = [1] * 8
+    assert _largest_segment(sizes, 2) == 4
+    assert _largest_segment(sizes, 2, [True] * 8) == 5
+    assert _largest_segment(sizes, 2, [True, True, True, True, False, True, True, True]) == 4
+    assert _largest_segment(sizes, 1, [True] * 8) == 8
+    assert _largest_segment([3, 1, 1, 1], 4, [True] * 4) == 3

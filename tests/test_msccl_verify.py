@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
+from cli_runner import only_json, run
 
 from taccl_py.msccl import Gpu, Program, Step, StepType, Threadblock, parse_program, verify_program
 from taccl_py.msccl.ir import Buffer
@@ -253,3 +255,47 @@ def test_nop_dependencies_follow_the_runtime_counter() -> None:
     # without the dependency the copy reads s[3] racing with tb 2's write
     rank0[-1] = tb(3, -1, -1, [step(0, "cpy", src="s", srcoff=3, dst="s", dstoff=4)])
     assert check(with_scratch(pair_allgather(rank0)))[1:] == (False, {"data-race"})
+
+
+def chained_copy_program() -> str:
+    """tb 2 reads o[1] after tb 0 received it, ordered only through tb 1 (a chain of two dependencies)."""
+    rank0 = [tb(0, 1, 1, [step(0, "s"), step(1, "r", dstoff=1, hasdep=1)]),
+             tb(1, -1, -1, [step(0, "cpy", srcoff=1, dst="s", dstoff=0, depid=0, deps=1, hasdep=1)]),
+             tb(2, -1, -1, [step(0, "cpy", srcoff=1, dst="s", dstoff=1, depid=1, deps=0)])]
+    return pair_allgather(rank0).replace('<gpu id="0" i_chunks="0" o_chunks="2" s_chunks="0"',
+                                         '<gpu id="0" i_chunks="0" o_chunks="2" s_chunks="2"')
+
+
+def round_trip_program() -> str:
+    """Rank 0 rewrites o[0] (same value) in tb 1 after tb 0 sent it: ordered only through rank 1's receive and
+    send, which needs the search over every rank."""
+    rank0 = [tb(0, 1, -1, [step(0, "s")]), tb(1, -1, 1, [step(0, "r", dstoff=1), step(1, "cpy", srcoff=0)])]
+    rank1 = [tb(0, 0, 0, [step(0, "r", dstoff=0), step(1, "s", srcoff=1)])]
+    return pair_allgather(rank0, rank1)
+
+
+def test_orderings_through_chains_are_found() -> None:
+    assert check(chained_copy_program()) == (True, True, set())
+    assert check(round_trip_program()) == (True, True, set())
+    # without rank 1's relay the rewrite races with the send
+    rank0 = [tb(0, 1, 1, [step(0, "s"), step(1, "r", dstoff=1)]), tb(1, -1, -1, [step(0, "cpy", srcoff=0)])]
+    assert check(pair_allgather(rank0))[1:] == (False, {"data-race"})
+
+
+def test_a_race_check_that_cannot_finish_makes_the_verdict_unknown(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    import taccl_py.msccl.verify as verify_module
+
+    monkeypatch.setattr(verify_module, "_RACE_SEARCH_FACTOR", 0)
+    monkeypatch.setattr(verify_module, "_RACE_SEARCH_BASE", 0)
+    report = verify_program(parse_program(round_trip_program()))
+    assert report.valid and not report.correct and report.verdict == "unknown"
+    assert report.rules == {"unchecked-races"} and report.to_dict()["verdict"] == "unknown"
+    path = tmp_path / "chain.xml"
+    path.write_text(round_trip_program())
+    code, out, _ = run(["verify", str(path)], capsys)
+    assert code == 3 and "correct: unknown" in out
+    code, out, _ = run(["verify", str(path), "--json"], capsys)
+    data = only_json(out)
+    assert code == 3 and data["correct"] is False and data["verdict"] == "unknown"

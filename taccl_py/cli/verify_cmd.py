@@ -1,7 +1,9 @@
 """``taccl verify FILE.xml``: does an MSCCL XML file load in the runtime, run without hanging, compute the right thing.
 
 Exit status: 0 when the file is valid and correct, 1 when it is not, 2 when it
-cannot be read at all (the JSON then still reports it, as one error).
+cannot be read at all (the JSON then still reports it, as one error), 3 when it
+is valid and nothing wrong was found but a check could not run (correctness
+unknown: ``"verdict": "unknown"`` in the JSON).
 """
 
 from __future__ import annotations
@@ -51,14 +53,15 @@ def verify(xml_file: str, dialect: str | None, size_spec: str | None, type_size:
         if picks:
             rows = [{k: v for k, v in pick.items() if k != "text"} for pick in picks]
             extra = {"selection": rows[0]} if len(rows) == 1 else {"selections": rows}
-        emit_json({"valid": report.valid, "correct": report.correct, "file": xml_file, "dialect": report.dialect,
+        emit_json({"valid": report.valid, "correct": report.correct, "verdict": report.verdict, "file": xml_file,
+                   "dialect": report.dialect,
                    "coll": program.coll, "ngpus": program.ngpus, "modes_checked": list(report.modes),
                    "errors": [e.to_dict() for e in report.errors], "notes": list(report.notes), **extra})
     else:
         _print_report(xml_file, program, report)
         for pick in picks:
             out_console.print(pick["text"], markup=False)
-    ctx.exit(0 if report.valid and report.correct else 1)
+    ctx.exit(0 if report.valid and report.correct else 3 if report.verdict == "unknown" else 1)
 
 
 def _selection(program: object, size: int, type_size: int, dialect: str) -> dict[str, Any]:
@@ -83,7 +86,8 @@ def _print_report(path: str, program: object, report: object) -> None:
                       f"{program.num_threadblocks} threadblocks, {program.num_steps} steps")
     yes_no = {True: "[green]yes[/]", False: "[red]no[/]"}
     modes = f" ({', '.join(report.modes)})" if report.modes else ""
-    out_console.print(f"valid: {yes_no[report.valid]}   correct: {yes_no[report.correct]}{modes}")
+    correct = "[yellow]unknown[/]" if report.verdict == "unknown" else yes_no[report.correct]
+    out_console.print(f"valid: {yes_no[report.valid]}   correct: {correct}{modes}")
     if report.errors:
         table = Table(header_style="bold")
         table.add_column("rule")

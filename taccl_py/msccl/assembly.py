@@ -14,7 +14,11 @@ since ``depid`` is 8 bits). Every dialect limit is checked.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from taccl_py.errors import LoweringError
 from taccl_py.msccl.ir import (
@@ -55,9 +59,8 @@ class TbKey:
         return (self.rank, self.send or _NO_CONNECTION, self.recv or _NO_CONNECTION, self.local)
 
 
-@dataclass
-class LoweredOp:
-    """One step: ``deps`` are ids of operations of the same rank that must complete first."""
+class LoweredOp(NamedTuple):
+    """One step of threadblock ``tb`` (what it waits for is kept beside it, by op id; a named tuple for speed)."""
 
     id: int
     tb: TbKey
@@ -65,88 +68,151 @@ class LoweredOp:
     src: Location
     dst: Location
     cnt: int
-    deps: list[int] = field(default_factory=list)
 
 
 @dataclass
 class Assembly:
-    """The result: GPUs ready for a Program, and threadblocks over the step limit (to split)."""
+    """The result: GPUs ready for a Program, or what went wrong.
+
+    ``overflowing``: threadblocks over the step limit (to split);
+    ``deadlocked``: the waits (threadblock order, dependencies, each receive
+    after its send) form a cycle, so the program would hang.
+    """
 
     gpus: tuple[Gpu, ...]
     nchannels: int
     overflowing: list[TbKey]
+    deadlocked: bool = False
 
 
-def _prune(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], position: dict[int, int]) -> tuple[
-        dict[int, list[int]], list[TbKey]]:
+def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: Sequence[Sequence[int]],
+           matches: Sequence[tuple[int, int]]) -> tuple[list[list[int]], list[TbKey], bool]:
     """Per op, the dependencies not implied by threadblock order or by another kept dependency.
 
-    Vector clocks over the rank's threadblocks (positions known complete) are
-    propagated in a topological order of threadblock order + dependencies;
-    a dependency is dropped when the clock already covers it. Also returns the
-    threadblocks where a step waits for a later step of its own (to split).
+    A dependency is dropped when it is reachable from the op's predecessor
+    in its threadblock or from another of its dependencies (then any order of
+    considering them keeps the same set). Reachability within a rank comes
+    from vector clocks over threadblocks (positions known complete),
+    propagated in a topological order; an op without kept dependencies
+    shares its predecessor's clock. Also returns the threadblocks where a
+    step waits for a later step of its own (to split), and whether the waits,
+    with each receive after its matching send (``matches``: send op, receive
+    op), contain a cycle.
     """
-    op_by_id = {op.id: op for op in ops}
-    prev_in_tb = {ids[k]: ids[k - 1] for ids in tb_order.values() for k in range(1, len(ids))}
-    direct: dict[int, list[int]] = {}
+    n = len(ops)
+    tb_of = [0] * n
+    position = [0] * n
+    prev = [-1] * n
+    keys = list(tb_order)
+    for g, ids in enumerate(tb_order.values()):
+        last = -1
+        for k, op_id in enumerate(ids):
+            tb_of[op_id] = g
+            position[op_id] = k
+            prev[op_id] = last
+            last = op_id
+    direct: list[list[int]] = []
     backwards: dict[TbKey, None] = {}
-    for op in ops:
-        best: dict[TbKey, int] = {}
-        for d in op.deps:
-            target = op_by_id[d]
-            if target.tb == op.tb:
-                if position[d] > position[op.id]:
-                    backwards[op.tb] = None
+    for op_id in range(n):
+        ds = op_deps[op_id]
+        own = tb_of[op_id]
+        if len(ds) < 2:
+            if not ds:
+                direct.append([])
                 continue
-            if target.tb not in best or position[d] > position[best[target.tb]]:
-                best[target.tb] = d
-        direct[op.id] = list(best.values())
-    # topological order (Kahn) over threadblock order and dependencies
-    indegree = {op.id: len(direct[op.id]) + (op.id in prev_in_tb) for op in ops}
-    succs: dict[int, list[int]] = defaultdict(list)
-    for op in ops:
-        for d in direct[op.id]:
-            succs[d].append(op.id)
-        if op.id in prev_in_tb:
-            succs[prev_in_tb[op.id]].append(op.id)
-    ready = sorted(i for i, deg in indegree.items() if deg == 0)
-    topo_index: dict[int, int] = {}
-    clock: dict[int, dict[TbKey, int]] = {}
-    kept: dict[int, list[int]] = {}
+            d = ds[0]
+            if tb_of[d] != own:
+                direct.append([d])
+                continue
+        best: dict[int, int] = {}
+        for d in ds:
+            g = tb_of[d]
+            if g == own:
+                if position[d] > position[op_id]:
+                    backwards[keys[own]] = None
+                continue
+            if g not in best or position[d] > position[best[g]]:
+                best[g] = d
+        direct.append(list(best.values()))
+    # topological order (Kahn) over threadblock order, dependencies and send -> receive
+    follower = [-1] * n
+    for ids in tb_order.values():
+        for k in range(len(ids) - 1):
+            follower[ids[k]] = ids[k + 1]
+    indegree = [len(direct[i]) + (prev[i] >= 0) for i in range(n)]
+    succs: dict[int, list[int]] = {}
+    for op_id in range(n):
+        for d in direct[op_id]:
+            succs.setdefault(d, []).append(op_id)
+    for send, recv in matches:
+        succs.setdefault(send, []).append(recv)
+        indegree[recv] += 1
+    # clocks: per rank, one int32 entry per threadblock of the rank (its local index), -1 = nothing known
+    local = [0] * len(keys)
+    per_rank: dict[int, int] = {}
+    for g, key in enumerate(keys):
+        local[g] = per_rank.get(key.rank, 0)
+        per_rank[key.rank] = local[g] + 1
+    empty = {rank: np.full(size, -1, dtype=np.int32) for rank, size in per_rank.items()}
+    clock: list[np.ndarray] = [empty[keys[tb_of[i]].rank] for i in range(n)]
+    """Positions known complete per threadblock of the rank; an op's own entry may be stale (it is implied)."""
+    topo_index = [-1] * n
+    kept: list[list[int]] = [[] for _ in range(n)]
+    ready = [i for i in range(n) if not indegree[i]]
+    done = 0
     while ready:
         op_id = ready.pop()
-        topo_index[op_id] = len(topo_index)
-        op = op_by_id[op_id]
-        prev = prev_in_tb.get(op_id)
-        base = dict(clock[prev]) if prev is not None else {}
-        chosen = []
-        for d in sorted(direct[op_id], key=lambda d: -topo_index[d]):
-            tb = op_by_id[d].tb
-            if base.get(tb, -1) >= position[d]:
-                continue
-            chosen.append(d)
-            for key, pos in clock[d].items():
-                if base.get(key, -1) < pos:
-                    base[key] = pos
-        base[op.tb] = position[op_id]
+        topo_index[op_id] = done
+        done += 1
+        deps = direct[op_id]
+        p = prev[op_id]
+        base = clock[p] if p >= 0 else clock[op_id]
+        if deps:
+            chosen = []
+            fresh = False
+            for d in (sorted(deps, key=topo_index.__getitem__, reverse=True) if len(deps) > 1 else deps):
+                g = local[tb_of[d]]
+                if base[g] >= position[d]:
+                    continue
+                chosen.append(d)
+                if not fresh:
+                    base = base.copy()
+                    fresh = True
+                np.maximum(base, clock[d], out=base)
+                if base[g] < position[d]:
+                    base[g] = position[d]
+            if len(chosen) > 1:
+                chosen.sort(key=lambda d: (keys[tb_of[d]].sort_key(), position[d]))
+            kept[op_id] = chosen
         clock[op_id] = base
-        kept[op_id] = sorted(chosen, key=lambda d: (op_by_id[d].tb.sort_key(), position[d]))
-        for s in succs[op_id]:
+        f = follower[op_id]
+        if f >= 0:
+            indegree[f] -= 1
+            if not indegree[f]:
+                ready.append(f)
+        for s in succs.get(op_id, ()):
             indegree[s] -= 1
-            if indegree[s] == 0:
+            if not indegree[s]:
                 ready.append(s)
-    for op in ops:  # a cycle (reported by the deadlock check): keep what is there
-        kept.setdefault(op.id, sorted(direct[op.id], key=lambda d: (op_by_id[d].tb.sort_key(), position[d])))
-    return kept, list(backwards)
+    for op_id in range(n):  # a cycle: keep what is there (the program is not used)
+        if topo_index[op_id] < 0:
+            kept[op_id] = sorted(direct[op_id], key=lambda d: (keys[tb_of[d]].sort_key(), position[d]))
+    return kept, list(backwards), done < n
 
 
-def assemble(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], ngpus: int, dialect: str,
-             preferred_channel: dict[Connection, int], buffer_sizes: tuple[int, int], scratch: list[int]) -> Assembly:
-    """Turn ordered operations into GPUs with threadblocks and steps (see the module docstring)."""
+def assemble(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: Sequence[Sequence[int]],
+             matches: Sequence[tuple[int, int]], ngpus: int, dialect: str, preferred_channel: dict[Connection, int],
+             buffer_sizes: tuple[int, int], scratch: Sequence[int]) -> Assembly:
+    """Turn ordered operations into GPUs with threadblocks and steps (see the module docstring).
+
+    ``ops[i].id == i``; ``op_deps[i]`` lists the ops (of the same rank) that
+    op ``i`` must wait for; ``matches`` pairs each send-type op with the
+    receive-type op that takes its data.
+    """
     spec = DIALECTS[dialect]
-    op_by_id = {op.id: op for op in ops}
-    position = {op_id: k for key, ids in tb_order.items() for k, op_id in enumerate(ids)}
-    deps, backwards = _prune(ops, tb_order, position)
+    op_by_id = ops
+    _check_nodes(ngpus, {key: len(ids) for key, ids in tb_order.items()}, "at least ")
+    deps, backwards, deadlocked = _prune(ops, tb_order, op_deps, matches)
     if backwards:
         single = [k for k in backwards if k.send is None or k.recv is None]
         if single:
@@ -168,12 +234,14 @@ def assemble(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], ngpus: int,
                 targets.add(d)
             xml_pos[op_id] = len(rows)
             rows.append((op_by_id[op_id].type, op_id, ds[-1:]))
-            targets.update(ds[-1:])
+            if ds:
+                targets.add(ds[-1])
         layouts[key] = rows
         if len(rows) > spec.max_steps:
             overflowing.append(key)
     if overflowing:
         return Assembly((), 0, overflowing)
+    _check_nodes(ngpus, {key: len(rows) for key, rows in layouts.items()}, "")
 
     channel_of, conflicts = _assign_channels(list(tb_order), preferred_channel)
     if conflicts:
@@ -202,7 +270,6 @@ def assemble(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], ngpus: int,
     i_chunks, o_chunks = buffer_sizes
     for rank in range(ngpus):
         tbs = []
-        total_steps = 0
         for key in by_rank.get(rank, []):
             steps = []
             for pos, (kind, op_id, ds) in enumerate(layouts[key]):
@@ -211,24 +278,34 @@ def assemble(ops: list[LoweredOp], tb_order: dict[TbKey, list[int]], ngpus: int,
                 if kind is StepType.NOP:
                     steps.append(Step(pos, kind, Buffer.INPUT, -1, Buffer.OUTPUT, -1, 0, depid, dstep, 0))
                     continue
-                op = op_by_id[op_id]
-                for off in (op.src[1], op.dst[1]):
-                    if off > INT16_MAX:
-                        raise LoweringError(f"rank {rank} needs buffer offset {off}; the runtime stores offsets "
-                                            "in 16 bits (at most 32767 chunks per buffer)")
-                steps.append(Step(pos, kind, op.src[0], op.src[1], op.dst[0], op.dst[1], op.cnt, depid, dstep,
-                                  hasdep))
-            total_steps += len(steps)
+                _, _, _, (srcbuf, srcoff), (dstbuf, dstoff), cnt = op_by_id[op_id]
+                if srcoff > INT16_MAX or dstoff > INT16_MAX:
+                    raise LoweringError(f"rank {rank} needs buffer offset {max(srcoff, dstoff)}; the runtime stores "
+                                        "offsets in 16 bits (at most 32767 chunks per buffer)")
+                steps.append(Step(pos, kind, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, dstep, hasdep))
             tbs.append(Threadblock(tb_id[key], _peer(key.send, 1), _peer(key.recv, 0), tb_channel[key],
                                    tuple(steps)))
         tbs.sort(key=lambda tb: tb.id)
-        nodes = 1 + ngpus + len(tbs) + total_steps
-        if nodes > MAX_NODES_PER_RANK:
-            raise LoweringError(f"rank {rank} needs {nodes} XML nodes; the runtime parser stores at most "
-                                f"{MAX_NODES_PER_RANK} per rank (1 + ngpus + threadblocks + steps)")
         gpus.append(Gpu(rank, i_chunks, o_chunks, scratch[rank], tuple(tbs)))
     nchannels = 1 + max(tb_channel.values(), default=0)
-    return Assembly(tuple(gpus), nchannels, [])
+    return Assembly(tuple(gpus), nchannels, [], deadlocked)
+
+
+def _check_nodes(ngpus: int, steps: dict[TbKey, int], qualifier: str) -> None:
+    """Raise when a rank needs more XML nodes (1 + ngpus + threadblocks + steps) than the runtime parser stores.
+
+    Called before the costly stages: with the operations alone (nops only add
+    steps, and a later attempt only unpairs or splits threadblocks, so no
+    attempt could fit; ``qualifier`` "at least ") and again once the nops are
+    known.
+    """
+    nodes = [1 + ngpus] * ngpus
+    for key, count in steps.items():
+        nodes[key.rank] += 1 + count
+    for rank, count in enumerate(nodes):
+        if count > MAX_NODES_PER_RANK:
+            raise LoweringError(f"rank {rank} needs {qualifier}{count} XML nodes; the runtime parser stores at most "
+                                f"{MAX_NODES_PER_RANK} per rank (1 + ngpus + threadblocks + steps)")
 
 
 def _peer(conn: Connection | None, end: int) -> int:

@@ -24,20 +24,20 @@ Reduce         i[k]                        root: i[k] in place, o[k]
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.msccl.ir import Buffer
 from taccl_py.schedule import Schedule
 
-__all__ = ["BufferLayout", "Location", "contiguous_runs", "plan_layout"]
+__all__ = ["BufferLayout", "Location", "contiguous_runs", "is_contiguous", "plan_layout"]
 
 Location = tuple[Buffer, int]
 
 
-@dataclass
+@dataclass(frozen=True)
 class BufferLayout:
-    """Working locations, initial copies and buffer sizes of every rank."""
+    """Working locations, initial copies and buffer sizes of every rank (read-only once planned)."""
 
     collective: Collective
     in_place: bool
@@ -46,18 +46,11 @@ class BufferLayout:
     """rank -> [(chunk, from, to)] copies that run before anything else."""
     i_chunks: int
     o_chunks: int
-    scratch: list[int]
-    """Scratch chunks per rank so far (staging areas are appended by the lowering)."""
-    staged: dict[int, int] = field(default_factory=dict)
+    scratch: tuple[int, ...]
+    """Scratch chunks per rank for working locations (the lowering appends staging areas after them)."""
 
     def where(self, rank: int, chunk: int) -> Location:
         return self.working[(rank, chunk)]
-
-    def allocate_scratch(self, rank: int, count: int) -> int:
-        """Reserve ``count`` contiguous scratch chunks on ``rank``; return the first offset."""
-        start = self.scratch[rank]
-        self.scratch[rank] += count
-        return start
 
 
 def _initial(col: Collective, rank: int, chunk: int, in_place: bool) -> Location | None:
@@ -115,29 +108,33 @@ def plan_layout(schedule: Schedule, in_place: bool, unstored: frozenset[int] = f
     """
     col = schedule.collective
     n = col.num_ranks
-    touched: dict[tuple[int, int], None] = {}
-    written: set[tuple[int, int]] = set()
+    chunks = col.num_chunks
+    touched = bytearray(n * chunks)  # rank * chunks + chunk, so a scan visits them sorted by (rank, chunk)
+    written = bytearray(n * chunks)
     for i, t in enumerate(schedule.transfers):
+        src, dst = t.src * chunks, t.dst * chunks
+        stored = i not in unstored
         for k in t.chunks:
-            touched[(t.src, k)] = None
-            touched[(t.dst, k)] = None
-            if i not in unstored:
-                written.add((t.dst, k))
+            touched[src + k] = 1
+            touched[dst + k] = 1
+            if stored:
+                written[dst + k] = 1
     for rank, chunk, _ in col.initial():
-        touched.setdefault((rank, chunk), None)
+        touched[rank * chunks + chunk] = 1
     for rank, chunk in col.required():
-        touched.setdefault((rank, chunk), None)
+        touched[rank * chunks + chunk] = 1
     working: dict[tuple[int, int], Location] = {}
     needs_scratch: list[tuple[int, int]] = []
     copies: dict[int, list[tuple[int, Location, Location]]] = {}
-    for rank, chunk in sorted(touched):
+    for index in (i for i, flag in enumerate(touched) if flag):
+        rank, chunk = divmod(index, chunks)
         start = _initial(col, rank, chunk, in_place)
         end = _final(col, rank, chunk, in_place)
         if end is not None:
             working[(rank, chunk)] = end
             if start is not None and start != end:
                 copies.setdefault(rank, []).append((chunk, start, end))
-        elif start is not None and (rank, chunk) not in written:
+        elif start is not None and not written[index]:
             working[(rank, chunk)] = start
         else:
             needs_scratch.append((rank, chunk))
@@ -149,7 +146,7 @@ def plan_layout(schedule: Schedule, in_place: bool, unstored: frozenset[int] = f
         if start is not None:
             copies.setdefault(rank, []).append((chunk, start, working[(rank, chunk)]))
     i_chunks, o_chunks = buffer_sizes(col, in_place)
-    return BufferLayout(col, in_place, working, copies, i_chunks, o_chunks, scratch)
+    return BufferLayout(col, in_place, working, copies, i_chunks, o_chunks, tuple(scratch))
 
 
 def contiguous_runs(pairs: Sequence[tuple[Location, Location]]) -> list[tuple[Location, Location, int]]:
@@ -163,3 +160,11 @@ def contiguous_runs(pairs: Sequence[tuple[Location, Location]]) -> list[tuple[Lo
                 continue
         runs.append((src, dst, 1))
     return runs
+
+
+def is_contiguous(locs: Sequence[Location]) -> bool:
+    """The locations are consecutive chunks of one buffer, in order."""
+    if len(locs) == 1:
+        return True
+    buffer, offset = locs[0]
+    return all(loc[0] == buffer and loc[1] == offset + i for i, loc in enumerate(locs))

@@ -7,27 +7,35 @@ keeping the schedule's program order (its FIFO). Where a rank receives chunks
 and forwards the same chunks on (a ring), the receiving and sending
 connections share one threadblock and the two steps fuse into ``rcs``
 (``rrcs``/``rrs`` for reductions), but only where that placement delays
-nothing the schedule would not delay. Every other ordering the schedule needs
-(read-after-write at the sender, write-after-read/write at the receiver,
-``after``) becomes a ``depid``/``deps`` dependency, with ``nop`` steps for
-extra ones. Non-contiguous messages, and messages of an exchange, go through
-scratch (``cpy``/``re``, which take no time). ``instances`` splits every chunk in parts sent on parallel
-channels. Threadblocks over the step limit are split over more channels; what
-cannot fit raises :class:`LoweringError` naming the limit.
+nothing the schedule would not delay (the policy is :mod:`.pairing`). Every
+other ordering the schedule needs (read-after-write at the sender,
+write-after-read/write at the receiver, ``after``) becomes a
+``depid``/``deps`` dependency, with ``nop`` steps for extra ones. Non-contiguous
+messages, and messages of an exchange, go through scratch (``cpy``/``re``, which
+take no time).
+``instances`` splits every chunk in parts sent on parallel channels.
+Threadblocks over the step limit are split over more channels; what cannot fit
+raises :class:`LoweringError` naming the limit.
+
+The stages, each a function of the previous one's frozen result:
+schedule -> :func:`analyze` (orderings) -> :func:`plan_layout` (buffers) ->
+pairing (threadblock item orders) -> :func:`_build_ops` (steps and their
+dependencies) -> :func:`assemble` (XML threadblocks) -> deadlock check.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import LoweringError
-from taccl_py.msccl.analysis import ARRIVE, COMMIT, INITIAL, START, ScheduleOrder, analyze
+from taccl_py.msccl.analysis import INITIAL, ScheduleOrder, analyze
 from taccl_py.msccl.assembly import Connection, LoweredOp, TbKey, assemble
 from taccl_py.msccl.ir import (
     DIALECTS,
+    MAX_CHANNELS,
     MAX_COUNT,
     PROTOCOLS,
     Buffer,
@@ -36,11 +44,12 @@ from taccl_py.msccl.ir import (
     StepType,
     dialect_coll_name,
 )
-from taccl_py.msccl.layout import BufferLayout, Location, contiguous_runs, plan_layout
+from taccl_py.msccl.layout import BufferLayout, Location, contiguous_runs, is_contiguous, plan_layout
 from taccl_py.msccl.machine import build_machine
-from taccl_py.msccl.verify import find_deadlock
+from taccl_py.msccl.pairing import Item, Pair, choose_pairs, dead_after, merge
+from taccl_py.msccl.verify import find_deadlock, verify_program
 from taccl_py.msccl.writer import save_xml
-from taccl_py.schedule import Op, Schedule
+from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Topology
 
 __all__ = ["LoweringOptions", "lower_schedule", "write_schedule_xml"]
@@ -50,8 +59,8 @@ _MAX_ROUNDS = 40
 V1_NO_LIMIT = 1 << 62
 """maxBytes written for v1 when there is no upper size (v1 defaults to 128 MiB when it is absent)."""
 
-_Emit = Callable[[TbKey, StepType, Location, Location, int], int]
-"""Appends one operation to a threadblock and returns its id."""
+BaseConnection = tuple[int, int, int]
+"""(src rank, dst rank, schedule channel)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,11 @@ class LoweringOptions:
     name: str | None = None
 
 
+MULTICAST_NOT_XML = ("the schedule uses switch multicast or in-network reduction (network groups), which MSCCL XML "
+                     "cannot express: an MSCCL step sends from one rank to one rank and reduces only on GPUs; "
+                     "write it as schedule JSON instead")
+
+
 def lower_schedule(schedule: Schedule, topology: Topology, *, dialect: str = "v2", instances: int = 1,
                    proto: str = "Simple", min_bytes: int = 0, max_bytes: int = 0, in_place: bool | None = None,
                    name: str | None = None) -> Program:
@@ -80,17 +94,28 @@ def lower_schedule(schedule: Schedule, topology: Topology, *, dialect: str = "v2
     col = schedule.collective
     in_place_mode = options.in_place if options.in_place is not None else col.kind is not CollectiveKind.ALLTOALL
     expanded = _expand(schedule, options.instances)
-    order = analyze(expanded)
-    builder = _Lowering(expanded, order, in_place_mode, options)
-    return builder.run()
+    return _Lowering(analyze(expanded), in_place_mode, options).run()
 
 
 def write_schedule_xml(schedule: Schedule, topology: Topology, path: str | os.PathLike[str], *,
                        dialect: str = "v2", instances: int = 1, proto: str = "Simple", min_bytes: int = 0,
-                       max_bytes: int = 0, in_place: bool | None = None, name: str | None = None) -> Program:
-    """Lower ``schedule`` and write it to ``path`` atomically; returns the program."""
+                       max_bytes: int = 0, in_place: bool | None = None, name: str | None = None,
+                       verify: bool = True) -> Program:
+    """Lower ``schedule``, verify the program and write it to ``path`` atomically; returns the program.
+
+    With ``verify`` (the default) the program is checked as ``taccl verify``
+    would (rules, deadlock, data races, the result in every buffer mode)
+    before anything is written; a program found wrong raises
+    :class:`LoweringError` naming the first problem, and nothing is written.
+    """
     program = lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=proto,
                              min_bytes=min_bytes, max_bytes=max_bytes, in_place=in_place, name=name)
+    if verify:
+        report = verify_program(program, dialect)
+        if report.verdict == "incorrect":
+            first = str(report.errors[0]) if report.errors else "no buffer mode could be checked"
+            raise LoweringError(f"the lowered program is not correct ({len(report.errors)} problem(s)); the first: "
+                                f"{first}")
     save_xml(program, path, dialect)
     return program
 
@@ -112,6 +137,8 @@ def _check_options(schedule: Schedule, topology: Topology, options: LoweringOpti
     problem = schedule.structural_error(topology)
     if problem:
         raise LoweringError(f"the schedule does not fit topology {topology.name!r}: {problem}")
+    if schedule.uses_switch_offload:
+        raise LoweringError(MULTICAST_NOT_XML)
     if col.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) and options.dialect == "v1" and col.root:
         raise LoweringError(f"{col.kind.value} with root {col.root}: MSCCL XML has no root; only root 0 can be "
                             "written for v1")
@@ -132,92 +159,229 @@ def _expand(schedule: Schedule, instances: int) -> Schedule:
                    transfers=tuple(transfers))
 
 
-# ------------------------------------------------------------------- items
+# ------------------------------------------------------------------ structure
 @dataclass(frozen=True)
-class _Item:
-    """One entry of a threadblock's order: the send side, the receive side, or both fused."""
+class _Structure:
+    """How connections are cut and paired in one attempt: segments per connection, pairs."""
 
-    recv: int = -1
-    send: int = -1
+    segments: dict[BaseConnection, int]
+    """Connections cut into this many segments (each on its own channel); absent means 1."""
+    pairs: frozenset[Pair]
+
+
+@dataclass(frozen=True)
+class _Ops:
+    """The steps of every threadblock, in order, and what each waits for (op ids of the same rank)."""
+
+    ops: tuple[LoweredOp, ...]
+    tb_ops: dict[TbKey, list[int]]
+    deps: tuple[tuple[int, ...], ...]
+    matches: tuple[tuple[int, int], ...]
+    """(send-type op, the receive-type op that takes its data), for every piece of every transfer."""
+    scratch: tuple[int, ...]
+    """Scratch chunks per rank, staging areas included."""
 
 
 class _Lowering:
     """The lowering of one schedule; ``run`` retries with fewer pairings / more segments until it fits."""
 
-    def __init__(self, schedule: Schedule, order: ScheduleOrder, in_place: bool, options: LoweringOptions) -> None:
-        self.schedule = schedule
+    def __init__(self, order: ScheduleOrder, in_place: bool, options: LoweringOptions) -> None:
+        self.schedule = order.schedule
         self.order = order
         self.in_place = in_place
         self.options = options
-        self.transfers = schedule.transfers
-        self.connections: dict[tuple[int, int, int], list[int]] = {}
+        self.transfers = self.schedule.transfers
+        self.connections: dict[BaseConnection, list[int]] = {}
         self.conn_index: list[int] = []
         for i, t in enumerate(self.transfers):
             members = self.connections.setdefault((t.src, t.dst, t.channel), [])
             self.conn_index.append(len(members))
             members.append(i)
-        self.required = set(schedule.collective.required())
-        self.segments: dict[tuple[int, int, int], int] = {}
-        self.pairs: set[tuple[int, int, int, int]] = set()  # (rank, channel, recv peer, send peer)
-        self.banned: set[tuple[int, int, int, int]] = set()
+        self.layout = plan_layout(self.schedule, in_place)
+        self.banned: set[Pair] = set()
+        self.merged: dict[Pair, tuple[Item, ...] | None] = {}
+        """Cache: a pair's interleaving depends only on the schedule and the base layout."""
+        self.leaner: dict[frozenset[int], BufferLayout] = {}
 
-    # -- structure
-    def connection_of(self, t: int) -> Connection:
-        tr = self.transfers[t]
-        key = (tr.src, tr.dst, tr.channel)
-        parts = self.segments.get(key, 1)
-        if parts == 1:
-            return (*key, 0)
-        return (*key, self.conn_index[t] * parts // len(self.connections[key]))
+    @cached_property
+    def required(self) -> frozenset[tuple[int, int]]:
+        """(rank, chunk) pairs the collective's result needs (only reductions ask)."""
+        return frozenset(self.schedule.collective.required())
+
+    def connections_of(self, segments: dict[BaseConnection, int]) -> list[Connection]:
+        """The connection (segment included) of every transfer."""
+        out: list[Connection] = [(-1, -1, -1, -1)] * len(self.transfers)
+        for key, members in self.connections.items():
+            parts = segments.get(key, 1)
+            whole = (*key, 0)
+            for pos, t in enumerate(members):
+                out[t] = whole if parts == 1 else (*key, pos * parts // len(members))
+        return out
 
     def run(self) -> Program:
-        base_layout = plan_layout(self.schedule, self.in_place)
-        self.pairs = self._choose_pairs(base_layout)
+        structure = self._initial_structure()
+        col = self.schedule.collective
         for _ in range(_MAX_ROUNDS):
-            layout = plan_layout(self.schedule, self.in_place)
-            orders = self._threadblock_orders(layout)
-            layout = self._leaner_layout(orders, layout)
-            ops, tb_ops = self._build_ops(orders, layout)
-            preferred = {self.connection_of(t): self.transfers[t].channel for t in range(len(self.transfers))}
-            col = self.schedule.collective
-            result = assemble(ops, tb_ops, col.num_ranks, self.options.dialect, preferred,
-                              (layout.i_chunks, layout.o_chunks), layout.scratch)
+            orders, structure = self._threadblock_orders(structure)
+            layout = self._leaner_layout(orders)
+            conn_of = self.connections_of(structure.segments)
+            built = self._build_ops(orders, layout, conn_of)
+            preferred = {conn: conn[2] for conn in dict.fromkeys(conn_of)}
+            result = assemble(built.ops, built.tb_ops, built.deps, built.matches, col.num_ranks, self.options.dialect,
+                              preferred, (layout.i_chunks, layout.o_chunks), built.scratch)
             if result.overflowing:
-                self._relieve(result.overflowing)
+                structure = self._relieve(structure, result.overflowing)
                 continue
             program = self._program(result.gpus, result.nchannels)
-            deadlock = find_deadlock(build_machine(program))
-            if deadlock is None:
+            if not result.deadlocked:
                 return program
-            if not self.pairs:
-                raise LoweringError(f"the schedule cannot be expressed in MSCCL: {deadlock.message}")
-            self.banned |= self.pairs
-            self.pairs = set()
+            if not structure.pairs:
+                deadlock = find_deadlock(build_machine(program))
+                reason = deadlock.message if deadlock else "its waits form a cycle"
+                raise LoweringError(f"the schedule cannot be expressed in MSCCL: {reason}")
+            self.banned |= structure.pairs
+            structure = _Structure(structure.segments, frozenset())
         raise LoweringError("could not fit the schedule in the dialect's limits after splitting threadblocks "
                             f"{_MAX_ROUNDS} times")
 
-    def _leaner_layout(self, orders: dict[TbKey, list[_Item]], layout: BufferLayout) -> BufferLayout:
-        """Keep chunks in the input buffer when their only writes become ``rrs`` (nothing stored)."""
-        fused = [item for items in orders.values() for item in items if item.recv >= 0 and item.send >= 0]
-        unstored = frozenset(item.recv for item in fused if self.transfers[item.recv].op is Op.REDUCE
-                             and self._dead_after(item.recv, item.send))
-        if not unstored:
-            return layout
-        leaner = plan_layout(self.schedule, self.in_place, unstored)
-        for item in fused:
-            ta = self.transfers[item.recv]
-            if not _contiguous([leaner.where(ta.dst, k) for k in ta.chunks]):
-                return layout
-        return leaner
+    def _initial_structure(self) -> _Structure:
+        """Pairs by flow, and connections pre-cut where their own steps already exceed a threadblock."""
+        limit = DIALECTS[self.options.dialect].max_steps
+        segments: dict[BaseConnection, int] = {}
+        for key, members in self.connections.items():
+            sides = [[self._steps(t, sending) for t in members] for sending in (True, False)]
+            if max(sum(sides[0]), sum(sides[1])) <= limit:
+                continue
+            waits = [self._waits_to_start(t) for t in members]
+            parts = 1
+            while parts < len(members) and (_largest_segment(sides[0], parts, waits) > limit
+                                            or _largest_segment(sides[1], parts) > limit):
+                parts = min(len(members), parts * 2)
+            if parts > 1:
+                segments[key] = parts
+        self._check_channel_count(segments)
+        return _Structure(segments, choose_pairs(self.order, self.layout, self.banned))
 
-    def _relieve(self, keys: list[TbKey]) -> None:
+    def _waits_to_start(self, t: int) -> bool:
+        """Does transfer ``t``'s first send wait for anything (data it forwards, an initial copy, an ``after``)?"""
+        tr = self.transfers[t]
+        if tr.after:
+            return True
+        copies = self.layout.initial_copies.get(tr.src)
+        return any(w != INITIAL or copies for w in self.order.raw[t])
+
+    def _check_channel_count(self, segments: dict[BaseConnection, int]) -> None:
+        """Fail at once when two ranks need more connections (segments) than there are channels.
+
+        Each connection between the same two ranks needs a channel of its own,
+        and segments only multiply, so no later attempt could fit.
+        """
+        between: dict[tuple[int, int], int] = {}
+        for key in self.connections:
+            pair = key[:2]
+            between[pair] = between.get(pair, 0) + segments.get(key, 1)
+        for (src, dst), count in sorted(between.items()):
+            if count > MAX_CHANNELS:
+                raise LoweringError(f"connections {src}->{dst} need a channel but all {MAX_CHANNELS} are taken "
+                                    f"({count} connections between the two ranks; one connection per peer and "
+                                    "channel)")
+
+    def _steps(self, t: int, sending: bool) -> int:
+        """Steps transfer ``t`` takes on one side at least (copies through scratch, pieces of 71 chunks)."""
+        tr = self.transfers[t]
+        staged = not sending and tr.exchange is not None  # received into scratch, then copied or reduced
+        if len(tr.chunks) == 1 and not staged:
+            return 1
+        rank = tr.src if sending else tr.dst
+        where = self.layout.working
+        locs = [where[(rank, k)] for k in tr.chunks]
+        pieces = len(_pieces(len(locs)))
+        if is_contiguous(locs) and not staged:
+            return pieces
+        return pieces + len(contiguous_runs([(loc, loc) for loc in locs]))
+
+    def _threadblock_orders(self, structure: _Structure) -> tuple[dict[TbKey, list[Item]], _Structure]:
+        """Items of every threadblock, in order; pairs that cannot be merged are dropped (and banned)."""
+        segments = structure.segments
+        limit = DIALECTS[self.options.dialect].max_steps
+        orders: dict[TbKey, list[Item]] = {}
+        paired_send: set[Connection] = set()
+        paired_recv: set[Connection] = set()
+        kept: set[Pair] = set()
+        for pair in sorted(structure.pairs):
+            r, ch, q, p = pair
+            recv_conn, send_conn = (q, r, ch, 0), (r, p, ch, 0)
+            items = None
+            if segments.get((q, r, ch), 1) == 1 and segments.get((r, p, ch), 1) == 1:
+                items = self._merge(pair)
+            if items is None or self._paired_steps(items) > limit:
+                self.banned.add(pair)  # over the limit it would overflow: the next attempt would unpair it
+                continue
+            kept.add(pair)
+            orders[TbKey(r, send_conn, recv_conn)] = list(items)
+            paired_send.add(send_conn)
+            paired_recv.add(recv_conn)
+        send_items: dict[Connection, list[Item]] = {}
+        recv_items: dict[Connection, list[Item]] = {}
+        for t, conn in enumerate(self.connections_of(segments)):
+            if conn not in paired_send:
+                items_of = send_items.get(conn)
+                if items_of is None:
+                    items_of = send_items[conn] = orders[TbKey(conn[0], conn, None)] = []
+                items_of.append(Item(send=t))
+            if conn not in paired_recv:
+                items_of = recv_items.get(conn)
+                if items_of is None:
+                    items_of = recv_items[conn] = orders[TbKey(conn[1], None, conn)] = []
+                items_of.append(Item(recv=t))
+        return orders, _Structure(segments, frozenset(kept))
+
+    def _paired_steps(self, items: tuple[Item, ...]) -> int:
+        """Steps a paired threadblock takes at least (a fused item: one step per piece of 71 chunks)."""
+        total = 0
+        for recv, send in items:
+            if recv >= 0 and send >= 0:
+                total += len(_pieces(len(self.transfers[recv].chunks)))
+            elif send >= 0:
+                total += self._steps(send, True)
+            else:
+                total += self._steps(recv, False)
+        return total
+
+    def _merge(self, pair: Pair) -> tuple[Item, ...] | None:
+        if pair not in self.merged:
+            r, ch, q, p = pair
+            self.merged[pair] = merge(self.order, self.connections[(q, r, ch)], self.connections[(r, p, ch)],
+                                      self.layout)
+        return self.merged[pair]
+
+    def _leaner_layout(self, orders: dict[TbKey, list[Item]]) -> BufferLayout:
+        """Keep chunks in the input buffer when their only writes become ``rrs`` (nothing stored)."""
+        fused = [item for items in orders.values() for item in items if item.fused]
+        unstored = frozenset(item.recv for item in fused if self.transfers[item.recv].op is Op.REDUCE
+                             and dead_after(self.order, self.required, item.recv, item.send))
+        if not unstored:
+            return self.layout
+        if unstored not in self.leaner:
+            leaner = plan_layout(self.schedule, self.in_place, unstored)
+            for item in fused:
+                ta = self.transfers[item.recv]
+                if not is_contiguous([leaner.where(ta.dst, k) for k in ta.chunks]):
+                    leaner = self.layout
+                    break
+            self.leaner[unstored] = leaner
+        return self.leaner[unstored]
+
+    def _relieve(self, structure: _Structure, keys: list[TbKey]) -> _Structure:
         """Unpair threadblocks over the step limit, or split single-connection ones over more channels."""
         limit = DIALECTS[self.options.dialect].max_steps
-        split: set[tuple[int, int, int]] = set()
+        pairs = set(structure.pairs)
+        segments = dict(structure.segments)
+        split: set[BaseConnection] = set()
         for key in keys:
             if key.send is not None and key.recv is not None:
                 pair = (key.rank, key.send[2], key.recv[0], key.send[1])
-                self.pairs.discard(pair)
+                pairs.discard(pair)
                 self.banned.add(pair)
                 continue
             conn = key.send or key.recv
@@ -228,11 +392,13 @@ class _Lowering:
                 continue
             split.add(base)
             count = len(self.connections[base])
-            parts = self.segments.get(base, 1)
+            parts = segments.get(base, 1)
             if parts >= count:
                 raise LoweringError(f"one transfer of connection {base[0]}->{base[1]} needs more than {limit} steps "
                                     f"(the {self.options.dialect} limit per threadblock)")
-            self.segments[base] = min(count, parts * 2)
+            segments[base] = min(count, parts * 2)
+        self._check_channel_count(segments)
+        return _Structure(segments, frozenset(pairs))
 
     def _program(self, gpus: tuple[Gpu, ...], nchannels: int) -> Program:
         col = self.schedule.collective
@@ -258,288 +424,226 @@ class _Lowering:
             return col.num_ranks * col.chunk_factor
         return col.num_chunks
 
-    # -- pairing
-    def _fusable(self, a: int, b: int, layout: BufferLayout) -> bool:
-        """Receive ``a`` and send ``b`` can be one rcs/rrcs/rrs step."""
-        ta, tb = self.transfers[a], self.transfers[b]
-        if ta.chunks != tb.chunks or ta.dst != tb.src or ta.channel != tb.channel or ta.exchange is not None:
-            return False
-        if self.order.raw[b] != (a,) or any(x != a for x in tb.after):
-            return False
-        locs = [layout.where(ta.dst, k) for k in ta.chunks]
-        if not _contiguous(locs):
-            return False
-        q, r, p = ta.src, ta.dst, tb.dst
-        for d in self.order.dependents[a]:
-            if d == b:
-                continue
-            td = self.transfers[d]
-            if td.channel != ta.channel or (td.src, td.dst) not in ((q, r), (r, p)):
-                return False
-        return True
-
-    def _choose_pairs(self, layout: BufferLayout) -> set[tuple[int, int, int, int]]:
-        """Per rank and channel, match receiving and sending peers by how many chunks flow straight through."""
-        counts: dict[tuple[int, int, int, int], int] = {}
-        for b, tb in enumerate(self.transfers):
-            raw = self.order.raw[b]
-            if len(raw) == 1 and raw[0] >= 0 and self._fusable(raw[0], b, layout):
-                a = raw[0]
-                key = (tb.src, tb.channel, self.transfers[a].src, tb.dst)
-                counts[key] = counts.get(key, 0) + 1
-        chosen: set[tuple[int, int, int, int]] = set()
-        used_recv: set[tuple[int, int, int]] = set()
-        used_send: set[tuple[int, int, int]] = set()
-        for key in sorted(counts, key=lambda k: (-counts[k], k)):
-            r, ch, q, p = key
-            if key in self.banned or (r, ch, q) in used_recv or (r, ch, p) in used_send:
-                continue
-            chosen.add(key)
-            used_recv.add((r, ch, q))
-            used_send.add((r, ch, p))
-        return chosen
-
-    def _threadblock_orders(self, layout: BufferLayout) -> dict[TbKey, list[_Item]]:
-        """Items of every threadblock, in order; pairs whose merge would delay something are dropped."""
-        while True:
-            orders: dict[TbKey, list[_Item]] = {}
-            paired_send: set[Connection] = set()
-            paired_recv: set[Connection] = set()
-            failed = None
-            for pair in sorted(self.pairs):
-                r, ch, q, p = pair
-                recv_conn, send_conn = (q, r, ch, 0), (r, p, ch, 0)
-                if self.segments.get((q, r, ch), 1) > 1 or self.segments.get((r, p, ch), 1) > 1:
-                    failed = pair
-                    break
-                items = self._merge(self.connections[(q, r, ch)], self.connections[(r, p, ch)], layout)
-                if items is None:
-                    failed = pair
-                    break
-                orders[TbKey(r, send_conn, recv_conn)] = items
-                paired_send.add(send_conn)
-                paired_recv.add(recv_conn)
-            if failed is not None:
-                self.pairs.discard(failed)
-                self.banned.add(failed)
-                continue
-            for t in range(len(self.transfers)):
-                conn = self.connection_of(t)
-                if conn not in paired_send:
-                    orders.setdefault(TbKey(conn[0], conn, None), []).append(_Item(send=t))
-                if conn not in paired_recv:
-                    orders.setdefault(TbKey(conn[1], None, conn), []).append(_Item(recv=t))
-            return orders
-
-    def _merge(self, recvs: list[int], sends: list[int], layout: BufferLayout) -> list[_Item] | None:
-        """Interleave a connection's receives and another's sends in one threadblock, fusing forwards."""
-        order = self.order
-        items: list[_Item] = []
-        i = j = 0
-        prev: _Item | None = None
-        conns = {(self.transfers[recvs[0]].src, self.transfers[recvs[0]].dst),
-                 (self.transfers[sends[0]].src, self.transfers[sends[0]].dst)}
-        channel = self.transfers[recvs[0]].channel
-        while i < len(recvs) or j < len(sends):
-            a = recvs[i] if i < len(recvs) else -1
-            b = sends[j] if j < len(sends) else -1
-            if a >= 0 and b >= 0 and self._fusable(a, b, layout):
-                item = _Item(recv=a, send=b)
-                i += 1
-                j += 1
-            else:
-                b_ok = b >= 0 and not (a >= 0 and order.waits((b, START), (a, COMMIT))) and self._send_after(prev, b)
-                a_ok = a >= 0 and not (b >= 0 and order.waits((a, COMMIT), (b, ARRIVE))) and self._recv_after(
-                    prev, a, conns, channel)
-                if b_ok:
-                    item = _Item(send=b)
-                    j += 1
-                elif a_ok:
-                    item = _Item(recv=a)
-                    i += 1
-                else:
-                    return None
-            items.append(item)
-            prev = item
-        return items
-
-    def _send_after(self, prev: _Item | None, b: int) -> bool:
-        """Placing send ``b`` right after ``prev`` delays nothing: b waits for prev anyway."""
-        if prev is None or prev.send >= 0:
-            return True
-        return self.order.waits((b, START), (prev.recv, COMMIT))
-
-    def _recv_after(self, prev: _Item | None, a: int, conns: set[tuple[int, int]], channel: int) -> bool:
-        """Placing receive ``a`` after ``prev`` delays nothing outside this threadblock."""
-        if prev is None or prev.send < 0:
-            return True
-        b = prev.send
-        for d in self.order.dependents[a]:
-            td = self.transfers[d]
-            if td.channel == channel and (td.src, td.dst) in conns:
-                continue
-            event = START if (a in self.order.raw[d] or a in td.after) else COMMIT
-            if not self.order.waits((d, event), (b, ARRIVE)):
-                return False
-        return True
-
     # -- operations
-    def _build_ops(self, orders: dict[TbKey, list[_Item]], layout: BufferLayout) -> tuple[
-            list[LoweredOp], dict[TbKey, list[int]]]:
-        ops: list[LoweredOp] = []
-        tb_ops: dict[TbKey, list[int]] = {}
-        start_op: dict[int, int] = {}
-        arrive_op: dict[int, int] = {}
-        commit_first: dict[int, int] = {}
-        commit_op: dict[int, int] = {}
-        init_op: dict[tuple[int, int], int] = {}
-
-        def emit(key: TbKey, kind: StepType, src: Location, dst: Location, cnt: int) -> int:
-            op = LoweredOp(len(ops), key, kind, src, dst, cnt)
-            ops.append(op)
-            tb_ops.setdefault(key, []).append(op.id)
-            return op.id
-
-        for rank in sorted(layout.initial_copies):
-            copies = sorted(layout.initial_copies[rank], key=lambda c: (c[1], c[2]))
-            key = TbKey(rank, None, None, 0)
-            by_move = {(src, dst): chunk for chunk, src, dst in copies}
-            for src, dst, cnt in contiguous_runs([(src, dst) for _, src, dst in copies]):
-                for start in range(0, cnt, MAX_COUNT - 1):
-                    n = min(MAX_COUNT - 1, cnt - start)
-                    op_id = emit(key, StepType.COPY, (src[0], src[1] + start), (dst[0], dst[1] + start), n)
-                    for k in range(start, start + n):
-                        init_op[(rank, by_move[((src[0], src[1] + k), (dst[0], dst[1] + k))])] = op_id
-        # split the local copies over threadblocks of at most max_steps
-        self._split_local(tb_ops)
-
+    def _build_ops(self, orders: dict[TbKey, list[Item]], layout: BufferLayout, conn_of: list[Connection]) -> _Ops:
+        """Steps for every item, then each step's dependencies from the schedule's orderings."""
+        emitter = _Emitter(self.transfers, layout, self.options.dialect)
+        init_op = emitter.initial_copies()
+        count = len(self.transfers)
+        start_op = [-1] * count
+        arrive_op = [-1] * count
+        commit_first = [-1] * count
+        commit_op = [-1] * count
         for key in sorted(orders, key=TbKey.sort_key):
-            for item in orders[key]:
-                if item.recv >= 0 and item.send >= 0:
-                    first, last = self._fused(key, item.recv, item.send, layout, emit)
-                    commit_first[item.recv] = start_op[item.send] = first
-                    commit_op[item.recv] = arrive_op[item.send] = last
-                elif item.send >= 0:
-                    start_op[item.send], arrive_op[item.send] = self._send_side(key, item.send, layout, emit)
+            emitter.start(key)
+            for recv, send in orders[key]:
+                if recv >= 0 and send >= 0:
+                    reduced = self.transfers[recv].op is Op.REDUCE
+                    unstored = reduced and dead_after(self.order, self.required, recv, send)
+                    first, last = emitter.fused(recv, send, reduced, unstored)
+                    commit_first[recv] = start_op[send] = first
+                    commit_op[recv] = arrive_op[send] = last
+                elif send >= 0:
+                    start_op[send], arrive_op[send] = emitter.send_side(send)
                 else:
-                    commit_first[item.recv], commit_op[item.recv] = self._recv_side(key, item.recv, layout, emit)
+                    commit_first[recv], commit_op[recv] = emitter.recv_side(recv)
 
-        by_id = ops
+        deps: list[list[int]] = [[] for _ in emitter.ops]
+        raw, waw, war = self.order.raw, self.order.waw, self.order.war
         for t, tr in enumerate(self.transfers):
-            start_step = by_id[start_op[t]]
-            for w in self.order.raw[t]:
+            start_deps = deps[start_op[t]]
+            for w in raw[t]:
                 if w == INITIAL:
-                    start_step.deps += [init_op[(tr.src, k)] for k in tr.chunks if (tr.src, k) in init_op]
+                    if init_op:
+                        start_deps += [init_op[(tr.src, k)] for k in tr.chunks if (tr.src, k) in init_op]
                 else:
-                    start_step.deps.append(commit_op[w])
+                    start_deps.append(commit_op[w])
             for x in tr.after:
                 tx = self.transfers[x]
                 if tx.dst == tr.src:
-                    start_step.deps.append(commit_op[x])
+                    start_deps.append(commit_op[x])
                 elif tx.src == tr.src:
-                    start_step.deps.append(arrive_op[x])
+                    start_deps.append(arrive_op[x])
                 # an order between different ranks cannot be written in MSCCL: data dependencies suffice
-            conn = self.connection_of(t)
-            pos = self.conn_index[t]
-            if conn[3] and self.connection_of(self.connections[conn[:3]][pos - 1]) != conn:
-                start_step.deps.append(arrive_op[self.connections[conn[:3]][pos - 1]])
-            first_step = by_id[commit_first[t]]
-            for w in self.order.waw[t]:
+            conn = conn_of[t]
+            if conn[3]:
+                prev = self.connections[conn[:3]][self.conn_index[t] - 1]
+                if conn_of[prev] != conn:
+                    start_deps.append(arrive_op[prev])  # a segment starts after the previous one's last send
+            first_deps = deps[commit_first[t]]
+            for w in waw[t]:
                 if w == INITIAL:
-                    first_step.deps += [init_op[(tr.dst, k)] for k in tr.chunks if (tr.dst, k) in init_op]
+                    if init_op:
+                        first_deps += [init_op[(tr.dst, k)] for k in tr.chunks if (tr.dst, k) in init_op]
                 else:
-                    first_step.deps.append(commit_op[w])
-            for x in self.order.war[t]:
-                first_step.deps.append(arrive_op[x])
-        for op in ops:
-            op.deps = [d for d in dict.fromkeys(op.deps) if d != op.id]
-        return ops, tb_ops
+                    first_deps.append(commit_op[w])
+            for x in war[t]:
+                first_deps.append(arrive_op[x])
+        matches = tuple(pair for t in range(count)
+                        for pair in zip(emitter.sends_of[t], emitter.recvs_of[t], strict=True))
+        return _Ops(tuple(emitter.ops), emitter.tb_ops, tuple(_distinct(ds, op_id) for op_id, ds in enumerate(deps)),
+                    matches, tuple(emitter.scratch))
 
-    def _split_local(self, tb_ops: dict[TbKey, list[int]]) -> None:
-        limit = DIALECTS[self.options.dialect].max_steps
-        for key in [k for k in tb_ops if k.send is None and k.recv is None]:
-            ids = tb_ops.pop(key)
-            for part in range(0, len(ids), limit):
-                tb_ops[replace(key, local=part // limit)] = ids[part:part + limit]
 
-    def _send_side(self, key: TbKey, t: int, layout: BufferLayout, emit: _Emit) -> tuple[int, int]:
+class _Emitter:
+    """Appends steps to threadblocks (one at a time) and stages non-contiguous messages through scratch."""
+
+    def __init__(self, transfers: tuple[Transfer, ...], layout: BufferLayout, dialect: str) -> None:
+        self.transfers = transfers
+        self.layout = layout
+        self.limit = DIALECTS[dialect].max_steps
+        self.ops: list[LoweredOp] = []
+        self.tb_ops: dict[TbKey, list[int]] = {}
+        self.scratch = list(layout.scratch)
+        self.sends_of: list[list[int]] = [[] for _ in transfers]
+        self.recvs_of: list[list[int]] = [[] for _ in transfers]
+        self.key = TbKey(-1, None, None)
+        self.ids: list[int] = []
+
+    def start(self, key: TbKey) -> None:
+        """Steps emitted from now on go to threadblock ``key``."""
+        self.key = key
+        self.ids = self.tb_ops.setdefault(key, [])
+
+    def emit(self, kind: StepType, src: Location, dst: Location, cnt: int, sends: int = -1,
+             receives: int = -1) -> int:
+        """Append a step; ``sends``/``receives``: the transfer whose data it sends / receives."""
+        op_id = len(self.ops)
+        self.ops.append(LoweredOp(op_id, self.key, kind, src, dst, cnt))
+        self.ids.append(op_id)
+        if sends >= 0:
+            self.sends_of[sends].append(op_id)
+        if receives >= 0:
+            self.recvs_of[receives].append(op_id)
+        return op_id
+
+    def allocate_scratch(self, rank: int, count: int) -> int:
+        """Reserve ``count`` contiguous scratch chunks on ``rank``; return the first offset."""
+        start = self.scratch[rank]
+        self.scratch[rank] += count
+        return start
+
+    def initial_copies(self) -> dict[tuple[int, int], int]:
+        """The copies into working locations, in local threadblocks of at most max_steps; (rank, chunk) -> op."""
+        init_op: dict[tuple[int, int], int] = {}
+        copies_of = self.layout.initial_copies
+        for rank in sorted(copies_of):
+            copies = sorted(copies_of[rank], key=lambda c: (c[1], c[2]))
+            by_move = {(src, dst): chunk for chunk, src, dst in copies}
+            emitted = 0
+            for src, dst, cnt in contiguous_runs([(src, dst) for _, src, dst in copies]):
+                for start in range(0, cnt, MAX_COUNT - 1):
+                    n = min(MAX_COUNT - 1, cnt - start)
+                    if emitted % self.limit == 0:
+                        self.start(TbKey(rank, None, None, emitted // self.limit))
+                    op_id = self.emit(StepType.COPY, (src[0], src[1] + start), (dst[0], dst[1] + start), n)
+                    emitted += 1
+                    for k in range(start, start + n):
+                        init_op[(rank, by_move[((src[0], src[1] + k), (dst[0], dst[1] + k))])] = op_id
+        return init_op
+
+    def send_side(self, t: int) -> tuple[int, int]:
         tr = self.transfers[t]
-        locs = [layout.where(tr.src, k) for k in tr.chunks]
+        where = self.layout.working
+        if len(tr.chunks) == 1:
+            loc = where[(tr.src, tr.chunks[0])]
+            op_id = self.emit(StepType.SEND, loc, loc, 1, sends=t)
+            return op_id, op_id
+        locs = [where[(tr.src, k)] for k in tr.chunks]
         first = -1
-        if _contiguous(locs):
+        if is_contiguous(locs):
             base = locs[0]
         else:
-            start = layout.allocate_scratch(tr.src, len(locs))
+            start = self.allocate_scratch(tr.src, len(locs))
             base = (Buffer.SCRATCH, start)
             for src, dst, cnt in contiguous_runs([(loc, (Buffer.SCRATCH, start + i)) for i, loc in enumerate(locs)]):
-                op_id = emit(key, StepType.COPY, src, dst, cnt)
+                op_id = self.emit(StepType.COPY, src, dst, cnt)
                 first = op_id if first < 0 else first
         last = -1
         for off, cnt in _pieces(len(locs)):
             loc = (base[0], base[1] + off)
-            last = emit(key, StepType.SEND, loc, loc, cnt)
+            last = self.emit(StepType.SEND, loc, loc, cnt, sends=t)
             first = last if first < 0 else first
         return first, last
 
-    def _recv_side(self, key: TbKey, t: int, layout: BufferLayout, emit: _Emit) -> tuple[int, int]:
+    def recv_side(self, t: int) -> tuple[int, int]:
         tr = self.transfers[t]
-        locs = [layout.where(tr.dst, k) for k in tr.chunks]
+        where = self.layout.working
         reduce = tr.op is Op.REDUCE
         # an exchange member lands in scratch and is applied once the rank's own sends of it are done, so the
         # receive never waits on them (a waiting receive would stall its sender once the FIFO is full)
-        if _contiguous(locs) and tr.exchange is None:
+        direct = tr.exchange is None
+        if len(tr.chunks) == 1 and direct:
+            loc = where[(tr.dst, tr.chunks[0])]
+            op_id = self.emit(StepType.RECV_REDUCE_COPY if reduce else StepType.RECV, loc, loc, 1, receives=t)
+            return op_id, op_id
+        locs = [where[(tr.dst, k)] for k in tr.chunks]
+        if direct and is_contiguous(locs):
             first = last = -1
+            kind = StepType.RECV_REDUCE_COPY if reduce else StepType.RECV
             for off, cnt in _pieces(len(locs)):
                 loc = (locs[0][0], locs[0][1] + off)
-                last = emit(key, StepType.RECV_REDUCE_COPY if reduce else StepType.RECV, loc, loc, cnt)
+                last = self.emit(kind, loc, loc, cnt, receives=t)
                 first = last if first < 0 else first
             return first, last
-        start = layout.allocate_scratch(tr.dst, len(locs))
+        start = self.allocate_scratch(tr.dst, len(locs))
         for off, cnt in _pieces(len(locs)):
             loc = (Buffer.SCRATCH, start + off)
-            emit(key, StepType.RECV, loc, loc, cnt)
-        first = -1
+            self.emit(StepType.RECV, loc, loc, cnt, receives=t)
+        first = last = -1
         moves = [((Buffer.SCRATCH, start + i), loc) for i, loc in enumerate(locs)]
         for src, dst, cnt in contiguous_runs(moves):
-            last = emit(key, StepType.REDUCE if reduce else StepType.COPY, src, dst, cnt)
+            last = self.emit(StepType.REDUCE if reduce else StepType.COPY, src, dst, cnt)
             first = last if first < 0 else first
         return first, last
 
-    def _fused(self, key: TbKey, a: int, b: int, layout: BufferLayout, emit: _Emit) -> tuple[int, int]:
+    def fused(self, a: int, b: int, reduced: bool, unstored: bool) -> tuple[int, int]:
         ta = self.transfers[a]
-        locs = [layout.where(ta.dst, k) for k in ta.chunks]
-        if ta.op is Op.COPY:
+        where = self.layout.working
+        locs = [where[(ta.dst, k)] for k in ta.chunks]
+        if not reduced:
             kind = StepType.RECV_COPY_SEND
         else:
-            kind = StepType.RECV_REDUCE_SEND if self._dead_after(a, b) else StepType.RECV_REDUCE_COPY_SEND
+            kind = StepType.RECV_REDUCE_SEND if unstored else StepType.RECV_REDUCE_COPY_SEND
         first = last = -1
         for off, cnt in _pieces(len(locs)):
             loc = (locs[0][0], locs[0][1] + off)
-            last = emit(key, kind, loc, loc, cnt)
+            last = self.emit(kind, loc, loc, cnt, sends=b, receives=a)
             first = last if first < 0 else first
         return first, last
 
-    def _dead_after(self, a: int, b: int) -> bool:
-        """The reduced value ``a`` writes is read only by ``b`` and then overwritten or never needed."""
-        ta = self.transfers[a]
-        for k in ta.chunks:
-            readers, next_writer = self.order.after_write[a].get(k, ((), -1))
-            if readers != (b,):
-                return False
-            if next_writer >= 0:
-                if self.transfers[next_writer].op is not Op.COPY:
-                    return False
-            elif (ta.dst, k) in self.required:
-                return False
-        return True
 
+def _distinct(deps: list[int], op_id: int) -> tuple[int, ...]:
+    """``deps`` without repeats and without ``op_id`` itself, in first-seen order."""
+    if not deps:
+        return ()
+    if len(deps) == 1:
+        return () if deps[0] == op_id else (deps[0],)
+    return tuple(d for d in dict.fromkeys(deps) if d != op_id)
 
 
 def _pieces(count: int) -> list[tuple[int, int]]:
     """(offset, cnt) pieces of at most 71 chunks (cnt must stay below 72)."""
     step = MAX_COUNT - 1
+    if count <= step:
+        return [(0, count)]
     return [(off, min(step, count - off)) for off in range(0, count, step)]
 
 
-def _contiguous(locs: list[Location]) -> bool:
-    return all(loc[0] == locs[0][0] and loc[1] == locs[0][1] + i for i, loc in enumerate(locs))
+def _largest_segment(sizes: list[int], parts: int, waits: list[bool] | None = None) -> int:
+    """The most steps any segment gets when ``sizes`` (one per transfer) are cut into ``parts`` as the lowering does.
+
+    ``waits`` (sending side): whether each transfer's first send waits for
+    something. A segment after the first also waits for the previous
+    segment's last send, so when its first transfer waits for something
+    else too, the two dependencies take a ``nop`` step.
+    """
+    totals = [0] * parts
+    previous = -1
+    for i, size in enumerate(sizes):
+        segment = i * parts // len(sizes)
+        totals[segment] += size
+        if waits is not None and segment != previous and segment > 0 and waits[i]:
+            totals[segment] += 1
+        previous = segment
+    return max(totals)

@@ -16,17 +16,26 @@ on symbolic data and the timing model on the fluid network.
 
 from __future__ import annotations
 
-from collections import deque
+from bisect import bisect_left
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from taccl_py.msccl.ir import MAX_REDUCE_FUSION, Buffer, Program, StepType, Threadblock
 
-__all__ = ["Machine", "Transmission", "build_machine"]
+__all__ = ["RECEIVING", "SENDING", "Machine", "Transmission", "build_machine"]
+
+SENDING = frozenset(k for k in StepType if k.sends)
+RECEIVING = frozenset(k for k in StepType if k.receives)
+"""Step types that send / receive (as sets: asked once per step of large programs)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Transmission:
-    """One instruction of the runtime. ``first``/``last`` are the XML positions it covers."""
+class Transmission(NamedTuple):
+    """One instruction of the runtime. ``first``/``last`` are the XML positions it covers.
+
+    (A named tuple: hundreds of thousands are made per large program, and a
+    tuple is built several times faster than a frozen dataclass.)
+    """
 
     node: int
     rank: int
@@ -36,7 +45,7 @@ class Transmission:
     type: StepType
     first: int
     last: int
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count on purpose (the step's cnt)
     srcbuf: Buffer
     srcoffs: tuple[int, ...]
     dstbuf: Buffer
@@ -68,22 +77,42 @@ class Machine:
     matching_recv: dict[int, int]
 
     def topological_order(self) -> tuple[list[int], list[int]]:
-        """(nodes in a runnable order, nodes that can never run). Deterministic."""
+        """(nodes in a runnable order, nodes that can never run). Deterministic; computed once."""
+        return self._order
+
+    @cached_property
+    def _order(self) -> tuple[list[int], list[int]]:
         n = len(self.nodes)
         indegree = [len(p) for p in self.preds]
-        succs: list[list[int]] = [[] for _ in range(n)]
+        # the next transmission of the same threadblock is implicit (node + 1); other waits are listed
+        others: dict[int, list[int]] = {}
+        nodes = self.nodes
         for node, preds in enumerate(self.preds):
-            for p in preds:
-                succs[p].append(node)
-        ready = deque(i for i in range(n) if indegree[i] == 0 and i not in self.blocked)
-        order: list[int] = []
-        while ready:
-            node = ready.popleft()
-            order.append(node)
-            for s in succs[node]:
+            start = 1 if nodes[node].seq else 0
+            for p in preds[start:]:
+                waiting = others.get(p)
+                if waiting is None:
+                    others[p] = [node]
+                else:
+                    waiting.append(node)
+        follower = [-1] * n
+        for tb in self.tb_nodes:
+            for k in range(len(tb) - 1):
+                follower[tb[k]] = tb[k + 1]
+        blocked = self.blocked
+        order = [i for i in range(n) if not indegree[i] and i not in blocked]
+        for node in order:  # the list grows while it is read: a FIFO queue
+            f = follower[node]
+            if f >= 0:
+                indegree[f] -= 1
+                if not indegree[f] and f not in blocked:
+                    order.append(f)
+            for s in others.get(node, ()):
                 indegree[s] -= 1
-                if indegree[s] == 0 and s not in self.blocked:
-                    ready.append(s)
+                if not indegree[s] and s not in blocked:
+                    order.append(s)
+        if len(order) == n:
+            return order, []
         done = set(order)
         return order, [i for i in range(n) if i not in done]
 
@@ -93,61 +122,72 @@ class Machine:
         return f"rank {t.rank} tb {tb_id} step {t.first} ({t.type.value})"
 
 
-@dataclass
-class _Pending:
-    """A transmission being assembled from steps (``re`` chains grow it)."""
-
-    type: StepType
-    first: int
-    last: int
-    count: int
-    srcbuf: Buffer
-    srcoffs: list[int]
-    dstbuf: Buffer
-    dstoff: int
-    waits: tuple[tuple[int, int], ...]
-    hasdep: int
-
-
 def _transmissions(rank: int, tb_index: int, tb: Threadblock, first_node: int) -> list[Transmission]:
-    """Emulate the runtime parser and the kernel's step counter for one threadblock."""
-    all_deps: list[tuple[int, int]] = []
-    pointer = 0
+    """Emulate the runtime parser and the kernel's step counter for one threadblock.
+
+    A ``nop`` only adds its dependency to the next step's; consecutive ``re``
+    steps with the same destination and source buffer and no dependency fuse
+    (up to 16, the runtime's limit). The step counter advances by one per
+    transmission, plus one per inherited nop dependency and per fused ``re``;
+    a flagged transmission publishes its final value.
+    """
+    out: list[Transmission] = []
+    waits: list[tuple[int, int]] = []
+    current: list[Any] | None = None  # type, first, last, count, srcbuf, srcoffs, dstbuf, dstoff, waits, hasdep
     chain: tuple[Buffer, int, Buffer] | None = None
     total_re = 0
-    pending: list[_Pending] = []
+    counter = 0
+    node = first_node
+
+    def finish(c: list[Any]) -> None:
+        nonlocal counter, node
+        kind, first, last, count, srcbuf, srcoffs, dstbuf, dstoff, deps, hasdep = c
+        if deps:
+            counter += len(deps) - 1
+        if len(srcoffs) > 1:
+            counter += len(srcoffs) - 1
+        out.append(Transmission(node, rank, tb_index, node - first_node, kind, first, last, count, srcbuf,
+                                tuple(srcoffs), dstbuf, dstoff, deps, counter if hasdep else None))
+        counter += 1
+        node += 1
+
     for pos, st in enumerate(tb.steps):
+        kind = st.type
         if st.depid >= 0:
-            all_deps.append((st.depid, st.deps))
-        if st.type is StepType.NOP:
+            waits.append((st.depid, st.deps))
+        if kind is StepType.NOP:
             continue
-        continuing = (st.type is StepType.REDUCE and chain == (st.dstbuf, st.dstoff, st.srcbuf) and st.depid < 0
-                      and pending)
-        if continuing:
-            last = pending[-1]
-            last.last, last.count, last.hasdep = pos, st.cnt, st.hasdep
-            last.srcoffs.append(st.srcoff)
+        is_re = kind is StepType.REDUCE
+        if not is_re:  # nothing fuses with it: a transmission of its own, made at once
+            if current is not None:
+                finish(current)
+                current = None
+            deps = tuple(waits)
+            waits = []
+            if len(deps) > 1:
+                counter += len(deps) - 1
+            out.append(Transmission(node, rank, tb_index, node - first_node, kind, pos, pos, st.cnt, st.srcbuf,
+                                    (st.srcoff,), st.dstbuf, st.dstoff, deps, counter if st.hasdep else None))
+            counter += 1
+            node += 1
+            chain = None
+            continue
+        if is_re and current is not None and st.depid < 0 and chain == (st.dstbuf, st.dstoff, st.srcbuf):
+            current[2], current[3], current[9] = pos, st.cnt, st.hasdep
+            current[5].append(st.srcoff)
         else:
-            pending.append(_Pending(st.type, pos, pos, st.cnt, st.srcbuf, [st.srcoff], st.dstbuf, st.dstoff,
-                                    tuple(all_deps[pointer:]), st.hasdep))
-            pointer = len(all_deps)
-        if st.type is StepType.REDUCE:
+            if current is not None:
+                finish(current)
+            current = [kind, pos, pos, st.cnt, st.srcbuf, [st.srcoff], st.dstbuf, st.dstoff, tuple(waits),
+                       st.hasdep]
+            waits = []
+        if is_re:
             total_re += 1
             chain = None if (st.hasdep or total_re == MAX_REDUCE_FUSION) else (st.dstbuf, st.dstoff, st.srcbuf)
         else:
             chain = None
-    out: list[Transmission] = []
-    counter = 0
-    for seq, p in enumerate(pending):
-        if p.waits:
-            counter += len(p.waits) - 1
-        if p.type is StepType.REDUCE:
-            counter += len(p.srcoffs) - 1
-        out.append(Transmission(node=first_node + seq, rank=rank, tb=tb_index, seq=seq, type=p.type, first=p.first,
-                                last=p.last, count=p.count, srcbuf=p.srcbuf, srcoffs=tuple(p.srcoffs),
-                                dstbuf=p.dstbuf, dstoff=p.dstoff, waits=p.waits,
-                                publish=counter if p.hasdep else None))
-        counter += 1
+    if current is not None:
+        finish(current)
     return out
 
 
@@ -168,7 +208,7 @@ def build_machine(program: Program) -> Machine:
             index_of.setdefault((gpu.id, tb.id), g)
             trans = _transmissions(gpu.id, g, tb, len(nodes))
             nodes.extend(trans)
-            tb_nodes.append(tuple(t.node for t in trans))
+            tb_nodes.append(tuple(range(trans[0].node, trans[0].node + len(trans))) if trans else ())
 
     sender_of: dict[tuple[int, int, int], int] = {}
     receiver_of: dict[tuple[int, int, int], int] = {}
@@ -183,38 +223,49 @@ def build_machine(program: Program) -> Machine:
         g_recv = receiver_of.get(key)
         if g_recv is None:
             continue
-        sends = [n for n in tb_nodes[g_send] if nodes[n].type.sends]
-        recvs = [n for n in tb_nodes[g_recv] if nodes[n].type.receives]
+        sends = [n for n in tb_nodes[g_send] if nodes[n].type in SENDING]
+        recvs = [n for n in tb_nodes[g_recv] if nodes[n].type in RECEIVING]
         for s, r in zip(sends, recvs, strict=False):
             matching_send[r] = s
             matching_recv[s] = r
 
-    published = [[(n, flag) for n in tb_nodes[g] if (flag := nodes[n].publish) is not None]
-                 for g in range(len(tbs))]
+    # per threadblock: the published counters (increasing) and their nodes, to find a wait's satisfier by bisection
+    flags: list[list[int]] = []
+    flag_nodes: list[list[int]] = []
+    for g in range(len(tbs)):
+        values: list[int] = []
+        owners: list[int] = []
+        for n in tb_nodes[g]:
+            flag = nodes[n].publish
+            if flag is not None:
+                values.append(flag)
+                owners.append(n)
+        flags.append(values)
+        flag_nodes.append(owners)
     preds: list[tuple[int, ...]] = []
     blocked: dict[int, str] = {}
     for t in nodes:
-        p: list[int] = []
-        if t.seq > 0:
-            p.append(tb_nodes[t.tb][t.seq - 1])
-        for depid, deps in t.waits:
-            target = index_of.get((t.rank, depid))
-            if target is None:
-                blocked[t.node] = f"waits for tb {depid}, which does not exist on rank {t.rank}"
-                continue
-            satisfier = next((n for n, flag in published[target] if flag >= deps), None)
-            if satisfier is None:
-                blocked[t.node] = (f"waits for tb {depid} to pass step {deps}, but no step of that tb at or after "
-                                   f"it has hasdep=1")
-                continue
-            p.append(satisfier)
-        if t.type.receives:
-            sender = matching_send.get(t.node)
+        node = t.node
+        p: list[int] = [node - 1] if t.seq else []
+        if t.waits:
+            for depid, deps in t.waits:
+                target = index_of.get((t.rank, depid))
+                if target is None:
+                    blocked[node] = f"waits for tb {depid}, which does not exist on rank {t.rank}"
+                    continue
+                k = bisect_left(flags[target], deps)
+                if k == len(flags[target]):
+                    blocked[node] = (f"waits for tb {depid} to pass step {deps}, but no step of that tb at or after "
+                                     f"it has hasdep=1")
+                    continue
+                p.append(flag_nodes[target][k])
+        if t.type in RECEIVING:
+            sender = matching_send.get(node)
             if sender is None:
                 tb = tbs[t.tb][1]
-                blocked[t.node] = f"receives from rank {tb.recv} on channel {tb.chan} but no send matches it"
+                blocked[node] = f"receives from rank {tb.recv} on channel {tb.chan} but no send matches it"
             else:
                 p.append(sender)
-        preds.append(tuple(dict.fromkeys(p)))
+        preds.append(tuple(p) if len(p) < 2 else tuple(dict.fromkeys(p)))
     return Machine(program=program, tbs=tuple(tbs), nodes=tuple(nodes), tb_nodes=tuple(tb_nodes),
                    preds=tuple(preds), blocked=blocked, matching_send=matching_send, matching_recv=matching_recv)

@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DATA_RULES", "FATAL_RULES", "VerifyReport", "Violation"]
+__all__ = ["DATA_RULES", "FATAL_RULES", "UNCHECKED_RULES", "VerifyReport", "Violation"]
 
-DATA_RULES = frozenset({"wrong-result", "data-race", "unchecked-collective"})
-"""Rules about the data result; they make a program incorrect, not invalid."""
+UNCHECKED_RULES = frozenset({"unchecked-collective", "unchecked-races"})
+"""A check that could not run: the program is not known to be correct (nor known to be wrong)."""
+
+DATA_RULES = frozenset({"wrong-result", "data-race"}) | UNCHECKED_RULES
+"""Rules about the data result; they make a program incorrect (or of unknown correctness), not invalid."""
 
 FATAL_RULES = frozenset({
     "gpu-ids", "tb-ids", "tb-limit", "peer", "channel", "duplicate-connection", "unmatched-connection",
@@ -47,6 +50,10 @@ class Violation:
 class VerifyReport:
     """``valid``: the runtimes load and run it without hanging; ``correct``: the result is the collective's.
 
+    ``correct`` is True only when every check ran (rules, deadlock, data
+    races, the result in each buffer mode) and found nothing. ``verdict`` says
+    ``unknown`` instead of ``incorrect`` when the program is valid and the only
+    findings are checks that could not run (:data:`UNCHECKED_RULES`).
     ``dialect`` is the one checked against; ``modes`` the buffer modes whose
     data result was checked (``inplace``/``outofplace``).
     """
@@ -58,8 +65,17 @@ class VerifyReport:
     modes: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
+    @property
+    def verdict(self) -> str:
+        """``correct``, ``incorrect``, or ``unknown`` (valid, nothing found, but a check could not run)."""
+        if self.correct:
+            return "correct"
+        if self.valid and self.errors and all(e.rule in UNCHECKED_RULES for e in self.errors):
+            return "unknown"
+        return "incorrect"
+
     def to_dict(self) -> dict[str, Any]:
-        return {"valid": self.valid, "correct": self.correct, "dialect": self.dialect,
+        return {"valid": self.valid, "correct": self.correct, "verdict": self.verdict, "dialect": self.dialect,
                 "modes_checked": list(self.modes), "errors": [e.to_dict() for e in self.errors],
                 "notes": list(self.notes)}
 

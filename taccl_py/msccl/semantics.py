@@ -95,13 +95,18 @@ class DataSpec:
 
     def canonical(self, rank: int, buffer: Buffer, offset: int) -> tuple[Buffer, int]:
         """The memory a buffer reference names, after in-place aliasing."""
+        b, shift = self.alias(rank, buffer)
+        return b, offset + shift
+
+    def alias(self, rank: int, buffer: Buffer) -> tuple[Buffer, int]:
+        """``(buffer, shift)``: offset ``k`` of ``buffer`` on ``rank`` is offset ``k + shift`` of that buffer."""
         if not self.in_place or buffer is Buffer.SCRATCH:
-            return buffer, offset
+            return buffer, 0
         if self.kind is CollectiveKind.ALLGATHER:
-            return (Buffer.OUTPUT, rank * self.block + offset) if buffer is Buffer.INPUT else (buffer, offset)
+            return (Buffer.OUTPUT, rank * self.block) if buffer is Buffer.INPUT else (buffer, 0)
         if self.kind is CollectiveKind.REDUCESCATTER:
-            return (Buffer.INPUT, rank * self.block + offset) if buffer is Buffer.OUTPUT else (buffer, offset)
-        return Buffer.INPUT, offset
+            return (Buffer.INPUT, rank * self.block) if buffer is Buffer.OUTPUT else (buffer, 0)
+        return Buffer.INPUT, 0
 
     def contribution(self, rank: int, chunk: int) -> int:
         return 1 << (rank * self.input_chunks + chunk)
@@ -122,11 +127,13 @@ class DataSpec:
             for k in range(c):
                 yield k, 1 << k
         elif kind is CollectiveKind.ALLREDUCE or (kind is CollectiveKind.REDUCE and rank == self.root):
+            every_rank = self._every_rank
             for k in range(c):
-                yield k, _sum(self.contribution(s, k) for s in range(n))
+                yield k, every_rank << k
         elif kind is CollectiveKind.REDUCESCATTER:
+            every_rank = self._every_rank
             for j in range(b):
-                yield j, _sum(self.contribution(s, rank * b + j) for s in range(n))
+                yield j, every_rank << (rank * b + j)
         elif kind is CollectiveKind.ALLTOALL:
             for s in range(n):
                 for j in range(b):
@@ -134,6 +141,11 @@ class DataSpec:
         elif kind is CollectiveKind.BROADCAST:
             for k in range(c):
                 yield k, self.contribution(self.root, k)
+
+    @property
+    def _every_rank(self) -> int:
+        """Input chunk 0 of every rank; shifted by ``k``, input chunk ``k`` of every rank."""
+        return _sum(self.contribution(s, 0) for s in range(self.ngpus))
 
     def describe(self, value: Value) -> str:
         if isinstance(value, Garbage):

@@ -13,12 +13,13 @@ buffer mode (in-place, out-of-place) the program declares.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from taccl_py.errors import InputError
 from taccl_py.msccl.ir import DIALECTS, Buffer, Program, StepType
-from taccl_py.msccl.machine import Machine, Transmission, build_machine
+from taccl_py.msccl.machine import RECEIVING, Machine, Transmission, build_machine
 from taccl_py.msccl.report import DATA_RULES, FATAL_RULES, VerifyReport, Violation
 from taccl_py.msccl.rules import check_rules
 from taccl_py.msccl.semantics import DataSpec, Garbage, Value, reduce_values
@@ -28,10 +29,12 @@ __all__ = ["VerifyReport", "Violation", "execute_program", "find_deadlock", "ver
 WARNING_RULES = frozenset({"dependency-flag", "never-selected", "rarely-selected"})
 """Reported in ``notes``: legal for the runtime but probably not what the author meant."""
 
-_RACE_CHECK_LIMIT = 60_000_000
-"""Above this many (transmission x threadblock) entries the race check is skipped (memory)."""
 
 _MAX_DATA_ERRORS = 20
+
+_RACE_SEARCH_FACTOR = 64
+_RACE_SEARCH_BASE = 10_000_000
+"""The race check's searches may visit this many transmissions in all (factor x program size + base)."""
 
 _MAX_SYMBOLIC_CONTRIBUTIONS = 1_000_000
 """Above this many (rank x input chunk) contributions the data result is not checked."""
@@ -116,6 +119,8 @@ class Outcome:
     errors: tuple[Violation, ...]
     notes: tuple[str, ...]
     memory: dict[tuple[int, Buffer, int], Value]
+    racy_slots: frozenset[tuple[int, Buffer, int]] = frozenset()
+    """Every (rank, buffer, offset) with two unordered conflicting accesses (errors list at most 20)."""
 
 
 def execute_program(machine: Machine, in_place: bool) -> Outcome:
@@ -134,11 +139,159 @@ def execute_program(machine: Machine, in_place: bool) -> Outcome:
                                   "large to execute symbolically"),), (), {})
     run = _Execution(machine, spec)
     run.run()
-    return Outcome(tuple(run.errors + run.check_result()), tuple(run.notes), run.memory)
+    errors = run.errors + run.check_result()
+    if run.race_check_skipped:
+        errors.append(Violation("unchecked-races", run.race_check_skipped))
+    return Outcome(tuple(errors), tuple(run.notes), run.memory, frozenset(run.racy_slots))
+
+
+class _HappensBefore:
+    """Does one transmission complete before another starts on every run? Exact, in linear memory.
+
+    The race check only asks whether an earlier access (in the execution's
+    topological order) happens before the transmission being executed. Most
+    answers are immediate: the same threadblock, a direct wait, or a chain of
+    the rank's own waits (vector clocks over the rank's threadblocks, made
+    only when first needed: orderings between a rank's steps are mostly its
+    own dependencies). The rest search backwards from the later transmission
+    over the whole happens-before graph. A search never enters a transmission that cannot follow the
+    earlier one (the topological order puts it before, or its level or
+    height rules it out) and stops at the earlier one's threadblock (its
+    position there decides). A search that finds nothing is a race. The
+    searches share a budget of visited transmissions (a multiple of the
+    program's size); once it is spent, ``exhausted`` is set and every further
+    question is answered "ordered" (the check is then incomplete, and the
+    verifier says so).
+    """
+
+    def __init__(self, machine: Machine, order: list[int]) -> None:
+        self.machine = machine
+        self.order = order
+        self.position = [0] * len(machine.nodes)
+        for i, node in enumerate(order):
+            self.position[node] = i
+        self.searches = 0
+        self.budget = _RACE_SEARCH_FACTOR * len(machine.nodes) + _RACE_SEARCH_BASE
+        self.exhausted = False
+
+    @cached_property
+    def _labels(self) -> tuple[list[int], list[int]]:
+        """Per transmission: the longest chain of waits below it (level) and above it (height).
+
+        If A happens before B, A's level is below B's and its height above
+        B's: a search for A never needs to enter a transmission failing that.
+        Computed on the first search only (most programs need none).
+        """
+        preds = self.machine.preds
+        level = [0] * len(preds)
+        for node in self.order:
+            best = 0
+            for p in preds[node]:
+                if level[p] > best:
+                    best = level[p]
+            level[node] = best + 1
+        height = [1] * len(preds)
+        for node in reversed(self.order):
+            h = height[node] + 1
+            for p in preds[node]:
+                if height[p] < h:
+                    height[p] = h
+        return level, height
+
+    def ordered(self, earlier: int, later: int) -> bool:
+        if earlier == later:
+            return True
+        nodes = self.machine.nodes
+        e, t = nodes[earlier], nodes[later]
+        if e.tb == t.tb:
+            return e.seq < t.seq
+        if earlier in self.machine.preds[later]:
+            return True
+        if self.exhausted:
+            return True
+        local, index = self._local_clocks
+        if e.rank == t.rank and local[later][index[e.tb]] > e.seq:
+            return True
+        self.searches += 1
+        found, visited = self._search(earlier, later)
+        self.budget -= visited
+        if self.budget < 0:
+            self.exhausted = True
+        return found
+
+    @cached_property
+    def _local_clocks(self) -> tuple[list[np.ndarray], list[int]]:
+        """Per transmission, how many transmissions of each threadblock of its rank precede it through the
+        rank's own waits (threadblock order and dependencies; receives' senders are not followed).
+
+        (clocks, index of each threadblock among its rank's). A transmission
+        without dependencies shares its predecessor's clock (its own entry is
+        implied by its position), so arrays are made only where dependencies
+        join threadblocks. Computed on the first question the quick answers
+        cannot settle.
+        """
+        machine = self.machine
+        nodes, preds = machine.nodes, machine.preds
+        index = [0] * len(machine.tbs)
+        sizes: dict[int, int] = {}
+        for g, (rank, _) in enumerate(machine.tbs):
+            index[g] = sizes.get(rank, 0)
+            sizes[rank] = index[g] + 1
+        dtype = np.int16 if max((len(tb) for tb in machine.tb_nodes), default=0) < 32000 else np.int32
+        empty = {rank: np.zeros(size, dtype=dtype) for rank, size in sizes.items()}
+        clocks: list[np.ndarray] = [empty[t.rank] for t in nodes]
+        for node in self.order:
+            t = nodes[node]
+            ps = preds[node]
+            first = 1 if t.seq else 0
+            clock = clocks[node - 1] if t.seq else clocks[node]
+            fresh = False
+            for p in ps[first:]:
+                q = nodes[p]
+                if q.rank != t.rank:
+                    continue
+                if not fresh:
+                    clock = clock.copy()
+                    fresh = True
+                np.maximum(clock, clocks[p], out=clock)
+                g = index[q.tb]
+                if clock[g] <= q.seq:
+                    clock[g] = q.seq + 1
+            clocks[node] = clock
+        return clocks, index
+
+    def _search(self, earlier: int, later: int) -> tuple[bool, int]:
+        """(found ``earlier`` behind ``later``, transmissions visited)."""
+        nodes, preds, position = self.machine.nodes, self.machine.preds, self.position
+        level, height = self._labels
+        e = nodes[earlier]
+        tb, seq = e.tb, e.seq
+        floor, low, high = position[earlier], level[earlier], height[earlier]
+        stack = [later]
+        seen = {later}
+        while stack:
+            for p in preds[stack.pop()]:
+                if p in seen:
+                    continue
+                seen.add(p)
+                q = nodes[p]
+                if q.tb == tb:
+                    if q.seq >= seq:
+                        return True, len(seen)
+                    continue  # before ``earlier`` in its threadblock: nothing it waits for follows it
+                if position[p] > floor and level[p] > low and height[p] < high:
+                    stack.append(p)
+        return False, len(seen)
 
 
 class _Execution:
-    """Symbolic execution with happens-before bookkeeping (vector clocks over threadblocks)."""
+    """Symbolic execution of a deadlock-free program, checking every access for races on the way.
+
+    Races: each slot remembers its last write and the reads since; a read
+    must happen after the last write, a write after the last write and every
+    read since. By transitivity that orders every two conflicting accesses
+    of the slot, so no other pair needs checking.
+    """
 
     def __init__(self, machine: Machine, spec: DataSpec) -> None:
         self.machine = machine
@@ -148,42 +301,35 @@ class _Execution:
         self.errors: list[Violation] = []
         self.notes: list[str] = []
         self.races = 0
+        self.racy_slots: set[tuple[int, Buffer, int]] = set()
+        self.race_check_skipped: str | None = None
         for rank in range(spec.ngpus):
             for buffer, offset, value in spec.initial(rank):
                 self.memory[(rank, buffer, offset)] = value
-        num_tbs = len(machine.tbs)
-        self.track = len(machine.nodes) * max(num_tbs, 1) <= _RACE_CHECK_LIMIT
-        if not self.track:
-            self.notes.append("data-race check skipped: the program is too large for it")
-        longest = max((len(n) for n in machine.tb_nodes), default=0)
-        dtype = np.int16 if longest < 32000 else np.int32
-        self.clock = np.zeros((len(machine.nodes), num_tbs), dtype=dtype) if self.track else None
+        self.order, _ = machine.topological_order()
+        self.happens_before = _HappensBefore(machine, self.order)
         self.last_write: dict[tuple[int, Buffer, int], int] = {}
         self.readers: dict[tuple[int, Buffer, int], list[int]] = {}
 
     def run(self) -> None:
-        order, _ = self.machine.topological_order()
-        for node in order:
-            if self.clock is not None:
-                preds = self.machine.preds[node]
-                if preds:
-                    self.clock[node] = self.clock[list(preds)].max(axis=0)
-                t = self.machine.nodes[node]
-                self.clock[node, t.tb] = t.seq + 1
+        for node in self.order:
             self._step(self.machine.nodes[node])
+        if self.happens_before.exhausted:
+            self.race_check_skipped = (
+                f"the data-race check stopped after {self.happens_before.searches} searches (it visited more than "
+                f"{_RACE_SEARCH_FACTOR} x {len(self.machine.nodes)} + {_RACE_SEARCH_BASE} steps); races after that "
+                "point are not ruled out")
 
     # -- memory with race detection
     def _where(self, t: Transmission) -> str:
         return self.machine.describe(t.node)
 
     def _ordered(self, earlier: int, later: int) -> bool:
-        if earlier == later or self.clock is None:
-            return True
-        e = self.machine.nodes[earlier]
-        return int(self.clock[later, e.tb]) > e.seq
+        return self.happens_before.ordered(earlier, later)
 
     def _race(self, t: Transmission, other: int, slot: tuple[int, Buffer, int], what: str) -> None:
         self.races += 1
+        self.racy_slots.add(slot)
         if self.races > _MAX_DATA_ERRORS:
             return
         _, buffer, offset = slot
@@ -194,41 +340,58 @@ class _Execution:
 
     def read(self, t: Transmission, buffer: Buffer, offset: int, count: int) -> list[Value]:
         values: list[Value] = []
-        for k in range(count):
-            b, o = self.spec.canonical(t.rank, buffer, offset + k)
-            slot = (t.rank, b, o)
-            w = self.last_write.get(slot)
-            if w is not None and not self._ordered(w, t.node):
+        rank, node = t.rank, t.node
+        b, shift = self.spec.alias(rank, buffer)
+        memory, last_write, readers = self.memory, self.last_write, self.readers
+        for k in range(offset, offset + count):
+            slot = (rank, b, k + shift)
+            w = last_write.get(slot)
+            if w is not None and w != node and not self._ordered(w, node):
                 self._race(t, w, slot, "read")
-            self.readers.setdefault(slot, []).append(t.node)
-            value = self.memory.get(slot)
+            seen = readers.get(slot)
+            if seen is None:
+                readers[slot] = [node]
+            else:
+                seen.append(node)
+            value = memory.get(slot)
             if value is None:
-                value = Garbage(f"{self._where(t)} reads {buffer.value}[{offset + k}] before anything wrote it")
+                value = Garbage(f"{self._where(t)} reads {buffer.value}[{k}] before anything wrote it")
             values.append(value)
         return values
 
     def write(self, t: Transmission, buffer: Buffer, offset: int, values: list[Value] | tuple[Value, ...]) -> None:
-        for k, value in enumerate(values):
-            b, o = self.spec.canonical(t.rank, buffer, offset + k)
-            slot = (t.rank, b, o)
-            w = self.last_write.get(slot)
-            if w is not None and not self._ordered(w, t.node):
+        rank, node = t.rank, t.node
+        b, shift = self.spec.alias(rank, buffer)
+        memory, last_write, readers = self.memory, self.last_write, self.readers
+        for k, value in enumerate(values, offset + shift):
+            slot = (rank, b, k)
+            w = last_write.get(slot)
+            if w is not None and w != node and not self._ordered(w, node):
                 self._race(t, w, slot, "write")
-            for r in self.readers.pop(slot, ()):
-                if not self._ordered(r, t.node):
+            for r in readers.pop(slot, ()):
+                if r != node and not self._ordered(r, node):
                     self._race(t, r, slot, "write")
                     break
-            self.last_write[slot] = t.node
-            self.memory[slot] = value
+            last_write[slot] = node
+            memory[slot] = value
+
+    def _reduce(self, t: Transmission, a: list[Value] | tuple[Value, ...], b: list[Value]) -> list[Value]:
+        out: list[Value] = []
+        for x, y in zip(a, b, strict=True):
+            if type(x) is int and type(y) is int and not x & y:
+                out.append(x | y)
+            else:
+                out.append(reduce_values(x, y, self._where(t)))
+        return out
 
     def _step(self, t: Transmission) -> None:
         kind = t.type
-        where = self._where(t)
         received: tuple[Value, ...] = ()
-        if kind.receives:
+        if kind in RECEIVING:
             sender = self.machine.matching_send[t.node]
             received = self.payload.pop(sender, ())
             if len(received) != t.count:
+                where = self._where(t)
                 received = tuple(received[:t.count]) + tuple(
                     Garbage(f"{where} receives more than was sent") for _ in range(t.count - len(received)))
         out: list[Value] | tuple[Value, ...] | None = None
@@ -240,8 +403,7 @@ class _Execution:
             self.write(t, t.dstbuf, t.dstoff, received)
             out = received
         elif kind in (StepType.RECV_REDUCE_SEND, StepType.RECV_REDUCE_COPY, StepType.RECV_REDUCE_COPY_SEND):
-            local = self.read(t, t.srcbuf, t.srcoffs[0], t.count)
-            combined = [reduce_values(a, b, where) for a, b in zip(received, local, strict=True)]
+            combined = self._reduce(t, received, self.read(t, t.srcbuf, t.srcoffs[0], t.count))
             if kind is not StepType.RECV_REDUCE_SEND:
                 self.write(t, t.dstbuf, t.dstoff, combined)
             if kind is not StepType.RECV_REDUCE_COPY:
@@ -251,8 +413,7 @@ class _Execution:
         elif kind is StepType.REDUCE:
             acc = self.read(t, t.dstbuf, t.dstoff, t.count)
             for off in t.srcoffs:
-                acc = [reduce_values(a, b, where) for a, b in zip(acc, self.read(t, t.srcbuf, off, t.count),
-                                                                   strict=True)]
+                acc = self._reduce(t, acc, self.read(t, t.srcbuf, off, t.count))
             self.write(t, t.dstbuf, t.dstoff, acc)
         if out is not None:
             self.payload[t.node] = tuple(out)
