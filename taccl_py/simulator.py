@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from taccl_py.collectives import Collective
+from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout
 from taccl_py.event_kernel import EventKernel, Fault
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Topology
@@ -32,9 +33,14 @@ __all__ = ["SimOptions", "SimResult", "simulate"]
 
 @dataclass(frozen=True)
 class SimOptions:
-    """``step_overhead_us``: fixed software latency added to every transfer (NCCL's per-step cost)."""
+    """``step_overhead_us``: fixed software latency added to every transfer (NCCL's per-step cost).
+
+    ``endpoint``: who drives the collective at the GPUs (:mod:`taccl_py.endpoint`); it
+    matters only on a topology whose GPUs declare memory or channel limits.
+    """
 
     step_overhead_us: float = 0.0
+    endpoint: EndpointMode = EndpointMode.GPU
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,10 @@ class SimResult:
     critical_path: tuple[int, ...]
     stuck: tuple[int, ...] = ()
     notes: dict[str, Any] = field(default_factory=dict)
+    memory_busy_us: tuple[float, ...] = ()
+    """Per GPU, the time its memory served at least one transfer (empty unless the topology declares memory)."""
+    memory_bytes: tuple[float, ...] = ()
+    """Per GPU, the memory bytes the transfers read and wrote there (empty unless the topology declares memory)."""
 
     @property
     def algbw_GBps(self) -> float | None:
@@ -279,7 +289,7 @@ class _Run(EventKernel):
     """
 
     __slots__ = ("arrive_at", "collective", "commit_at", "commit_cause", "commit_on_arrive", "commit_on_commit",
-                 "commit_pending", "commits", "committed", "conn_next", "conn_prev", "num_chunks", "schedule",
+                 "commit_pending", "commits", "committed", "conn_next", "conn_prev", "memory", "num_chunks", "schedule",
                  "size_bytes", "snapshot", "start_at", "start_cause", "start_on_commit", "start_pending", "state",
                  "topology", "transfers")
 
@@ -308,8 +318,15 @@ class _Run(EventKernel):
                 lat = route_latency[t.route] = topology.route_latency(t.route)
             latency[i] = lat + overhead
             num_bytes[i] = len(t.chunks) * chunk_bytes
-        super().__init__([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links],
-                         [t.route for t in transfers], latency, num_bytes)
+        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links]
+        self.memory: tuple[int, ...] = ()
+        if topology.has_endpoint_limits:  # memory and channels join the links as resources
+            layout = endpoint_layout(topology, len(capacities))
+            resources, weights = endpoint_flows(topology, schedule, options.endpoint, layout)
+            self.memory = layout.memory
+            super().__init__([*capacities, *layout.capacities], resources, latency, num_bytes, weights)
+        else:
+            super().__init__(capacities, [t.route for t in transfers], latency, num_bytes)
         nan = math.nan
         self.start_at = [nan] * n
         self.arrive_at = [nan] * n
@@ -442,7 +459,9 @@ class _Run(EventKernel):
                          size_bytes=self.size_bytes, collective=self.collective, start_us=np.array(self.start_at),
                          arrive_us=np.array(self.arrive_at), commit_us=np.array(self.commit_at),
                          link_busy_us=tuple(self.net.busy_us[:links]),
-                         link_bytes=tuple(self.net.bytes_carried[:links]), critical_path=path, stuck=stuck)
+                         link_bytes=tuple(self.net.bytes_carried[:links]), critical_path=path, stuck=stuck,
+                         memory_busy_us=tuple(self.net.busy_us[r] if r >= 0 else 0.0 for r in self.memory),
+                         memory_bytes=tuple(self.net.bytes_carried[r] if r >= 0 else 0.0 for r in self.memory))
 
     def verdict(self) -> SimResult:
         """After a run without a fault: a deadlock, a violated post-condition, or the time."""
