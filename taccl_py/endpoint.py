@@ -28,12 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from taccl_py.collectives import CollectiveKind
 from taccl_py.schedule import Op, Schedule
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["EndpointLayout", "EndpointMode", "MemoryDemand", "MemoryTraffic", "endpoint_flows", "endpoint_layout",
-           "memory_demand", "memory_traffic"]
+           "memory_bound", "memory_demand", "memory_traffic", "min_memory_bytes"]
 
 
 class EndpointMode(StrEnum):
@@ -186,3 +187,43 @@ def endpoint_flows(topology: Topology, schedule: Schedule, mode: EndpointMode, l
         plain = all(w == 1.0 for _, w in extra)
         weights.append(None if plain else (1.0,) * len(t.route) + tuple(w for _, w in extra))
     return resources, weights
+
+
+def min_memory_bytes(kind: CollectiveKind, num_ranks: int, size_bytes: float, root: int = 0) -> list[float]:
+    """Per GPU, the memory bytes any algorithm in any endpoint mode must touch (``size_bytes``: the nccl-tests size).
+
+    Every input a GPU contributes must be read from its memory at least once and
+    every result it keeps must be written once (the engine mode meets this for
+    rings): Allgather reads its block and writes the N - 1 others (S); ReduceScatter
+    reads its whole input and writes its block (S (1 + 1/N)); Allreduce reads and
+    writes the buffer (2S); Alltoall reads what it sends and writes what it receives
+    (2S (N-1)/N); Broadcast: the root reads S, the others write S; Reduce: every
+    rank reads S, the root also writes S.
+    """
+    n, s = num_ranks, float(size_bytes)
+    if n < 2:
+        return [0.0] * n
+    if kind is CollectiveKind.ALLGATHER:
+        return [s] * n
+    if kind is CollectiveKind.REDUCESCATTER:
+        return [s * (1 + 1 / n)] * n
+    if kind is CollectiveKind.ALLREDUCE:
+        return [2 * s] * n
+    if kind is CollectiveKind.ALLTOALL:
+        return [2 * s * (n - 1) / n] * n
+    if kind is CollectiveKind.BROADCAST:
+        return [s] * n
+    return [2 * s if g == root else s for g in range(n)]
+
+
+def memory_bound(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int = 0
+                 ) -> tuple[float, int] | None:
+    """The least time the GPUs' declared memory allows (us), and the GPU that binds; None without memory."""
+    best: tuple[float, int] | None = None
+    for g, need in enumerate(min_memory_bytes(kind, topology.num_gpus, size_bytes, root)):
+        bw = topology.endpoint(g).memory_bandwidth
+        if bw is not None and need > 0:
+            us = need / gbps_to_bytes_per_us(bw)
+            if best is None or us > best[0]:
+                best = (us, g)
+    return best

@@ -284,3 +284,39 @@ def test_ring_allreduce_with_a100_memory_matches_simgrid(oracle: Callable[[dict[
         ours = simulate(topo, schedule, 2**24, SimOptions(endpoint=mode)).time_us
         theirs = oracle(endpoint_spec(topo, schedule, 2**24, mode))["makespan_us"]
         assert ours == pytest.approx(theirs, rel=REL_TOL), mode
+
+
+# ------------------------------------------------------------------ the endpoint-aware bound
+def test_the_bound_includes_memory_and_no_schedule_beats_it() -> None:
+    """Ring Allreduce on 4 GPUs at 100 GB/s links; with 20 GB/s of memory each GPU must read and write 2S."""
+    from taccl_py.bounds import lower_bound
+
+    topo = switch_star(4, 100, 0.5)
+    size = 2**24
+    plain = lower_bound(topo, "allreduce", size)
+    limited = topo.with_endpoints(Endpoint(20.0))
+    bound = lower_bound(limited, "allreduce", size)
+    assert bound.bound_us == pytest.approx(2 * size / 2e4)
+    assert bound.bound_us > plain.bound_us and bound.explanation.startswith("memory: GPU 0")
+    schedule = baseline(topo, "allreduce", "ring", size_bytes=size)
+    engine = simulate(limited, schedule, size, SimOptions(endpoint=ENGINE)).time_us
+    gpu = simulate(limited, schedule, size).time_us
+    assert engine is not None and gpu is not None
+    assert bound.bound_us <= engine < gpu
+    assert bound.efficiency(engine) is not None and bound.efficiency(engine) > 0.9  # the engine is near the bound
+    assert lower_bound(topo.with_endpoints(Endpoint(1e6)), "allreduce", size) == plain  # memory that never binds
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=tree_schedules(), mode=st.sampled_from(list(EndpointMode)), memory=st.sampled_from([2.0, 10.0, 50.0]))
+def test_no_schedule_beats_the_memory_bound(case: tuple[Topology, Schedule], mode: EndpointMode,
+                                            memory: float) -> None:
+    from taccl_py.bounds import lower_bound
+
+    topo, schedule = case
+    limited = topo.with_endpoints(Endpoint(memory))
+    size = 3 * 2**20
+    result = simulate(limited, schedule, size, SimOptions(endpoint=mode))
+    assert result.correct and result.time_us is not None
+    c = schedule.collective
+    assert result.time_us >= lower_bound(limited, c.kind, size, root=c.root).bound_us * (1 - 1e-9)
