@@ -303,7 +303,8 @@ def test_the_bound_includes_memory_and_no_schedule_beats_it() -> None:
     gpu = simulate(limited, schedule, size).time_us
     assert engine is not None and gpu is not None
     assert bound.bound_us <= engine < gpu
-    assert bound.efficiency(engine) is not None and bound.efficiency(engine) > 0.9  # the engine is near the bound
+    efficiency = bound.efficiency(engine)
+    assert efficiency is not None and efficiency > 0.9  # the engine is near the bound
     assert lower_bound(topo.with_endpoints(Endpoint(1e6)), "allreduce", size) == plain  # memory that never binds
 
 
