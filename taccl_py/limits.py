@@ -18,6 +18,8 @@ __all__ = [
     "MAX_GPUS",
     "MAX_JSON_DEPTH",
     "MAX_LATENCY_US",
+    "MAX_LOCAL_RANKS",
+    "MAX_PROFILE_REPEATS",
     "MAX_SIZE_BYTES",
     "MAX_SOLVER_THREADS",
     "MAX_START_US",
@@ -51,6 +53,13 @@ MAX_CHUNK_COPIES = 1 << 24
 
 MAX_SOLVER_THREADS = 1024
 """Solver threads (``--threads``)."""
+
+MAX_LOCAL_RANKS = 16
+"""Ranks ``taccl profile run`` spawns on one machine (every one is a process holding PyTorch, some 300 MB): the
+GPUs of the largest node (an MI250x8 node has 16 GCDs). More ranks are started by torchrun, one per GPU."""
+
+MAX_PROFILE_REPEATS = 10_000
+"""Timed repeats (and warm-up rounds) of one ping-pong size."""
 
 MAX_JSON_DEPTH = 64
 """Nesting of arrays and objects in an input JSON file (a topology needs 4)."""

@@ -204,8 +204,11 @@ def _args_for(command: click.Command) -> st.SearchStrategy[list[Any]]:
 
 
 def _one_absurd_cases() -> list[tuple[tuple[str, ...], tuple[Any, ...]]]:
-    """Every (command, parameter, absurd value), with every required parameter given its first valid value."""
-    cases = []
+    """Every (command, parameter, absurd value), with every required parameter given its first valid value.
+
+    Each command line once: a flag renders the same whatever value its pool offers.
+    """
+    cases: dict[tuple[tuple[str, ...], tuple[Any, ...]], None] = {}
     for path, command in COMMANDS:
         params = _params(command)
         for odd in params:
@@ -216,8 +219,8 @@ def _one_absurd_cases() -> list[tuple[tuple[str, ...], tuple[Any, ...]]]:
                         args += _render(param, value)
                     elif getattr(param, "required", False):
                         args += _render(param, _pool_for(param)[0][0])
-                cases.append((path, tuple(args)))
-    return cases
+                cases[(path, tuple(args))] = None
+    return list(cases)
 
 
 def _resolve(args: list[Any], files: dict[str, str]) -> list[str]:
@@ -237,12 +240,17 @@ def _check_outcome(code: int, out: str, err: str, argv: list[str]) -> None:
             assert len([line for line in lines if line.startswith("taccl: error:")]) == 1, (argv, err)
 
 
-def _synthesize_guard(path: tuple[str, ...], argv: list[str]) -> list[str]:
-    """Keep synthesize examples short: one thread and a one-second budget, unless the example sets them
-    (the fuzz tests the inputs, not the solver)."""
-    if path != ("synthesize",):
-        return argv
-    return [*argv, *[arg for option, value in (("--time-limit", "1"), ("--threads", "1")) if option not in argv
+_SHORT_RUNS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {
+    ("synthesize",): (("--time-limit", "1"), ("--threads", "1")),
+    ("profile", "run"): (("--sizes", "1KB:2KB"), ("--repeats", "1"), ("--warmup", "0")),
+}
+"""Options that keep a run short, added unless the example sets them: the fuzz tests the inputs, not the
+solver, and not a live ping-pong at its default sizes (up to 256 MB, 20 repeats: minutes where PyTorch is
+installed)."""
+
+
+def _short_run_guard(path: tuple[str, ...], argv: list[str]) -> list[str]:
+    return [*argv, *[arg for option, value in _SHORT_RUNS.get(path, ()) if option not in argv
                      for arg in (option, value)]]
 
 
@@ -252,7 +260,7 @@ def _synthesize_guard(path: tuple[str, ...], argv: list[str]) -> list[str]:
 def test_random_arguments_never_crash(data: st.DataObject, files: dict[str, str],
                                       capsys: pytest.CaptureFixture[str]) -> None:
     path, command = data.draw(st.sampled_from(COMMANDS), label="command")
-    argv = _synthesize_guard(path, [*path, *_resolve(data.draw(_args_for(command), label="args"), files)])
+    argv = _short_run_guard(path, [*path, *_resolve(data.draw(_args_for(command), label="args"), files)])
     code, out, err = run(argv, capsys)
     _check_outcome(code, out, err, argv)
 
@@ -266,7 +274,7 @@ def test_one_absurd_argument_never_crashes(case: tuple[tuple[str, ...], tuple[An
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """Each absurd value of each parameter once, everything else valid: one check at a time, exhaustively."""
     path, args = case
-    argv = _synthesize_guard(path, [*path, *_resolve(list(args), files)])
+    argv = _short_run_guard(path, [*path, *_resolve(list(args), files)])
     code, out, err = run(argv, capsys)
     _check_outcome(code, out, err, argv)
 

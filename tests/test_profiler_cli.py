@@ -11,6 +11,7 @@ import pytest
 from cli_runner import run
 
 from taccl_py.cli.main import cli
+from taccl_py.errors import ProfileInputError
 from taccl_py.topology_io import load_topology
 
 DATA = Path(__file__).parent / "data" / "profiler"
@@ -224,11 +225,26 @@ def test_run_without_torch_says_how_to_install(tmp_path: Path, capsys: pytest.Ca
     (["--sizes", "1KB"], "--sizes: give a range LO:HI"),
     (["--sizes", "1KB:2KB", "--pairs", "per-class"], "--pairs: --pairs per-class needs --topology"),
     (["--sizes", "4KB:1KB"], "lower end above its upper end"),
+    (["--nproc", "17"], "--nproc: 17 local processes: the limit is 16 (MAX_LOCAL_RANKS); start more ranks with torchrun"),
+    (["-t", "mi250x2"], "--nproc: 32 local processes: the limit is 16 (MAX_LOCAL_RANKS)"),
+    (["--repeats", "10001"], "--repeats"),
+    (["--timeout", "1e308"], "--timeout"),
 ])
 def test_run_argument_errors(args: list[str], message: str, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
     code, _, stderr = run(["profile", "run", "-o", str(tmp_path / "m.csv"), *args], capsys)
     assert code == 2 and message in stderr and stderr.count("\n") == 1
+
+
+def test_a_local_run_the_memory_cannot_hold_is_refused_before_spawning() -> None:
+    from taccl_py.profiler import live
+
+    config = live.PingPongConfig(sizes=(1024, 1 << 40), pairs=((0, 1),), backend="gloo")
+    with pytest.raises(ProfileInputError, match="host memory"):
+        live.check_local_run(config, 2)
+    live.check_local_run(live.PingPongConfig(sizes=(1024, 2048), pairs=((0, 1),)), 2)
+    with pytest.raises(ProfileInputError, match="needs rank 2"):
+        live.check_local_run(live.PingPongConfig(sizes=(1024, 2048), pairs=((0, 2),)), 2)
 
 
 def test_into_a_shipped_topology_writes_a_recalibrated_copy(tmp_path: Path,

@@ -18,7 +18,7 @@ from taccl_py.cli.common import (
     out_console,
 )
 from taccl_py.errors import ProfileInputError
-from taccl_py.limits import MAX_GPUS
+from taccl_py.limits import MAX_GPUS, MAX_LOCAL_RANKS, MAX_PROFILE_REPEATS
 from taccl_py.profiler.calibration import LinkFit, link_classes
 from taccl_py.profiler.fitting import FitOutcome, FitRequest, fit_measurements
 from taccl_py.profiler.report import FitRow, fit_to_json, rows_from_fits, rows_from_topology, write_plot
@@ -143,20 +143,20 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
 
 @profile.command("run")
 @click.option("--nproc", type=click.IntRange(2, MAX_GPUS), help="Ranks to spawn locally (default: the topology's "
-              "GPUs, else 2). Ignored under torchrun, which sets the world size.")
+              f"GPUs, else 2; at most {MAX_LOCAL_RANKS}). Ignored under torchrun, which sets the world size.")
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), help="Default: nccl with GPUs, gloo without.")
 @click.option("--sizes", "sizes_spec", default="1KB:256MB", show_default=True, metavar="LO:HI",
               help="Powers of two from LO to HI (K/M/G binary).")
-@click.option("--repeats", type=click.IntRange(min=1), default=20, show_default=True)
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--repeats", type=click.IntRange(1, MAX_PROFILE_REPEATS), default=20, show_default=True)
+@click.option("--warmup", type=click.IntRange(0, MAX_PROFILE_REPEATS), default=3, show_default=True)
 @click.option("--pairs", "pairs_mode", type=click.Choice(["all", "per-class"]), default="all", show_default=True,
               help="Every pair of ranks, or one pair per link class of --topology.")
 @click.option("--topology", "-t", "topology_spec", metavar="NAME|FILE",
               help="Topology whose link classes to measure and re-calibrate.")
 @click.option("-o", "--output", required=True, metavar="CSV", help="Measurements CSV to write.")
 @click.option("--fit", "fit_output", metavar="FILE", help="Also fit the measurements and write this topology.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=600.0, show_default=True,
-              help="Seconds a rank waits for its peers.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1, 86_400), default=600.0, show_default=True,
+              help="Seconds a rank waits for its peers (at most a day).")
 @json_option
 def run_cmd(nproc: int | None, backend: str | None, sizes_spec: str, repeats: int, warmup: int, pairs_mode: str,
             topology_spec: str | None, output: str, fit_output: str | None, timeout_s: float, as_json: bool) -> None:
@@ -180,6 +180,8 @@ def run_cmd(nproc: int | None, backend: str | None, sizes_spec: str, repeats: in
         nproc or (topology.num_gpus if topology is not None else 2))
     if topology is not None and world > topology.num_gpus:
         raise ProfileInputError(f"{world} ranks but the topology has {topology.num_gpus} GPUs", where="--nproc")
+    if not under_torchrun:
+        live.check_local_ranks(world)
     if pairs_mode == "per-class":
         if topology is None:
             raise ProfileInputError("--pairs per-class needs --topology", where="--pairs")

@@ -15,6 +15,7 @@ loopback TCP). torch is imported lazily: it is the optional ``profile`` extra.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import platform
 import socket
@@ -25,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from taccl_py.errors import ProfileInputError, TacclError
+from taccl_py.limits import MAX_LOCAL_RANKS, limit_text
 from taccl_py.profiler.measurements import Sample, write_measurements_csv
 from taccl_py.units import format_bytes
 
@@ -32,6 +34,8 @@ __all__ = [
     "BACKENDS",
     "PingPongConfig",
     "all_pairs",
+    "check_local_ranks",
+    "check_local_run",
     "launched_by_torchrun",
     "measure_pingpong",
     "require_torch",
@@ -201,6 +205,39 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _available_memory_bytes() -> int | None:
+    """Physical memory free now (Linux, macOS), or None where the OS does not say."""
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_local_ranks(nproc: int) -> None:
+    """Refuse more local processes than one machine runs (checked before PyTorch is even imported)."""
+    if nproc > MAX_LOCAL_RANKS:
+        raise ProfileInputError(f"{nproc} local processes: {limit_text('MAX_LOCAL_RANKS', MAX_LOCAL_RANKS)}; start "
+                                "more ranks with torchrun (one per GPU, on every node)", where="--nproc")
+
+
+def check_local_run(config: PingPongConfig, nproc: int) -> None:
+    """Refuse a local run this machine cannot hold, before any process starts.
+
+    Every rank is a process holding PyTorch and one buffer of the largest size; on gloo the buffers are host
+    memory (twice over: gloo stages a copy), so ranks x largest size must fit in the memory free now.
+    """
+    if not math.isfinite(config.timeout_s) or config.timeout_s <= 0:
+        raise ProfileInputError(f"must be a positive number of seconds (got {config.timeout_s})", where="--timeout")
+    check_local_ranks(nproc)
+    _check_pairs(config, nproc)
+    free = _available_memory_bytes()
+    need = 2 * nproc * max(config.sizes)
+    if config.backend == "gloo" and free is not None and need > free:
+        raise ProfileInputError(f"{nproc} ranks x {format_bytes(max(config.sizes))} buffers need about "
+                                f"{format_bytes(need)} of host memory and {format_bytes(free)} is free; "
+                                "give a smaller largest size or fewer ranks", where="--sizes")
+
+
 def run_local(config: PingPongConfig, nproc: int, output: str) -> None:
     """Spawn ``nproc`` ranks on this machine (loopback rendezvous); rank 0 writes ``output``.
 
@@ -209,7 +246,7 @@ def run_local(config: PingPongConfig, nproc: int, output: str) -> None:
     require_torch()
     import torch.multiprocessing as mp
 
-    _check_pairs(config, nproc)
+    check_local_run(config, nproc)
     try:
         mp.spawn(_spawned, args=(nproc, _free_port(), config, output), nprocs=nproc, join=True)
     except mp.ProcessRaisedException as exc:
