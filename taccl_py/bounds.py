@@ -147,6 +147,16 @@ def lower_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: floa
         text = f"{profile.reason}: {bandwidth_us:.6g} us of data after {cut_latency:.6g} us of latency"
     else:
         text = f"latency: the farthest destination is {latency:.6g} us away"
+    if topology.has_endpoint_limits:  # GPU memory (docs/workloads.md): every input read, every result written once
+        from taccl_py.endpoint import memory_bound
+
+        memory = memory_bound(topology, kind, size_bytes, root)
+        if memory is not None and memory[0] > bound:
+            bound = memory[0]
+            bw = topology.endpoint(memory[1]).memory_bandwidth
+            text = (f"memory: GPU {memory[1]} must touch its memory for {memory[0]:.6g} us at {bw:g} GB/s "
+                    "(every input read once, every result written once)")
+            return Bound(kind, size_bytes, bound, bandwidth_us, cut_latency, latency, (), text, profile.assumes)
     return Bound(kind, size_bytes, bound, bandwidth_us, cut_latency, latency, profile.cut, text, profile.assumes)
 
 

@@ -83,17 +83,21 @@ class EventKernel:
     topology's links first, in link order, then any others). Per transfer id:
     ``resources`` (the resource indices its bytes use, each at most once, in any
     order: a route's links, or links plus memory), ``latency_us`` and
-    ``num_bytes``. ``now`` is the time of the batch being handled.
+    ``num_bytes``; optionally ``weights`` (per transfer, None or one weight per
+    resource: what the transfer uses of it per byte it moves, see
+    :mod:`taccl_py.fluid`). ``now`` is the time of the batch being handled.
     """
 
-    __slots__ = ("_queue", "_seq", "latency_us", "net", "now", "num_bytes", "resources")
+    __slots__ = ("_queue", "_seq", "latency_us", "net", "now", "num_bytes", "resources", "weights")
 
     def __init__(self, capacities: Sequence[float], resources: Sequence[tuple[int, ...]],
-                 latency_us: Sequence[float], num_bytes: Sequence[float]) -> None:
+                 latency_us: Sequence[float], num_bytes: Sequence[float],
+                 weights: Sequence[tuple[float, ...] | None] | None = None) -> None:
         self.net = FluidNetwork(capacities)
         self.resources = resources
         self.latency_us = latency_us
         self.num_bytes = num_bytes
+        self.weights: Sequence[tuple[float, ...] | None] = [None] * len(resources) if weights is None else weights
         self.now = 0.0
         self._queue: list[_Entry] = []
         self._seq = itertools.count(1)
@@ -117,7 +121,7 @@ class EventKernel:
         if latency > 0 or not self.num_bytes[transfer] > 0:
             heapq.heappush(self._queue, (now + latency, next(self._seq), _ENTER, transfer, None))
         else:
-            self.net.add(transfer, self.resources[transfer], self.num_bytes[transfer], now)
+            self.net.add(transfer, self.resources[transfer], self.num_bytes[transfer], now, self.weights[transfer])
 
     def wake_at(self, time: float, item: int) -> None:
         """Call :meth:`wake` with ``item`` at ``time``."""
@@ -142,7 +146,7 @@ class EventKernel:
         heappop, heappush = heapq.heappop, heapq.heappush
         net = self.net
         net_add, net_remove, reshare = net.add, net.remove, net.reshare
-        resources, num_bytes = self.resources, self.num_bytes
+        resources, num_bytes, weights = self.resources, self.num_bytes, self.weights
         arrive, wake = self.arrive, self.wake
         finish_event, enter_event = Event.FINISH, Event.ENTER  # locals: the loop is the hot path
         no_event, queued, late = Finish.NONE, Finish.QUEUED, Finish.LATE
@@ -193,7 +197,7 @@ class EventKernel:
                     arrive(i, now)
                 elif kind is enter_event:
                     if num_bytes[i] > 0:
-                        net_add(i, resources[i], num_bytes[i], now)
+                        net_add(i, resources[i], num_bytes[i], now, weights[i])
                     else:
                         arrive(i, time)
                 else:

@@ -7,6 +7,12 @@ set of resources, given as a tuple of indices (each at most once; a route's
 links, a multicast tree's links, or links plus the endpoints' memory: nothing
 requires a connected path). Each resource's capacity is shared so that no flow
 can get more without taking from a flow that has less (progressive filling).
+
+A flow may also carry *weights*, one per resource (> 0): a flow moving at rate
+x consumes ``w x`` of a resource it uses with weight w, as SimGrid's consumption
+weights (a link listed w times in a route). Endpoint memory uses this: a
+reduction that reads 2b and writes b for every b bytes it receives uses its
+receiver's memory with weight 3. Without weights every weight is 1.
 Only the part of the flow/resource graph that an event touched is re-solved, as
 SimGrid's selective update does.
 
@@ -43,6 +49,9 @@ _SAME_RATE = 1e-12
 _FROZEN_MARGIN = 1e-9
 """Rates within this relative margin below the freezing level are re-solved, not frozen (see ``_solve``)."""
 
+_NO_DEMAND = 1e-9
+"""A resource whose weighted count of unfixed flows is below this has none (weighted counts are sums of floats)."""
+
 _Entry = tuple[float, int, int]
 """A member of a group: (target drained bytes, join sequence number, flow)."""
 
@@ -71,10 +80,14 @@ class FlowGroup:
     """
 
     __slots__ = ("_fixed", "_linked", "_order", "_seen", "_solved_size", "drained", "due", "event", "finish",
-                 "members", "rate", "resources", "size", "updated_at")
+                 "members", "rate", "resources", "size", "updated_at", "weight_on", "weights")
 
-    def __init__(self, resources: tuple[int, ...], now: float) -> None:
+    def __init__(self, resources: tuple[int, ...], now: float, weights: tuple[float, ...] | None = None) -> None:
         self.resources = resources
+        self.weights = weights
+        """Per resource (aligned with ``resources``), what one byte of a member uses of it; None: all 1."""
+        self.weight_on: dict[int, float] | None = None if weights is None else dict(zip(resources, weights,
+                                                                                           strict=True))
         self.members: dict[int, _Entry] = {}
         self._order: list[_Entry] = []  # heap of members by target; entries of departed flows are skipped
         self.size = 0
@@ -124,21 +137,28 @@ class FluidNetwork:
         self.busy_since: list[float] = [0.0] * count
         self.busy_us: list[float] = [0.0] * count
         self.bytes_carried: list[float] = [0.0] * count
-        self._groups: dict[tuple[int, ...], FlowGroup] = {}
+        self._groups: dict[object, FlowGroup] = {}  # by resources, or (resources, weights) for a weighted group
+        self._extra: list[float] = [0.0] * count  # per resource: sum over active weighted flows of (weight - 1)
         self._touched: dict[FlowGroup, None] = {}  # groups flows joined or left since the last reshare
         self._cap: list[float] = [0.0] * count
-        self._count: list[int] = [0] * count
+        self._count: list[float] = [0.0] * count
         self._reached: list[int] = [0] * count  # number of the last solve that reached each resource
         self.level: list[float] = [math.inf] * count
         """The fair share at which each resource saturated in the last solve that reached it (inf: it did not)."""
         self._solves = 0
         self._joined = itertools.count()
 
-    def add(self, flow: int, resources: tuple[int, ...], num_bytes: float, now: float) -> None:
-        """``flow`` starts moving ``num_bytes`` over ``resources`` (non-empty, each index once) at ``now``."""
-        group = self._groups.get(resources)
+    def add(self, flow: int, resources: tuple[int, ...], num_bytes: float, now: float,
+            weights: tuple[float, ...] | None = None) -> None:
+        """``flow`` starts moving ``num_bytes`` over ``resources`` (non-empty, each index once) at ``now``.
+
+        ``weights`` (optional, one per resource, each > 0): the flow uses ``w``
+        bytes of a resource per byte it moves (``bytes_carried`` counts them).
+        """
+        key: object = resources if weights is None else (resources, weights)
+        group = self._groups.get(key)
         if group is None:
-            group = self._groups[resources] = FlowGroup(resources, now)
+            group = self._groups[key] = FlowGroup(resources, now, weights)
         if not group._linked:
             group._linked = True
             for r in resources:
@@ -150,11 +170,20 @@ class FluidNetwork:
         self.group_of[flow] = group
         self._touched[group] = None
         load, carried = self.load, self.bytes_carried
-        for r in resources:
-            if not load[r]:
-                self.busy_since[r] = now
-            load[r] += 1
-            carried[r] += num_bytes
+        if weights is None:
+            for r in resources:
+                if not load[r]:
+                    self.busy_since[r] = now
+                load[r] += 1
+                carried[r] += num_bytes
+        else:
+            extra = self._extra
+            for r, w in zip(resources, weights, strict=True):
+                if not load[r]:
+                    self.busy_since[r] = now
+                load[r] += 1
+                extra[r] += w - 1
+                carried[r] += num_bytes * w
 
     def remove(self, flow: int, now: float) -> None:
         """``flow`` leaves the network at ``now`` (it finished)."""
@@ -163,10 +192,17 @@ class FluidNetwork:
         group.size -= 1
         self._touched[group] = None
         load = self.load
+        weights = group.weights
+        if weights is not None:
+            extra = self._extra
+            for r, w in zip(group.resources, weights, strict=True):
+                extra[r] -= w - 1
         for r in group.resources:
             load[r] -= 1
             if not load[r]:
                 self.busy_us[r] += now - self.busy_since[r]
+                if weights is not None:
+                    self._extra[r] = 0.0  # no rounding residue outlives the flows
 
     def reshare_groups(self, now: float) -> list[FlowGroup]:
         """Re-solve max-min rates where group sizes changed; return the groups whose next finish may have moved.
@@ -229,11 +265,18 @@ class FluidNetwork:
     def _solve_alone(self, group: FlowGroup, now: float) -> None:
         """The rate of a group that shares none of its resources: its smallest capacity split among its flows."""
         capacity, level = self.capacity, self.level
-        least = min(capacity[r] for r in group.resources)
         m = group._solved_size = group.size
-        new = least / m
-        for r in group.resources:
-            level[r] = new if capacity[r] == least else math.inf
+        weights = group.weights
+        if weights is None:
+            least = min(capacity[r] for r in group.resources)
+            new = least / m
+            for r in group.resources:
+                level[r] = new if capacity[r] == least else math.inf
+        else:
+            least = min(capacity[r] / w for r, w in zip(group.resources, weights, strict=True))
+            new = least / m
+            for r, w in zip(group.resources, weights, strict=True):
+                level[r] = new if capacity[r] / w == least else math.inf
         old = group.rate
         if abs(new - old) > _SAME_RATE * old:
             group.drained += old * (now - group.updated_at)
@@ -253,7 +296,7 @@ class FluidNetwork:
         the seed resources' old saturation levels (``level``) and new equal shares.
         """
         solve = self._solves = self._solves + 1
-        groups_on, load, capacity, level = self.groups_on, self.load, self.capacity, self.level
+        groups_on, load, capacity, level, extra = self.groups_on, self.load, self.capacity, self.level, self._extra
         cap, count, reached = self._cap, self._count, self._reached  # scratch, indexed by resource
         floor = math.inf
         stack = []
@@ -263,20 +306,28 @@ class FluidNetwork:
                 stack.append(r)
                 if level[r] < floor:
                     floor = level[r]
-                if capacity[r] < floor * load[r]:
-                    floor = capacity[r] / load[r]
+                demand = load[r] + extra[r]  # the weighted number of flows on r
+                if capacity[r] < floor * demand:
+                    floor = capacity[r] / demand
         floor *= 1 - _FROZEN_MARGIN  # rates this close to the bound are re-solved, not frozen
         heap: list[tuple[float, int]] = []
         while stack:  # the resources reached through groups not frozen, and what is left on them
             r = stack.pop()
             left = capacity[r]
-            n = 0
+            n: float = 0
             for group in groups_on[r]:
                 m = group.size
-                if group.rate < floor and m == group._solved_size:
-                    left -= group.rate * m
-                    continue
-                n += m
+                weight_on = group.weight_on
+                if weight_on is None:
+                    if group.rate < floor and m == group._solved_size:
+                        left -= group.rate * m
+                        continue
+                    n += m
+                else:
+                    if group.rate < floor and m == group._solved_size:
+                        left -= group.rate * m * weight_on[r]
+                        continue
+                    n += m * weight_on[r]
                 if group._seen != solve:
                     group._seen = solve
                     for r2 in group.resources:
@@ -294,7 +345,7 @@ class FluidNetwork:
         while heap:
             share, r = heappop(heap)
             n = count[r]
-            if not n:
+            if n < _NO_DEMAND:
                 continue
             left = cap[r]
             current = left / n if left > 0 else 0.0
@@ -308,9 +359,15 @@ class FluidNetwork:
                 group._fixed = solve
                 m = group._solved_size = group.size
                 used = current * m
-                for r2 in group.resources:
-                    cap[r2] -= used
-                    count[r2] -= m
+                weights = group.weights
+                if weights is None:
+                    for r2 in group.resources:
+                        cap[r2] -= used
+                        count[r2] -= m
+                else:
+                    for r2, w in zip(group.resources, weights, strict=True):
+                        cap[r2] -= used * w
+                        count[r2] -= m * w
                 old = group.rate
                 if current - old > same * old or old - current > same * old:
                     group.drained += old * (now - group.updated_at)

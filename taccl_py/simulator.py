@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from taccl_py.collectives import Collective
+from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout
 from taccl_py.event_kernel import EventKernel, Fault
 from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
 from taccl_py.topology import Topology
@@ -32,9 +33,14 @@ __all__ = ["SimOptions", "SimResult", "simulate"]
 
 @dataclass(frozen=True)
 class SimOptions:
-    """``step_overhead_us``: fixed software latency added to every transfer (NCCL's per-step cost)."""
+    """``step_overhead_us``: fixed software latency added to every transfer (NCCL's per-step cost).
+
+    ``endpoint``: who drives the collective at the GPUs (:mod:`taccl_py.endpoint`); it
+    matters only on a topology whose GPUs declare memory or channel limits.
+    """
 
     step_overhead_us: float = 0.0
+    endpoint: EndpointMode = EndpointMode.GPU
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,10 @@ class SimResult:
     critical_path: tuple[int, ...]
     stuck: tuple[int, ...] = ()
     notes: dict[str, Any] = field(default_factory=dict)
+    memory_busy_us: tuple[float, ...] = ()
+    """Per GPU, the time its memory served at least one transfer (empty unless the topology declares memory)."""
+    memory_bytes: tuple[float, ...] = ()
+    """Per GPU, the memory bytes the transfers read and wrote there (empty unless the topology declares memory)."""
 
     @property
     def algbw_GBps(self) -> float | None:
@@ -281,7 +291,7 @@ class _Run(EventKernel):
 
     __slots__ = ("arrive_at", "collective", "commit_at", "commit_cause", "commit_on_arrive", "commit_on_commit",
                  "commit_pending", "commits", "committed", "conn_next", "conn_prev", "extra_latency", "group_leader",
-                 "group_members", "group_waiting", "num_chunks", "schedule",
+                 "group_members", "group_waiting", "memory", "num_chunks", "schedule",
                  "size_bytes", "snapshot", "start_at", "start_cause", "start_on_commit", "start_pending", "state",
                  "topology", "transfers")
 
@@ -310,7 +320,16 @@ class _Run(EventKernel):
                 lat = route_latency[t.route] = topology.route_latency(t.route)
             latency[i] = lat + overhead
             num_bytes[i] = len(t.chunks) * chunk_bytes
-        resources: list[tuple[int, ...]] = [t.route for t in transfers]
+        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links]
+        self.memory: tuple[int, ...] = ()
+        weights: list[tuple[float, ...] | None] | None = None
+        if topology.has_endpoint_limits:  # memory and channels join the links as resources
+            layout = endpoint_layout(topology, len(capacities))
+            resources, weights = endpoint_flows(topology, schedule, options.endpoint, layout)
+            self.memory = layout.memory
+            capacities = [*capacities, *layout.capacities]
+        else:
+            resources = [t.route for t in transfers]
         self.group_leader: list[int] | None = None
         """Per transfer, the first member of its network group (-1 outside one); None without groups."""
         self.group_members: dict[int, range] = {}
@@ -326,20 +345,25 @@ class _Run(EventKernel):
                 members = range(first, end)
                 self.group_members[first] = members
                 self.group_waiting[first] = len(members)
-                links: dict[int, None] = {}
+                # the group is one flow over the union of its members' resources; a resource several members
+                # share (a link, the sender's memory) carries the bytes once, at the largest weight asked of it
+                used: dict[int, float] = {}
                 to_receiver: dict[int, float] = {}
                 for j in members:
                     leader[j] = first
-                    links.update(dict.fromkeys(transfers[j].route))
+                    mine = weights[j] if weights is not None else None
+                    for k, r in enumerate(resources[j]):
+                        used[r] = max(used.get(r, 0.0), mine[k] if mine is not None else 1.0)
                     d = transfers[j].dst
                     to_receiver[d] = max(to_receiver.get(d, 0.0), latency[j])
                 flow_latency = min(latency[j] for j in members)
                 for j in members:
                     extra[j] = to_receiver[transfers[j].dst] - flow_latency
-                resources[first] = tuple(links)
+                resources[first] = tuple(used)
+                if weights is not None:
+                    weights[first] = None if all(w == 1.0 for w in used.values()) else tuple(used.values())
                 latency[first] = flow_latency
-        super().__init__([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links],
-                         resources, latency, num_bytes)
+        super().__init__(capacities, resources, latency, num_bytes, weights)
         nan = math.nan
         self.start_at = [nan] * n
         self.arrive_at = [nan] * n
@@ -501,7 +525,9 @@ class _Run(EventKernel):
                          size_bytes=self.size_bytes, collective=self.collective, start_us=np.array(self.start_at),
                          arrive_us=np.array(self.arrive_at), commit_us=np.array(self.commit_at),
                          link_busy_us=tuple(self.net.busy_us[:links]),
-                         link_bytes=tuple(self.net.bytes_carried[:links]), critical_path=path, stuck=stuck)
+                         link_bytes=tuple(self.net.bytes_carried[:links]), critical_path=path, stuck=stuck,
+                         memory_busy_us=tuple(self.net.busy_us[r] if r >= 0 else 0.0 for r in self.memory),
+                         memory_bytes=tuple(self.net.bytes_carried[r] if r >= 0 else 0.0 for r in self.memory))
 
     def verdict(self) -> SimResult:
         """After a run without a fault: a deadlock, a violated post-condition, or the time."""

@@ -21,8 +21,8 @@ from typing import Any
 from taccl_py.errors import TopologyError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MAX_GPUS, MAX_LATENCY_US, MIN_BANDWIDTH_GBPS, limit_text
 
-__all__ = ["Dimension", "DimensionKind", "Link", "Route", "Switch", "Topology", "Vertex", "check_dimensions",
-           "check_topology"]
+__all__ = ["Dimension", "DimensionKind", "Endpoint", "Link", "Route", "Switch", "Topology", "Vertex", "check_dimensions",
+           "check_endpoints", "check_topology"]
 
 Vertex = int | str
 """A GPU rank (int) or a switch name (str)."""
@@ -57,6 +57,33 @@ class Link:
     provenance: Mapping[str, Any] | None = field(default=None, hash=False, compare=True)
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """What a GPU's own memory system gives to communication (ACE's endpoint; see docs/simulator.md).
+
+    ``memory_bandwidth``: the GPU's memory bandwidth in GB/s, shared by every
+    transfer's reads and writes at this GPU (and by compute kernels in a
+    workload). ``comm_channels`` x ``channel_bandwidth`` (GB/s per channel):
+    what the channels (SMs / threadblocks) a GPU-driven runtime gives to
+    communication can move; an offload engine needs none. None: unlimited.
+    """
+
+    memory_bandwidth: float | None = None
+    comm_channels: int | None = None
+    channel_bandwidth: float | None = None
+
+    @property
+    def channel_capacity(self) -> float | None:
+        """GB/s the communication channels can move (None: unlimited)."""
+        if self.comm_channels is None or self.channel_bandwidth is None:
+            return None
+        return self.comm_channels * self.channel_bandwidth
+
+    @property
+    def limited(self) -> bool:
+        return self.memory_bandwidth is not None or self.channel_capacity is not None
+
+
 class DimensionKind(StrEnum):
     """How the GPUs of one group along a dimension are joined."""
 
@@ -84,6 +111,9 @@ class Dimension:
     size: int
 
 
+_UNLIMITED = Endpoint()
+
+
 @dataclass(frozen=True)
 class Topology:
     """A multi-GPU system. Build it directly, from a generator, or with ``load_topology``.
@@ -100,6 +130,8 @@ class Topology:
     source: str = ""
     dimensions: tuple[Dimension, ...] = ()
     """Optional multi-dimensional structure (see :class:`Dimension`); empty when the topology has none."""
+    endpoints: tuple[Endpoint, ...] = ()
+    """Per GPU (indexed by rank), its :class:`Endpoint`; empty when no GPU declares one (memory is free)."""
 
     def __hash__(self) -> int:
         return self._hash
@@ -108,7 +140,7 @@ class Topology:
     def _hash(self) -> int:
         """Computed once: caches keyed by a topology (bounds, baselines) hash it on every lookup."""
         return hash((self.name, self.num_gpus, self.links, self.switches, self.machines, self.source,
-                     self.dimensions))
+                     self.dimensions, self.endpoints))
 
     # ----------------------------------------------------------------- vertices
     @property
@@ -289,6 +321,20 @@ class Topology:
         """GPUs reachable from ``gpu`` through switches only (one logical hop)."""
         return tuple(g for g in self.gpus if g != gpu and self.gpu_route(gpu, g) is not None)
 
+    # ---------------------------------------------------------------- endpoints
+    def endpoint(self, gpu: int) -> Endpoint:
+        """GPU ``gpu``'s endpoint (an unlimited one when none is declared)."""
+        return self.endpoints[gpu] if self.endpoints else _UNLIMITED
+
+    @property
+    def has_endpoint_limits(self) -> bool:
+        """Whether any GPU declares a memory or channel limit (else the simulator adds no resource)."""
+        return any(e.limited for e in self.endpoints)
+
+    def with_endpoints(self, endpoint: Endpoint) -> Topology:
+        """The same topology with ``endpoint`` on every GPU."""
+        return replace(self, endpoints=(endpoint,) * self.num_gpus)
+
     # --------------------------------------------------------------- transforms
     def reversed(self) -> Topology:
         """Every link turned around (same bandwidth and latency); used to synthesize reductions."""
@@ -394,8 +440,39 @@ def check_topology(topology: Topology, *, where: str = "") -> Topology:
         seen[key] = i
     check_machines(topology.machines, topology.num_gpus, where=where)
     check_dimensions(topology.dimensions, topology.num_gpus, where=where)
+    check_endpoints(topology.endpoints, topology.num_gpus, where=where)
     check_connected(topology, where=where)
     return topology
+
+
+MAX_COMM_CHANNELS = 4096
+"""At most this many communication channels per GPU (NCCL uses at most 32; an H100 has 132 SMs)."""
+
+
+def check_endpoints(endpoints: Sequence[Endpoint], num_gpus: int, *, where: str, field: str = "endpoints") -> None:
+    """Endpoints, when given, are one per GPU with figures in range (``channel_*`` given together)."""
+    if not endpoints:
+        return
+    if len(endpoints) != num_gpus:
+        raise TopologyError(f"has {len(endpoints)} entries for {num_gpus} GPUs", where=where, field=field)
+    for g, e in enumerate(endpoints):
+        bw = e.memory_bandwidth
+        if bw is not None and not (isinstance(bw, int | float) and not isinstance(bw, bool)
+                                   and MIN_BANDWIDTH_GBPS <= bw <= MAX_BANDWIDTH_GBPS):
+            raise TopologyError(f"is {bw!r}, not a bandwidth in {MIN_BANDWIDTH_GBPS:g}..{MAX_BANDWIDTH_GBPS:g} GB/s",
+                                where=where, field=f"{field} (GPU {g}).memory_bandwidth")
+        if (e.comm_channels is None) != (e.channel_bandwidth is None):
+            raise TopologyError("comm_channels and channel_bandwidth go together (give both or neither)",
+                                where=where, field=f"{field} (GPU {g})")
+        n = e.comm_channels
+        if n is not None and not (isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_COMM_CHANNELS):
+            raise TopologyError(f"is {n!r}, not an integer in 1..{MAX_COMM_CHANNELS}", where=where,
+                                field=f"{field} (GPU {g}).comm_channels")
+        cb = e.channel_bandwidth
+        if cb is not None and not (isinstance(cb, int | float) and not isinstance(cb, bool)
+                                   and MIN_BANDWIDTH_GBPS <= cb <= MAX_BANDWIDTH_GBPS):
+            raise TopologyError(f"is {cb!r}, not a bandwidth in {MIN_BANDWIDTH_GBPS:g}..{MAX_BANDWIDTH_GBPS:g} GB/s",
+                                where=where, field=f"{field} (GPU {g}).channel_bandwidth")
 
 
 def _unknown_vertex(v: object, num_gpus: int) -> str:

@@ -38,8 +38,10 @@ from taccl_py.limits import (
     limit_text,
 )
 from taccl_py.topology import (
+    MAX_COMM_CHANNELS,
     Dimension,
     DimensionKind,
+    Endpoint,
     Link,
     Switch,
     Topology,
@@ -52,7 +54,8 @@ from taccl_py.topology import (
 __all__ = ["atomic_write_bytes", "atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
            "topology_to_dict"]
 
-_TOP_KEYS = {"name", "source", "gpus", "machines", "dimensions", "switches", "links", "format"}
+_TOP_KEYS = {"name", "source", "gpus", "machines", "dimensions", "switches", "links", "format", "endpoints"}
+_ENDPOINT_KEYS = ("gpus", "memory_bandwidth", "comm_channels", "channel_bandwidth")
 _DIMENSION_KEYS = {"kind", "size"}
 _LINK_KEYS = {"src", "dst", "bandwidth", "latency", "kind", "bidirectional", "provenance"}
 _SWITCH_KEYS = {"name", "kind", "multicast", "reduce"}
@@ -174,10 +177,72 @@ def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: st
                                     where=where, field=f"links[{i}]")
             first_entry[key] = i
             links.append(link)
+    endpoints = _parse_endpoints(data.get("endpoints", []), num_gpus, where)
     topology = Topology(name=name, num_gpus=num_gpus, links=tuple(links), switches=switches,
-                        machines=machines, source=source, dimensions=dimensions)
+                        machines=machines, source=source, dimensions=dimensions, endpoints=endpoints)
     check_connected(topology, where=where)
     return topology
+
+
+def _parse_endpoints(raw: Any, num_gpus: int, where: str) -> tuple[Endpoint, ...]:
+    """``endpoints``: a list of ``{"gpus": "all" or [ids], "memory_bandwidth", "comm_channels", "channel_bandwidth"}``."""
+    _require(isinstance(raw, list), f"must be a list (got {_typename(raw)})", where, "endpoints")
+    if not raw:
+        return ()
+    per_gpu: list[Endpoint | None] = [None] * num_gpus
+    owner: dict[int, int] = {}
+    for k, entry in enumerate(raw):
+        field = f"endpoints[{k}]"
+        _require(isinstance(entry, dict), f"must be an object (got {_typename(entry)})", where, field)
+        unknown = sorted(set(entry) - set(_ENDPOINT_KEYS))
+        _require(not unknown, f"unknown field {unknown[0]!r} (expected: {', '.join(_ENDPOINT_KEYS)})"
+                 if unknown else "", where, field)
+        gpus = entry.get("gpus", "all")
+        if gpus == "all":
+            members = list(range(num_gpus))
+        else:
+            _require(isinstance(gpus, list) and bool(gpus) and all(
+                isinstance(g, int) and not isinstance(g, bool) and 0 <= g < num_gpus for g in gpus),
+                f"must be \"all\" or a non-empty list of GPU ids 0..{num_gpus - 1} (got {gpus!r})", where,
+                f"{field}.gpus")
+            members = gpus
+        for name in ("memory_bandwidth", "channel_bandwidth"):
+            value = entry.get(name)
+            _require(value is None or (_is_number(value) and MIN_BANDWIDTH_GBPS <= value <= MAX_BANDWIDTH_GBPS),
+                     f"must be a bandwidth in {MIN_BANDWIDTH_GBPS:g}..{MAX_BANDWIDTH_GBPS:g} GB/s (got {value!r})",
+                     where, f"{field}.{name}")
+        channels = entry.get("comm_channels")
+        _require(channels is None or (isinstance(channels, int) and not isinstance(channels, bool)
+                                      and 1 <= channels <= MAX_COMM_CHANNELS),
+                 f"must be an integer in 1..{MAX_COMM_CHANNELS} (got {channels!r})", where, f"{field}.comm_channels")
+        _require((channels is None) == (entry.get("channel_bandwidth") is None),
+                 "comm_channels and channel_bandwidth go together (give both or neither)", where, field)
+        endpoint = Endpoint(memory_bandwidth=entry.get("memory_bandwidth"), comm_channels=channels,
+                            channel_bandwidth=entry.get("channel_bandwidth"))
+        for g in members:
+            _require(g not in owner, f"declares GPU {g} again (first in endpoints[{owner.get(g)}])", where,
+                     f"{field}.gpus")
+            owner[g] = k
+            per_gpu[g] = endpoint
+    return tuple(e or Endpoint() for e in per_gpu)
+
+
+def _endpoint_entries(topology: Topology) -> list[dict[str, Any]]:
+    """``endpoints`` as written: one entry per distinct endpoint, ``"all"`` when every GPU has the same."""
+    by_endpoint: dict[Endpoint, list[int]] = {}
+    for g, e in enumerate(topology.endpoints):
+        if e.limited:
+            by_endpoint.setdefault(e, []).append(g)
+    entries = []
+    for e, gpus in by_endpoint.items():
+        entry: dict[str, Any] = {"gpus": "all" if len(gpus) == topology.num_gpus else gpus}
+        if e.memory_bandwidth is not None:
+            entry["memory_bandwidth"] = _num(e.memory_bandwidth)
+        if e.comm_channels is not None and e.channel_bandwidth is not None:
+            entry["comm_channels"] = e.comm_channels
+            entry["channel_bandwidth"] = _num(e.channel_bandwidth)
+        entries.append(entry)
+    return entries
 
 
 def _parse_dimensions(raw: Any, num_gpus: int, where: str) -> tuple[Dimension, ...]:
@@ -325,6 +390,8 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
     if topology.dimensions:
         data["dimensions"] = [{"kind": d.kind.value, "size": d.size} for d in topology.dimensions]
     data["switches"] = switches
+    if topology.has_endpoint_limits:
+        data["endpoints"] = _endpoint_entries(topology)
     data["links"] = links
     return data
 

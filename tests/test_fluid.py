@@ -176,3 +176,87 @@ def test_reference_on_a_textbook_case() -> None:
     assert max_min([1, 2], {0: (0,), 1: (0, 1), 2: (1,)}) == {0: Fraction(1, 2), 1: Fraction(1, 2),
                                                             2: Fraction(3, 2)}
     assert math.isclose(float(max_min([3], {0: (0,), 1: (0,), 2: (0,)})[1]), 1.0)
+
+
+# ------------------------------------------------------------------ weights (endpoint memory)
+Weighted = tuple[Route, tuple[int, ...]]
+
+
+def weighted_max_min(capacity: list[float], flows: dict[int, Weighted]) -> dict[int, Fraction]:
+    """Max-min fair rates when flow f uses resource r with weight w: a rate x consumes w x of it."""
+    left = [Fraction(c) for c in capacity]
+    unfixed = dict(flows)
+    rate: dict[int, Fraction] = {}
+    while unfixed:
+        share: dict[int, Fraction] = {}
+        for r in range(len(capacity)):
+            demand = sum(w for route, weights in unfixed.values() for q, w in zip(route, weights, strict=True) if q == r)
+            if demand:
+                share[r] = left[r] / demand
+        bottleneck = min(share, key=lambda r: share[r])
+        level = share[bottleneck]
+        for flow in [f for f, (route, _) in unfixed.items() if bottleneck in route]:
+            rate[flow] = level
+            route, weights = unfixed.pop(flow)
+            for r, w in zip(route, weights, strict=True):
+                left[r] -= level * w
+    return rate
+
+
+def test_a_weighted_flow_uses_its_weight_times_its_rate() -> None:
+    """Memory (resource 1, 12 bytes/us) behind a 10 bytes/us link: a reduce using it 3x gets 4, alone."""
+    net = FluidNetwork([10.0, 12.0])
+    net.add(0, (0, 1), 100.0, 0.0, (1.0, 3.0))
+    net.reshare_groups(0.0)
+    assert rate(net, 0) == 4.0
+    net.add(1, (1,), 100.0, 0.0)  # a plain reader of the same memory: 3x + y = 12 with x = y
+    net.reshare_groups(0.0)
+    assert rate(net, 0) == rate(net, 1) == 3.0
+    net.remove(1, 1.0)
+    net.reshare_groups(1.0)
+    assert rate(net, 0) == 4.0
+    net.finish_busy(2.0)
+    assert net.bytes_carried == [100.0, 400.0]  # the memory counts what the flows used of it
+
+
+@st.composite
+def weighted_scenarios(draw: st.DrawFn) -> tuple[list[float], list[tuple[float, list[tuple[Weighted, int]], list[int]]]]:
+    num = draw(st.integers(1, 5))
+    values = st.one_of(st.integers(1, 6), st.floats(0.05, 300.0, allow_nan=False, allow_infinity=False))
+    capacity = draw(st.lists(values, min_size=num, max_size=num))
+    routes = st.lists(st.integers(0, num - 1), min_size=1, max_size=3, unique=True).map(tuple)
+    weighted = routes.flatmap(lambda r: st.tuples(st.just(r), st.lists(st.sampled_from([1, 1, 2, 3]), min_size=len(r),
+                                                                        max_size=len(r)).map(tuple)))
+    pool = draw(st.lists(weighted, min_size=1, max_size=5))
+    step = st.tuples(st.sampled_from([0.0, 0.25, 1.0]),
+                     st.lists(st.tuples(st.sampled_from(pool), st.integers(1, 1000)), max_size=5),
+                     st.lists(st.integers(0, 50), max_size=3))
+    return capacity, draw(st.lists(step, min_size=1, max_size=20))
+
+
+@settings(max_examples=200)
+@given(scenario=weighted_scenarios())
+def test_weighted_rates_match_a_from_scratch_max_min(
+        scenario: tuple[list[float], list[tuple[float, list[tuple[Weighted, int]], list[int]]]]) -> None:
+    """Flows with weights (given only when one differs from 1) and without, added and removed at random."""
+    capacity, steps = scenario
+    net = FluidNetwork([float(c) for c in capacity])
+    active: dict[int, Weighted] = {}
+    now = 0.0
+    next_flow = 0
+    for dt, adds, removes in steps:
+        now += dt
+        for pick in removes:
+            if active:
+                f = sorted(active)[pick % len(active)]
+                net.remove(f, now)
+                del active[f]
+        for (route, weights), num_bytes in adds:
+            plain = all(w == 1 for w in weights)
+            net.add(next_flow, route, float(num_bytes), now, None if plain else tuple(float(w) for w in weights))
+            active[next_flow] = (route, weights)
+            next_flow += 1
+        net.reshare_groups(now)
+        expected = weighted_max_min(capacity, active)
+        for f in active:
+            assert net.group_of[f].rate == pytest.approx(float(expected[f]), rel=1e-9), f

@@ -42,6 +42,7 @@ class _Commands(click.Group):
             synth_cmd,
             topo_cmd,
             verify_cmd,
+            workload_cmd,
         )
 
         self.add_command(topo_cmd.topo)
@@ -53,6 +54,7 @@ class _Commands(click.Group):
         self.add_command(sweep_cmd.sweep_command)
         self.add_command(report_cmd.report_command)
         self.add_command(export_cmd.export)
+        self.add_command(workload_cmd.workload)
         self._loaded = True
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:

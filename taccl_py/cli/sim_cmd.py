@@ -43,9 +43,12 @@ from taccl_py.cli.plot_hooks import (
     write_timeline,
 )
 from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.endpoint import EndpointMode, memory_traffic
 from taccl_py.errors import InputError
+from taccl_py.limits import MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
+from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
-from taccl_py.topology import Topology
+from taccl_py.topology import MAX_COMM_CHANNELS, Endpoint, Topology
 from taccl_py.units import format_bytes
 
 __all__ = ["COMMANDS", "baseline_command", "bound_command", "simulate_command"]
@@ -58,6 +61,42 @@ def _options(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--root", type=int, default=0, show_default=True,
                         help="Root rank of broadcast / reduce.")(func)
     return func
+
+
+def endpoint_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--endpoint``, ``--memory-bandwidth``, ``--comm-channels``, ``--channel-bandwidth`` (docs/simulator.md)."""
+    func = click.option("--channel-bandwidth", type=float, default=None, metavar="GBPS",
+                        help="GB/s one communication channel moves (with --comm-channels).")(func)
+    func = click.option("--comm-channels", type=click.IntRange(1, MAX_COMM_CHANNELS), default=None, metavar="N",
+                        help="Channels (SMs) a GPU-driven runtime gives to communication, on every GPU.")(func)
+    func = click.option("--memory-bandwidth", type=float, default=None, metavar="GBPS",
+                        help="Every GPU's memory bandwidth, GB/s (overrides the topology file's endpoints).")(func)
+    func = click.option("--endpoint", "endpoint_mode", type=click.Choice([m.value for m in EndpointMode]),
+                        default=EndpointMode.GPU.value, show_default=True,
+                        help="Who drives the collective: gpu (SMs, every step through memory) or engine "
+                             "(ACE offload engine: each chunk touches memory once).")(func)
+    return func
+
+
+def apply_endpoint_options(topology: Topology, memory_bandwidth: float | None, comm_channels: int | None,
+                           channel_bandwidth: float | None) -> Topology:
+    """The topology with the command line's endpoint figures on every GPU (unchanged without them)."""
+    if memory_bandwidth is None and comm_channels is None and channel_bandwidth is None:
+        return topology
+    for value, option in ((memory_bandwidth, "--memory-bandwidth"), (channel_bandwidth, "--channel-bandwidth")):
+        if value is not None and not MIN_BANDWIDTH_GBPS <= value <= MAX_BANDWIDTH_GBPS:
+            raise InputError(f"is {value:g}, not a bandwidth in {MIN_BANDWIDTH_GBPS:g}..{MAX_BANDWIDTH_GBPS:g} GB/s",
+                             where=option)
+    if (comm_channels is None) != (channel_bandwidth is None):
+        raise InputError("goes with --channel-bandwidth (give both or neither)",
+                         where="--comm-channels")
+    return topology.with_endpoints(Endpoint(memory_bandwidth, comm_channels, channel_bandwidth))
+
+
+def _memory_keys(schedule: Schedule, size: int) -> dict[str, Any]:
+    """Memory bytes per network byte in both endpoint modes (the report's ACE comparison)."""
+    return {"memory_bytes_per_network_byte": {m.value: memory_traffic(schedule, size, m).per_network_byte
+                                              for m in EndpointMode}}
 
 
 def _check_overhead(step_overhead_us: float) -> None:
@@ -116,18 +155,26 @@ def _report_errors(rows: list[dict[str, Any]], as_json: bool) -> None:
 
 # ------------------------------------------------------------------- simulate
 def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
-                   options: SimOptions, show: bool) -> tuple[CollectiveKind, list[tuple[int, SimResult]]]:
-    """An MSCCL XML program, or a schedule in taccl_py's JSON form (``synthesize --schedule-out``), at every size."""
+                   options: SimOptions, show: bool, schedules: list[Schedule]
+                   ) -> tuple[CollectiveKind, list[tuple[int, SimResult]]]:
+    """An MSCCL XML program, or a schedule in taccl_py's JSON form (``synthesize --schedule-out``), at every size.
+
+    A schedule file's schedule is appended to ``schedules``.
+    """
     time_at: Callable[[int], SimResult]
     if _is_json(path):
         from taccl_py.schedule import load_schedule
 
         schedule = load_schedule(path, topology)
         file_kind, what = schedule.collective.kind, "schedule"
+        schedules.append(schedule)
         time_at = partial(simulate, topology, schedule, options=options)
     else:
         from taccl_py.msccl import load_program, simulate_program
 
+        if topology.has_endpoint_limits:
+            raise InputError("GPU memory and channel limits are modelled for baselines and schedule files "
+                             "(synthesize --schedule-out), not yet for MSCCL XML programs", where=path)
         program = load_program(path)
         if program.kind is None:
             raise InputError(f"coll={program.coll!r} is not a collective taccl can time", where=path)
@@ -152,28 +199,34 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
               help="An NCCL-style baseline, an MSCCL XML file or a schedule JSON file (synthesize --schedule-out).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
+@endpoint_options
 @plot_option
 @timeline_options
 @json_option
 def simulate_command(topology_spec: str, collective_name: str | None, size_spec: str, algorithm: str,
-                     channels: int | None, root: int, step_overhead_us: float, plot_path: str | None,
-                     timeline_path: str | None, timeline_rows: str, as_json: bool) -> None:
+                     channels: int | None, root: int, step_overhead_us: float, endpoint_mode: str,
+                     memory_bandwidth: float | None, comm_channels: int | None, channel_bandwidth: float | None,
+                     plot_path: str | None, timeline_path: str | None, timeline_rows: str, as_json: bool) -> None:
     """Simulate one algorithm: is it correct, how long does it take, how close to the bound."""
     from taccl_py.baselines import baseline
 
     _check_overhead(step_overhead_us)
-    topology = load_topology_arg(topology_spec)
+    topology = apply_endpoint_options(load_topology_arg(topology_spec), memory_bandwidth, comm_channels,
+                                      channel_bandwidth)
     sizes = sizes_from(size_spec)
     check_picture_path(plot_path, "--plot")
     check_picture_path(timeline_path, "--timeline")
     if timeline_path and len(sizes) > 1:
         raise InputError("draws one size at a time", where="--timeline")
-    options = SimOptions(step_overhead_us=step_overhead_us)
+    mode = EndpointMode(endpoint_mode)
+    options = SimOptions(step_overhead_us=step_overhead_us, endpoint=mode)
     kind = collective_from(collective_name) if collective_name else None
+    schedules: list[Schedule] = []  # per size (or the one of a schedule file), for the memory report
     if _is_json(algorithm) or _is_xml(algorithm):
         if channels is not None:
             raise InputError("applies to baselines only, not to a file", where="--channels")
-        kind, results = _simulate_file(algorithm, topology, kind, sizes, options, progress_enabled(as_json))
+        kind, results = _simulate_file(algorithm, topology, kind, sizes, options, progress_enabled(as_json),
+                                       schedules)
     else:
         if kind is None:
             raise InputError("is required unless --algorithm is an XML or JSON file", where="--collective")
@@ -183,9 +236,15 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
                 say(_step_text(f"simulating {algorithm}", k, sizes))
                 schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
                                     step_overhead_us=step_overhead_us)
+                schedules.append(schedule)
                 results.append((size, simulate(topology, schedule, size, options)))
     rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us))
             for size, sim in results]
+    endpoint_report = topology.has_endpoint_limits or mode is not EndpointMode.GPU
+    if endpoint_report and schedules:
+        for k, row in enumerate(rows):
+            row["endpoint"] = mode.value
+            row.update(_memory_keys(schedules[min(k, len(schedules) - 1)], row["size_bytes"]))
     head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm}
     if as_json:
         emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "correct": all(r["correct"] for r in rows),
@@ -197,6 +256,10 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
                            [[r["size_bytes"], _num(r["time_us"]), _num(r["algbw_GBps"]), _num(r["busbw_GBps"]),
                              _num(r["bound_us"]), _num(r["efficiency"], 3)] for r in rows])
         out_console.print(table)
+        if endpoint_report and schedules:
+            ratio = rows[0]["memory_bytes_per_network_byte"]
+            out_console.print(f"endpoint {mode.value}; memory bytes per network byte: gpu-driven {ratio['gpu']:.3f}, "
+                              f"engine {ratio['engine']:.3f}", markup=False)
     if plot_path:
         write_algbw_plot(plot_path, f"{algorithm} {kind.value} on {topology.name} ({topology.num_gpus} GPUs)",
                          sizes, {algorithm: [r["time_us"] for r in rows]}, [r["bound_us"] for r in rows])
