@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import ring
 
 from taccl_py.errors import InputError, TopologyError
 from taccl_py.msccl import load_program, parse_program, simulate_program
@@ -13,15 +14,6 @@ from taccl_py.topology import Link, Switch, Topology, check_topology
 
 VECTORS = Path(__file__).parent / "vectors" / "msccl"
 RING4 = VECTORS / "azure-allgather-ring-n4-ch1-i1-simple.xml"
-
-
-def ring(n: int, bandwidth: float, latency: float) -> Topology:
-    links: dict[tuple[int, int], Link] = {}
-    for i in range(n):
-        j = (i + 1) % n
-        links.setdefault((i, j), Link(i, j, bandwidth, latency))
-        links.setdefault((j, i), Link(j, i, bandwidth, latency))
-    return check_topology(Topology(f"ring{n}", n, tuple(links.values())))
 
 
 def star(n: int, bandwidth: float = 10.0, latency: float = 1.0) -> Topology:

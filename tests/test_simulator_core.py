@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import ring
 
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Schedule, Transfer
@@ -10,15 +11,6 @@ from taccl_py.simulator import SimOptions, simulate
 from taccl_py.topology import Link, Switch, Topology, check_topology
 
 GOLDEN_BW = 50 * 2**30 / 1e9  # ASTRA-sim's 50 GB/s of 2^30 bytes, in GB/s of 1e9 bytes
-
-
-def ring(n: int, bandwidth: float, latency: float) -> Topology:
-    links: dict[tuple[int, int], Link] = {}
-    for i in range(n):
-        j = (i + 1) % n
-        links.setdefault((i, j), Link(i, j, bandwidth, latency))
-        links.setdefault((j, i), Link(j, i, bandwidth, latency))
-    return check_topology(Topology(f"ring{n}", n, tuple(links.values())))
 
 
 def ring_allgather(topology: Topology) -> Schedule:
