@@ -173,17 +173,6 @@ def test_instances_split_chunks_over_parallel_channels(builder: object, instance
     round_trip(schedule, topo, instances=instances)
 
 
-def test_baselines_round_trip() -> None:
-    from taccl_py.library import resolve_topology
-
-    for name in ("ring8", "dgx-a100", "dgx1"):
-        topo = resolve_topology(name)
-        for kind in CollectiveKind:
-            for algorithm in baselines.applicable_baselines(topo, kind):
-                schedule = baselines.baseline(topo, kind, algorithm, size_bytes=SIZE)
-                round_trip(schedule, topo)
-
-
 @settings(max_examples=10)
 @given(topo=topologies(min_gpus=2, max_gpus=5), kind=st.sampled_from(list(CollectiveKind)))
 def test_baselines_round_trip_on_random_topologies(topo: Topology, kind: CollectiveKind) -> None:
