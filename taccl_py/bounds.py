@@ -165,31 +165,27 @@ class _Graph:
     def max_flow(self, sources: Sequence[int], sinks: Sequence[int],
                  capacity: np.ndarray | None = None) -> tuple[float, np.ndarray]:
         """Max flow from a set of vertices to another (as bytes/us) and the source side of a min cut."""
-        from ortools.graph.python import max_flow
+        from solver_models._backend import max_flow_min_cut
 
         cap = self.cap if capacity is None else capacity
         scale = 2.0 ** 50 / max(1.0, float(cap.sum()))
         s, t = self.v, self.v + 1
-        flow = max_flow.SimpleMaxFlow()
         big = 2 ** 60
         tails = np.concatenate([self.tail, np.full(len(sources), s), np.asarray(sinks, dtype=np.int64)])
         heads = np.concatenate([self.head, np.asarray(sources, dtype=np.int64), np.full(len(sinks), t)])
         caps = np.concatenate([np.floor(cap * scale).astype(np.int64), np.full(len(sources) + len(sinks), big)])
-        flow.add_arcs_with_capacity(tails, heads, caps)
-        status = flow.solve(s, t)
-        if status != flow.OPTIMAL:
-            raise RuntimeError(f"max-flow failed with status {status}")
+        value, source_side = max_flow_min_cut(tails, heads, caps, s, t, what="cut bound")
         side = np.zeros(self.v, dtype=bool)
-        for node in flow.get_source_side_min_cut():
+        for node in source_side:
             if node < self.v:
                 side[node] = True
-        return flow.optimal_flow() / scale, side
+        return value / scale, side
 
 
 # ------------------------------------------------------ Allgather-type ratio cut
 def _max_ratio_cut(graph: _Graph, seeds: Iterable[np.ndarray]) -> tuple[float, np.ndarray]:
     """max over S (>= 1 GPU inside and outside) of |S n GPUs| / B_out(S), by Dinkelbach + max-flow."""
-    from ortools.graph.python import max_flow
+    from solver_models._backend import max_flow_min_cut
 
     n, v = graph.n, graph.v
     best, best_side = 0.0, np.zeros(v, dtype=bool)
@@ -215,17 +211,14 @@ def _max_ratio_cut(graph: _Graph, seeds: Iterable[np.ndarray]) -> tuple[float, n
         for outside in range(n):
             # min over S not holding `outside` of |GPUs \ S| + best * B_out(S)
             scale = 2.0 ** 50 / (n + best * float(graph.cap.sum()) + 1.0)
-            flow = max_flow.SimpleMaxFlow()
             others = gpu_ids[gpu_ids != outside]
             tails = np.concatenate([graph.tail, np.full(n - 1, s), [outside]])
             heads = np.concatenate([graph.head, others, [t]])
             caps = np.concatenate([np.floor(graph.cap * best * scale).astype(np.int64),
                                    np.full(n - 1, int(scale)), [2 ** 60]])
-            flow.add_arcs_with_capacity(tails, heads, caps)
-            if flow.solve(s, t) != flow.OPTIMAL:
-                raise RuntimeError("max-flow failed in the cut bound")
+            _, source_side = max_flow_min_cut(tails, heads, caps, s, t, what="ratio cut bound")
             side = np.zeros(v, dtype=bool)
-            for node in flow.get_source_side_min_cut():
+            for node in source_side:
                 if node < v:
                     side[node] = True
             if consider(side):
