@@ -241,7 +241,7 @@ class _Execution:
             out = received
         elif kind in (StepType.RECV_REDUCE_SEND, StepType.RECV_REDUCE_COPY, StepType.RECV_REDUCE_COPY_SEND):
             local = self.read(t, t.srcbuf, t.srcoffs[0], t.count)
-            combined = [reduce_values(a, b, where) for a, b in zip(received, local, strict=True)]
+            combined = [reduce_values(a, b, where, self.spec.input_chunks) for a, b in zip(received, local, strict=True)]
             if kind is not StepType.RECV_REDUCE_SEND:
                 self.write(t, t.dstbuf, t.dstoff, combined)
             if kind is not StepType.RECV_REDUCE_COPY:
@@ -251,8 +251,8 @@ class _Execution:
         elif kind is StepType.REDUCE:
             acc = self.read(t, t.dstbuf, t.dstoff, t.count)
             for off in t.srcoffs:
-                acc = [reduce_values(a, b, where) for a, b in zip(acc, self.read(t, t.srcbuf, off, t.count),
-                                                                   strict=True)]
+                acc = [reduce_values(a, b, where, self.spec.input_chunks)
+                       for a, b in zip(acc, self.read(t, t.srcbuf, off, t.count), strict=True)]
             self.write(t, t.dstbuf, t.dstoff, acc)
         if out is not None:
             self.payload[t.node] = tuple(out)
