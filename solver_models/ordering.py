@@ -18,6 +18,8 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from taccl_py.errors import SolverError
+
 __all__ = ["Task", "TaskTiming", "arrival_order", "list_order", "pipeline_order"]
 
 
@@ -125,7 +127,7 @@ def list_order(tasks: Sequence[Task], num_links: int, *, max_ready_scan: int = 4
                 still.append(i)
         ready = still
         if not finishing:  # pragma: no cover - every task has a predecessor chain from a root
-            raise ValueError("task dependencies form a cycle")
+            raise SolverError("ordering: task dependencies form a cycle")
         now = finishing[0][0]
         while finishing and finishing[0][0] <= now + 1e-12:
             _, i = heapq.heappop(finishing)

@@ -42,7 +42,7 @@ from solver_models._backend import (
 from solver_models.arborescence import min_arborescence
 from solver_models.logical import LogicalGraph
 from solver_models.symmetry import Symmetry
-from taccl_py.errors import SolverTimeout
+from taccl_py.errors import Infeasible, SolverTimeout
 from taccl_py.topology import Topology
 
 __all__ = ["PATH_PRICING_S", "TREE_PRICING_S", "Assignment", "Column", "ColumnBudget", "ColumnPool", "LinkModel", "RoutingPlan", "assign_pieces",
@@ -281,7 +281,7 @@ def _shortest_path(graph: LogicalGraph, weights: np.ndarray, src: int, dst: int)
     while v != src:
         e = via[v]
         if e < 0:
-            raise ValueError(f"GPU {dst} unreachable from GPU {src}")
+            raise Infeasible(f"routing: GPU {dst} cannot be reached from GPU {src} over the links the sketch allows")
         path.append(e)
         v = graph.edges[e][0]
     return tuple(reversed(path))

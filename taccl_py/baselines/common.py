@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from taccl_py.errors import InputError
+from taccl_py.errors import NotApplicable
 from taccl_py.topology import Route, Topology
 
 __all__ = ["Leg", "NotApplicable", "bytes_per_us", "legs_between", "pipeline_pieces", "route_cost"]
@@ -23,10 +23,6 @@ MIN_PIECE_BYTES = 512
 """A pipelined piece is never cut below this size."""
 DEFAULT_PIECES = 8
 """Pipeline depth of a chain when the buffer size is not known."""
-
-
-class NotApplicable(InputError):
-    """The baseline cannot run this collective on this topology (says why)."""
 
 
 @dataclass(frozen=True, slots=True)

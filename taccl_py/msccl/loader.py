@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from xml.parsers import expat
 
-from taccl_py.errors import XmlError
+from taccl_py.errors import XmlLoadError
 from taccl_py.msccl.ir import (
     MAX_ATTRIBUTES,
     MAX_STRING,
@@ -40,15 +40,6 @@ _GPU_REQUIRED = ("id", "i_chunks", "o_chunks", "s_chunks")
 _TB_REQUIRED = ("id", "send", "recv", "chan")
 _STEP_REQUIRED = ("s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps", "hasdep")
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
-
-
-class XmlLoadError(XmlError):
-    """An XML file that cannot be turned into a program; ``rule`` classifies why, ``line`` says where."""
-
-    def __init__(self, message: str, *, where: str, line: int | None = None, rule: str = "xml-parse") -> None:
-        self.rule = rule
-        self.line = line
-        super().__init__(f"line {line}: {message}" if line else message, where=where)
 
 
 @dataclass
