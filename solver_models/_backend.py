@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taccl_py.errors import Infeasible, InputError, SolverError, SolverTimeout
+from taccl_py.tolerances import ZERO_OBJECTIVE
 
 __all__ = ["STOPPED_BY_TIME", "STOPPED_BY_WORK", "IntegerProgram", "LinearResult", "SolveStats", "SolverConfig",
            "check_solver", "cpsat_found_solution", "cpsat_model", "cpsat_solver", "cpsat_stop_reason",
@@ -86,7 +87,7 @@ class SolveStats:
     def gap(self) -> float | None:
         if self.objective is None or self.bound is None:
             return None
-        if abs(self.objective) < 1e-12:
+        if abs(self.objective) < ZERO_OBJECTIVE:
             return 0.0
         return max(0.0, (self.objective - self.bound) / abs(self.objective))
 

@@ -43,7 +43,9 @@ import numpy as np
 
 from taccl_py.collectives import CollectiveKind, parse_collective
 from taccl_py.errors import InputError
+from taccl_py.tolerances import SEARCH_IMPROVEMENT_REL
 from taccl_py.topology import Topology, Vertex
+from taccl_py.units import algbw_gbps, bytes_per_us_to_gbps, gbps_to_bytes_per_us
 
 __all__ = ["Bound", "BoundProfile", "bound_profile", "lower_bound"]
 
@@ -87,7 +89,7 @@ class Bound:
     @property
     def algbw_GBps(self) -> float | None:
         """The best algbw any schedule can reach at this size."""
-        return self.size_bytes / self.bound_us / 1e3 if self.bound_us > 0 else None
+        return algbw_gbps(self.size_bytes, self.bound_us) if self.bound_us > 0 else None
 
     def efficiency(self, time_us: float | None) -> float | None:
         """``bound_us / time_us`` (1.0 means optimal).
@@ -146,7 +148,8 @@ class _Graph:
         dst = [vid[link.dst] for link in topology.links]
         self.tail = np.array(dst if reverse else src, dtype=np.int64)
         self.head = np.array(src if reverse else dst, dtype=np.int64)
-        self.cap = np.array([link.bandwidth * 1e3 for link in topology.links], dtype=np.float64)  # bytes/us
+        self.cap = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links],
+                            dtype=np.float64)  # bytes/us
 
     def out_bandwidth(self, inside: np.ndarray) -> float:
         """Bytes/us leaving the vertex set ``inside`` (a boolean mask)."""
@@ -197,7 +200,7 @@ def _max_ratio_cut(graph: _Graph, seeds: Iterable[np.ndarray]) -> tuple[float, n
             return False
         out = graph.out_bandwidth(side)
         ratio = math.inf if out <= 0 else gpus / out
-        if ratio > best * (1 + 1e-12):
+        if ratio > best * (1 + SEARCH_IMPROVEMENT_REL):
             best, best_side = ratio, side
             return True
         return False
@@ -359,7 +362,7 @@ def _gather_profile(topology: Topology, kind: CollectiveKind, latency: float) ->
     graph = _Graph(topology, reverse=entering)
     ratio, side = _max_ratio_cut(graph, _seed_sets(graph))
     gpus = int(side[:graph.n].sum())
-    bandwidth = graph.out_bandwidth(side) / 1e3
+    bandwidth = bytes_per_us_to_gbps(graph.out_bandwidth(side))
     verb = "enter" if entering else "leave"
     reason = f"cut bound: {gpus} of {graph.n} blocks must {verb} {_describe(topology, side)} over {bandwidth:.6g} GB/s"
     return BoundProfile(kind, ratio / graph.n, graph.names(side), _cut_latency(topology, side, entering=entering),
@@ -387,9 +390,9 @@ def _alltoall_profile(topology: Topology, latency: float) -> BoundProfile:
             continue
         value, side = graph.max_flow(sorted(gpus), sorted(everyone - gpus))
         ratio = len(gpus) * (n - len(gpus)) / value if value > 0 else math.inf
-        if ratio > best * (1 + 1e-12):
+        if ratio > best * (1 + SEARCH_IMPROVEMENT_REL):
             best, best_side = ratio, side
-    bandwidth = graph.out_bandwidth(best_side) / 1e3
+    bandwidth = bytes_per_us_to_gbps(graph.out_bandwidth(best_side))
     k = int(best_side[:n].sum())
     profile = BoundProfile(CollectiveKind.ALLTOALL, best / n, graph.names(best_side),
                            _cut_latency(topology, best_side), latency,
@@ -451,12 +454,12 @@ def _allreduce_profile(topology: Topology, latency: float) -> BoundProfile:
     for t in range(1, n):
         for sources, sinks in (([0], [t]), ([t], [0])):
             value, side = graph.max_flow(sources, sinks)
-            if value < cut_value * (1 - 1e-12):
+            if value < cut_value * (1 - SEARCH_IMPROVEMENT_REL):
                 cut_value, cut_side = value, side
     best = BoundProfile(CollectiveKind.ALLREDUCE, 1.0 / cut_value, graph.names(cut_side),
                         _cut_latency(topology, cut_side), latency,
                         f"cut bound: the whole buffer must leave {_describe(topology, cut_side)} over "
-                        f"{cut_value / 1e3:.6g} GB/s")
+                        f"{bytes_per_us_to_gbps(cut_value):.6g} GB/s")
     # 2(P-1) messages per element between P parts (one-way gossip)
     partitions = [("single GPUs", [graph.mask([g]) for g in range(n)])]
     if len(topology.machines) > 1:
@@ -469,10 +472,10 @@ def _allreduce_profile(topology: Topology, latency: float) -> BoundProfile:
         in_total = sum(inward.out_bandwidth(m) for m in parts)
         total = min(out_total, in_total)
         us_per_byte = 2 * (len(parts) - 1) / total
-        if us_per_byte > best.us_per_byte * (1 + 1e-12):
+        if us_per_byte > best.us_per_byte * (1 + SEARCH_IMPROVEMENT_REL):
             best = BoundProfile(CollectiveKind.ALLREDUCE, us_per_byte, (), route_latency, latency,
                                 f"traffic bound: {2 * (len(parts) - 1)} buffer copies must move between "
-                                f"{len(parts)} {label} over {total / 1e3:.6g} GB/s")
+                                f"{len(parts)} {label} over {bytes_per_us_to_gbps(total):.6g} GB/s")
     return best
 
 
@@ -484,11 +487,11 @@ def _rooted_profile(topology: Topology, kind: CollectiveKind, root: int, latency
             continue
         sources, sinks = ([root], [g]) if kind is CollectiveKind.BROADCAST else ([g], [root])
         value, side = graph.max_flow(sources, sinks)
-        if value < best_value * (1 - 1e-12):
+        if value < best_value * (1 - SEARCH_IMPROVEMENT_REL):
             best_value, best_side = value, side
     return BoundProfile(kind, 1.0 / best_value, graph.names(best_side), _cut_latency(topology, best_side), latency,
                         f"cut bound: the whole buffer must leave {_describe(topology, best_side)} over "
-                        f"{best_value / 1e3:.6g} GB/s")
+                        f"{bytes_per_us_to_gbps(best_value):.6g} GB/s")
 
 
 @lru_cache(maxsize=64)

@@ -27,7 +27,9 @@ import numpy as np
 from taccl_py.collectives import Collective
 from taccl_py.fluid import FluidNetwork, RouteGroup
 from taccl_py.schedule import Op, Schedule, Transfer
+from taccl_py.tolerances import same_instant_horizon_us
 from taccl_py.topology import Topology
+from taccl_py.units import algbw_gbps, gbps_to_bytes_per_us
 
 __all__ = ["SimOptions", "SimResult", "simulate"]
 
@@ -63,7 +65,7 @@ class SimResult:
     def algbw_GBps(self) -> float | None:
         if self.time_us is None or self.time_us <= 0:
             return None
-        return self.size_bytes / self.time_us / 1e3
+        return algbw_gbps(self.size_bytes, self.time_us)
 
     @property
     def busbw_GBps(self) -> float | None:
@@ -74,7 +76,7 @@ class SimResult:
         """Bytes carried over what the link could carry during the makespan."""
         if not self.time_us:
             return [0.0] * len(topology.links)
-        return [b / (link.bandwidth * 1e3 * self.time_us) for b, link in zip(self.link_bytes, topology.links,
+        return [b / (gbps_to_bytes_per_us(link.bandwidth) * self.time_us) for b, link in zip(self.link_bytes, topology.links,
                                                                                strict=True)]
 
     def summary(self) -> dict[str, Any]:
@@ -288,7 +290,7 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
             lat = route_latency[t.route] = topology.route_latency(t.route)
         latency[i] = lat + overhead
         num_bytes[i] = len(t.chunks) * chunk_bytes
-    net = FluidNetwork([link.bandwidth * 1e3 for link in topology.links])
+    net = FluidNetwork([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links])
     net_add, net_remove = net.add, net.remove
     start_cause = [-1] * n
     commit_cause = [-1] * n
@@ -432,7 +434,7 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
         if not heap:
             break
         now = heap[0][0]
-        horizon = now + 1e-9 * max(1.0, abs(now))
+        horizon = same_instant_horizon_us(now)
         while heap and heap[0][0] <= horizon:
             time, c, kind, i, g = heappop(heap)
             if kind == _ACTIVATE:

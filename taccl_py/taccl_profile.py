@@ -23,6 +23,7 @@ from typing import Any
 
 from taccl_py.errors import SketchError
 from taccl_py.topology import Link, Switch, Topology, check_topology
+from taccl_py.units import bytes_per_us_to_gbps
 
 __all__ = ["is_taccl_profile", "load_taccl_profile", "topology_from_taccl_profile"]
 
@@ -77,7 +78,7 @@ def topology_from_taccl_profile(data: dict[str, Any], *, nnodes: int = 1, where:
                               f"(got {data[key]!r})", where=where, field=key)
 
     def bandwidth(beta: float) -> float:
-        return chunk_bytes / (beta / scale) / 1e3  # bytes per us -> GB/s
+        return bytes_per_us_to_gbps(chunk_bytes / (beta / scale))
 
     alpha = data["alpha"] / scale
     remote_alpha = data["remote_alpha"] / scale

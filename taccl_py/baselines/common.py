@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from taccl_py.errors import NotApplicable
 from taccl_py.topology import Route, Topology
+from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["Leg", "NotApplicable", "bytes_per_us", "legs_between", "pipeline_pieces", "route_cost"]
 
@@ -55,7 +56,7 @@ def legs_between(topology: Topology, src: int, dst: int) -> tuple[Leg, ...]:
 
 def bytes_per_us(topology: Topology, link: int) -> float:
     """Bandwidth of a link in bytes per microsecond."""
-    return topology.links[link].bandwidth * 1e3
+    return gbps_to_bytes_per_us(topology.links[link].bandwidth)
 
 
 def route_cost(topology: Topology, route: Sequence[int], loads: Sequence[float]) -> float:

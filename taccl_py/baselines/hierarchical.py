@@ -42,7 +42,9 @@ from taccl_py.baselines.dimension_phases import (
 )
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Schedule, Transfer
+from taccl_py.tolerances import is_better
 from taccl_py.topology import Topology
+from taccl_py.units import us_per_byte
 
 __all__ = ["HIERARCHICAL_KINDS", "HierarchicalPlan", "check_hierarchical", "hierarchical_plan",
            "hierarchical_schedule"]
@@ -180,7 +182,7 @@ def _cached_step_costs(topology: Topology, dim: int, algorithm: DimAlgorithm, ph
         groups = tuple(groups[k * len(groups) // COST_GROUPS] for k in range(COST_GROUPS))
     per_group = [group_steps(topology, algorithm, phase, GroupBlocks(members, unit.blocks)) for members in groups]
     latency_of = [link.latency for link in topology.links]
-    us_per_byte_of = [1.0 / (link.bandwidth * 1e3) for link in topology.links]
+    us_per_byte_of = [us_per_byte(link.bandwidth) for link in topology.links]
     costs = []
     for k in range(len(per_group[0])):
         load: dict[int, float] = {}
@@ -427,7 +429,7 @@ def hierarchical_plan(topology: Topology, kind: CollectiveKind, *, balanced: boo
         else:
             orders = (_default_order(topology, kind),) * count
         estimate = _estimate(topology, kind, chosen, orders, reference)
-        if best is None or estimate < best_estimate * (1 - 1e-9):
+        if best is None or is_better(estimate, best_estimate):
             best = HierarchicalPlan(kind, chosen, count, orders, balanced, _lanes(chosen), size_bytes,
                                     estimate if size_bytes is not None else None)
             best_estimate = estimate

@@ -31,7 +31,9 @@ from taccl_py.msccl.ir import Program
 from taccl_py.msccl.machine import Machine, build_machine
 from taccl_py.msccl.verify import verify_program
 from taccl_py.simulator import SimOptions, SimResult
+from taccl_py.tolerances import same_instant_horizon_us
 from taccl_py.topology import Route, Topology
+from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["simulate_program"]
 
@@ -139,7 +141,7 @@ class _Timing:
             self.routes.append(route)
             self.latency.append(topology.route_latency(route) + options.step_overhead_us if t.type.sends else 0.0)
             self.num_bytes.append(t.count * chunk_bytes)
-        self.net = FluidNetwork([link.bandwidth * 1e3 for link in topology.links])
+        self.net = FluidNetwork([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links])
         self.heap: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.version = [0] * n
@@ -189,7 +191,7 @@ class _Timing:
         self.reshare(now)
         while self.heap:
             now = self.heap[0][0]
-            horizon = now + 1e-9 * max(1.0, abs(now))
+            horizon = same_instant_horizon_us(now)
             while self.heap and self.heap[0][0] <= horizon:
                 _, _, kind, node, version = heapq.heappop(self.heap)
                 if kind == _ACTIVATE:
