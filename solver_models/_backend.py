@@ -252,6 +252,11 @@ def solve_cpsat_interruptibly(solver: Any, model: Any) -> Any:
     return outcome[0]
 
 
+_COEFFICIENT_SCALE = 1e3
+"""CP-SAT takes integer coefficients: rows and objective are multiplied by this (and the row's ``scale``)
+before rounding, so three more decimal digits survive. A scale factor, not a unit conversion."""
+
+
 def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
                  scale: float) -> tuple[list[float], SolveStats]:
     from ortools.sat.python import cp_model
@@ -265,15 +270,15 @@ def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
         xs.append(model.new_int_var(lo, up, name))
     for terms, sense, rhs, _ in program.rows:
         # row: sum coef * x_real (x_real = x_int / factor) sense rhs; multiply through by `scale`
-        expr = sum(round(coef * scale / factor[i] * 1e3) * xs[i] for i, coef in terms)
-        bound = round(rhs * scale * 1e3)
+        expr = sum(round(coef * scale / factor[i] * _COEFFICIENT_SCALE) * xs[i] for i, coef in terms)
+        bound = round(rhs * scale * _COEFFICIENT_SCALE)
         if sense == "<=":
             model.add(expr <= bound)
         elif sense == ">=":
             model.add(expr >= bound)
         else:
             model.add(expr == bound)
-    model.minimize(sum(round(c * 1e3 / factor[i] * scale) * xs[i] for i, c in enumerate(program.objective) if c))
+    model.minimize(sum(round(c * _COEFFICIENT_SCALE / factor[i] * scale) * xs[i] for i, c in enumerate(program.objective) if c))
     for i, value in program.hint.items():
         model.add_hint(xs[i], round(value * factor[i]))
     solver = cpsat_solver(config)
@@ -284,7 +289,7 @@ def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise SolverTimeout(f"{stage}: CP-SAT found no solution within its budget ({config.work_limit:g} "
                             f"deterministic s, {config.time_limit_s:g} s wall)")
-    norm = scale * 1e3
+    norm = scale * _COEFFICIENT_SCALE
     stats = SolveStats(stage=stage, solver="CP-SAT", status=name.lower(), objective=solver.objective_value / norm,
                        bound=solver.best_objective_bound / norm, stopped_by=cpsat_stop_reason(solver, status, config),
                        note=f"continuous values at resolution 1/{scale:g}")
