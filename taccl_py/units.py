@@ -5,7 +5,7 @@ bytes, so ``bytes / (GBps * 1e3)`` is microseconds. Size strings follow
 nccl-tests: ``K``, ``M``, ``G`` (with or without ``B``/``iB``) are powers of
 1024; plain integers are bytes.
 
-Naming convention (docs/units.md): a field or variable called plainly
+Naming convention (README, "Units and conventions"): a field or variable called plainly
 ``bandwidth`` is in GB/s and one called ``latency`` (or ``alpha``) is in
 microseconds, as in topology files and :class:`~taccl_py.topology.Link`;
 every quantity in any other unit says so in its name (``bytes_per_us``,
