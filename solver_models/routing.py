@@ -101,7 +101,7 @@ class LinkModel:
     entry_edge: np.ndarray
     entry_orbit: np.ndarray
     entry_weight: np.ndarray
-    capacity: np.ndarray
+    capacity_GBps: np.ndarray
     num_edges: int
     link_bandwidth: tuple[float, ...]
     edge_signature: tuple[tuple[int, ...], ...]
@@ -130,7 +130,7 @@ class LinkModel:
         return costs
 
     def column_load(self, edges: Sequence[int]) -> tuple[float, ...]:
-        load = np.zeros(len(self.capacity))
+        load = np.zeros(len(self.capacity_GBps))
         mask = np.isin(self.entry_edge, np.asarray(edges, dtype=np.int64))
         counts = np.bincount(np.asarray(edges, dtype=np.int64), minlength=self.num_edges)
         np.add.at(load, self.entry_orbit[mask], self.entry_weight[mask] * counts[self.entry_edge[mask]])
@@ -303,7 +303,7 @@ def _column_generation(graph: LogicalGraph, model: LinkModel, commodities: list[
     started = time.perf_counter()
     columns: dict[Commodity, list[Column]] = {c: [] for c in commodities}
     seen: set[tuple[Commodity, tuple[int, ...]]] = set()
-    num_orbits = len(model.capacity)
+    num_orbits = len(model.capacity_GBps)
     pricing_work = pricing_s[0] + pricing_s[1] * graph.num_gpus ** 2
 
     def add(c: Commodity, edges: tuple[int, ...]) -> bool:
@@ -316,7 +316,7 @@ def _column_generation(graph: LogicalGraph, model: LinkModel, commodities: list[
 
     # start from the lowest-latency routes and from routes that avoid the slowest links
     zero = np.zeros(len(graph.edges))
-    inv_bw = model.edge_costs(1.0 / model.capacity)
+    inv_bw = model.edge_costs(1.0 / model.capacity_GBps)
     for c in commodities:
         add(c, price(c, zero, 1.0))
         add(c, price(c, inv_bw, PRICING_TIE_REL))
@@ -335,7 +335,7 @@ def _column_generation(graph: LogicalGraph, model: LinkModel, commodities: list[
         for o in range(num_orbits):
             terms = [(k, col.load[o]) for k, (_, col) in enumerate(flat) if col.load[o]]
             if terms:
-                rows.append(([*terms, (t_index, -float(model.capacity[o]))], "<=", 0.0))
+                rows.append(([*terms, (t_index, -float(model.capacity_GBps[o]))], "<=", 0.0))
         orbit_rows = [o for o in range(num_orbits) if any(col.load[o] for _, col in flat)]
         lp = solve_lp([0.0] * t_index + [1.0], rows, [0.0] * (t_index + 1), [math.inf] * (t_index + 1),
                       work_limit=budget.lp_work_limit)
@@ -434,7 +434,7 @@ def _integer_master(pool: ColumnPool, pieces: int, piece_bytes: float, config: S
                     for o, load in enumerate(col.load):
                         if load:
                             link_terms.setdefault(-1 - o, []).append(
-                                (n, load * piece_bytes / gbps_to_bytes_per_us(model.capacity[o])))
+                                (n, load * piece_bytes / gbps_to_bytes_per_us(model.capacity_GBps[o])))
         for owner, terms in cover.items():
             program.add(terms, "=", float(pieces), f"cover_{c[0]}_{c[1]}_{owner}")
     for key, terms in sorted(link_terms.items()):

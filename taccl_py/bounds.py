@@ -148,13 +148,13 @@ class _Graph:
         dst = [vid[link.dst] for link in topology.links]
         self.tail = np.array(dst if reverse else src, dtype=np.int64)
         self.head = np.array(src if reverse else dst, dtype=np.int64)
-        self.cap = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links],
+        self.cap_bytes_per_us = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links],
                             dtype=np.float64)  # bytes/us
 
     def out_bandwidth(self, inside: np.ndarray) -> float:
         """Bytes/us leaving the vertex set ``inside`` (a boolean mask)."""
         crossing = inside[self.tail] & ~inside[self.head]
-        return float(self.cap[crossing].sum())
+        return float(self.cap_bytes_per_us[crossing].sum())
 
     def mask(self, vertices: Iterable[int]) -> np.ndarray:
         m = np.zeros(self.v, dtype=bool)
@@ -170,7 +170,7 @@ class _Graph:
         """Max flow from a set of vertices to another (as bytes/us) and the source side of a min cut."""
         from solver_models._backend import max_flow_min_cut
 
-        cap = self.cap if capacity is None else capacity
+        cap = self.cap_bytes_per_us if capacity is None else capacity
         scale = 2.0 ** 50 / max(1.0, float(cap.sum()))
         s, t = self.v, self.v + 1
         big = 2 ** 60
@@ -213,11 +213,11 @@ def _max_ratio_cut(graph: _Graph, seeds: Iterable[np.ndarray]) -> tuple[float, n
         improved = False
         for outside in range(n):
             # min over S not holding `outside` of |GPUs \ S| + best * B_out(S)
-            scale = 2.0 ** 50 / (n + best * float(graph.cap.sum()) + 1.0)
+            scale = 2.0 ** 50 / (n + best * float(graph.cap_bytes_per_us.sum()) + 1.0)
             others = gpu_ids[gpu_ids != outside]
             tails = np.concatenate([graph.tail, np.full(n - 1, s), [outside]])
             heads = np.concatenate([graph.head, others, [t]])
-            caps = np.concatenate([np.floor(graph.cap * best * scale).astype(np.int64),
+            caps = np.concatenate([np.floor(graph.cap_bytes_per_us * best * scale).astype(np.int64),
                                    np.full(n - 1, int(scale)), [2 ** 60]])
             _, source_side = max_flow_min_cut(tails, heads, caps, s, t, what="ratio cut bound")
             side = np.zeros(v, dtype=bool)
@@ -400,7 +400,7 @@ def _alltoall_profile(topology: Topology, latency: float) -> BoundProfile:
                            f"over {bandwidth:.6g} GB/s")
     from solver_models.mcf_bound import alltoall_mcf
 
-    links = [(int(a), int(b), float(c)) for a, b, c in zip(graph.tail, graph.head, graph.cap, strict=True)]
+    links = [(int(a), int(b), float(c)) for a, b, c in zip(graph.tail, graph.head, graph.cap_bytes_per_us, strict=True)]
     mcf = alltoall_mcf(n, graph.v, links)
     if mcf is not None and mcf.us_per_pair_byte * _LP_SAFETY / n > profile.us_per_byte:
         return BoundProfile(CollectiveKind.ALLTOALL, mcf.us_per_pair_byte * _LP_SAFETY / n, (),

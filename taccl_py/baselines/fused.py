@@ -216,8 +216,9 @@ def fuse(topology: Topology, hops: Sequence[Hop], item_chunks: Sequence[tuple[in
             route = topology.gpu_route(h.src, h.dst)
             if route is None:
                 raise NotApplicable(f"no direct route from GPU {h.src} to GPU {h.dst}", where=topology.name)
-            bw = gbps_to_bytes_per_us(topology.route_bandwidth(route))
-            links[(h.src, h.dst)] = _Link(route, topology.route_latency(route), 1.0 / bw if bw > 0 else 0.0)
+            bytes_per_us = gbps_to_bytes_per_us(topology.route_bandwidth(route))
+            links[(h.src, h.dst)] = _Link(route, topology.route_latency(route),
+                                          1.0 / bytes_per_us if bytes_per_us > 0 else 0.0)
     ops: dict[tuple[int, int, int], Op] = {}
     for h in hops:
         assert ops.setdefault((h.src, h.dst, h.channel), h.op) is h.op, "one op per connection"
