@@ -129,6 +129,7 @@ def star(n: int) -> Topology:
 
 
 # ------------------------------------------------------------------ properties
+@pytest.mark.slow
 @settings(max_examples=25)
 @given(topo=topologies(min_gpus=2, max_gpus=6), builder=st.sampled_from(RING_BUILDERS),
        c=st.integers(1, 2), dialect=st.sampled_from(["v1", "v2"]))
@@ -138,6 +139,7 @@ def test_ring_schedules_round_trip_on_random_topologies(topo: Topology, builder:
     round_trip(builder(topo, c), topo, dialect=dialect)  # type: ignore[operator]
 
 
+@pytest.mark.slow
 @settings(max_examples=25)
 @given(topo=topologies(min_gpus=3, max_gpus=6, min_switches=1), builder=st.sampled_from(PAIR_BUILDERS),
        in_place=st.sampled_from([None, False]))
@@ -148,6 +150,7 @@ def test_pairwise_schedules_round_trip_on_random_topologies(topo: Topology, buil
     round_trip(builder(topo), topo, in_place=in_place)  # type: ignore[operator]
 
 
+@pytest.mark.slow
 @settings(max_examples=15)
 @given(topo=topologies(min_gpus=2, max_gpus=5))
 def test_chain_reduce_and_out_of_place_reductions(topo: Topology) -> None:
@@ -173,6 +176,7 @@ def test_instances_split_chunks_over_parallel_channels(builder: object, instance
     round_trip(schedule, topo, instances=instances)
 
 
+@pytest.mark.slow
 @settings(max_examples=10)
 @given(topo=topologies(min_gpus=2, max_gpus=5), kind=st.sampled_from(list(CollectiveKind)))
 def test_baselines_round_trip_on_random_topologies(topo: Topology, kind: CollectiveKind) -> None:
@@ -226,6 +230,7 @@ def test_output_is_byte_identical(tmp_path: Path) -> None:
         lower_schedule(schedule, topo, dialect="v1"), "v1")
 
 
+@pytest.mark.slow
 def test_long_connections_are_split_over_channels() -> None:
     """A ring allgather with many pieces needs more than 64 steps per threadblock in v2."""
     topo = star(4)
@@ -281,6 +286,7 @@ def test_too_many_channels_between_two_ranks() -> None:
         lower_schedule(schedule, topo)
 
 
+@pytest.mark.slow
 def test_too_many_threadblocks_for_v1() -> None:
     topo = star(8)
     c = 16
@@ -301,6 +307,7 @@ def test_one_transfer_over_the_step_limit() -> None:
     assert lower_schedule(schedule, topo, dialect="v1").num_steps > 64
 
 
+@pytest.mark.slow
 def test_offsets_beyond_sixteen_bits() -> None:
     topo = star(2)
     schedule = Schedule(Collective(K.ALLGATHER, 2, 16400), (Transfer(1, 0, (32799,), route(topo, 1, 0)),))

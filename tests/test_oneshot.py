@@ -230,6 +230,7 @@ def test_one_shot_on_a_switch_is_one_exchange(n: int, size: int) -> None:
     _judge(topo, schedule, size)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dgx1", "dgx-a100", "ndv2x2", "dgx-a100x2", "dgx2x2", "mi250"])
 def test_shipped_oneshot_lowers_and_verifies(name: str) -> None:
     topo = shipped(name)
@@ -253,6 +254,7 @@ def oracle() -> Callable[[dict[str, Any]], dict[str, Any]]:
     return run_oracle
 
 
+@pytest.mark.slow
 @pytest.mark.simgrid
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])

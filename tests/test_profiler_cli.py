@@ -118,6 +118,7 @@ def test_into_with_a_log_recalibrates_one_class_only(tmp_path: Path, capsys: pyt
     assert all(link.bandwidth == pytest.approx(230, rel=0.03) for link in ib)
 
 
+@pytest.mark.slow
 def test_show_fitted_topology_csv_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fitted = tmp_path / "fitted.json"
     assert run(["profile", "fit", str(DATA / "sample_sendrecv.log"), "-o", str(fitted)], capsys)[0] == 0

@@ -53,6 +53,7 @@ def _power_of_two(n: int) -> bool:
 
 
 # ---------------------------------------------------------------- baseline -o
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "algorithm", "verify"), [("dgx2x2", "tree", False), ("dgx-a100x2", "tree", True),
                                                           ("dgx1", "ring", True)])
 def test_issue_examples_are_now_picked(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str,
@@ -146,6 +147,7 @@ def never_picked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_never_selected_is_a_warning(never_picked: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, stdout, stderr = run(["verify", str(never_picked)], capsys)
     assert code == 0  # valid and correct: only a warning

@@ -249,6 +249,7 @@ sizes = st.integers(1_000, 20_000_000)
 overheads = st.sampled_from([0.0, 0.0, 0.7])
 
 
+@pytest.mark.slow
 @RANDOM
 @given(data=st.data(), size=sizes, overhead=overheads)
 def test_random_allgathers_match_simgrid(oracle: Oracle, data: st.DataObject, size: int,
@@ -261,6 +262,7 @@ def test_random_allgathers_match_simgrid(oracle: Oracle, data: st.DataObject, si
     assert_agrees(oracle, topo, schedule, size, overhead)
 
 
+@pytest.mark.slow
 @RANDOM
 @given(data=st.data(), size=sizes, overhead=overheads)
 def test_random_reductions_match_simgrid(oracle: Oracle, data: st.DataObject, size: int,

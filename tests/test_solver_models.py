@@ -303,6 +303,7 @@ def test_cbc_runs_on_a_node_budget() -> None:
     assert 2 * values[0] + 3 * values[1] >= 7 - 1e-9 and stats.stopped_by in ("", "work limit")
 
 
+@pytest.mark.slow
 def test_only_the_backend_imports_a_solver_library() -> None:
     """README and ``_backend.py`` say it: every ortools/pulp import is in ``solver_models/_backend.py``."""
     import ast

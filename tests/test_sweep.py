@@ -63,6 +63,7 @@ def without_measured(path: Path) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ runner
+@pytest.mark.slow
 def test_the_file_does_not_depend_on_backend_or_finishing_order(tmp_path: Path) -> None:
     jobs = square_jobs(list(range(8)), reverse_delays=True)  # later jobs finish first in the pool
     inline, pool = tmp_path / "inline.jsonl", tmp_path / "pool.jsonl"
