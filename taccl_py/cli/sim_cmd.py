@@ -43,7 +43,7 @@ from taccl_py.cli.plot_hooks import (
     write_timeline,
 )
 from taccl_py.collectives import Collective, CollectiveKind
-from taccl_py.errors import InputError
+from taccl_py.errors import Infeasible, InputError
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes
@@ -305,7 +305,7 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
     if output:
         chosen = only or rows[0]["best"]
         if chosen is None:
-            raise InputError("no baseline was correct; nothing to write", where="-o")
+            raise Infeasible("no baseline was correct on this topology; nothing to write to -o")
         placed = _write_xml(topology, kind, sizes[0], chosen, channels, root, step_overhead_us, output, dialect)
         written = {"path": output, "algorithm": chosen, "dialect": dialect, **placed}
     head: dict[str, Any] = {"topology": topology.name, "collective": kind.value}
