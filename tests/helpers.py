@@ -58,12 +58,13 @@ def xml_round_trip(program: Program, topology: Topology, size_bytes: int = ROUND
     return timed
 
 
-def round_trip(schedule: Schedule, topology: Topology, size_bytes: int = ROUND_TRIP_SIZE,
-               **options: object) -> Program:
+def round_trip(schedule: Schedule, topology: Topology, size_bytes: int = ROUND_TRIP_SIZE, *,
+               time_rel: float = XML_TIME_REL, **options: object) -> Program:
     """Simulate, lower, write, load back, verify and time: the contract of every schedule producer.
 
     The schedule must be correct in the simulator; its XML must verify and (for one instance) take the
-    schedule's simulated time. ``options`` go to :func:`lower_schedule` (``dialect``, ``instances``...).
+    schedule's simulated time within ``time_rel``. ``options`` go to :func:`lower_schedule` (``dialect``,
+    ``instances``...).
     """
     expected = simulate(topology, schedule, size_bytes)
     assert expected.correct and expected.time_us is not None, expected.error
@@ -71,5 +72,5 @@ def round_trip(schedule: Schedule, topology: Topology, size_bytes: int = ROUND_T
     program = lower_schedule(schedule, topology, **options)  # type: ignore[arg-type]
     timed = xml_round_trip(program, topology, size_bytes, dialect=dialect)
     if options.get("instances", 1) == 1:
-        assert timed.time_us == pytest.approx(expected.time_us, rel=XML_TIME_REL)
+        assert timed.time_us == pytest.approx(expected.time_us, rel=time_rel)
     return program
