@@ -24,6 +24,7 @@ def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(common.out_console, "_width", 200)
 
 
+@pytest.mark.slow
 def test_fit_sendrecv_log_writes_a_valid_ring_topology(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "fitted.json"
     code, stdout, stderr = run(["profile", "fit", str(DATA / "sample_sendrecv.log"), "-o", str(out)], capsys)

@@ -102,6 +102,7 @@ def test_impossible_sizes_are_said_plainly(tmp_path: Path, capsys: pytest.Captur
 COLLECTIVES = ["allgather", "reducescatter", "allreduce", "broadcast", "reduce"]
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(topology=topologies(max_gpus=8), kind=st.sampled_from(COLLECTIVES), log_size=st.integers(10, 24),

@@ -221,7 +221,8 @@ def _baseline_cases() -> list[Any]:
         for kind in CollectiveKind:
             for algorithm in applicable_baselines(topo, kind, root=root):
                 cases.append(pytest.param(name, kind, algorithm, size, root, overhead,
-                                          id=f"{name}-{kind.value}-{algorithm}"))
+                                          id=f"{name}-{kind.value}-{algorithm}",
+                                          marks=[pytest.mark.slow] if len(topo.machines) > 1 else []))
     return cases
 
 

@@ -143,6 +143,7 @@ def test_integer_master_covers_every_piece(solver: str) -> None:
     assert stats.objective is not None and stats.objective >= 1.5 * 4e6 / 10e3 - 1e-6
 
 
+@pytest.mark.slow
 def test_integer_master_without_a_solution_in_time_falls_back_to_rounding(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import solver_models.routing as routing
