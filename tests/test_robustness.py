@@ -431,12 +431,22 @@ def test_ctrl_c_stops_a_cp_sat_solve_at_once() -> None:
 
     from solver_models._backend import solve_cpsat_interruptibly
 
+    # A 13-mark Golomb ruler: proving its optimum takes one CP-SAT worker far longer than the 60 s limit, so
+    # the solve is still running when the interrupt comes, however fast or loaded the machine is.
+    marks, longest = 13, 200
     model = cp_model.CpModel()
-    xs = [model.new_int_var(0, 1000, f"x{i}") for i in range(80)]
-    model.add_all_different(xs)
-    for i in range(79):
-        model.add(xs[i] + 3 * xs[i + 1] != 577)
-    model.maximize(sum((i % 7 - 3) * x for i, x in enumerate(xs)))
+    xs = [model.new_int_var(0, longest, f"m{i}") for i in range(marks)]
+    model.add(xs[0] == 0)
+    for i in range(marks - 1):
+        model.add(xs[i] < xs[i + 1])
+    gaps = []
+    for i in range(marks):
+        for j in range(i + 1, marks):
+            gap = model.new_int_var(1, longest, f"d{i}_{j}")
+            model.add(gap == xs[j] - xs[i])
+            gaps.append(gap)
+    model.add_all_different(gaps)
+    model.minimize(xs[-1])
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = 60
     solver.parameters.num_workers = 1

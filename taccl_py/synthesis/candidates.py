@@ -9,7 +9,7 @@ The later entries are fallbacks for when the first cannot be written as XML.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.msccl.ir import MAX_NODES_PER_RANK
@@ -82,7 +82,6 @@ def simulate_candidates(run: Run, topology: Topology, collective: Collective, si
     not simulated. ``any_before``: candidates of earlier factors exist, so the
     wall-clock limit may stop this one.
     """
-    c = collective.chunk_factor
     candidates: list[Candidate] = []
     notes: list[str] = []
     best: Choice | None = None
@@ -90,6 +89,7 @@ def simulate_candidates(run: Run, topology: Topology, collective: Collective, si
     stopped = False
     for cand_schedule in schedules:
         how = cand_schedule.variant.describe()
+        c = cand_schedule.chunk_factor or collective.chunk_factor
         transfers = cand_schedule.transfers
         if transfers in seen:
             continue
@@ -103,7 +103,7 @@ def simulate_candidates(run: Run, topology: Topology, collective: Collective, si
             notes.append(f"time limit reached: ordering {how!r} of chunk factor {c} not simulated")
             stopped = True
             break
-        schedule = Schedule(collective, transfers, name=f"taccl-{collective.kind.value}-c{c}",
+        schedule = Schedule(replace(collective, chunk_factor=c), transfers, name=f"taccl-{collective.kind.value}-c{c}",
                             topology=topology.name,
                             notes={"generator": "taccl_py synthesize", "chunk_factor": c, "ordering": how})
         run.report("simulating", chunk_factor=c, ordering=how, transfers=len(transfers))

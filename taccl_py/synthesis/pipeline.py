@@ -69,12 +69,12 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
     candidates: list[Candidate] = []
     best_per_factor: list[Choice] = []
     stopped = False
-    for c in chunk_factors(options, prepared):
+    for k, c in enumerate(chunk_factors(options, prepared)):
         if candidates and run.out_of_time():
             notes.append(f"time limit reached before chunk factor {c} was tried")
             stopped = True
             break
-        schedules, variant_stats = candidate_schedules(run, pools, c, size_bytes)
+        schedules, variant_stats = candidate_schedules(run, topology, kind, pools, c, size_bytes, first_factor=k == 0)
         stats += variant_stats
         simulated = simulate_candidates(run, topology, Collective(kind, topology.num_gpus, c, options.root),
                                         size_bytes, schedules, any_before=bool(candidates))

@@ -20,10 +20,13 @@ from solver_models.ordering import Task, TaskTiming, arrival_order, list_order, 
 from solver_models.routing import Column, RoutingPlan, assign_pieces
 from solver_models.scheduling import merge_candidates, schedule_tasks
 from solver_models.symmetry import Symmetry
-from taccl_py.collectives import CollectiveKind
+from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Transfer
+from taccl_py.synthesis.chunking import selectable_at
 from taccl_py.synthesis.options import Run
 from taccl_py.synthesis.routes import Phase, RoutePools
+from taccl_py.synthesis.streams import StreamLayout, stream_layouts, stream_transfers
+from taccl_py.topology import Topology
 from taccl_py.units import transfer_time_us
 
 __all__ = [
@@ -34,6 +37,7 @@ __all__ = [
     "Variant",
     "candidate_schedules",
     "phase_variants",
+    "streamed_variants",
 ]
 
 
@@ -60,16 +64,20 @@ class Ordering:
 
 @dataclass(frozen=True)
 class Variant:
-    """An ordering rule on ``channels`` channels per connection, optionally ``staggered``.
+    """An ordering rule on ``channels`` channels per connection, optionally ``staggered`` or ``streamed``.
 
     Staggered: a connection's channel k starts only once its channel k-1's first message has arrived.
+    Streamed: the cross-machine sends rewritten by :func:`~taccl_py.synthesis.streams.stream_transfers`.
     """
 
     rule: OrderingRule
     channels: int = 1
     staggered: bool = False
+    stream: StreamLayout | None = None
 
     def describe(self) -> str:
+        if self.stream is not None:
+            return f"{self.rule.value}, {self.stream.describe()}"
         if self.channels == 1:
             return self.rule.value
         return f"{self.rule.value}, {self.channels} {'staggered ' if self.staggered else ''}channels"
@@ -85,10 +93,15 @@ class PhaseVariants:
 
 @dataclass(frozen=True)
 class CandidateSchedule:
-    """The whole collective's transfers under one variant, ready to simulate."""
+    """The whole collective's transfers under one variant, ready to simulate.
+
+    ``chunk_factor``: the schedule's chunks per GPU block (0: the factor the variants were made for; a
+    streamed variant cuts pieces further).
+    """
 
     variant: Variant
     transfers: tuple[Transfer, ...]
+    chunk_factor: int = 0
 
 
 # ------------------------------------------------------------------------- tasks
@@ -347,9 +360,12 @@ def phase_variants(run: Run, phase: Phase, chunk_factor: int, size_bytes: float)
     return PhaseVariants(tuple(variants), (plan.stats[1], *order_stats))
 
 
-def candidate_schedules(run: Run, pools: RoutePools, chunk_factor: int,
-                        size_bytes: float) -> tuple[list[CandidateSchedule], list[SolveStats]]:
-    """Every variant that all phases produced, the phases joined in order, staggered where asked."""
+def candidate_schedules(run: Run, topology: Topology, kind: CollectiveKind, pools: RoutePools, chunk_factor: int,
+                        size_bytes: float, *, first_factor: bool = True) -> tuple[list[CandidateSchedule],
+                                                                                  list[SolveStats]]:
+    """Every variant that all phases produced, the phases joined in order, staggered where asked; then the
+    first ordering with its machine links streamed, where that applies (:func:`streamed_variants`: every
+    layout for the first chunk factor tried, the first layout for the others)."""
     parts = [phase_variants(run, phase, chunk_factor, size_bytes) for phase in pools.phases]
     stats = [s for part in parts for s in part.stats]
     # the same variant in every phase of an Allreduce
@@ -360,5 +376,60 @@ def candidate_schedules(run: Run, pools: RoutePools, chunk_factor: int,
             if all(variant in found for found in by_variant):
                 transfers = tuple(t for found in by_variant for t in found[variant])
                 joined.append(CandidateSchedule(variant,
-                                                _stagger_channels(transfers) if variant.staggered else transfers))
+                                                _stagger_channels(transfers) if variant.staggered else transfers,
+                                                chunk_factor))
+        if joined:
+            joined += streamed_variants(run, topology, Collective(kind, topology.num_gpus, chunk_factor),
+                                        joined[0], size_bytes, every_layout=first_factor)
     return joined, stats
+
+
+def _machine_links_bind(topology: Topology, transfers: Sequence[Transfer], cross: Sequence[Transfer]) -> bool:
+    """Is a link that only cross-machine transfers use (a NIC, an IB link) as busy as the busiest link, within 2%?
+
+    Streams pace the machine links; where those have slack (the binding cut is inside the machines, as on
+    MI250 or DGX-2) they cannot help, and building and simulating them would only cost time.
+    """
+    busy = [0.0] * len(topology.links)
+    for t in transfers:
+        for li in t.route:
+            busy[li] += len(t.chunks) / topology.links[li].bandwidth
+    cross_links = {li for t in cross for li in t.route}
+    machine = topology.machine_of
+    inside = {li for t in transfers if machine[t.src] == machine[t.dst] for li in t.route}
+    crossing = (cross_links - inside) or cross_links
+    return max(busy[li] for li in crossing) >= 0.98 * max(busy)
+
+
+def streamed_variants(run: Run, topology: Topology, collective: Collective, base: CandidateSchedule,
+                      size_bytes: float, *, every_layout: bool = True) -> list[CandidateSchedule]:
+    """``base`` with its cross-machine sends streamed, in every layout of :func:`stream_layouts` (or only the
+    first, which measured best or within 0.1% of the best everywhere) that pays.
+
+    Tried when the chunk factor was chosen here (not given by ``--chunk-factor`` or the sketch: a
+    streamed file has more chunks per block), when the file the runtime would run is still selected at
+    the size, and when even the smallest part takes longer to send than a machine link's latency (below
+    that the streams' waits cost more than they save).
+    """
+    options = run.options
+    if options.chunk_factors or (options.sketch is not None and options.sketch.chunk_factor):
+        return []
+    machine = topology.machine_of
+    cross = [t for t in base.transfers if machine[t.src] != machine[t.dst]]
+    if not cross or base.variant.channels != 1 or not _machine_links_bind(topology, base.transfers, cross):
+        return []
+    chunk_bytes = collective.chunk_bytes(size_bytes)
+    worst = max(cross, key=lambda t: (topology.route_latency(t.route) * topology.route_bandwidth(t.route), t.route))
+    out = []
+    for layout in stream_layouts() if every_layout else stream_layouts()[:1]:
+        part_us = chunk_bytes / layout.parts / (topology.route_bandwidth(worst.route) * 1e3)
+        cut = replace(collective, chunk_factor=collective.chunk_factor * layout.parts)
+        if part_us <= topology.route_latency(worst.route) or not (
+                selectable_at(cut, size_bytes, options.element_bytes, options.instances)
+                or not selectable_at(collective, size_bytes, options.element_bytes, options.instances)):
+            continue
+        streamed = stream_transfers(topology, collective, base.transfers, size_bytes, layout)
+        if streamed is not None:
+            out.append(CandidateSchedule(replace(base.variant, channels=2, stream=layout), streamed[1],
+                                         streamed[0].chunk_factor))
+    return out
