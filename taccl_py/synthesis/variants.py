@@ -27,7 +27,7 @@ from taccl_py.synthesis.options import Run
 from taccl_py.synthesis.routes import Phase, RoutePools
 from taccl_py.synthesis.streams import StreamLayout, stream_layouts, stream_transfers
 from taccl_py.topology import Topology
-from taccl_py.units import transfer_time_us
+from taccl_py.units import gbps_to_bytes_per_us, transfer_time_us
 
 __all__ = [
     "CandidateSchedule",
@@ -422,7 +422,7 @@ def streamed_variants(run: Run, topology: Topology, collective: Collective, base
     worst = max(cross, key=lambda t: (topology.route_latency(t.route) * topology.route_bandwidth(t.route), t.route))
     out = []
     for layout in stream_layouts() if every_layout else stream_layouts()[:1]:
-        part_us = chunk_bytes / layout.parts / (topology.route_bandwidth(worst.route) * 1e3)
+        part_us = chunk_bytes / layout.parts / gbps_to_bytes_per_us(topology.route_bandwidth(worst.route))
         cut = replace(collective, chunk_factor=collective.chunk_factor * layout.parts)
         if part_us <= topology.route_latency(worst.route) or not (
                 selectable_at(cut, size_bytes, options.element_bytes, options.instances)
