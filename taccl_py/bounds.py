@@ -23,6 +23,17 @@ leaving it.
   bandwidth``. On symmetric systems this equals ReduceScatter + Allgather.
   The proof is in docs/simulator.md.
 * Broadcast / Reduce: ``M`` over the min cut between the root and any GPU.
+* Switch capabilities (``multicast``, ``reduce`` flags): every cut bound above
+  stays valid with them (a block still crosses a cut at least once; a GPU's
+  whole contribution still leaves it and the whole sum still enters it). What
+  changes: without multicast an Allgather also needs ``(N-1) M`` bytes
+  injected by the GPUs in all (every delivery is one send), so ``T >= (N-1) M
+  / sum of the GPUs' injection bandwidth``; with multicast each block is
+  injected once (``M`` in all, never binding beyond the cuts). An Allreduce
+  partition bound (2(P-1) messages between parts) needs every reduce-capable
+  switch inside one part: a switch that combines the parts' data in the
+  network (NVLS, SHARP) voids it, leaving ``M`` each way per GPU. Every bound
+  says in ``assumes`` which capabilities it took into account.
 * Latency: data must travel from its source to its farthest destination (the
   latency eccentricity, relays allowed); and the bytes crossing the binding
   cut cannot start before the cheapest route through it has paid its latency,
@@ -35,7 +46,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -47,7 +58,7 @@ from taccl_py.tolerances import SEARCH_IMPROVEMENT_REL
 from taccl_py.topology import Topology, Vertex
 from taccl_py.units import algbw_gbps, bytes_per_us_to_gbps, gbps_to_bytes_per_us
 
-__all__ = ["Bound", "BoundProfile", "bound_profile", "lower_bound"]
+__all__ = ["Bound", "BoundProfile", "bound_profile", "lower_bound", "unicast_view"]
 
 _ECCENTRICITY_SOURCES = 64
 """Above this many GPUs the latency eccentricity is taken over this many evenly spaced sources (still valid)."""
@@ -67,6 +78,8 @@ class BoundProfile:
     cut_latency_us: float
     latency_us: float
     reason: str
+    assumes: str = "unicast: no switch multicast or in-network reduction"
+    """The switch capabilities the bound takes into account."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,8 @@ class Bound:
     cut: tuple[Vertex, ...]
     """The binding vertex set S (empty when the bound comes from a partition or the flow LP)."""
     explanation: str
+    assumes: str = "unicast: no switch multicast or in-network reduction"
+    """The switch capabilities the bound takes into account (see the module)."""
 
     @property
     def algbw_GBps(self) -> float | None:
@@ -106,25 +121,27 @@ class Bound:
     def summary(self) -> dict[str, Any]:
         return {"bound_us": self.bound_us, "algbw_GBps": self.algbw_GBps, "bandwidth_us": self.bandwidth_us,
                 "cut_latency_us": self.cut_latency_us, "latency_us": self.latency_us,
-                "cut": [v for v in self.cut], "explanation": self.explanation}
+                "cut": [v for v in self.cut], "explanation": self.explanation, "assumes": self.assumes}
 
 
 def lower_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: float, *, root: int = 0,
-                step_overhead_us: float = 0.0) -> Bound:
+                step_overhead_us: float = 0.0, offload: bool = True) -> Bound:
     """Lower bound on the time of ``kind`` for an nccl-tests ``size_bytes`` on ``topology``.
 
     ``step_overhead_us`` (the simulator option of the same name) is paid at
     least once by every transfer, so it is added to both latency terms.
+    ``offload=False`` ignores the switches' multicast and reduce flags: the
+    bound of unicast algorithms (every transfer point to point).
     """
     kind = kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
     if not size_bytes > 0:
         raise InputError(f"must be > 0 bytes (got {size_bytes!r})", where="--size")
     if not 0 <= root < topology.num_gpus:
         raise InputError(f"must be a rank in 0..{topology.num_gpus - 1} (got {root})", where="--root")
-    profile = bound_profile(topology, kind, root)
+    profile = bound_profile(topology if offload else unicast_view(topology), kind, root)
     bandwidth_us = size_bytes * profile.us_per_byte
     if topology.num_gpus < 2:
-        return Bound(kind, size_bytes, 0.0, 0.0, 0.0, 0.0, (), "a single GPU moves nothing")
+        return Bound(kind, size_bytes, 0.0, 0.0, 0.0, 0.0, (), "a single GPU moves nothing", profile.assumes)
     cut_latency = profile.cut_latency_us + step_overhead_us
     latency = profile.latency_us + step_overhead_us
     bound = max(latency, bandwidth_us + cut_latency)
@@ -132,7 +149,23 @@ def lower_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: floa
         text = f"{profile.reason}: {bandwidth_us:.6g} us of data after {cut_latency:.6g} us of latency"
     else:
         text = f"latency: the farthest destination is {latency:.6g} us away"
-    return Bound(kind, size_bytes, bound, bandwidth_us, cut_latency, latency, profile.cut, text)
+    return Bound(kind, size_bytes, bound, bandwidth_us, cut_latency, latency, profile.cut, text, profile.assumes)
+
+
+def unicast_view(topology: Topology) -> Topology:
+    """``topology`` with every switch's multicast and reduce flags off (itself when none is on)."""
+    if not any(s.multicast or s.reduce for s in topology.switches):
+        return topology
+    return replace(topology, switches=tuple(replace(s, multicast=False, reduce=False) for s in topology.switches))
+
+
+def _capable(topology: Topology, flag: str) -> list[str]:
+    """Names of the switches with ``flag`` (``multicast`` or ``reduce``) on."""
+    return [s.name for s in topology.switches if getattr(s, flag)]
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 # ------------------------------------------------------------------ the graph
@@ -365,8 +398,23 @@ def _gather_profile(topology: Topology, kind: CollectiveKind, latency: float) ->
     bandwidth = bytes_per_us_to_gbps(graph.out_bandwidth(side))
     verb = "enter" if entering else "leave"
     reason = f"cut bound: {gpus} of {graph.n} blocks must {verb} {_describe(topology, side)} over {bandwidth:.6g} GB/s"
-    return BoundProfile(kind, ratio / graph.n, graph.names(side), _cut_latency(topology, side, entering=entering),
-                        latency, reason)
+    profile = BoundProfile(kind, ratio / graph.n, graph.names(side), _cut_latency(topology, side, entering=entering),
+                           latency, reason)
+    if kind is not CollectiveKind.ALLGATHER:
+        reducing = _capable(topology, "reduce")
+        return replace(profile, assumes=f"in-network reduction at {_names(reducing)}: only the cuts bind"
+                       if reducing else "no in-network reduction")
+    multicast = _capable(topology, "multicast")
+    if multicast:
+        return replace(profile, assumes=f"switch multicast at {_names(multicast)}: each block is injected once "
+                                        "(M/N per GPU), so only the cuts bind")
+    n = graph.n
+    injection = gbps_to_bytes_per_us(sum(topology.injection_bandwidth(g) for g in range(n)))
+    if injection > 0 and (n - 1) / injection > profile.us_per_byte * (1 + SEARCH_IMPROVEMENT_REL):
+        return replace(profile, us_per_byte=(n - 1) / injection, cut=(), cut_latency_us=_min_route_latency(topology),
+                       reason=f"traffic bound: without multicast the GPUs inject {n - 1} buffers' worth in all "
+                              f"over {bytes_per_us_to_gbps(injection):.6g} GB/s")
+    return replace(profile, assumes="no switch multicast: every delivery is one send")
 
 
 def _alltoall_profile(topology: Topology, latency: float) -> BoundProfile:
@@ -466,16 +514,27 @@ def _allreduce_profile(topology: Topology, latency: float) -> BoundProfile:
         partitions.append(("machines", _part_masks(topology, graph)))
     partitions += [(label, _part_masks(topology, graph, parts)) for label, parts in _dimension_partitions(topology)]
     route_latency = _min_route_latency(topology)
+    reducing = _capable(topology, "reduce")
+    if reducing:  # a partition bound holds only when no switch outside the parts combines their data
+        vid = topology.vertex_id
+        ids = [vid[name] for name in reducing]
+        partitions = [(label, parts) for label, parts in partitions
+                      if all(any(m[i] for m in parts) for i in ids)]
+        best = replace(best, assumes=f"in-network reduction at {_names(reducing)}: a partition's 2(P-1) messages "
+                                     "count only where no such switch joins the parts (M each way per GPU)")
+    multicast = [topology.vertex_id[name] for name in _capable(topology, "multicast")]
     for label, parts in partitions:
         inward = _Graph(topology, reverse=True)
         out_total = sum(graph.out_bandwidth(m) for m in parts)
         in_total = sum(inward.out_bandwidth(m) for m in parts)
-        total = min(out_total, in_total)
+        # a multicast switch joining the parts lets one send reach several parts: count receptions only
+        shared_multicast = any(not any(m[i] for m in parts) for i in multicast)
+        total = in_total if shared_multicast else min(out_total, in_total)
         us_per_byte = 2 * (len(parts) - 1) / total
         if us_per_byte > best.us_per_byte * (1 + SEARCH_IMPROVEMENT_REL):
             best = BoundProfile(CollectiveKind.ALLREDUCE, us_per_byte, (), route_latency, latency,
                                 f"traffic bound: {2 * (len(parts) - 1)} buffer copies must move between "
-                                f"{len(parts)} {label} over {bytes_per_us_to_gbps(total):.6g} GB/s")
+                                f"{len(parts)} {label} over {bytes_per_us_to_gbps(total):.6g} GB/s", best.assumes)
     return best
 
 

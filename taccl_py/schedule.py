@@ -44,8 +44,8 @@ from taccl_py.errors import InputError, ScheduleError, TopologyError
 from taccl_py.limits import MAX_CHUNK_COPIES, MAX_CHUNK_FACTOR, MAX_GPUS, MAX_START_US, limit_text
 from taccl_py.topology import Route, Topology
 
-__all__ = ["Op", "Schedule", "Transfer", "exchange_blocks", "load_schedule", "save_schedule",
-           "schedule_from_dict", "schedule_to_dict"]
+__all__ = ["Op", "Schedule", "Transfer", "exchange_blocks", "group_error", "load_schedule", "network_groups",
+           "read_tag", "save_schedule", "schedule_from_dict", "schedule_to_dict"]
 
 SCHEDULE_FORMAT = "taccl_py-schedule/1"
 
@@ -69,21 +69,50 @@ class Transfer:
     not_before_us: float | None = None
     exchange: int | None = None
     """Exchange number: consecutive transfers sharing one read before any of them writes (see the module)."""
+    group: int | None = None
+    """Network group number: consecutive transfers forming one multicast or in-network reduction (see the module)."""
+
+
+def read_tag(t: Transfer) -> tuple[str, int] | None:
+    """What makes ``t``'s reads come before its neighbours' writes: its exchange, else its network group, else None."""
+    if t.exchange is not None:
+        return ("exchange", t.exchange)
+    if t.group is not None:
+        return ("group", t.group)
+    return None
+
+
+def network_groups(transfers: Sequence[Transfer]) -> list[tuple[int, int]]:
+    """``(first, end)`` ranges of program order that form one network group (one member or more)."""
+    out: list[tuple[int, int]] = []
+    i, n = 0, len(transfers)
+    while i < n:
+        tag = transfers[i].group
+        if tag is None:
+            i += 1
+            continue
+        end = i + 1
+        while end < n and transfers[end].group == tag:
+            end += 1
+        out.append((i, end))
+        i = end
+    return out
 
 
 def exchange_blocks(transfers: Sequence[Transfer]) -> list[tuple[int, int]]:
     """``(first, end)`` ranges of program order whose reads all precede their writes.
 
     A transfer outside any exchange is a range of its own; an exchange (a run of
-    consecutive transfers with the same ``exchange`` number) is one range.
+    consecutive transfers with the same ``exchange`` number) is one range, and
+    so is a network group outside an exchange.
     """
     blocks: list[tuple[int, int]] = []
     i, n = 0, len(transfers)
     while i < n:
-        tag = transfers[i].exchange
+        tag = read_tag(transfers[i])
         end = i + 1
         if tag is not None:
-            while end < n and transfers[end].exchange == tag:
+            while end < n and read_tag(transfers[end]) == tag:
                 end += 1
         blocks.append((i, end))
         i = end
@@ -107,6 +136,11 @@ class Schedule:
     def num_channels(self) -> int:
         return 1 + max((t.channel for t in self.transfers), default=0)
 
+    @property
+    def uses_switch_offload(self) -> bool:
+        """True when a network group has several members (so a switch multicasts or reduces)."""
+        return any(end - first > 1 for first, end in network_groups(self.transfers))
+
     def with_transfers(self, transfers: Iterable[Transfer]) -> Schedule:
         return replace(self, transfers=tuple(transfers))
 
@@ -119,7 +153,9 @@ class Schedule:
         links = topology.links
         count = len(self.transfers)
         closed: set[int] = set()  # exchanges that have ended
+        closed_groups: set[int] = set()
         previous: int | None = None
+        previous_group: int | None = None
         for i, t in enumerate(self.transfers):
             if t.exchange != previous:
                 if previous is not None:
@@ -127,6 +163,12 @@ class Schedule:
                 if t.exchange in closed:
                     return f"transfer {i}: exchange {t.exchange} is not one run of consecutive transfers"
                 previous = t.exchange
+            if t.group != previous_group:
+                if previous_group is not None:
+                    closed_groups.add(previous_group)
+                if t.group in closed_groups:
+                    return f"transfer {i}: group {t.group} is not one run of consecutive transfers"
+                previous_group = t.group
             if not (0 <= t.src < n and 0 <= t.dst < n):
                 return f"transfer {i}: ranks {t.src} -> {t.dst} out of range 0..{n - 1}"
             if t.src == t.dst:
@@ -160,7 +202,90 @@ class Schedule:
                             "transfers")
             if at != t.dst:
                 return f"transfer {i}: route ends at {at!r}, not at rank {t.dst}"
+        for first, end in network_groups(self.transfers):
+            problem = group_error(topology, self.transfers, first, end)
+            if problem:
+                return problem
         return None
+
+
+def group_error(topology: Topology, transfers: Sequence[Transfer], first: int, end: int) -> str | None:
+    """Why ``transfers[first:end]`` (one network group, routes already checked) cannot run, or None.
+
+    The members' routes must carry one stream per link: every sender injects
+    once (one first link) and reaches each vertex by one link; every receiver
+    takes its data in once (one last link); a link carries exactly the member
+    pairs (sender, receiver) of the senders upstream of it and the receivers
+    downstream of it. A switch where data branches must be multicast-capable;
+    one where data from different links joins must be reduce-capable.
+    """
+    members = transfers[first:end]
+    head = members[0]
+    tag = f"transfer {first}: group {head.group}"
+    links = topology.links
+    pairs: set[tuple[int, int]] = set()
+    for k, t in enumerate(members):
+        if t.chunks != head.chunks:
+            return f"{tag}: member {first + k} carries chunks {list(t.chunks)}, not {list(head.chunks)} as the first"
+        if t.op is not head.op:
+            return f"{tag}: members mix ops {head.op.value} and {t.op.value}"
+        if t.exchange != head.exchange:
+            return f"{tag}: members lie in different exchanges"
+        if (t.src, t.dst) in pairs:
+            return f"{tag}: two members send from rank {t.src} to rank {t.dst}"
+        pairs.add((t.src, t.dst))
+    senders = {t.src for t in members}
+    if len(senders) > 1 and head.op is not Op.REDUCE:
+        return (f"{tag}: {len(senders)} senders combine in the network, so the receivers must add the result "
+                "(op reduce), not copy it")
+    first_link: dict[int, int] = {}
+    last_link: dict[int, int] = {}
+    entered: dict[tuple[int, object], int] = {}  # (sender, vertex) -> the link its data enters by
+    left: dict[tuple[int, object], int] = {}  # (receiver, vertex) -> the link its data leaves by
+    on_link: dict[int, list[tuple[int, int]]] = {}
+    for t in members:
+        if first_link.setdefault(t.src, t.route[0]) != t.route[0]:
+            return f"{tag}: rank {t.src} injects on two links; a sender sends its data into the network once"
+        if last_link.setdefault(t.dst, t.route[-1]) != t.route[-1]:
+            return f"{tag}: rank {t.dst} receives on two links; a receiver takes the result in once"
+        for li in t.route:
+            link = links[li]
+            if entered.setdefault((t.src, link.dst), li) != li:
+                return (f"{tag}: rank {t.src}'s data reaches {link.dst!r} by two links; a sender's routes must "
+                        "form a tree")
+            if left.setdefault((t.dst, link.src), li) != li:
+                return (f"{tag}: data for rank {t.dst} leaves {link.src!r} by two links; a receiver's routes "
+                        "must form a tree")
+            on_link.setdefault(li, []).append((t.src, t.dst))
+    for li, used in on_link.items():
+        up = {s for s, _ in used}
+        down = {d for _, d in used}
+        expected = len(up) * len(down) - len(up & down)
+        if len(used) != expected:
+            link = links[li]
+            return (f"{tag}: link {link.src!r}->{link.dst!r} would carry different data for different receivers "
+                    f"(senders {sorted(up)}, receivers {sorted(down)}, but {len(used)} of the {expected} "
+                    "sender-receiver pairs)")
+    out_of: dict[object, dict[int, set[int]]] = {}  # vertex -> incoming link -> outgoing links
+    for t in members:
+        for a, b in zip(t.route, t.route[1:], strict=False):
+            out_of.setdefault(links[a].dst, {}).setdefault(a, set()).add(b)
+    switches = topology.switch_by_name
+    for vertex, flows in out_of.items():
+        switch = switches.get(vertex) if isinstance(vertex, str) else None
+        branches = any(len(outs) > 1 for outs in flows.values())
+        joins: dict[int, set[int]] = {}
+        for a, outs in flows.items():
+            for b in outs:
+                joins.setdefault(b, set()).add(a)
+        merges = any(len(ins) > 1 for ins in joins.values())
+        if branches and not (switch is not None and switch.multicast):
+            return (f"{tag}: replicates data at {vertex!r}, which is not multicast-capable (its switch 'multicast' "
+                    f"flag is off in topology {topology.name!r})")
+        if merges and not (switch is not None and switch.reduce):
+            return (f"{tag}: combines data at {vertex!r}, which cannot reduce in the network (its switch 'reduce' "
+                    f"flag is off in topology {topology.name!r})")
+    return None
 
 
 # ----------------------------------------------------------------------- JSON
@@ -181,6 +306,8 @@ def schedule_to_dict(schedule: Schedule, topology: Topology) -> dict[str, Any]:
             entry["not_before_us"] = t.not_before_us
         if t.exchange is not None:
             entry["exchange"] = t.exchange
+        if t.group is not None:
+            entry["group"] = t.group
         transfers.append(entry)
     return {
         "format": SCHEDULE_FORMAT,
@@ -235,6 +362,7 @@ def schedule_from_dict(data: Any, topology: Topology, *, where: str = "<schedule
                 after=tuple(_int(a) for a in entry.get("after", [])),
                 not_before_us=_start_time(entry.get("not_before_us")),
                 exchange=None if entry.get("exchange") is None else _int(entry["exchange"]),
+                group=None if entry.get("group") is None else _int(entry["group"]),
             ))
         except KeyError as exc:
             raise fail(f"{f}.{exc.args[0]}", "is missing") from None

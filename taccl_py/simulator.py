@@ -16,8 +16,6 @@ every required (rank, chunk) must hold the complete set.
 from __future__ import annotations
 
 import gc
-import heapq
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,16 +23,12 @@ from typing import Any
 import numpy as np
 
 from taccl_py.collectives import Collective
-from taccl_py.fluid import FluidNetwork, RouteGroup
-from taccl_py.schedule import Op, Schedule, Transfer
-from taccl_py.tolerances import same_instant_horizon_us
+from taccl_py.event_kernel import EventKernel, Fault
+from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
 from taccl_py.topology import Topology
 from taccl_py.units import algbw_gbps, gbps_to_bytes_per_us
 
 __all__ = ["SimOptions", "SimResult", "simulate"]
-
-_ACTIVATE, _FLOW_DONE, _START = 0, 1, 2
-
 
 @dataclass(frozen=True)
 class SimOptions:
@@ -137,10 +131,11 @@ def _dependencies(transfers: tuple[Transfer, ...], num_chunks: int) -> _Dependen
     for i, t in enumerate(transfers):
         chunks = t.chunks
         src_base, dst_base = t.src * num_chunks, t.dst * num_chunks
-        if t.exchange is not None:
-            if i == 0 or transfers[i - 1].exchange != t.exchange:  # the exchange begins: all its reads first
+        if t.exchange is not None or t.group is not None:
+            tag = read_tag(t)
+            if i == 0 or read_tag(transfers[i - 1]) != tag:  # the exchange (or group) begins: all its reads first
                 end = i
-                while end < len(transfers) and transfers[end].exchange == t.exchange:
+                while end < len(transfers) and read_tag(transfers[end]) == tag:
                     read(end, transfers[end])
                     end += 1
             writers: set[int] = set()
@@ -157,11 +152,15 @@ def _dependencies(transfers: tuple[Transfer, ...], num_chunks: int) -> _Dependen
             for r in sorted(earlier_readers):
                 wait(commit_on_arrive, r, i)
             commit_pending[i] += len(writers) + len(earlier_readers)
-        elif len(chunks) == 1 and not t.after:
+        elif len(chunks) == 1 and not t.after:  # the common case, with wait() written out (it is the hot path)
             key = src_base + chunks[0]
             w = last_writer.get(key)
             if w is not None:
-                wait(start_on_commit, w, i)
+                entry = start_on_commit[w]
+                if entry is None:
+                    start_on_commit[w] = [i]
+                else:
+                    entry.append(i)
                 start_pending[i] = 1
             prior = readers.get(key)
             if prior is None:
@@ -171,12 +170,20 @@ def _dependencies(transfers: tuple[Transfer, ...], num_chunks: int) -> _Dependen
             key = dst_base + chunks[0]
             w = last_writer.get(key)
             if w is not None:
-                wait(commit_on_commit, w, i)
+                entry = commit_on_commit[w]
+                if entry is None:
+                    commit_on_commit[w] = [i]
+                else:
+                    entry.append(i)
                 commit_pending[i] += 1
             prior = readers.pop(key, None)
             if prior:
                 for r in prior:
-                    wait(commit_on_arrive, r, i)
+                    entry = commit_on_arrive[r]
+                    if entry is None:
+                        commit_on_arrive[r] = [i]
+                    else:
+                        entry.append(i)
                 commit_pending[i] += len(prior)
             last_writer[key] = i
         else:
@@ -247,73 +254,120 @@ def simulate(topology: Topology, schedule: Schedule, size_bytes: float,
 
 
 def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options: SimOptions) -> SimResult:
-    collective = schedule.collective
-    transfers = schedule.transfers
-    n = len(transfers)
-    nan = math.nan
-    start_at = [nan] * n
-    arrive_at = [nan] * n
-    commit_at = [nan] * n
-
-    def result(error: str | None, time_us: float | None, net: FluidNetwork | None, path: tuple[int, ...] = (),
-               stuck: tuple[int, ...] = ()) -> SimResult:
-        busy = tuple(net.busy_us) if net else (0.0,) * len(topology.links)
-        carried = tuple(net.bytes_carried) if net else (0.0,) * len(topology.links)
-        return SimResult(correct=error is None, error=error, time_us=time_us if error is None else None,
-                         size_bytes=size_bytes, collective=collective, start_us=np.array(start_at),
-                         arrive_us=np.array(arrive_at), commit_us=np.array(commit_at), link_busy_us=busy,
-                         link_bytes=carried, critical_path=path, stuck=stuck)
-
     problem = schedule.structural_error(topology)
     if problem:
-        return result(problem, None, None)
+        nan = np.full(len(schedule.transfers), math.nan)
+        empty = (0.0,) * len(topology.links)
+        return SimResult(correct=False, error=problem, time_us=None, size_bytes=size_bytes,
+                         collective=schedule.collective, start_us=nan, arrive_us=nan.copy(), commit_us=nan.copy(),
+                         link_busy_us=empty, link_bytes=empty, critical_path=())
+    run = _Run(topology, schedule, size_bytes, options)
+    try:
+        run.run()
+    except Fault as fault:
+        return run.result(str(fault))
+    return run.verdict()
 
-    num_chunks = collective.num_chunks
-    chunk_bytes = collective.chunk_bytes(size_bytes)
-    state: dict[int, int] = {}
-    for rank, chunk, mask in collective.initial():
-        state[rank * num_chunks + chunk] = mask
 
-    deps = _dependencies(transfers, num_chunks)
-    start_pending, commit_pending = deps.start_pending, deps.commit_pending
-    start_on_commit, commit_on_commit, commit_on_arrive = deps.start_on_commit, deps.commit_on_commit, \
-        deps.commit_on_arrive
-    conn_next = deps.conn_next
+class _Run(EventKernel):
+    """One simulation of a schedule: the kernel's transfers plus the start and commit rules and the data.
 
-    overhead = options.step_overhead_us
-    route_latency: dict[tuple[int, ...], float] = {}
-    latency = [0.0] * n
-    num_bytes = [0.0] * n
-    for i, t in enumerate(transfers):
-        lat = route_latency.get(t.route)
-        if lat is None:
-            lat = route_latency[t.route] = topology.route_latency(t.route)
-        latency[i] = lat + overhead
-        num_bytes[i] = len(t.chunks) * chunk_bytes
-    net = FluidNetwork([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links])
-    net_add, net_remove = net.add, net.remove
-    start_cause = [-1] * n
-    commit_cause = [-1] * n
-    snapshot: list[tuple[int, ...] | None] = [None] * n
-    heap: list[tuple[float, int, int, int, RouteGroup | None]] = []
-    heappush, heappop = heapq.heappush, heapq.heappop
-    counter = itertools.count(1)  # event numbers; group tickets use 0 for none
+    The steps, each a method: :meth:`begin` (a transfer starts: it reads the
+    sender's data and is sent), :meth:`release` (one of a transfer's start
+    conditions is met), :meth:`arrive` (its bytes are at the receiver) and
+    :meth:`settle` (commit every transfer whose conditions now hold). A wrong
+    schedule raises :class:`Fault` from the step that finds it.
+    """
 
-    def queue_finish(g: RouteGroup, time: float, flow: int) -> None:
-        """Queue the group's one live finish event: ``flow`` finishing at ``time``."""
-        c = next(counter)
-        g.due, g.ticket = time, c
-        heappush(heap, (time, c, _FLOW_DONE, flow, g))
-    copy = Op.COPY
-    error: str | None = None
-    committed = 0
-    commits: list[tuple[int, int]] = []  # (transfer, cause) ready to commit, processed as a stack
+    __slots__ = ("arrive_at", "collective", "commit_at", "commit_cause", "commit_on_arrive", "commit_on_commit",
+                 "commit_pending", "commits", "committed", "conn_next", "conn_prev", "extra_latency", "group_leader",
+                 "group_members", "group_waiting", "num_chunks", "schedule",
+                 "size_bytes", "snapshot", "start_at", "start_cause", "start_on_commit", "start_pending", "state",
+                 "topology", "transfers")
 
-    def begin(i: int, now: float) -> bool:
-        """Start transfer i: read the sender's data now; False (and ``error``) if it holds none of a chunk."""
-        nonlocal error
-        t = transfers[i]
-        base = t.src * num_chunks
+    def __init__(self, topology: Topology, schedule: Schedule, size_bytes: float, options: SimOptions) -> None:
+        self.topology = topology
+        self.schedule = schedule
+        self.size_bytes = size_bytes
+        collective = self.collective = schedule.collective
+        transfers = self.transfers = schedule.transfers
+        n = len(transfers)
+        num_chunks = self.num_chunks = collective.num_chunks
+        self.state: dict[int, int] = {rank * num_chunks + chunk: mask for rank, chunk, mask in collective.initial()}
+        """(rank * num_chunks + chunk) -> the contributions that rank holds for that chunk (a bitmask)."""
+        deps = _dependencies(transfers, num_chunks)
+        self.start_pending, self.commit_pending = deps.start_pending, deps.commit_pending
+        self.start_on_commit, self.commit_on_commit = deps.start_on_commit, deps.commit_on_commit
+        self.commit_on_arrive, self.conn_next, self.conn_prev = deps.commit_on_arrive, deps.conn_next, deps.conn_prev
+        chunk_bytes = collective.chunk_bytes(size_bytes)
+        overhead = options.step_overhead_us
+        route_latency: dict[tuple[int, ...], float] = {}
+        latency = [0.0] * n
+        num_bytes = [0.0] * n
+        for i, t in enumerate(transfers):
+            lat = route_latency.get(t.route)
+            if lat is None:
+                lat = route_latency[t.route] = topology.route_latency(t.route)
+            latency[i] = lat + overhead
+            num_bytes[i] = len(t.chunks) * chunk_bytes
+        resources: list[tuple[int, ...]] = [t.route for t in transfers]
+        self.group_leader: list[int] | None = None
+        """Per transfer, the first member of its network group (-1 outside one); None without groups."""
+        self.group_members: dict[int, range] = {}
+        self.group_waiting: dict[int, int] = {}
+        """Per group leader, how many members have not yet met their start conditions."""
+        self.extra_latency: list[float] = []
+        """Per group member, how long after the group's bytes are through its receiver gets them."""
+        groups = network_groups(transfers)
+        if groups:
+            leader = self.group_leader = [-1] * n
+            extra = self.extra_latency = [0.0] * n
+            for first, end in groups:
+                members = range(first, end)
+                self.group_members[first] = members
+                self.group_waiting[first] = len(members)
+                links: dict[int, None] = {}
+                to_receiver: dict[int, float] = {}
+                for j in members:
+                    leader[j] = first
+                    links.update(dict.fromkeys(transfers[j].route))
+                    d = transfers[j].dst
+                    to_receiver[d] = max(to_receiver.get(d, 0.0), latency[j])
+                flow_latency = min(latency[j] for j in members)
+                for j in members:
+                    extra[j] = to_receiver[transfers[j].dst] - flow_latency
+                resources[first] = tuple(links)
+                latency[first] = flow_latency
+        super().__init__([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links],
+                         resources, latency, num_bytes)
+        nan = math.nan
+        self.start_at = [nan] * n
+        self.arrive_at = [nan] * n
+        self.commit_at = [nan] * n
+        self.start_cause = [-1] * n
+        self.commit_cause = [-1] * n
+        self.snapshot: list[tuple[int, ...] | None] = [None] * n
+        """What a started transfer read at its sender (one mask per chunk), until it commits."""
+        self.committed = 0
+        self.commits: list[tuple[int, int]] = []
+        """(transfer, cause) ready to commit, handled as a stack by :meth:`settle`."""
+
+    # ------------------------------------------------------------------ the steps
+    def start(self) -> None:
+        """Transfers that wait for nothing start at time 0 (or when their ``not_before_us`` comes)."""
+        for i, pending in enumerate(self.start_pending):
+            if pending == 0:
+                not_before = self.transfers[i].not_before_us
+                if not_before is not None and not_before > 0:
+                    self.wake_at(not_before, i)
+                else:
+                    self.begin(i, 0.0)
+
+    def begin(self, i: int, now: float) -> None:
+        """Start transfer i: read the sender's data now (a chunk it does not hold is a fault) and send it."""
+        t = self.transfers[i]
+        state = self.state
+        base = t.src * self.num_chunks
         chunks = t.chunks
         if len(chunks) == 1:
             mask = state.get(base + chunks[0], 0)
@@ -324,32 +378,88 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
             missing = 0 in masks
         if missing:
             c = chunks[masks.index(0)]
-            error = (f"{_describe(t, i)} starts at {now:.6g} us but rank {t.src} does not hold "
-                     f"{collective.describe_chunk(c)}")
-            return False
-        snapshot[i] = masks
-        start_at[i] = now
-        lat = latency[i]
-        if lat > 0:
-            heappush(heap, (now + lat, next(counter), _ACTIVATE, i, None))
+            raise Fault(f"{_describe(t, i)} starts at {now:.6g} us but rank {t.src} does not hold "
+                        f"{self.collective.describe_chunk(c)}")
+        self.snapshot[i] = masks
+        leader = self.group_leader
+        if leader is not None and leader[i] >= 0:  # a network group starts when its last member may start
+            first = leader[i]
+            self.group_waiting[first] -= 1
+            if self.group_waiting[first]:
+                return
+            for j in self.group_members[first]:
+                self.start_at[j] = now
+            self.send(first, now)
+            return
+        self.start_at[i] = now
+        self.send(i, now)
+
+    def wake(self, item: int, time: float) -> None:
+        """Transfer ``item``'s ``not_before_us`` has come (every other start condition held already).
+
+        A negative ``item`` is ``~j``: group member j's receiver gets the group's bytes now.
+        """
+        if item < 0:
+            self.delivered(~item, time)
         else:
-            net_add(i, t.route, num_bytes[i], now)
-        return True
+            self.begin(item, time)
 
-    def release_start(i: int, now: float, cause: int) -> bool:
-        start_pending[i] -= 1
-        if start_pending[i]:
-            return True
-        start_cause[i] = cause
-        nb = transfers[i].not_before_us
-        if nb is not None and nb > now:
-            heappush(heap, (nb, next(counter), _START, i, None))
-            return True
-        return begin(i, now)
+    def release(self, i: int, now: float, cause: int) -> None:
+        """One of transfer i's start conditions is met (by ``cause``); start it when it was the last."""
+        pending = self.start_pending
+        pending[i] -= 1
+        if pending[i]:
+            return
+        self.start_cause[i] = cause
+        not_before = self.transfers[i].not_before_us
+        if not_before is not None and not_before > now:
+            self.wake_at(not_before, i)
+        else:
+            self.begin(i, now)
 
-    def settle(now: float) -> bool:
-        """Commit every transfer whose conditions now hold (and what that releases)."""
-        nonlocal error, committed
+    def arrive(self, i: int, now: float) -> None:
+        """Transfer i's bytes are through the network (a group's: each member's receiver its extra latency later)."""
+        leader = self.group_leader
+        if leader is not None and leader[i] >= 0:
+            extra = self.extra_latency
+            for j in self.group_members[i]:
+                if extra[j] > 0:
+                    self.wake_at(now + extra[j], ~j)
+                else:
+                    self.delivered(j, now)
+            return
+        self.delivered(i, now)
+
+    def delivered(self, i: int, now: float) -> None:
+        """Transfer i's bytes are at the receiver: its connection's next transfer may start, commits may follow."""
+        self.arrive_at[i] = now
+        j = self.conn_next[i]
+        if j >= 0:
+            self.release(j, now, i)
+        commit_pending, commits = self.commit_pending, self.commits
+        waiters = self.commit_on_arrive[i]
+        if waiters is not None:
+            for j in waiters:
+                commit_pending[j] -= 1
+                if not commit_pending[j]:
+                    commits.append((j, i))
+        commit_pending[i] -= 1
+        if not commit_pending[i]:
+            commits.append((i, i))
+        self.settle(now)
+
+    def settle(self, now: float) -> None:
+        """Commit every transfer whose conditions now hold, and what that releases (a double reduction is a fault)."""
+        commits = self.commits
+        if not commits:
+            return
+        transfers, state, snapshot = self.transfers, self.state, self.snapshot
+        commit_at, commit_cause, num_chunks = self.commit_at, self.commit_cause, self.num_chunks
+        start_on_commit, commit_on_commit, commit_pending = self.start_on_commit, self.commit_on_commit, \
+            self.commit_pending
+        release = self.release
+        copy = Op.COPY
+        committed = self.committed
         while commits:
             i, cause = commits.pop()
             commit_cause[i] = cause
@@ -365,132 +475,62 @@ def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options
                 for c, mask in zip(t.chunks, masks, strict=True):
                     held = state.get(base + c, 0)
                     if held & mask:
-                        error = (f"{_describe(t, i)} reduces the contribution of rank(s) "
-                                 f"{_mask_ranks(held & mask)} into {collective.describe_chunk(c)} at rank {t.dst} "
-                                 f"a second time")
-                        return False
+                        raise Fault(f"{_describe(t, i)} reduces the contribution of rank(s) "
+                                    f"{_mask_ranks(held & mask)} into {self.collective.describe_chunk(c)} at rank "
+                                    f"{t.dst} a second time")
                     state[base + c] = held | mask
             commit_at[i] = now
             committed += 1
             waiters = start_on_commit[i]
             if waiters is not None:
                 for j in waiters:
-                    if not release_start(j, now, i):
-                        return False
+                    release(j, now, i)
             waiters = commit_on_commit[i]
             if waiters is not None:
                 for j in waiters:
                     commit_pending[j] -= 1
                     if not commit_pending[j]:
                         commits.append((j, i))
-        return True
+        self.committed = committed
 
-    def arrive(i: int, now: float) -> bool:
-        arrive_at[i] = now
-        j = conn_next[i]
-        if j >= 0 and not release_start(j, now, i):
-            return False
-        waiters = commit_on_arrive[i]
-        if waiters is not None:
-            for j in waiters:
-                commit_pending[j] -= 1
-                if not commit_pending[j]:
-                    commits.append((j, i))
-        commit_pending[i] -= 1
-        if not commit_pending[i]:
-            commits.append((i, i))
-        return settle(now)
+    # ------------------------------------------------------------------ the verdict
+    def result(self, error: str | None, path: tuple[int, ...] = (), stuck: tuple[int, ...] = ()) -> SimResult:
+        links = len(self.topology.links)
+        return SimResult(correct=error is None, error=error,
+                         time_us=max(self.commit_at, default=0.0) if error is None else None,
+                         size_bytes=self.size_bytes, collective=self.collective, start_us=np.array(self.start_at),
+                         arrive_us=np.array(self.arrive_at), commit_us=np.array(self.commit_at),
+                         link_busy_us=tuple(self.net.busy_us[:links]),
+                         link_bytes=tuple(self.net.bytes_carried[:links]), critical_path=path, stuck=stuck)
 
-    ok = True
-    for i in range(n):
-        if start_pending[i] == 0:
-            nb = transfers[i].not_before_us
-            if nb is not None and nb > 0:
-                heappush(heap, (nb, next(counter), _START, i, None))
-            elif not begin(i, 0.0):
-                ok = False
-                break
-
-    now = 0.0
-    reshare_groups = net.reshare_groups
-    while ok:
-        # One finish event per route group, for its member that finishes first; the group's ``ticket`` names the
-        # live one (negative: queued no later than the finish, which a rate change has since delayed; the event
-        # moves to the actual finish when it comes up), other events of the group are void.
-        for moved in reshare_groups(now):
-            time, f = moved.next_finish()
-            if not moved.ticket or time < moved.due:
-                queue_finish(moved, time, f)
-            elif moved.ticket > 0:
-                moved.ticket = -moved.ticket
-        while heap and heap[0][2] == _FLOW_DONE:
-            time, c, _, _, g = heap[0]
-            assert g is not None
-            if g.ticket == c:
-                break
-            heappop(heap)
-            if g.ticket == -c:  # delayed: move it to the actual finish (otherwise void)
-                queue_finish(g, *g.next_finish())
-        if not heap:
-            break
-        now = heap[0][0]
-        horizon = same_instant_horizon_us(now)
-        while heap and heap[0][0] <= horizon:
-            time, c, kind, i, g = heappop(heap)
-            if kind == _ACTIVATE:
-                if num_bytes[i] > 0:
-                    net_add(i, transfers[i].route, num_bytes[i], now)
-                elif not arrive(i, time):
-                    ok = False
-                    break
-            elif kind == _FLOW_DONE:
-                assert g is not None
-                if g.ticket != c:
-                    if g.ticket != -c:
-                        continue  # void
-                    time, i = g.next_finish()
-                    if time > horizon:  # delayed: re-queue at the actual finish
-                        queue_finish(g, time, i)
-                        continue
-                net_remove(i, now)
-                if g.size:  # queue the group's next member (it may finish in this same batch)
-                    queue_finish(g, *g.next_finish())
+    def verdict(self) -> SimResult:
+        """After a run without a fault: a deadlock, a violated post-condition, or the time."""
+        commit_at, collective = self.commit_at, self.collective
+        if self.committed < len(self.transfers):
+            return self.result(_deadlock_message(self.schedule, self.start_at, commit_at, self.conn_prev),
+                               stuck=tuple(i for i, t in enumerate(commit_at) if math.isnan(t)))
+        num_chunks, state = self.num_chunks, self.state
+        complete = [collective.complete_mask(chunk) for chunk in range(num_chunks)]
+        for rank, chunk in collective.required():
+            have = state.get(rank * num_chunks + chunk, 0)
+            want = complete[chunk]
+            if have != want:
+                if have == 0:
+                    why = f"rank {rank} never receives {collective.describe_chunk(chunk)}"
+                elif collective.is_reduction:
+                    missing = _mask_ranks(want & ~have)
+                    why = (f"rank {rank} ends with {collective.describe_chunk(chunk)} missing the contribution of "
+                           f"rank(s) {missing[:8]}{'...' if len(missing) > 8 else ''}")
                 else:
-                    g.ticket = 0
-                if not arrive(i, now):
-                    ok = False
-                    break
-            elif not begin(i, time):  # _START after not_before_us
-                ok = False
-                break
-
-    net.finish_busy(now)
-    if error:
-        return result(error, None, net)
-    if committed < n:
-        return result(_deadlock_message(schedule, start_at, commit_at, deps.conn_prev), None, net,
-                      stuck=tuple(i for i in range(n) if math.isnan(commit_at[i])))
-    for rank, chunk in collective.required():
-        have = state.get(rank * num_chunks + chunk, 0)
-        want = collective.complete_mask(chunk)
-        if have != want:
-            if have == 0:
-                why = f"rank {rank} never receives {collective.describe_chunk(chunk)}"
-            elif collective.is_reduction:
-                missing = _mask_ranks(want & ~have)
-                why = (f"rank {rank} ends with {collective.describe_chunk(chunk)} missing the contribution of "
-                       f"rank(s) {missing[:8]}{'...' if len(missing) > 8 else ''}")
-            else:
-                why = f"rank {rank} ends with the wrong data for {collective.describe_chunk(chunk)}"
-            return result(f"post-condition violated: {why}", None, net)
-    makespan = max(commit_at, default=0.0)
-    return result(None, makespan, net, path=_critical_path(commit_at, start_cause, commit_cause))
+                    why = f"rank {rank} ends with the wrong data for {collective.describe_chunk(chunk)}"
+                return self.result(f"post-condition violated: {why}")
+        return self.result(None, path=_critical_path(commit_at, self.start_cause, self.commit_cause))
 
 
 def _critical_path(commit_at: list[float], start_cause: list[int], commit_cause: list[int]) -> tuple[int, ...]:
     if not commit_at:
         return ()
-    current = max(range(len(commit_at)), key=lambda i: (commit_at[i], -i))
+    current = commit_at.index(max(commit_at))  # the first transfer to commit last (every time is set)
     path: list[int] = []
     seen: set[int] = set()
     while current >= 0 and current not in seen:

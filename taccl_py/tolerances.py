@@ -24,7 +24,6 @@ __all__ = [
     "UNCHANGED_FIT_REL",
     "ZERO_OBJECTIVE",
     "is_better",
-    "same_instant_horizon_us",
 ]
 
 BETTER_REL = 1e-9
@@ -37,7 +36,8 @@ SEARCH_IMPROVEMENT_REL = 1e-12
 (relative): the Dinkelbach iteration stops instead of cycling on rounding."""
 
 SAME_INSTANT_REL = 1e-9
-"""Events closer than ``1e-9 * max(1, |now|)`` us are simultaneous in the event simulators (one batch)."""
+"""Events closer than ``1e-9 * max(1, |now|)`` us are simultaneous: the event kernel's batch
+(``taccl_py/event_kernel.py::batch_end``) and the fused baselines' timing."""
 
 SAME_TIME_US = 1e-12
 """Two times (us) closer than this are the same instant in the list schedulers and the timeline drawing."""
@@ -65,11 +65,6 @@ UNCHANGED_FIT_ABS_US = 1e-9
 
 ZERO_OBJECTIVE = 1e-12
 """An objective below this in absolute value is zero (no gap is reported against it)."""
-
-
-def same_instant_horizon_us(now_us: float) -> float:
-    """The latest time (us) that is still the same instant as ``now_us`` for event batching."""
-    return now_us + SAME_INSTANT_REL * max(1.0, abs(now_us))
 
 
 def is_better(candidate: float, incumbent: float) -> bool:

@@ -28,6 +28,14 @@ earlier reader of them there has arrived. Inside an exchange (consecutive
 transfers with the same ``exchange`` number) every read counts as earlier
 than every write.
 
+A network group (consecutive transfers with the same ``group`` number, an
+optional key) is one multicast or in-network reduction: it counts as an
+exchange (unless its members already lie in one), starts when every member
+may start, sends one SimGrid communication over the union of its members'
+links once the shortest member latency has passed, and each member arrives
+when that communication ends plus the difference between the largest
+latency of a member to its receiver and that shortest one.
+
 SimGrid details:
 
 * CM02 weighs a flow's bandwidth share by its route latency (RTT
@@ -48,8 +56,18 @@ from typing import Any
 
 from simgrid import Actor, Comm, Engine, LinkInRoute, NetZone, this_actor
 
-_START, _SEND = 0, 1
-"""Timer kinds: ``not_before_us`` has passed / the latency is over and the bytes go out."""
+_START, _SEND, _DELIVER = 0, 1, 2
+"""Timer kinds: ``not_before_us`` has passed / the latency is over and the bytes go out / a group member's
+receiver gets the bytes."""
+
+
+def _tag(t: dict[str, Any]) -> tuple[str, int] | None:
+    """The read-before-write block a transfer belongs to: its exchange, else its group."""
+    if t.get("exchange") is not None:
+        return ("exchange", t["exchange"])
+    if t.get("group") is not None:
+        return ("group", t["group"])
+    return None
 
 _TIE = 1e-12
 """Relative slack under which two instants count as the same (timers fire together)."""
@@ -77,12 +95,12 @@ class Dependencies:
                 readers.setdefault(key, []).append(i)
 
         for i, t in enumerate(transfers):
-            tag = t.get("exchange")
+            tag = _tag(t)
             if tag is None:
                 read(i)
-            elif i == 0 or transfers[i - 1].get("exchange") != tag:  # an exchange: all its reads come first
+            elif i == 0 or _tag(transfers[i - 1]) != tag:  # an exchange: all its reads come first
                 j = i
-                while j < count and transfers[j].get("exchange") == tag:
+                while j < count and _tag(transfers[j]) == tag:
                     read(j)
                     j += 1
             for c in t["chunks"]:
@@ -128,6 +146,31 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
     deps = Dependencies(transfers)
     units = [_units(t) for t in transfers]
     latency = [sum(float(links_spec[k]["latency"]) for k in t["route"]) + overhead for t in transfers]
+    routes = [tuple(t["route"]) for t in transfers]
+    leader = list(range(count))  # a group's first member sends for the group
+    members: dict[int, list[int]] = {}
+    delay = [0.0] * count  # a group member's arrival after the group's communication ends
+    i = 0
+    while i < count:
+        tag = transfers[i].get("group")
+        j = i + 1
+        if tag is not None:
+            while j < count and transfers[j].get("group") == tag:
+                j += 1
+            group = list(range(i, j))
+            members[i] = group
+            union: list[int] = []
+            for k in group:
+                leader[k] = i
+                union.extend(x for x in transfers[k]["route"] if x not in union)
+            shortest = min(latency[k] for k in group)
+            for k in group:
+                longest = max(latency[m] for m in group if transfers[m]["dst"] == transfers[k]["dst"])
+                delay[k] = longest - shortest
+            routes[i] = tuple(union)
+            latency[i] = shortest
+        i = j
+    waiting = {first: len(group) for first, group in members.items()}
 
     engine = Engine(["simgrid_oracle", "--cfg=network/model:CM02", "--cfg=network/TCP-gamma:0",
                      "--cfg=network/crosstraffic:0", "--cfg=network/weight-S:0",
@@ -139,8 +182,10 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
         created.set_latency(0.0)
         links.append(created)
     endpoints: dict[tuple[int, ...], tuple[Any, Any]] = {}
-    for t in transfers:
-        route = tuple(t["route"])
+    for i in range(count):
+        route = routes[i]
+        if leader[i] != i or route in endpoints:
+            continue
         if route not in endpoints:
             m = len(endpoints)
             src, dst = zone.create_host(f"r{m}.src", 1.0), zone.create_host(f"r{m}.dst", 1.0)
@@ -167,11 +212,19 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
             heapq.heappush(timers, (at, serial, kind, i))
 
         def send(i: int) -> None:
-            src, dst = endpoints[tuple(transfers[i]["route"])]
+            src, dst = endpoints[routes[i]]
             active.append(Comm.sendto_async(src, dst, units[i]))
             active_ids.append(i)
 
         def begin(i: int, now: float) -> None:
+            if i in members or leader[i] != i:  # a group member: the group starts with its last member
+                first = leader[i]
+                waiting[first] -= 1
+                if waiting[first]:
+                    return
+                for k in members[first]:
+                    start_us[k] = now
+                i = first
             start_us[i] = now
             if latency[i] > 0:
                 timer(now + latency[i], _SEND, i)
@@ -192,6 +245,8 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
                 _, _, kind, i = heapq.heappop(timers)
                 if kind == _START:
                     begin(i, now)
+                elif kind == _DELIVER:
+                    arrive(i, now)
                 else:
                     send(i)
 
@@ -238,7 +293,14 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
                 active[index], active_ids[index] = active[-1], active_ids[-1]
                 active.pop()
                 active_ids.pop()
-                arrive(i, Engine.clock)
+                if i in members:
+                    for k in members[i]:
+                        if delay[k] > 0:
+                            timer(Engine.clock + delay[k], _DELIVER, k)
+                        else:
+                            arrive(k, Engine.clock)
+                else:
+                    arrive(i, Engine.clock)
             elif timers:
                 due = timers[0][0]
                 this_actor.sleep_until(due)

@@ -1,11 +1,11 @@
-"""FluidNetwork (max-min sharing by route groups, selective re-solve) against a from-scratch max-min computation.
+"""FluidNetwork (max-min sharing by flow groups, selective re-solve) against a from-scratch max-min computation.
 
 The reference below knows nothing of groups, components or frozen rates: it
 runs progressive filling over individual flows in exact rational arithmetic on
-the whole network. Random scenarios put many flows on identical routes (and on
-the same links listed in another order), with capacities drawn from a few small
-integers (so ties are common) or awkward floats, and interleave adds, removes,
-time passing and re-solves.
+the whole network. Random scenarios put many flows on identical resource sets
+(and on the same resources listed in another order; a set need not be a path),
+with capacities drawn from a few small integers (so ties are common) or awkward
+floats, and interleave adds, removes, time passing and re-solves.
 """
 
 from __future__ import annotations
@@ -43,16 +43,41 @@ def max_min(capacity: list[float], routes: dict[int, Route]) -> dict[int, Fracti
 
 
 # ------------------------------------------------------------------ hand-checked cases
+def moved_flows(net: FluidNetwork, now: float) -> list[int]:
+    """Re-solve; the flows of the groups whose next finish may have moved (checking the finish reported with them)."""
+    moved = net.reshare(now)
+    for group, time, flow in moved:
+        assert (time, flow) == group.next_finish()
+    return sorted(f for group, _, _ in moved for f in group.members)
+
+
+def rate(net: FluidNetwork, flow: int) -> float:
+    return net.group_of[flow].rate
+
+
 def test_flows_on_one_route_split_the_link() -> None:
     net = FluidNetwork([12.0, 30.0])
     for f in range(3):
         net.add(f, (0, 1), 100.0, 0.0)
-    assert sorted(net.reshare(0.0)) == [0, 1, 2]
-    assert [net.rate[f] for f in range(3)] == [4.0, 4.0, 4.0]
+    assert moved_flows(net, 0.0) == [0, 1, 2]
+    assert [rate(net, f) for f in range(3)] == [4.0, 4.0, 4.0]
     net.remove(1, 5.0)
-    assert sorted(net.reshare(5.0)) == [0, 2]
-    assert net.rate[0] == net.rate[2] == 6.0
-    assert net.remaining[0] == pytest.approx(100.0 - 4.0 * 5.0)
+    assert moved_flows(net, 5.0) == [0, 2]
+    assert rate(net, 0) == rate(net, 2) == 6.0
+    assert net.group_of[0].remaining(0, 5.0) == pytest.approx(100.0 - 4.0 * 5.0)
+
+
+def test_resources_need_not_form_a_path() -> None:
+    """Resources 0 and 2 are links, 3 stands for a GPU's memory: a flow may use any set of them."""
+    net = FluidNetwork([10.0, 10.0, 10.0, 12.0])
+    net.add(0, (0, 3), 100.0, 0.0)  # a link and the memory
+    net.add(1, (2, 3), 100.0, 0.0)  # another link and the same memory
+    net.add(2, (1,), 100.0, 0.0)
+    net.reshare_groups(0.0)
+    assert rate(net, 0) == rate(net, 1) == 6.0  # the memory binds: 12 shared by two
+    assert rate(net, 2) == 10.0
+    net.finish_busy(1.0)
+    assert net.bytes_carried == [100.0, 100.0, 100.0, 200.0]
 
 
 def test_a_flow_replaced_on_its_route_keeps_the_others_rates() -> None:
@@ -60,14 +85,14 @@ def test_a_flow_replaced_on_its_route_keeps_the_others_rates() -> None:
     net.add(0, (0, 1), 50.0, 0.0)
     net.add(1, (0, 1), 50.0, 0.0)
     net.add(2, (1, 2), 50.0, 0.0)
-    net.reshare(0.0)
-    before = {f: net.rate[f] for f in range(3)}
+    net.reshare_groups(0.0)
+    before = {f: rate(net, f) for f in range(3)}
     assert before == {0: 3.0, 1: 3.0, 2: 4.0}
     net.remove(0, 2.0)
     net.add(3, (0, 1), 20.0, 2.0)
     groups = net.reshare_groups(2.0)
-    assert [g.route for g in groups] == [(0, 1)]  # nothing re-solved; the group's next finish moved
-    assert net.rate[3] == 3.0 and net.rate[2] == 4.0
+    assert [g.resources for g in groups] == [(0, 1)]  # nothing re-solved; the group's next finish moved
+    assert rate(net, 3) == 3.0 and rate(net, 2) == 4.0
     assert groups[0].next_finish() == (pytest.approx(2.0 + 20.0 / 3.0), 3)
 
 
@@ -75,9 +100,9 @@ def test_link_accounting() -> None:
     net = FluidNetwork([10.0, 10.0])
     net.add(0, (0,), 30.0, 1.0)
     net.add(1, (0, 1), 20.0, 2.0)
-    net.reshare(2.0)
+    net.reshare_groups(2.0)
     net.remove(1, 6.0)
-    net.reshare(6.0)
+    net.reshare_groups(6.0)
     net.finish_busy(8.0)
     assert net.bytes_carried == [50.0, 20.0]
     assert net.busy_us == [7.0, 4.0]
@@ -101,27 +126,27 @@ def scenarios(draw: st.DrawFn) -> tuple[list[float], list[tuple[float, list[tupl
 
 @pytest.mark.slow
 @settings(max_examples=400)
-@given(scenario=scenarios(), by_group=st.booleans())
+@given(scenario=scenarios())
 def test_rates_match_a_from_scratch_max_min(
-        scenario: tuple[list[float], list[tuple[float, list[tuple[Route, int, bool]], list[int]]]], by_group: bool) -> None:
+        scenario: tuple[list[float], list[tuple[float, list[tuple[Route, int, bool]], list[int]]]]) -> None:
     capacity, steps = scenario
     net = FluidNetwork([float(c) for c in capacity])
     active: dict[int, Route] = {}
     left: dict[int, float] = {}  # bytes each flow has left, integrated here from the reference rates
-    rate: dict[int, Fraction] = {}
+    rates: dict[int, Fraction] = {}
     now = 0.0
     next_flow = 0
     gone: list[int] = []  # removed flows, whose numbers may come back
     for dt, adds, removes in steps:
         for f in active:
-            left[f] -= float(rate.get(f, 0)) * dt
+            left[f] -= float(rates.get(f, 0)) * dt
         now += dt
         for pick in removes:
             if active:
                 f = sorted(active)[pick % len(active)]
                 net.remove(f, now)
                 del active[f], left[f]
-                rate.pop(f, None)
+                rates.pop(f, None)
                 gone.append(f)
         for route, num_bytes, reuse in adds:
             if reuse and gone:
@@ -130,27 +155,21 @@ def test_rates_match_a_from_scratch_max_min(
                 f, next_flow = next_flow, next_flow + 1
             net.add(f, route, float(num_bytes), now)
             active[f], left[f] = route, float(num_bytes)
-        if by_group:
-            groups = net.reshare_groups(now)
-            reported = {f for g in groups for f in g.members}
-        else:
-            reported = set(net.reshare(now))
+        reported = set(moved_flows(net, now))
         expected = max_min(capacity, active)
         for f, route in active.items():
             r = expected[f]
-            assert net.rate[f] == pytest.approx(float(r), rel=1e-9), (f, route)
-            if f not in rate or abs(r - rate[f]) > 1e-9 * rate[f]:
+            assert net.group_of[f].rate == pytest.approx(float(r), rel=1e-9), (f, route)
+            if f not in rates or abs(r - rates[f]) > 1e-9 * rates[f]:
                 assert f in reported, f"flow {f} changed rate but was not reported"
             assert net.group_of[f].remaining(f, now) == pytest.approx(left[f], rel=1e-9, abs=1e-6)
-            if f in reported and not by_group:
-                assert net.remaining[f] == pytest.approx(left[f], rel=1e-9, abs=1e-6)
-        rate = expected
+        rates = expected
         for group in {id(g): g for g in net.group_of.values()}.values():
             when, first = group.next_finish()
-            soonest = min(now + left[f] / float(rate[f]) for f in group.members)
+            soonest = min(now + left[f] / float(rates[f]) for f in group.members)
             assert first in group.members
             assert when == pytest.approx(soonest, rel=1e-9, abs=1e-9)
-            assert now + left[first] / float(rate[first]) == pytest.approx(soonest, rel=1e-9, abs=1e-9)
+            assert now + left[first] / float(rates[first]) == pytest.approx(soonest, rel=1e-9, abs=1e-9)
 
 
 def test_reference_on_a_textbook_case() -> None:

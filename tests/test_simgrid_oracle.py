@@ -96,7 +96,8 @@ def link_spec(topology: Topology, units_per_byte: int) -> list[dict[str, float]]
 
 def transfer_spec(t: Transfer, units: int) -> dict[str, Any]:
     return {"src": t.src, "dst": t.dst, "chunks": list(t.chunks), "route": list(t.route), "units": units,
-            "channel": t.channel, "after": list(t.after), "not_before_us": t.not_before_us, "exchange": t.exchange}
+            "channel": t.channel, "after": list(t.after), "not_before_us": t.not_before_us, "exchange": t.exchange,
+            "group": t.group}
 
 
 def schedule_spec(topology: Topology, schedule: Schedule, size_bytes: int,
@@ -275,3 +276,46 @@ def test_random_reductions_match_simgrid(oracle: Oracle, data: st.DataObject, si
     if data.draw(st.booleans(), label="extra waits"):
         schedule = data.draw(with_waits(schedule), label="waits")
     assert_agrees(oracle, topo, schedule, size, overhead)
+
+
+# ------------------------------------------------- multicast and in-network reduction (network groups)
+def _group_cases() -> list[tuple[str, Topology, Schedule, int]]:
+    """Network groups: SimGrid sends each group as one communication over the union of its members' links."""
+    from taccl_py.library.grids import switch_star, switch_tree
+    from taccl_py.schedule import Op
+
+    tree = switch_tree(2, 2, 10.0, 1.0, uplink_bandwidth=5.0, uplink_latency=2.0, multicast=True, reduce=True)
+    star4 = switch_star(4, 10.0, 1.0, multicast=True, reduce=True)
+
+    def route(topo: Topology, s: int, d: int) -> tuple[int, ...]:
+        r = topo.gpu_route(s, d)
+        assert r is not None
+        return r
+
+    def allgather(topo: Topology) -> list[Transfer]:
+        n = topo.num_gpus
+        return [Transfer(r, d, (r,), route(topo, r, d), group=r) for r in range(n) for d in range(n) if d != r]
+
+    nvls = [Transfer(s, b, (b,), route(star4, s, b), Op.REDUCE, group=b) for b in range(4) for s in range(4)
+            if s != b]
+    nvls += [Transfer(b, d, (b,), route(star4, b, d), group=4 + b) for b in range(4) for d in range(4) if d != b]
+    sharp = [Transfer(s, d, (c,), route(tree, s, d), Op.REDUCE, channel=c, group=c) for c in range(4)
+             for s in range(4) for d in range(4) if s != d]
+    mixed = [*allgather(tree)[:3], Transfer(1, 3, (1,), route(tree, 1, 3)), Transfer(2, 0, (2,), route(tree, 2, 0))]
+    mixed += allgather(tree)[3:]
+    return [("tree multicast allgather", tree, Schedule(Collective(CollectiveKind.ALLGATHER, 4),
+                                                         tuple(allgather(tree))), 4 * 10**6),
+            ("star nvls allreduce", star4, Schedule(Collective(CollectiveKind.ALLREDUCE, 4), tuple(nvls)), 4 * 10**6),
+            ("tree sharp allreduce", tree, Schedule(Collective(CollectiveKind.ALLREDUCE, 4), tuple(sharp)),
+             4 * 10**6),
+            ("tree multicast and unicast", tree, Schedule(Collective(CollectiveKind.ALLGATHER, 4), tuple(mixed)),
+             4 * 10**6)]
+
+
+@pytest.mark.parametrize("case", range(len(_group_cases())),
+                         ids=[name for name, *_ in _group_cases()])
+def test_network_groups_match_simgrid(oracle: Oracle, case: int) -> None:
+    _, topo, schedule, size = _group_cases()[case]
+    assert schedule.uses_switch_offload
+    assert_agrees(oracle, topo, schedule, size)
+    assert_agrees(oracle, topo, schedule, size, step_overhead_us=0.5)

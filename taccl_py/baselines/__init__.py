@@ -2,7 +2,9 @@
 
 ``baseline(topology, kind, "ring" | "tree" | "direct" | "rd" | "oneshot" | "hier" | "hier-lb")`` builds one
 (``oneshot``: the latency-optimal small collectives of :mod:`taccl_py.baselines.oneshot`);
-``applicable_baselines(topology, kind)`` lists those that can run. On topologies with dimensions,
+``applicable_baselines(topology, kind)`` lists those that can run. ``multicast``, ``nvls`` and
+``sharp`` use switch multicast and in-network reduction (:mod:`taccl_py.baselines.offload`) and run
+only where the topology's switches carry those flags. On topologies with dimensions,
 ``hier`` and ``hier-lb`` run per-dimension phases (:mod:`taccl_py.baselines.hierarchical`). Rings and
 trees pick their channel count to spread the load over the links (one ring per
 NIC rail on DGX A100 clusters, several disjoint rings on DGX-1); the pipelined
@@ -15,6 +17,7 @@ from taccl_py.baselines.common import Leg, NotApplicable
 from taccl_py.baselines.direct import check_direct, direct_schedule
 from taccl_py.baselines.hierarchical import check_hierarchical, hierarchical_schedule
 from taccl_py.baselines.layout import Ring, RingPlan, ring_plan
+from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS, check_offload, offload_schedule
 from taccl_py.baselines.oneshot import check_oneshot, oneshot_schedule
 from taccl_py.baselines.recursive import check_recursive, recursive_schedule
 from taccl_py.baselines.ring import (
@@ -33,8 +36,8 @@ from taccl_py.topology import Topology
 __all__ = ["ALGORITHMS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan", "applicable_baselines",
            "baseline", "ring_plan", "tree_plan"]
 
-ALGORITHMS = ("ring", "tree", "direct", "rd", "oneshot", "hier", "hier-lb")
-"""Baseline names, in the order tables list them."""
+ALGORITHMS = ("ring", "tree", "direct", "rd", "oneshot", "hier", "hier-lb", *OFFLOAD_ALGORITHMS)
+"""Baseline names, in the order tables list them (the last ones need multicast or reduce switches)."""
 
 _RING_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
                CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
@@ -126,6 +129,8 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
         return direct_schedule(topology, kind, channels=channels or 1, chunk_factor=chunk_factor, root=root)
     if algorithm in ("hier", "hier-lb"):  # per-dimension phases; channels come from the dimension algorithms
         return hierarchical_schedule(topology, kind, balanced=algorithm == "hier-lb", size_bytes=size_bytes)
+    if algorithm in OFFLOAD_ALGORITHMS:
+        return offload_schedule(topology, kind, algorithm, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes)
     if algorithm == "oneshot":
         return oneshot_schedule(topology, kind, root=root, chunk_factor=chunk_factor, channels=channels,
                                 size_bytes=size_bytes, step_overhead_us=step_overhead_us)
@@ -152,6 +157,8 @@ def applicable_baselines(topology: Topology, kind: CollectiveKind | str, *, root
                 check_hierarchical(topology, kind)
             elif algorithm == "oneshot":
                 check_oneshot(topology, kind)
+            elif algorithm in OFFLOAD_ALGORITHMS:
+                check_offload(topology, kind, algorithm, root)
             else:
                 check_recursive(topology, kind, _orders(topology, None))
         except NotApplicable:

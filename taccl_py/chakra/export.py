@@ -101,6 +101,9 @@ def schedule_traces(schedule: Schedule, size_bytes: float, *, element_bytes: int
     """
     if not size_bytes > 0:
         raise InputError(f"must be > 0 bytes (got {size_bytes!r})", where="--size")
+    if schedule.uses_switch_offload:
+        raise InputError("uses switch multicast or in-network reduction (network groups), which Chakra's "
+                         "point-to-point send/receive nodes cannot express", where=schedule.name or "schedule")
     collective = schedule.collective
     n = collective.num_ranks
     chunk_bytes = collective.chunk_bytes(size_bytes)

@@ -216,6 +216,7 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
 def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], names: list[str],
                    channels: int | None, root: int, step_overhead_us: float, show: bool) -> list[dict[str, Any]]:
     from taccl_py.baselines import baseline
+    from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS
 
     options = SimOptions(step_overhead_us=step_overhead_us)
     out = []
@@ -239,8 +240,13 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                 entries.append(entry)
             timed = [e for e in entries if e["time_us"] is not None]
             best = min(timed, key=lambda e: e["time_us"])["algorithm"] if timed else None
-            out.append({"size_bytes": size, "bound_us": bound.bound_us, "bound_algbw_GBps": bound.algbw_GBps,
-                        "best": best, "baselines": entries})
+            unicast = [e for e in timed if e["algorithm"] not in OFFLOAD_ALGORITHMS]
+            row = {"size_bytes": size, "bound_us": bound.bound_us, "bound_algbw_GBps": bound.algbw_GBps,
+                   "best": best, "baselines": entries}
+            if len(unicast) < len(timed):  # switch offload on this topology: say what the bound assumed
+                row["best_unicast"] = min(unicast, key=lambda e: e["time_us"])["algorithm"] if unicast else None
+                row["bound_assumes"] = bound.assumes
+            out.append(row)
     return out
 
 
@@ -264,20 +270,24 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
               help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce.")
 @size_option
 @click.option("--algorithm", "-a", "only", default=None, metavar="NAME",
-              help="Only this baseline (ring, tree, direct, rd, oneshot, hier, hier-lb); with -o, the one to write.")
+              help="Only this baseline (ring, tree, direct, rd, oneshot, hier, hier-lb, multicast, nvls, sharp); with "
+                   "-o, the one to write.")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
 @click.option("-o", "--output", default=None, metavar="FILE.xml",
               help="Write the best baseline as MSCCL XML, with chunk and channel counts the runtime picks at --size.")
 @click.option("--dialect", type=click.Choice(["v2", "v1"]), default="v2", show_default=True,
               help="MSCCL XML dialect for -o.")
+@click.option("--schedule-out", type=click.Path(dir_okay=False), default=None, metavar="FILE.json",
+              help="Write the best baseline (or -a's) as schedule JSON; the form for multicast / in-switch reduction.")
 @plot_option
 @json_option
 def baseline_command(topology_spec: str, collective_name: str, size_spec: str, only: str | None,
                      channels: int | None, root: int, step_overhead_us: float, output: str | None, dialect: str,
-                     plot_path: str | None, as_json: bool) -> None:
+                     schedule_out: str | None, plot_path: str | None, as_json: bool) -> None:
     """Every applicable NCCL-style baseline side by side with the lower bound."""
     from taccl_py.baselines import ALGORITHMS, applicable_baselines
+    from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS
 
     _check_overhead(step_overhead_us)
     topology = load_topology_arg(topology_spec)
@@ -292,7 +302,14 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         raise InputError(f"no baseline runs {kind.value} on {topology.name}", where="--collective")
     if output and len(sizes) > 1:
         raise InputError("needs a single --size (the schedule's pipelining depends on it)", where="-o")
+    if schedule_out and len(sizes) > 1:
+        raise InputError("needs a single --size (the schedule's pipelining depends on it)", where="--schedule-out")
     check_output_file(output, "-o")
+    check_output_file(schedule_out, "--schedule-out")
+    if output and only in OFFLOAD_ALGORITHMS:
+        raise InputError(f"{only} uses switch multicast or in-network reduction, which MSCCL XML cannot express (an "
+                         "MSCCL step sends from one rank to one rank); write it as schedule JSON with --schedule-out, "
+                         "or pick a unicast baseline", where="-o")
     if output:
         check_xml_root(kind, root, dialect)
     check_picture_path(plot_path, "--plot")
@@ -302,15 +319,37 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
                          sizes, {name: [r["baselines"][k]["time_us"] for r in rows] for k, name in enumerate(names)},
                          [r["bound_us"] for r in rows])
     written = None
+    not_xml = None
     if output:
         chosen = only or rows[0]["best"]
         if chosen is None:
             raise Infeasible("no baseline was correct on this topology; nothing to write to -o")
+        if chosen in OFFLOAD_ALGORITHMS:
+            unicast = rows[0].get("best_unicast")
+            if unicast is None:
+                raise Infeasible(f"the best baseline, {chosen}, uses switch multicast or in-network reduction, which "
+                                 "MSCCL XML cannot express, and no unicast baseline was correct; nothing to write to -o")
+            not_xml = (f"the best baseline, {chosen}, uses switch multicast or in-network reduction, which MSCCL XML "
+                       f"cannot express (write it with --schedule-out); -o gets the best unicast baseline, {unicast}")
+            chosen = unicast
         placed = _write_xml(topology, kind, sizes[0], chosen, channels, root, step_overhead_us, output, dialect)
         written = {"path": output, "algorithm": chosen, "dialect": dialect, **placed}
+        if not_xml:
+            written["note"] = not_xml
+    if schedule_out:
+        from taccl_py.baselines import baseline
+        from taccl_py.schedule import save_schedule
+
+        best = only or rows[0]["best"]
+        if best is None:
+            raise Infeasible("no baseline was correct on this topology; nothing to write to --schedule-out")
+        save_schedule(baseline(topology, kind, best, channels=channels, root=root, size_bytes=sizes[0],
+                               step_overhead_us=step_overhead_us), topology, schedule_out)
     head: dict[str, Any] = {"topology": topology.name, "collective": kind.value}
     if written:
         head["xml"] = written
+    if schedule_out:
+        head["schedule_json"] = {"path": schedule_out, "algorithm": only or rows[0]["best"]}
     flat = [e | {"size_bytes": r["size_bytes"]} for r in rows for e in r["baselines"]]
     if as_json:
         emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "rows": rows})
@@ -331,9 +370,15 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
                 if e.get("description"):
                     size = f" at {format_bytes(r['size_bytes'])}" if len(rows) > 1 else ""
                     out_console.print(f"{e['algorithm']}{size}: {e['description']}", markup=False)
+        if "bound_assumes" in rows[-1]:
+            out_console.print(f"bound assumes {rows[-1]['bound_assumes']}", markup=False)
+        if not_xml:
+            out_console.print(not_xml, markup=False)
         if written:
             out_console.print(f"wrote {written['algorithm']} as MSCCL XML ({dialect}) to {output}; "
                               f"{written['selection']}", markup=False)
+        if schedule_out:
+            out_console.print(f"wrote {only or rows[0]['best']} as schedule JSON to {schedule_out}", markup=False)
     for e in flat:
         if not e["correct"] and not as_json:
             err_console.print(f"taccl: error: {e['algorithm']} at {format_bytes(e['size_bytes'])}: {e.get('error')}",
@@ -348,9 +393,11 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
               help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce.")
 @size_option
 @_options
+@click.option("--unicast", is_flag=True, default=False,
+              help="Ignore the switches' multicast / reduce flags: the bound of point-to-point algorithms.")
 @json_option
 def bound_command(topology_spec: str, collective_name: str, size_spec: str, root: int, step_overhead_us: float,
-                  as_json: bool) -> None:
+                  unicast: bool, as_json: bool) -> None:
     """The lower bound: no algorithm can be faster on this topology (fluid link model)."""
     _check_overhead(step_overhead_us)
     topology = load_topology_arg(topology_spec)
@@ -359,7 +406,7 @@ def bound_command(topology_spec: str, collective_name: str, size_spec: str, root
     busbw = _collective_for(kind, topology).busbw_factor
     rows = []
     for size in sizes:
-        bound = lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us)
+        bound = lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us, offload=not unicast)
         algbw = bound.algbw_GBps
         rows.append({"size_bytes": size, **bound.summary(), "busbw_GBps": None if algbw is None else algbw * busbw})
     head = {"topology": topology.name, "collective": kind.value}
@@ -373,6 +420,7 @@ def bound_command(topology_spec: str, collective_name: str, size_spec: str, root
                          _num(r["bandwidth_us"]), _num(r["cut_latency_us"]), _num(r["latency_us"])] for r in rows])
     out_console.print(table)
     out_console.print(rows[-1]["explanation"], markup=False)
+    out_console.print(f"assumes {rows[-1]['assumes']}", markup=False)
 
 
 COMMANDS: list[click.Command] = [simulate_command, baseline_command, bound_command]

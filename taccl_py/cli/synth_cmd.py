@@ -354,7 +354,10 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
     if band.schedule_out:
         from taccl_py.schedule import save_schedule
 
-        save_schedule(written.schedule if written else result.schedule, band.topology, band.schedule_out)
+        # a multicast / in-switch reduction winner cannot be XML: the JSON keeps it, the XML the best unicast one
+        offload = result.schedule.uses_switch_offload
+        save_schedule(written.schedule if written and not offload else result.schedule, band.topology,
+                      band.schedule_out)
     row = _row(band.topology, band.kind, band.size, result, band.root, written, started, band.time_limit,
                band.dialect)
     if band.chakra_dir:

@@ -174,11 +174,11 @@ def _ib_switch(fabric: Fabric, machine: int, nic: int, unit_machines: int) -> st
 
 
 def _nic_cluster(family: str, machines: int, fabric: Fabric | str, nvswitch_gbps: float, nic_gbps: float,
-                 *, nvls: bool, hardware: str) -> Topology:
+                 *, nvls: bool, hardware: str, sharp: bool = False) -> Topology:
     _check_machines(family, machines, 50)
     fabric = parse_fabric(fabric)
     suffix = "" if fabric is Fabric.LEAF_SPINE else f"-{fabric.value}"
-    name = f"{family}x{machines}{suffix}" + ("-nvls" if nvls else "")
+    name = f"{family}x{machines}{suffix}" + ("-nvls" if nvls else "") + ("-sharp" if sharp else "")
     unit = SUPERPOD_UNIT_MACHINES[family]
     builder = TopologyBuilder(name, 8 * machines)
     ib_names: list[str] = []
@@ -192,9 +192,9 @@ def _nic_cluster(family: str, machines: int, fabric: Fabric | str, nvswitch_gbps
                 ib_names.append(ib)
             builder.link(nic, ib, nic_gbps, NIC_SWITCH_LATENCY_US, "ib")
     for ib in sorted(ib_names, key=lambda x: (len(x), x)):
-        builder.add_switch(ib, "ib")
+        builder.add_switch(ib, "ib", multicast=sharp, reduce=sharp)
     if fabric is Fabric.LEAF_SPINE:
-        builder.add_switch("spine", "ib")
+        builder.add_switch("spine", "ib", multicast=sharp, reduce=sharp)
         for ib in sorted(ib_names, key=lambda x: (len(x), x)):
             in_unit = min(unit, machines - int(ib[2:ib.index(".")]) * unit)
             builder.link(ib, "spine", in_unit * nic_gbps, SPINE_LATENCY_US, "ib")
@@ -210,6 +210,7 @@ def _nic_cluster(family: str, machines: int, fabric: Fabric | str, nvswitch_gbps
               f"0.35 us; one NIC per GPU, GPU <-> NIC {nic_gbps:g} GB/s, 0.5 us; NIC <-> IB switch "
               f"{nic_gbps:g} GB/s, 0.8 us (GPU -> GPU across machines 2.6 us, TACCL's remote alpha); "
               f"{wiring}" + ("; NVSwitch flagged multicast + reduce (NVLS)" if nvls else "")
+              + ("; InfiniBand switches flagged multicast + reduce (SHARP)" if sharp else "")
               + "; GPU = 8*machine + local; dimensions: 8 GPUs in a machine x machines")
     return builder.build(source=source, machines=_machines(machines, 8),
                          dimensions=[Dimension(DimensionKind.SWITCH, 8), Dimension(DimensionKind.SWITCH, machines)])
@@ -221,9 +222,13 @@ def dgx_a100_cluster(machines: int, fabric: Fabric | str = Fabric.LEAF_SPINE) ->
                         hardware="NVIDIA DGX A100")
 
 
-def dgx_h100_cluster(machines: int, fabric: Fabric | str = Fabric.LEAF_SPINE, *, nvls: bool = False) -> Topology:
-    """DGX H100 x K: NVSwitch 450 GB/s, one 400 Gb/s NIC per GPU (50 GB/s), IB as ``fabric``."""
-    return _nic_cluster("dgx-h100", machines, fabric, H100_NVSWITCH_GBPS, IB_NDR_GBPS, nvls=nvls,
+def dgx_h100_cluster(machines: int, fabric: Fabric | str = Fabric.LEAF_SPINE, *, nvls: bool = False,
+                     sharp: bool = False) -> Topology:
+    """DGX H100 x K: NVSwitch 450 GB/s, one 400 Gb/s NIC per GPU (50 GB/s), IB as ``fabric``.
+
+    ``nvls`` flags the NVSwitches, ``sharp`` the InfiniBand switches, multicast + reduce (a SuperPOD with SHARP).
+    """
+    return _nic_cluster("dgx-h100", machines, fabric, H100_NVSWITCH_GBPS, IB_NDR_GBPS, nvls=nvls, sharp=sharp,
                         hardware="NVIDIA DGX H100")
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_BANDWIDTH_GBPS",
     "DEFAULT_LATENCY_US",
     "GOLDEN_RING_GBPS",
+    "fat_tree",
     "fully_connected",
     "grid_coordinates",
     "grid_id",
@@ -28,6 +29,7 @@ __all__ = [
     "ring",
     "ring8",
     "switch_star",
+    "switch_tree",
     "torus",
 ]
 
@@ -77,18 +79,79 @@ def fully_connected(num_gpus: int, bandwidth: float = DEFAULT_BANDWIDTH_GBPS,
 
 
 def switch_star(num_gpus: int, bandwidth: float = DEFAULT_BANDWIDTH_GBPS,
-                latency: float = DEFAULT_LATENCY_US, *, name: str | None = None) -> Topology:
-    """Every GPU <-> one switch vertex ``switch`` (GPU -> GPU is two links)."""
+                latency: float = DEFAULT_LATENCY_US, *, name: str | None = None, multicast: bool = False,
+                reduce: bool = False) -> Topology:
+    """Every GPU <-> one switch vertex ``switch`` (GPU -> GPU is two links); the switch's capability flags."""
     where = name or "switch"
     n = require_int(num_gpus, 2, where=where, field="gpus")
     bandwidth, latency = _common(where, bandwidth, latency)
     check_link_budget(where, 2 * n)
     builder = TopologyBuilder(name or f"switch{n}", n)
-    builder.add_switch("switch", "switch")
+    builder.add_switch("switch", "switch", multicast=multicast, reduce=reduce)
     for g in range(n):
         builder.link(g, "switch", bandwidth, latency, "link")
     return builder.build(source=f"{n} GPUs on one switch, {bandwidth:g} GB/s and {latency:g} us per "
                                 f"GPU <-> switch link")
+
+
+def switch_tree(leaves: int, gpus_per_leaf: int, bandwidth: float = DEFAULT_BANDWIDTH_GBPS,
+                latency: float = DEFAULT_LATENCY_US, *, uplink_bandwidth: float | None = None,
+                uplink_latency: float | None = None, name: str | None = None, multicast: bool = False,
+                reduce: bool = False) -> Topology:
+    """A two-level switch tree: ``gpus_per_leaf`` GPUs <-> each leaf switch ``leafK``, every leaf <-> ``spine``.
+
+    GPU g sits under leaf ``g // gpus_per_leaf``; the leaf-spine links default
+    to the GPU links' bandwidth and latency. Every switch gets the capability flags.
+    """
+    where = name or "switch-tree"
+    k = require_int(leaves, 2, where=where, field="leaves")
+    per = require_int(gpus_per_leaf, 1, where=where, field="gpus_per_leaf")
+    bandwidth, latency = _common(where, bandwidth, latency)
+    up_bw, up_lat = _common(where, bandwidth if uplink_bandwidth is None else uplink_bandwidth,
+                            latency if uplink_latency is None else uplink_latency)
+    check_link_budget(where, 2 * (k * per + k))
+    builder = TopologyBuilder(name or f"tree{k}x{per}", k * per)
+    spine = builder.add_switch("spine", "switch", multicast=multicast, reduce=reduce)
+    for leaf in range(k):
+        leaf_name = builder.add_switch(f"leaf{leaf}", "switch", multicast=multicast, reduce=reduce)
+        for g in range(leaf * per, (leaf + 1) * per):
+            builder.link(g, leaf_name, bandwidth, latency, "link")
+        builder.link(leaf_name, spine, up_bw, up_lat, "uplink")
+    flags = " ".join(f for f, on in (("multicast", multicast), ("reduce", reduce)) if on)
+    return builder.build(source=f"{k} leaf switches of {per} GPUs under one spine; {bandwidth:g} GB/s and "
+                                f"{latency:g} us per GPU link, {up_bw:g} GB/s and {up_lat:g} us per uplink"
+                                + (f"; switches flagged {flags}" if flags else ""),
+                         machines=[range(leaf * per, (leaf + 1) * per) for leaf in range(k)])
+
+
+FAT_TREE_SOURCE = ("two-level non-blocking fat tree of single-GPU nodes, modelled on the 188-node InfiniBand testbed "
+                   "of Khalilov et al. 2024 (network-offloaded multicast Allgather): one 100 Gb/s (12.5 GB/s) NIC "
+                   "per node, 36-port leaf switches with 18 nodes each, every leaf <-> one non-blocking spine "
+                   "vertex (uplink = the leaf's downlinks); 1 us per hop (assumed)")
+
+
+def fat_tree(nodes: int, *, per_leaf: int = 18, bandwidth: float = 12.5, latency: float = 1.0,
+             multicast: bool = True, reduce: bool = False, name: str | None = None) -> Topology:
+    """``nodes`` single-GPU nodes, ``per_leaf`` per leaf switch (the last leaf may hold fewer), leaves <-> ``spine``.
+
+    Every switch gets the capability flags (InfiniBand multicast by default; ``reduce`` for SHARP).
+    """
+    where = name or "fat-tree"
+    n = require_int(nodes, 2, where=where, field="nodes")
+    per = require_int(per_leaf, 1, where=where, field="per_leaf")
+    bandwidth, latency = _common(where, bandwidth, latency)
+    leaves = -(-n // per)
+    check_link_budget(where, 2 * (n + leaves))
+    builder = TopologyBuilder(name or f"fat-tree{n}" + ("-sharp" if reduce else ""), n)
+    builder.add_switch("spine", "ib", multicast=multicast, reduce=reduce)
+    for leaf in range(leaves):
+        members = range(leaf * per, min(n, (leaf + 1) * per))
+        leaf_name = builder.add_switch(f"leaf{leaf}", "ib", multicast=multicast, reduce=reduce)
+        for g in members:
+            builder.link(g, leaf_name, bandwidth, latency, "nic")
+        builder.link(leaf_name, "spine", bandwidth * len(members), latency, "ib")
+    flags = " + ".join(f for f, on in (("multicast", multicast), ("reduce", reduce)) if on)
+    return builder.build(source=f"{n} nodes; {FAT_TREE_SOURCE}" + (f"; switches flagged {flags}" if flags else ""))
 
 
 def grid_coordinates(gpu: int, dims: Sequence[int]) -> tuple[int, ...]:

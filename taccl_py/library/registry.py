@@ -74,7 +74,8 @@ _NVLS: dict[str, Callable[[], Topology]] = {
 }
 _ALIASES = {"nvl72": "gb200-nvl72", "gb200": "gb200-nvl72", "dgx-1": "dgx1", "dgx-2": "dgx2",
             "dgxa100": "dgx-a100", "dgxh100": "dgx-h100", "dgx-v100": "dgx1"}
-_FAMILY_RE = re.compile(r"^(ndv2|dgx-?2|dgx-?a100|dgx-?h100|mi250)x(\d+)(?:-(leaf-spine|forestcoll|single|rail))?(-nvls)?$")
+_FAMILY_RE = re.compile(r"^(ndv2|dgx-?2|dgx-?a100|dgx-?h100|mi250)x(\d+)(?:-(leaf-spine|forestcoll|single|rail))?(-nvls)?(-sharp)?$")
+_FAT_TREE_RE = re.compile(r"^fat-?tree(\d+)(-sharp)?$")
 
 _FAMILIES = (
     TopologyFamily("ndv2xK", 8, 2, "K x Azure NDv2 (K = 2: IB links 0->9, 8->1; K >= 3: one IB switch), "
@@ -82,9 +83,12 @@ _FAMILIES = (
     TopologyFamily("dgx2xK", 16, 2, "K x DGX-2, 8 x 12.5 GB/s NICs per machine (K = 2: direct; K >= 3: rails)"),
     TopologyFamily("dgx-a100xK[-forestcoll|-single|-rail]", 8, 2,
                    "K x DGX A100, one 25 GB/s NIC per GPU, IB fabric as named (default leaf-spine)"),
-    TopologyFamily("dgx-h100xK[-forestcoll|-single|-rail][-nvls]", 8, 2,
-                   "K x DGX H100, one 50 GB/s NIC per GPU, IB fabric as named (default leaf-spine)"),
+    TopologyFamily("dgx-h100xK[-forestcoll|-single|-rail][-nvls][-sharp]", 8, 2,
+                   "K x DGX H100, one 50 GB/s NIC per GPU, IB fabric as named (default leaf-spine); -sharp flags "
+                   "the IB switches multicast + reduce"),
     TopologyFamily("mi250xK", 16, 2, "K x MI250, every GCD <-> one IB switch at 16 GB/s"),
+    TopologyFamily("fat-treeK[-sharp]", 1, 2, "K single-GPU nodes on a two-level fat tree with multicast switches "
+                                           "(fat-tree188: the multicast Allgather paper's testbed); -sharp adds reduce"),
 )
 
 SHIPPED_NAMES: tuple[str, ...] = (
@@ -112,13 +116,15 @@ def _normalize(name: str) -> str:
 
 
 def _family_topology(match: re.Match[str], spec: str) -> Topology:
-    family, count_text, fabric, nvls = match.groups()
+    family, count_text, fabric, nvls, sharp = match.groups()
     family = {"dgx-2": "dgx2", "dgxa100": "dgx-a100", "dgxh100": "dgx-h100"}.get(family, family)
     count = int(count_text)
     if fabric and family not in ("dgx-a100", "dgx-h100"):
         raise TopologyError(f"a fabric suffix (-{fabric}) applies only to dgx-a100xK and dgx-h100xK", where=spec)
     if nvls and family != "dgx-h100":
         raise TopologyError("the -nvls suffix applies only to dgx-h100, dgx-h100xK and gb200-nvl72", where=spec)
+    if sharp and family != "dgx-h100":
+        raise TopologyError("the -sharp suffix applies only to dgx-h100xK and fat-treeN", where=spec)
     if family == "ndv2":
         return fabrics.ndv2_cluster(count)
     if family == "dgx2":
@@ -127,7 +133,7 @@ def _family_topology(match: re.Match[str], spec: str) -> Topology:
         return fabrics.mi250_cluster(count)
     if family == "dgx-a100":
         return fabrics.dgx_a100_cluster(count, fabric or fabrics.Fabric.LEAF_SPINE)
-    return fabrics.dgx_h100_cluster(count, fabric or fabrics.Fabric.LEAF_SPINE, nvls=bool(nvls))
+    return fabrics.dgx_h100_cluster(count, fabric or fabrics.Fabric.LEAF_SPINE, nvls=bool(nvls), sharp=bool(sharp))
 
 
 def topology_by_name(name: str) -> Topology | None:
@@ -143,6 +149,9 @@ def topology_by_name(name: str) -> Topology | None:
     match = _FAMILY_RE.match(key)
     if match:
         return _family_topology(match, name)
+    tree = _FAT_TREE_RE.match(key)
+    if tree:
+        return grids.fat_tree(int(tree.group(1)), reduce=bool(tree.group(2)))
     return None
 
 

@@ -67,6 +67,11 @@ class LoweringOptions:
     name: str | None = None
 
 
+MULTICAST_NOT_XML = ("the schedule uses switch multicast or in-network reduction (network groups), which MSCCL XML "
+                     "cannot express: an MSCCL step sends from one rank to one rank and reduces only on GPUs; "
+                     "write it as schedule JSON instead")
+
+
 def lower_schedule(schedule: Schedule, topology: Topology, *, dialect: str = "v2", instances: int = 1,
                    proto: str = "Simple", min_bytes: int = 0, max_bytes: int = 0, in_place: bool | None = None,
                    name: str | None = None) -> Program:
@@ -112,6 +117,8 @@ def _check_options(schedule: Schedule, topology: Topology, options: LoweringOpti
     problem = schedule.structural_error(topology)
     if problem:
         raise LoweringError(f"the schedule does not fit topology {topology.name!r}: {problem}")
+    if schedule.uses_switch_offload:
+        raise LoweringError(MULTICAST_NOT_XML)
     if col.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) and options.dialect == "v1" and col.root:
         raise LoweringError(f"{col.kind.value} with root {col.root}: MSCCL XML has no root; only root 0 can be "
                             "written for v1")

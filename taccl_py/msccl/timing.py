@@ -4,7 +4,8 @@ Every threadblock is a sequential process. A transmission runs once its
 threadblock reaches it and its waits are met; a send-type step (``s``, and the
 sending half of ``rcs``/``rrs``/``rrcs``) then waits the route latency, moves
 ``cnt`` chunks through the links (shared max-min fairly with every other flow,
-:class:`taccl_py.fluid.FluidNetwork`) and completes when the data arrives.
+:class:`taccl_py.fluid.FluidNetwork`) and completes when the data arrives. The
+event loop is the schedule simulator's (:mod:`taccl_py.event_kernel`).
 Sends are buffered like NCCL's FIFOs: they never wait for the receiver. A
 receive completes as soon as its threadblock reaches it and the matching send
 has arrived; ``cpy``, ``re`` and ``nop`` take no time. A schedule and its
@@ -18,7 +19,6 @@ buffer, Allreduce/Broadcast buffer).
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Any
 
@@ -26,19 +26,15 @@ import numpy as np
 
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import InputError, TopologyError
-from taccl_py.fluid import FluidNetwork
+from taccl_py.event_kernel import EventKernel
 from taccl_py.msccl.ir import Program
 from taccl_py.msccl.machine import Machine, build_machine
 from taccl_py.msccl.verify import verify_program
 from taccl_py.simulator import SimOptions, SimResult
-from taccl_py.tolerances import same_instant_horizon_us
 from taccl_py.topology import Route, Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["simulate_program"]
-
-_ACTIVATE, _FLOW_DONE = 0, 1
-
 
 def simulate_program(program: Program, topology: Topology, size_bytes: float,
                      options: SimOptions | None = None) -> SimResult:
@@ -77,7 +73,7 @@ def simulate_program(program: Program, topology: Topology, size_bytes: float,
         return failed(f"invalid program: {report.errors[0]}")
     machine = build_machine(program)
     timing = _Timing(machine, topology, size_bytes / program.nchunksperloop, options)
-    timing.run()
+    timing.run()  # a valid program raises no fault: a wrong one still runs to its end
     unfinished = [i for i, t in enumerate(timing.done_at) if math.isnan(t)]
     if unfinished:
         return failed(f"{len(unfinished)} step(s) never finish, e.g. {machine.describe(unfinished[0])}")
@@ -97,8 +93,8 @@ def simulate_program(program: Program, topology: Topology, size_bytes: float,
         notes["time_us"] = makespan
     return SimResult(correct=report.correct, error=error, time_us=makespan if report.correct else None,
                      size_bytes=size_bytes, collective=collective, start_us=start, arrive_us=arrive,
-                     commit_us=commit, link_busy_us=tuple(timing.net.busy_us),
-                     link_bytes=tuple(timing.net.bytes_carried), critical_path=tuple(timing.critical_path()),
+                     commit_us=commit, link_busy_us=tuple(timing.net.busy_us[:links]),
+                     link_bytes=tuple(timing.net.bytes_carried[:links]), critical_path=tuple(timing.critical_path()),
                      notes=notes)
 
 
@@ -111,8 +107,15 @@ def _collective(program: Program, kind: CollectiveKind) -> Collective:
     return Collective(kind, n, max(factor, 1))
 
 
-class _Timing:
-    """The event loop: transmissions become ready, sends become flows, flows arrive."""
+class _Timing(EventKernel):
+    """The XML timing on the event kernel: transmissions become ready, sends become transfers, transfers arrive.
+
+    Transmission ids are the kernel's transfer ids; only send-type ones have
+    resources, latency and bytes. Steps: :meth:`ready` (every predecessor is
+    done), :meth:`arrive` (a send's data is there) and :meth:`complete`.
+    """
+
+    __slots__ = ("cause", "done_at", "machine", "pending", "sends", "start_at", "succs", "topology")
 
     def __init__(self, machine: Machine, topology: Topology, chunk_bytes: float, options: SimOptions) -> None:
         self.machine = machine
@@ -126,88 +129,62 @@ class _Timing:
         for node, preds in enumerate(machine.preds):
             for p in preds:
                 self.succs[p].append(node)
-        self.routes: list[Route] = []
-        self.latency: list[float] = []
-        self.num_bytes: list[float] = []
+        self.sends = [t.type.sends for t in machine.nodes]
+        routes: list[Route] = []
+        latency: list[float] = []
+        num_bytes: list[float] = []
         for t in machine.nodes:
-            route: Route = ()
             if t.type.sends:
                 peer = machine.tbs[t.tb][1].send
-                found = topology.gpu_route(t.rank, peer)
-                if found is None:
+                route = topology.gpu_route(t.rank, peer)
+                if not route:  # the verifier rejects a send to itself, so no route means none through switches
                     raise TopologyError(f"ranks {t.rank} and {peer} communicate but topology {topology.name!r} has "
                                         "no route between them through switches only", where="topology")
-                route = found
-            self.routes.append(route)
-            self.latency.append(topology.route_latency(route) + options.step_overhead_us if t.type.sends else 0.0)
-            self.num_bytes.append(t.count * chunk_bytes)
-        self.net = FluidNetwork([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links])
-        self.heap: list[tuple[float, int, int, int, int]] = []
-        self.seq = 0
-        self.version = [0] * n
+                routes.append(route)
+                latency.append(topology.route_latency(route) + options.step_overhead_us)
+            else:
+                routes.append(())
+                latency.append(0.0)
+            num_bytes.append(t.count * chunk_bytes)
+        super().__init__([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links], routes, latency,
+                         num_bytes)
 
-    def push(self, time: float, kind: int, node: int, version: int = 0) -> None:
-        heapq.heappush(self.heap, (time, self.seq, kind, node, version))
-        self.seq += 1
+    def start(self) -> None:
+        """Transmissions that wait for nothing are ready at time 0 (chosen before any runs: running one releases others)."""
+        blocked = self.machine.blocked
+        for node in [node for node, pending in enumerate(self.pending) if pending == 0 and node not in blocked]:
+            self.ready(node, 0.0)
 
     def ready(self, node: int, now: float) -> None:
         """All predecessors are done: start the send or complete at once."""
         self.start_at[node] = now
-        if not self.machine.nodes[node].type.sends:
-            self.complete(node, now)
-        elif self.latency[node] > 0:
-            self.push(now + self.latency[node], _ACTIVATE, node)
+        if self.sends[node]:
+            self.send(node, now)
         else:
-            self.activate(node, now)
+            self.complete(node, now)
 
-    def activate(self, node: int, now: float) -> None:
-        if self.num_bytes[node] > 0 and self.routes[node]:
-            self.net.add(node, self.routes[node], self.num_bytes[node], now)
-        else:
-            self.complete(node, now)
+    def arrive(self, transfer: int, now: float) -> None:
+        """A send's data is at the receiver: the send is done."""
+        self.complete(transfer, now)
 
     def complete(self, node: int, now: float) -> None:
+        """``node`` is done at ``now``: its successors whose predecessors are all done run (receives at once)."""
+        pending, succs, sends, done_at, start_at, cause = (self.pending, self.succs, self.sends, self.done_at,
+                                                          self.start_at, self.cause)
         stack = [node]
-        self.done_at[node] = now
+        done_at[node] = now
         while stack:
             done = stack.pop()
-            for s in self.succs[done]:
-                self.pending[s] -= 1
-                if self.pending[s] == 0:
-                    self.cause[s] = done
-                    self.start_at[s] = now
-                    if self.machine.nodes[s].type.sends:
+            for s in succs[done]:
+                pending[s] -= 1
+                if pending[s] == 0:
+                    cause[s] = done
+                    start_at[s] = now
+                    if sends[s]:
                         self.ready(s, now)
                     else:
-                        self.done_at[s] = now
+                        done_at[s] = now
                         stack.append(s)
-
-    def run(self) -> None:
-        initial = [node for node in range(len(self.machine.nodes))
-                   if self.pending[node] == 0 and node not in self.machine.blocked]
-        for node in initial:
-            self.ready(node, 0.0)
-        now = 0.0
-        self.reshare(now)
-        while self.heap:
-            now = self.heap[0][0]
-            horizon = same_instant_horizon_us(now)
-            while self.heap and self.heap[0][0] <= horizon:
-                _, _, kind, node, version = heapq.heappop(self.heap)
-                if kind == _ACTIVATE:
-                    self.activate(node, now)
-                elif version == self.version[node]:
-                    self.net.remove(node, now)
-                    self.complete(node, now)
-            self.reshare(now)
-        self.net.finish_busy(now)
-
-    def reshare(self, now: float) -> None:
-        """New rates where flows came or went; schedule when each affected flow finishes."""
-        for f in self.net.reshare(now):
-            self.version[f] += 1
-            rate = self.net.rate[f]
-            self.push(now + self.net.remaining[f] / rate if rate > 0 else math.inf, _FLOW_DONE, f, self.version[f])
 
     def critical_path(self) -> list[int]:
         done = self.done_at

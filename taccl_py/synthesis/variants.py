@@ -26,6 +26,7 @@ from taccl_py.synthesis.chunking import selectable_at
 from taccl_py.synthesis.options import Run
 from taccl_py.synthesis.routes import Phase, RoutePools
 from taccl_py.synthesis.streams import StreamLayout, stream_layouts, stream_transfers
+from taccl_py.tolerances import SAME_TIME_US
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us, transfer_time_us
 
@@ -187,7 +188,7 @@ def _greedy_groups(tasks: Sequence[Task], timing: TaskTiming) -> tuple[int, ...]
         first = group[i]
         start = message_start.setdefault(first, timing.start_us[first])
         ready = timing.arrive_us[t.pred] if t.pred >= 0 else 0.0
-        if t.latency_us > t.duration_us and ready <= start + 1e-12:
+        if t.latency_us > t.duration_us and ready <= start + SAME_TIME_US:
             group[j] = first
     return tuple(group)
 

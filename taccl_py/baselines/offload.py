@@ -1,0 +1,211 @@
+"""Baselines on multicast- and reduce-capable switches (network groups, see :mod:`taccl_py.schedule`).
+
+* ``multicast`` (Allgather, Broadcast): every block leaves its GPU once and the
+  switches replicate it to every other GPU (the network-offloaded Allgather of
+  Khalilov et al. 2024; NVLS multicast). Each GPU injects M/N (Allgather)
+  instead of (N-1)/N M.
+* ``nvls`` (Allreduce, ReduceScatter): NCCL's NVLS algorithm on one
+  reduce-capable switch tree: block b is summed in the switches on its way to
+  GPU b (reduce-scatter), then GPU b multicasts the sum (all-gather). Every GPU
+  sends and receives M, not 2(N-1)/N M. The buffer is cut in pieces so the two
+  phases overlap (reduce-scatter on channel 0, all-gather on channel 1).
+* ``sharp`` (Allreduce across machines): NCCL's CollNet/SHARP shape.
+  Inside every machine a reduce-scatter to the GPU owning each block (through
+  the machine's switch when it reduces, else point to point), then the owners
+  of a block (one per machine, one rail) all-reduce it in the InfiniBand
+  switches (one group: every owner sends, every owner adds the others' sum),
+  then each owner copies the result to its machine (multicast where the switch
+  can).
+
+Routes follow one aggregation tree per group: every GPU's lowest-latency path
+up to a root switch, and a route between two GPUs goes up to their lowest
+common ancestor and down, so the members' routes form the one-stream-per-link
+shape the simulator requires. A topology whose switches lack the capability is
+refused with the simulator's reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from taccl_py.baselines.common import NotApplicable
+from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.schedule import Op, Schedule, Transfer
+from taccl_py.topology import Route, Topology, Vertex
+
+__all__ = ["OFFLOAD_ALGORITHMS", "AggregationTree", "check_offload", "offload_schedule"]
+
+OFFLOAD_ALGORITHMS = ("multicast", "nvls", "sharp")
+_KINDS = {"multicast": (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST),
+          "nvls": (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER),
+          "sharp": (CollectiveKind.ALLREDUCE,)}
+_MAX_PIECES = 64
+_MIN_PIECE_BYTES = 1 << 20
+
+
+class AggregationTree:
+    """Every GPU of ``gpus``'s lowest-latency path up to ``root``; routes go up to a common ancestor and down."""
+
+    def __init__(self, topology: Topology, root: Vertex, gpus: Sequence[int]) -> None:
+        self.topology = topology
+        self.root = root
+        best = topology.reversed()._dijkstra(root, through_gpus=False)
+        vid = topology.vertex_id
+        self.up: dict[Vertex, int] = {}  # vertex -> its link toward the root
+        for g in gpus:
+            v: Vertex = g
+            while v != root:
+                entry = best.get(vid[v])
+                if entry is None:
+                    raise NotApplicable(f"GPU {g} has no route to switch {root!r} through switches", where=topology.name)
+                link = entry[2]
+                self.up[v] = link
+                v = topology.links[link].dst
+
+    def chain(self, g: Vertex) -> list[Vertex]:
+        out = [g]
+        while out[-1] != self.root:
+            out.append(self.topology.links[self.up[out[-1]]].dst)
+        return out
+
+    def route(self, src: int, dst: int) -> Route:
+        up, down = self.chain(src), self.chain(dst)
+        common = set(up)
+        meet = next(v for v in down if v in common)
+        hops = [self.up[v] for v in up[:up.index(meet)]]
+        index = self.topology.link_index
+        for child in reversed(down[:down.index(meet)]):
+            parent = self.topology.links[self.up[child]].dst
+            link = index.get((parent, child))
+            if link is None:
+                raise NotApplicable(f"no link {parent!r} -> {child!r} back down the aggregation tree",
+                                    where=self.topology.name)
+            hops.append(link)
+        return tuple(hops)
+
+
+def best_root(topology: Topology, gpus: Sequence[int]) -> Vertex:
+    """The switch every GPU of ``gpus`` reaches with the least worst latency (ties: fewer hops, then name)."""
+    rev = topology.reversed()
+    vid = topology.vertex_id
+    best: tuple[float, int, str] | None = None
+    for switch in topology.switches:
+        reach = rev._dijkstra(switch.name, through_gpus=False)
+        if any(vid[g] not in reach for g in gpus):
+            continue
+        key = (max(reach[vid[g]][0] for g in gpus), max(reach[vid[g]][1] for g in gpus), switch.name)
+        if best is None or key < best:
+            best = key
+    if best is None:
+        raise NotApplicable(f"no switch joins GPUs {list(gpus)[:8]}", where=topology.name)
+    return best[2]
+
+
+def _pieces(size_bytes: float | None, blocks: int, chunk_factor: int | None) -> int:
+    if chunk_factor is not None:
+        return chunk_factor
+    if size_bytes is None:
+        return 1
+    return max(1, min(_MAX_PIECES, math.floor(size_bytes / blocks / _MIN_PIECE_BYTES)))
+
+
+def _group(members: list[Transfer], tag: int) -> list[Transfer]:
+    return [Transfer(t.src, t.dst, t.chunks, t.route, t.op, t.channel, group=tag) for t in members]
+
+
+def _multicast(topology: Topology, kind: CollectiveKind, root: int, c: int) -> Schedule:
+    n = topology.num_gpus
+    tree = AggregationTree(topology, best_root(topology, range(n)), range(n))
+    out: list[Transfer] = []
+    sources = range(n) if kind is CollectiveKind.ALLGATHER else [root]
+    for j in range(c):
+        for b in sources:
+            chunk = b * c + j if kind is CollectiveKind.ALLGATHER else j
+            out += _group([Transfer(b, d, (chunk,), tree.route(b, d)) for d in range(n) if d != b], len(out))
+    return Schedule(Collective(kind, n, c, root), tuple(out), name="multicast", topology=topology.name,
+                    notes={"algorithm": "multicast", "pieces": c})
+
+
+def _nvls(topology: Topology, kind: CollectiveKind, c: int) -> Schedule:
+    n = topology.num_gpus
+    tree = AggregationTree(topology, best_root(topology, range(n)), range(n))
+    out: list[Transfer] = []
+    for j in range(c):
+        for b in range(n):
+            out += _group([Transfer(s, b, (b * c + j,), tree.route(s, b), Op.REDUCE) for s in range(n) if s != b],
+                          len(out))
+        if kind is CollectiveKind.ALLREDUCE:
+            for b in range(n):
+                out += _group([Transfer(b, d, (b * c + j,), tree.route(b, d), channel=1) for d in range(n) if d != b],
+                              len(out))
+    return Schedule(Collective(kind, n, c), tuple(out), name="nvls", topology=topology.name,
+                    notes={"algorithm": "nvls", "pieces": c})
+
+
+def _sharp(topology: Topology, c: int) -> Schedule:
+    n = topology.num_gpus
+    machines = [tuple(m) for m in topology.machines]
+    if len(machines) < 2 or len({len(m) for m in machines}) != 1:
+        raise NotApplicable("the SHARP Allreduce needs two or more machines of equal size", where=topology.name)
+    size = len(machines[0])
+    inside = [AggregationTree(topology, best_root(topology, m), m) for m in machines]
+    rails = [[m[r] for m in machines] for r in range(size)]
+    across = [AggregationTree(topology, best_root(topology, rail), rail) for rail in rails]
+    switch = topology.switch_by_name
+    local_reduce = [bool(switch.get(str(t.root)) and switch[str(t.root)].reduce) for t in inside]
+    local_multicast = [bool(switch.get(str(t.root)) and switch[str(t.root)].multicast) for t in inside]
+    out: list[Transfer] = []
+    for j in range(c):
+        for b in range(n):
+            chunk, r = b * c + j, b % size
+            for m, members in enumerate(machines):
+                owner = members[r]
+                legs = [Transfer(s, owner, (chunk,), inside[m].route(s, owner) if local_reduce[m]
+                                 else _direct(topology, s, owner), Op.REDUCE) for s in members if s != owner]
+                out += _group(legs, len(out)) if local_reduce[m] else legs
+            owners = rails[r]
+            out += _group([Transfer(s, d, (chunk,), across[r].route(s, d), Op.REDUCE, 1)
+                           for s in owners for d in owners if s != d], len(out))
+            for m, members in enumerate(machines):
+                owner = members[r]
+                legs = [Transfer(owner, d, (chunk,), inside[m].route(owner, d) if local_multicast[m]
+                                 else _direct(topology, owner, d), channel=2) for d in members if d != owner]
+                out += _group(legs, len(out)) if local_multicast[m] else legs
+    return Schedule(Collective(CollectiveKind.ALLREDUCE, n, c), tuple(out), name="sharp", topology=topology.name,
+                    notes={"algorithm": "sharp", "pieces": c})
+
+
+def _direct(topology: Topology, s: int, d: int) -> Route:
+    route = topology.gpu_route(s, d)
+    if route is None:
+        raise NotApplicable(f"no direct route from GPU {s} to GPU {d}", where=topology.name)
+    return route
+
+
+def check_offload(topology: Topology, kind: CollectiveKind, algorithm: str, root: int = 0) -> None:
+    """Raise :class:`NotApplicable` unless ``algorithm`` runs ``kind`` on ``topology`` (the switches can do it)."""
+    offload_schedule(topology, kind, algorithm, root=root, chunk_factor=1)
+
+
+def offload_schedule(topology: Topology, kind: CollectiveKind, algorithm: str, *, root: int = 0,
+                     chunk_factor: int | None = None, size_bytes: float | None = None) -> Schedule:
+    """The ``multicast``, ``nvls`` or ``sharp`` baseline; pieces per block from ``size_bytes`` unless given."""
+    if kind not in _KINDS[algorithm]:
+        raise NotApplicable(f"there is no {algorithm} {kind.value} baseline (it runs "
+                            f"{', '.join(k.value for k in _KINDS[algorithm])})", where=topology.name)
+    flag = "multicast" if algorithm == "multicast" else "reduce"
+    if not any(getattr(s, flag) for s in topology.switches):
+        raise NotApplicable(f"the {algorithm} baseline needs switches with the '{flag}' flag (none here)",
+                            where=topology.name)
+    n = topology.num_gpus
+    if algorithm == "multicast":
+        schedule = _multicast(topology, kind, root, chunk_factor or 1)  # one stream per block: nothing to overlap
+    elif algorithm == "nvls":
+        schedule = _nvls(topology, kind, _pieces(size_bytes, n, chunk_factor))
+    else:
+        schedule = _sharp(topology, _pieces(size_bytes, n, chunk_factor))
+    problem = schedule.structural_error(topology)
+    if problem:
+        raise NotApplicable(f"the {algorithm} baseline cannot run here: {problem}", where=topology.name)
+    return schedule
