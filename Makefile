@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint pytest bench bench-full bench-render clean
+.PHONY: demo test test-fast lint pytest bench bench-full bench-render clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
@@ -31,6 +31,11 @@ pytest: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
 
 test: lint pytest
+
+# While editing: everything not marked @pytest.mark.slow (solver runs, large simulations, long property
+# tests), under a minute on 2 cores. `make test` (what CI runs) still runs every test.
+test-fast: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # Benchmarks: raw JSON in benchmarks/results/, then RESULTS.md, benchmarks/figures/ and the README headline
 # regenerated from it (benchmarks/README.md). Quick mode: under 10 minutes on 2 cores.

@@ -59,12 +59,15 @@ def two_latency_floor(topology: Any, kind: str, size: int) -> float | None:
     its incoming links, none of them moving before alpha. So T >= min(2 alpha, alpha + (N-1) x size /
     B_in), with B_in the smallest total bandwidth into a GPU.
     """
+    from taccl_py.units import gbps_to_bytes_per_us
+
     if kind != "allreduce":
         return None
     n = topology.num_gpus
     routes = [topology.gpu_route(u, v) for u in range(n) for v in range(n) if u != v]
     alpha = min(topology.route_latency(r) for r in routes if r is not None)
-    b_in = min(sum(link.bandwidth for link in topology.links if link.dst == g) for g in range(n)) * 1e3
+    b_in = gbps_to_bytes_per_us(min(sum(link.bandwidth for link in topology.links if link.dst == g)
+                                     for g in range(n)))
     return min(2 * alpha, alpha + (n - 1) * size / b_in)
 
 

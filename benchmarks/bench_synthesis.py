@@ -30,7 +30,7 @@ from taccl_py.simulator import simulate
 from taccl_py.sketch import derive_sketch
 from taccl_py.synthesis import SynthesisOptions, synthesize
 from taccl_py.synthesis.chunking import selectable_at
-from taccl_py.units import format_bytes
+from taccl_py.units import algbw_gbps, format_bytes
 
 NAME, TITLE, ORDER = "synthesis", "Synthesizer", 20
 GB = 2**30
@@ -94,7 +94,7 @@ def run_target(t: Target) -> dict[str, object]:
     bound = lower_bound(topo, t.kind, t.size).bound_us
     time_us = result.sim.time_us or float("nan")
     ring = _ring_time(topo, t.kind, t.size)
-    algbw = t.size / time_us / 1e3
+    algbw = algbw_gbps(t.size, time_us)
     efficiency = bound / time_us
     met = result.sim.correct
     if t.min_algbw is not None:
@@ -107,7 +107,7 @@ def run_target(t: Target) -> dict[str, object]:
         met &= ring is not None and time_us < ring
     return {"group": t.group, "topology": t.topology, "gpus": topo.num_gpus, "collective": t.kind.value,
             "size": t.size, "correct": result.sim.correct, "time_us": time_us, "algbw_GBps": algbw,
-            "bound_algbw_GBps": t.size / bound / 1e3, "efficiency": efficiency, "ring_time_us": ring,
+            "bound_algbw_GBps": algbw_gbps(t.size, bound), "efficiency": efficiency, "ring_time_us": ring,
             "synthesis_s": seconds, "algorithm": result.chosen, "chunk_factor": result.schedule.collective.chunk_factor,
             "goal": t.goal, "met": bool(met), "reference": t.reference,
             "stages_s": {k: round(v, 3) for k, v in result.stages_s.items()}, "time_limit_hit": result.time_limit_hit,

@@ -1,7 +1,12 @@
 """The one place that imports solver libraries (OR-Tools, PuLP).
 
-Encodings describe their problems with the small neutral types below; this
-module turns them into GLOP linear programs, CP-SAT models or PuLP MILPs,
+Every other module reaches a solver through a function here: encodings
+describe their problems with the small neutral types below, or build a model
+on an object this module creates (:func:`cpsat_model`, :func:`glop_solver`),
+and :func:`max_flow_min_cut` serves the analytic bounds in
+``taccl_py/bounds.py``. ``tests/test_solver_models.py`` checks that no other
+module imports ``ortools`` or ``pulp``. This module turns problems into GLOP
+linear programs, CP-SAT models, OR-Tools max-flows or PuLP MILPs,
 applies the limits, seed and thread count, and reports status, incumbent,
 bound and gap in a :class:`SolveStats`. Statuses become :class:`Infeasible` or
 :class:`SolverTimeout` here, nowhere else.
@@ -27,11 +32,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from taccl_py.errors import Infeasible, SolverError, SolverTimeout
+from taccl_py.errors import Infeasible, InputError, SolverError, SolverTimeout
+from taccl_py.tolerances import ZERO_OBJECTIVE
 
 __all__ = ["STOPPED_BY_TIME", "STOPPED_BY_WORK", "IntegerProgram", "LinearResult", "SolveStats", "SolverConfig",
-           "check_solver", "cpsat_solver", "cpsat_stop_reason", "glop_solver", "pulp_solver_name",
-           "solve_cpsat_interruptibly", "solve_integer_program", "solve_lp"]
+           "check_solver", "cpsat_found_solution", "cpsat_model", "cpsat_solver", "cpsat_stop_reason",
+           "glop_is_optimal", "glop_solver", "max_flow_min_cut", "pulp_solver_name", "solve_cpsat_interruptibly",
+           "solve_integer_program", "solve_lp"]
 
 STOPPED_BY_WORK = "work limit"
 """A solve stopped by its deterministic budget: the same answer on every machine."""
@@ -80,7 +87,7 @@ class SolveStats:
     def gap(self) -> float | None:
         if self.objective is None or self.bound is None:
             return None
-        if abs(self.objective) < 1e-12:
+        if abs(self.objective) < ZERO_OBJECTIVE:
             return 0.0
         return max(0.0, (self.objective - self.bound) / abs(self.objective))
 
@@ -108,6 +115,31 @@ def glop_solver(work_limit: float) -> Any:
         raise SolverError("OR-Tools GLOP is not available")
     solver.SetSolverSpecificParametersAsString(f"max_deterministic_time: {work_limit!r}")
     return solver
+
+
+def glop_is_optimal(status: int) -> bool:
+    """True when a GLOP ``Solve()`` status says the LP was solved to optimality."""
+    from ortools.linear_solver import pywraplp
+
+    return bool(status == pywraplp.Solver.OPTIMAL)
+
+
+def max_flow_min_cut(tails: Any, heads: Any, capacities: Any, source: int, sink: int,
+                     *, what: str = "max-flow") -> tuple[int, list[int]]:
+    """Maximum ``source -> sink`` flow over integer-capacity arcs, and the source side of a minimum cut.
+
+    Arcs are given as parallel integer arrays (OR-Tools' ``SimpleMaxFlow``, push-relabel). Returns the
+    flow value and the vertices on the source side. A solver failure is a :class:`SolverError` naming
+    ``what`` (it cannot happen on valid input: capacities are non-negative and below 2**62).
+    """
+    from ortools.graph.python import max_flow
+
+    flow = max_flow.SimpleMaxFlow()
+    flow.add_arcs_with_capacity(tails, heads, capacities)
+    status = flow.solve(source, sink)
+    if status != flow.OPTIMAL:
+        raise SolverError(f"{what}: OR-Tools max-flow stopped with status {status}")
+    return int(flow.optimal_flow()), [int(v) for v in flow.get_source_side_min_cut()]
 
 
 def solve_lp(objective: Sequence[float], rows: Sequence[tuple[Sequence[tuple[int, float]], str, float]],
@@ -220,6 +252,11 @@ def solve_cpsat_interruptibly(solver: Any, model: Any) -> Any:
     return outcome[0]
 
 
+_COEFFICIENT_SCALE = 1e3
+"""CP-SAT takes integer coefficients: rows and objective are multiplied by this (and the row's ``scale``)
+before rounding, so three more decimal digits survive. A scale factor, not a unit conversion."""
+
+
 def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
                  scale: float) -> tuple[list[float], SolveStats]:
     from ortools.sat.python import cp_model
@@ -233,15 +270,15 @@ def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
         xs.append(model.new_int_var(lo, up, name))
     for terms, sense, rhs, _ in program.rows:
         # row: sum coef * x_real (x_real = x_int / factor) sense rhs; multiply through by `scale`
-        expr = sum(round(coef * scale / factor[i] * 1e3) * xs[i] for i, coef in terms)
-        bound = round(rhs * scale * 1e3)
+        expr = sum(round(coef * scale / factor[i] * _COEFFICIENT_SCALE) * xs[i] for i, coef in terms)
+        bound = round(rhs * scale * _COEFFICIENT_SCALE)
         if sense == "<=":
             model.add(expr <= bound)
         elif sense == ">=":
             model.add(expr >= bound)
         else:
             model.add(expr == bound)
-    model.minimize(sum(round(c * 1e3 / factor[i] * scale) * xs[i] for i, c in enumerate(program.objective) if c))
+    model.minimize(sum(round(c * _COEFFICIENT_SCALE / factor[i] * scale) * xs[i] for i, c in enumerate(program.objective) if c))
     for i, value in program.hint.items():
         model.add_hint(xs[i], round(value * factor[i]))
     solver = cpsat_solver(config)
@@ -252,11 +289,25 @@ def _solve_cpsat(program: IntegerProgram, config: SolverConfig, stage: str,
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise SolverTimeout(f"{stage}: CP-SAT found no solution within its budget ({config.work_limit:g} "
                             f"deterministic s, {config.time_limit_s:g} s wall)")
-    norm = scale * 1e3
+    norm = scale * _COEFFICIENT_SCALE
     stats = SolveStats(stage=stage, solver="CP-SAT", status=name.lower(), objective=solver.objective_value / norm,
                        bound=solver.best_objective_bound / norm, stopped_by=cpsat_stop_reason(solver, status, config),
                        note=f"continuous values at resolution 1/{scale:g}")
     return [solver.value(x) / factor[i] for i, x in enumerate(xs)], stats
+
+
+def cpsat_model() -> Any:
+    """An empty CP-SAT model, for encodings that build their constraints directly (scheduling)."""
+    from ortools.sat.python import cp_model
+
+    return cp_model.CpModel()
+
+
+def cpsat_found_solution(status: int) -> bool:
+    """True when a CP-SAT status carries a solution (optimal or feasible)."""
+    from ortools.sat.python import cp_model
+
+    return status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 
 
 def cpsat_solver(config: SolverConfig) -> Any:
@@ -294,8 +345,8 @@ _CPSAT_NAMES = ("cpsat", "cp-sat", "ortools")
 def pulp_solver_name(name: str) -> str:
     """PuLP's name of the MILP solver ``name`` (``cbc``, ``gurobi``, ``cplex``...), if it is installed here.
 
-    Raises :class:`SolverError` listing the available ones otherwise; the CLI calls
-    it before any work so a misspelt ``--solver`` fails at once.
+    Raises :class:`InputError` (bad input, exit status 2) listing the available ones otherwise; the CLI
+    calls it before any work so a misspelt ``--solver`` fails at once.
     """
     import pulp
 
@@ -305,13 +356,13 @@ def pulp_solver_name(name: str) -> str:
     available = {s.upper(): s for s in pulp.listSolvers(onlyAvailable=True)}
     key = next((v for k, v in available.items() if wanted and wanted.upper() in k), None)
     if key is None:
-        raise SolverError(f"solver {name!r} is not available to PuLP here (available: "
-                          f"{', '.join(sorted(available.values()))}, or cpsat)")
+        raise InputError(f"solver {name!r} is not available to PuLP here (available: "
+                         f"{', '.join(sorted(available.values()))}, or cpsat)")
     return key
 
 
 def check_solver(name: str) -> None:
-    """Raise :class:`SolverError` unless ``name`` is CP-SAT or a PuLP solver installed here."""
+    """Raise :class:`InputError` unless ``name`` is CP-SAT or a PuLP solver installed here."""
     if name.strip().lower() not in _CPSAT_NAMES:
         pulp_solver_name(name)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from taccl_py.errors import Infeasible
+
 __all__ = ["min_arborescence"]
 
 
@@ -17,7 +19,7 @@ def min_arborescence(cost: np.ndarray, root: int) -> np.ndarray:
     """Parent of every vertex in a minimum-cost arborescence rooted at ``root`` (-1 for the root).
 
     ``cost[u, v]`` is the cost of edge u -> v, ``inf`` where there is none.
-    Raises ValueError if some vertex cannot be reached from the root.
+    Raises :class:`Infeasible` if some vertex cannot be reached from the root.
     """
     n = cost.shape[0]
     if n == 1:
@@ -37,7 +39,8 @@ def _solve(c: np.ndarray, root: int) -> np.ndarray:
     best_in[root] = -1
     unreachable = [v for v in range(n) if v != root and not np.isfinite(best_cost[v])]
     if unreachable:
-        raise ValueError(f"vertex {unreachable[0]} cannot be reached from the root")
+        # ids here may be contracted cycles, so the message names no vertex
+        raise Infeasible("routing: a spanning tree cannot reach every GPU over the links the sketch allows")
     cycle = _find_cycle(best_in, root)
     if cycle is None:
         return best_in

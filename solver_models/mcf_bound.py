@@ -35,9 +35,7 @@ def alltoall_mcf(num_gpus: int, num_vertices: int, links: Sequence[tuple[int, in
     is found does not depend on the machine or its load. Returns None when the
     LP is too large (see :data:`MAX_LP_VARIABLES`) or GLOP does not reach optimality.
     """
-    from ortools.linear_solver import pywraplp
-
-    from solver_models._backend import glop_solver
+    from solver_models._backend import glop_is_optimal, glop_solver
 
     variables = num_gpus * len(links)
     if num_gpus < 2 or variables > MAX_LP_VARIABLES:
@@ -61,6 +59,6 @@ def alltoall_mcf(num_gpus: int, num_vertices: int, links: Sequence[tuple[int, in
             balance[src].SetCoefficient(flow[s][i], -1.0)
     solver.Minimize(makespan)
     status = solver.Solve()
-    if status != pywraplp.Solver.OPTIMAL:
+    if not glop_is_optimal(status):
         return None
     return McfResult(makespan.solution_value(), variables)

@@ -18,6 +18,10 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from taccl_py.errors import SolverError
+from taccl_py.tolerances import SAME_TIME_US
+from taccl_py.units import gbps_to_bytes_per_us
+
 __all__ = ["Task", "TaskTiming", "arrival_order", "list_order", "pipeline_order"]
 
 
@@ -38,7 +42,7 @@ class Task:
 
     @property
     def duration_us(self) -> float:
-        return self.bytes / (self.bandwidth_GBps * 1e3)
+        return self.bytes / gbps_to_bytes_per_us(self.bandwidth_GBps)
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ def list_order(tasks: Sequence[Task], num_links: int, *, max_ready_scan: int = 4
         still = ready[max_ready_scan:]
         for i in ready[:max_ready_scan]:
             t = tasks[i]
-            if all(busy_until[link] <= now + 1e-12 for link in t.route):
+            if all(busy_until[link] <= now + SAME_TIME_US for link in t.route):
                 end = now + t.latency_us + t.duration_us
                 for link in t.route:
                     busy_until[link] = end
@@ -125,9 +129,9 @@ def list_order(tasks: Sequence[Task], num_links: int, *, max_ready_scan: int = 4
                 still.append(i)
         ready = still
         if not finishing:  # pragma: no cover - every task has a predecessor chain from a root
-            raise ValueError("task dependencies form a cycle")
+            raise SolverError("ordering: task dependencies form a cycle")
         now = finishing[0][0]
-        while finishing and finishing[0][0] <= now + 1e-12:
+        while finishing and finishing[0][0] <= now + SAME_TIME_US:
             _, i = heapq.heappop(finishing)
             done += 1
             ready.extend(successors[i])

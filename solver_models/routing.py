@@ -42,8 +42,10 @@ from solver_models._backend import (
 from solver_models.arborescence import min_arborescence
 from solver_models.logical import LogicalGraph
 from solver_models.symmetry import Symmetry
-from taccl_py.errors import SolverTimeout
+from taccl_py.errors import Infeasible, SolverTimeout
+from taccl_py.tolerances import EDGE_COST_FLOOR, PATH_IMPROVEMENT, PRICING_TIE_REL, REDUCED_COST_REL
 from taccl_py.topology import Topology
+from taccl_py.units import BYTES_PER_US_PER_GBPS, gbps_to_bytes_per_us
 
 __all__ = ["PATH_PRICING_S", "TREE_PRICING_S", "Assignment", "Column", "ColumnBudget", "ColumnPool", "LinkModel", "RoutingPlan", "assign_pieces",
            "path_columns", "tree_columns"]
@@ -87,7 +89,7 @@ class Column:
         worst = 0.0
         for e in self.edges:
             u, v = graph.edges[e]
-            depth[v] = depth[u] + graph.latency_us[e] + piece_bytes / (graph.bandwidth_GBps[e] * 1e3)
+            depth[v] = depth[u] + graph.latency_us[e] + piece_bytes / gbps_to_bytes_per_us(graph.bandwidth_GBps[e])
             worst = max(worst, depth[v])
         return worst
 
@@ -99,7 +101,7 @@ class LinkModel:
     entry_edge: np.ndarray
     entry_orbit: np.ndarray
     entry_weight: np.ndarray
-    capacity: np.ndarray
+    capacity_GBps: np.ndarray
     num_edges: int
     link_bandwidth: tuple[float, ...]
     edge_signature: tuple[tuple[int, ...], ...]
@@ -128,7 +130,7 @@ class LinkModel:
         return costs
 
     def column_load(self, edges: Sequence[int]) -> tuple[float, ...]:
-        load = np.zeros(len(self.capacity))
+        load = np.zeros(len(self.capacity_GBps))
         mask = np.isin(self.entry_edge, np.asarray(edges, dtype=np.int64))
         counts = np.bincount(np.asarray(edges, dtype=np.int64), minlength=self.num_edges)
         np.add.at(load, self.entry_orbit[mask], self.entry_weight[mask] * counts[self.entry_edge[mask]])
@@ -272,7 +274,7 @@ def _shortest_path(graph: LogicalGraph, weights: np.ndarray, src: int, dst: int)
         for e in out[u]:
             v = graph.edges[e][1]
             nd = d + weights[e]
-            if nd < dist[v] - 1e-15:
+            if nd < dist[v] - PATH_IMPROVEMENT:
                 dist[v] = nd
                 via[v] = e
                 heapq.heappush(heap, (nd, v))
@@ -281,7 +283,7 @@ def _shortest_path(graph: LogicalGraph, weights: np.ndarray, src: int, dst: int)
     while v != src:
         e = via[v]
         if e < 0:
-            raise ValueError(f"GPU {dst} unreachable from GPU {src}")
+            raise Infeasible(f"routing: GPU {dst} cannot be reached from GPU {src} over the links the sketch allows")
         path.append(e)
         v = graph.edges[e][0]
     return tuple(reversed(path))
@@ -290,7 +292,7 @@ def _shortest_path(graph: LogicalGraph, weights: np.ndarray, src: int, dst: int)
 def _path_pricer(graph: LogicalGraph) -> Callable[[Commodity, np.ndarray, float], tuple[int, ...]]:
     def price(commodity: Commodity, edge_cost: np.ndarray, tie: float) -> tuple[int, ...]:
         rep, dst = commodity
-        return _shortest_path(graph, edge_cost + tie * graph.latency_us + 1e-12, rep, dst)
+        return _shortest_path(graph, edge_cost + tie * graph.latency_us + EDGE_COST_FLOOR, rep, dst)
     return price
 
 
@@ -301,7 +303,7 @@ def _column_generation(graph: LogicalGraph, model: LinkModel, commodities: list[
     started = time.perf_counter()
     columns: dict[Commodity, list[Column]] = {c: [] for c in commodities}
     seen: set[tuple[Commodity, tuple[int, ...]]] = set()
-    num_orbits = len(model.capacity)
+    num_orbits = len(model.capacity_GBps)
     pricing_work = pricing_s[0] + pricing_s[1] * graph.num_gpus ** 2
 
     def add(c: Commodity, edges: tuple[int, ...]) -> bool:
@@ -314,10 +316,10 @@ def _column_generation(graph: LogicalGraph, model: LinkModel, commodities: list[
 
     # start from the lowest-latency routes and from routes that avoid the slowest links
     zero = np.zeros(len(graph.edges))
-    inv_bw = model.edge_costs(1.0 / model.capacity)
+    inv_bw = model.edge_costs(1.0 / model.capacity_GBps)
     for c in commodities:
         add(c, price(c, zero, 1.0))
-        add(c, price(c, inv_bw, 1e-9))
+        add(c, price(c, inv_bw, PRICING_TIE_REL))
     work = 2 * len(commodities) * pricing_work
     rounds = 0
     objective = math.inf
@@ -333,7 +335,7 @@ def _column_generation(graph: LogicalGraph, model: LinkModel, commodities: list[
         for o in range(num_orbits):
             terms = [(k, col.load[o]) for k, (_, col) in enumerate(flat) if col.load[o]]
             if terms:
-                rows.append(([*terms, (t_index, -float(model.capacity[o]))], "<=", 0.0))
+                rows.append(([*terms, (t_index, -float(model.capacity_GBps[o]))], "<=", 0.0))
         orbit_rows = [o for o in range(num_orbits) if any(col.load[o] for _, col in flat)]
         lp = solve_lp([0.0] * t_index + [1.0], rows, [0.0] * (t_index + 1), [math.inf] * (t_index + 1),
                       work_limit=budget.lp_work_limit)
@@ -352,12 +354,12 @@ def _column_generation(graph: LogicalGraph, model: LinkModel, commodities: list[
             stopped_by = STOPPED_BY_TIME
             break
         edge_cost = model.edge_costs(price_vec)
-        tie = 1e-9 * max(1e-12, float(price_vec.max()))
+        tie = PRICING_TIE_REL * max(EDGE_COST_FLOOR, float(price_vec.max()))
         improved = False
         for c in commodities:
             edges = price(c, edge_cost, tie)
             reduced = float(edge_cost[list(edges)].sum()) - mu[c]
-            if reduced < -1e-9 * max(1.0, abs(mu[c])) and add(c, edges):
+            if reduced < -REDUCED_COST_REL * max(1.0, abs(mu[c])) and add(c, edges):
                 improved = True
         work += len(commodities) * pricing_work
         if not improved:
@@ -427,12 +429,12 @@ def _integer_master(pool: ColumnPool, pieces: int, piece_bytes: float, config: S
                 if per_gpu:
                     for li, times in _image_link_usage(graph, symmetry, col, g).items():
                         bw = model.link_bandwidth[li]
-                        link_terms.setdefault(li, []).append((n, times * piece_bytes / (bw * 1e3)))
+                        link_terms.setdefault(li, []).append((n, times * piece_bytes / gbps_to_bytes_per_us(bw)))
                 else:
                     for o, load in enumerate(col.load):
                         if load:
                             link_terms.setdefault(-1 - o, []).append(
-                                (n, load * piece_bytes / (model.capacity[o] * 1e3)))
+                                (n, load * piece_bytes / gbps_to_bytes_per_us(model.capacity_GBps[o])))
         for owner, terms in cover.items():
             program.add(terms, "=", float(pieces), f"cover_{c[0]}_{c[1]}_{owner}")
     for key, terms in sorted(link_terms.items()):
@@ -507,7 +509,7 @@ def tree_columns(topology: Topology, graph: LogicalGraph, symmetry: Symmetry, *,
     commodities = [(r, -1) for r in (roots if roots is not None else symmetry.reps)]
     columns, weights, objective, stats = _column_generation(graph, model, commodities, _tree_pricer(graph, model),
                                                             TREE_PRICING_S, budget or ColumnBudget())
-    return ColumnPool(graph, model, symmetry, columns, weights, objective / 1e3, stats)
+    return ColumnPool(graph, model, symmetry, columns, weights, objective / BYTES_PER_US_PER_GBPS, stats)
 
 
 def path_columns(topology: Topology, graph: LogicalGraph, symmetry: Symmetry, *,
@@ -517,7 +519,7 @@ def path_columns(topology: Topology, graph: LogicalGraph, symmetry: Symmetry, *,
     commodities = [(r, d) for r in symmetry.reps for d in range(graph.num_gpus) if d != r]
     columns, weights, objective, stats = _column_generation(graph, model, commodities, _path_pricer(graph),
                                                             PATH_PRICING_S, budget or ColumnBudget())
-    return ColumnPool(graph, model, symmetry, columns, weights, objective / 1e3, stats)
+    return ColumnPool(graph, model, symmetry, columns, weights, objective / BYTES_PER_US_PER_GBPS, stats)
 
 
 def assign_pieces(pool: ColumnPool, pieces: int, piece_bytes: float, config: SolverConfig, *,

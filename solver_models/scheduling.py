@@ -18,10 +18,13 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from solver_models._backend import (
     SolverConfig,
     SolveStats,
+    cpsat_found_solution,
+    cpsat_model,
     cpsat_solver,
     cpsat_stop_reason,
     solve_cpsat_interruptibly,
@@ -60,8 +63,6 @@ def merge_candidates(tasks: Sequence[Task], order: Sequence[int]) -> list[tuple[
 def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, config: SolverConfig,
                    *, allow_merge: bool, resolution: int = 20000) -> tuple[ScheduledTasks, SolveStats]:
     """Solve the timing model; fall back to the hint's times if CP-SAT finds nothing better."""
-    from ortools.sat.python import cp_model
-
     started = time.perf_counter()
     n = len(tasks)
     horizon_us = max(hint.makespan_us, 1e-9)
@@ -69,7 +70,7 @@ def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, conf
     dur = [max(1, math.ceil(t.duration_us / tick)) for t in tasks]
     lat = [round(t.latency_us / tick) for t in tasks]
     horizon = int(sum(dur) + sum(lat) + resolution * 2)
-    model = cp_model.CpModel()
+    model = cpsat_model()
     begin = [model.new_int_var(0, horizon, f"bytes_start_{i}") for i in range(n)]
     send = [model.new_int_var(0, horizon, f"send_{i}") for i in range(n)]
     arrive = [model.new_int_var(0, horizon, f"arrive_{i}") for i in range(n)]
@@ -84,7 +85,7 @@ def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, conf
     for members in per_link:
         if len(members) > 1:
             model.add_no_overlap([intervals[i] for i in members])
-    merged_with: dict[int, cp_model.IntVar] = {}
+    merged_with: dict[int, Any] = {}  # CP-SAT boolean variables
     # ties in start time go by chunk id, so chunks that could travel together are adjacent
     order = sorted(range(n), key=lambda i: (round(hint.start_us[i], 9), min(tasks[i].chunks), i))
     pairs = merge_candidates(tasks, order) if allow_merge else []
@@ -126,7 +127,7 @@ def schedule_tasks(tasks: Sequence[Task], num_links: int, hint: TaskTiming, conf
                        time_s=time.perf_counter() - started, variables=3 * n + len(merged_with),
                        constraints=len(pairs) + n, stopped_by=cpsat_stop_reason(solver, status, config),
                        note=f"tick {tick:.4g} us; {len(pairs)} merge candidates")
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if not cpsat_found_solution(status):
         return ScheduledTasks(list(hint.start_us), list(range(n)), hint.makespan_us), stats
     stats.objective = solver.objective_value * tick
     stats.bound = solver.best_objective_bound * tick

@@ -54,7 +54,9 @@ import numpy as np
 
 from taccl_py.collectives import CollectiveKind, parse_collective
 from taccl_py.errors import InputError
+from taccl_py.tolerances import SEARCH_IMPROVEMENT_REL
 from taccl_py.topology import Topology, Vertex
+from taccl_py.units import algbw_gbps, bytes_per_us_to_gbps, gbps_to_bytes_per_us
 
 __all__ = ["Bound", "BoundProfile", "bound_profile", "lower_bound", "unicast_view"]
 
@@ -102,7 +104,7 @@ class Bound:
     @property
     def algbw_GBps(self) -> float | None:
         """The best algbw any schedule can reach at this size."""
-        return self.size_bytes / self.bound_us / 1e3 if self.bound_us > 0 else None
+        return algbw_gbps(self.size_bytes, self.bound_us) if self.bound_us > 0 else None
 
     def efficiency(self, time_us: float | None) -> float | None:
         """``bound_us / time_us`` (1.0 means optimal).
@@ -189,12 +191,13 @@ class _Graph:
         dst = [vid[link.dst] for link in topology.links]
         self.tail = np.array(dst if reverse else src, dtype=np.int64)
         self.head = np.array(src if reverse else dst, dtype=np.int64)
-        self.cap = np.array([link.bandwidth * 1e3 for link in topology.links], dtype=np.float64)  # bytes/us
+        self.cap_bytes_per_us = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links],
+                            dtype=np.float64)  # bytes/us
 
     def out_bandwidth(self, inside: np.ndarray) -> float:
         """Bytes/us leaving the vertex set ``inside`` (a boolean mask)."""
         crossing = inside[self.tail] & ~inside[self.head]
-        return float(self.cap[crossing].sum())
+        return float(self.cap_bytes_per_us[crossing].sum())
 
     def mask(self, vertices: Iterable[int]) -> np.ndarray:
         m = np.zeros(self.v, dtype=bool)
@@ -208,31 +211,27 @@ class _Graph:
     def max_flow(self, sources: Sequence[int], sinks: Sequence[int],
                  capacity: np.ndarray | None = None) -> tuple[float, np.ndarray]:
         """Max flow from a set of vertices to another (as bytes/us) and the source side of a min cut."""
-        from ortools.graph.python import max_flow
+        from solver_models._backend import max_flow_min_cut
 
-        cap = self.cap if capacity is None else capacity
+        cap = self.cap_bytes_per_us if capacity is None else capacity
         scale = 2.0 ** 50 / max(1.0, float(cap.sum()))
         s, t = self.v, self.v + 1
-        flow = max_flow.SimpleMaxFlow()
         big = 2 ** 60
         tails = np.concatenate([self.tail, np.full(len(sources), s), np.asarray(sinks, dtype=np.int64)])
         heads = np.concatenate([self.head, np.asarray(sources, dtype=np.int64), np.full(len(sinks), t)])
         caps = np.concatenate([np.floor(cap * scale).astype(np.int64), np.full(len(sources) + len(sinks), big)])
-        flow.add_arcs_with_capacity(tails, heads, caps)
-        status = flow.solve(s, t)
-        if status != flow.OPTIMAL:
-            raise RuntimeError(f"max-flow failed with status {status}")
+        value, source_side = max_flow_min_cut(tails, heads, caps, s, t, what="cut bound")
         side = np.zeros(self.v, dtype=bool)
-        for node in flow.get_source_side_min_cut():
+        for node in source_side:
             if node < self.v:
                 side[node] = True
-        return flow.optimal_flow() / scale, side
+        return value / scale, side
 
 
 # ------------------------------------------------------ Allgather-type ratio cut
 def _max_ratio_cut(graph: _Graph, seeds: Iterable[np.ndarray]) -> tuple[float, np.ndarray]:
     """max over S (>= 1 GPU inside and outside) of |S n GPUs| / B_out(S), by Dinkelbach + max-flow."""
-    from ortools.graph.python import max_flow
+    from solver_models._backend import max_flow_min_cut
 
     n, v = graph.n, graph.v
     best, best_side = 0.0, np.zeros(v, dtype=bool)
@@ -244,7 +243,7 @@ def _max_ratio_cut(graph: _Graph, seeds: Iterable[np.ndarray]) -> tuple[float, n
             return False
         out = graph.out_bandwidth(side)
         ratio = math.inf if out <= 0 else gpus / out
-        if ratio > best * (1 + 1e-12):
+        if ratio > best * (1 + SEARCH_IMPROVEMENT_REL):
             best, best_side = ratio, side
             return True
         return False
@@ -257,18 +256,15 @@ def _max_ratio_cut(graph: _Graph, seeds: Iterable[np.ndarray]) -> tuple[float, n
         improved = False
         for outside in range(n):
             # min over S not holding `outside` of |GPUs \ S| + best * B_out(S)
-            scale = 2.0 ** 50 / (n + best * float(graph.cap.sum()) + 1.0)
-            flow = max_flow.SimpleMaxFlow()
+            scale = 2.0 ** 50 / (n + best * float(graph.cap_bytes_per_us.sum()) + 1.0)
             others = gpu_ids[gpu_ids != outside]
             tails = np.concatenate([graph.tail, np.full(n - 1, s), [outside]])
             heads = np.concatenate([graph.head, others, [t]])
-            caps = np.concatenate([np.floor(graph.cap * best * scale).astype(np.int64),
+            caps = np.concatenate([np.floor(graph.cap_bytes_per_us * best * scale).astype(np.int64),
                                    np.full(n - 1, int(scale)), [2 ** 60]])
-            flow.add_arcs_with_capacity(tails, heads, caps)
-            if flow.solve(s, t) != flow.OPTIMAL:
-                raise RuntimeError("max-flow failed in the cut bound")
+            _, source_side = max_flow_min_cut(tails, heads, caps, s, t, what="ratio cut bound")
             side = np.zeros(v, dtype=bool)
-            for node in flow.get_source_side_min_cut():
+            for node in source_side:
                 if node < v:
                     side[node] = True
             if consider(side):
@@ -409,7 +405,7 @@ def _gather_profile(topology: Topology, kind: CollectiveKind, latency: float) ->
     graph = _Graph(topology, reverse=entering)
     ratio, side = _max_ratio_cut(graph, _seed_sets(graph))
     gpus = int(side[:graph.n].sum())
-    bandwidth = graph.out_bandwidth(side) / 1e3
+    bandwidth = bytes_per_us_to_gbps(graph.out_bandwidth(side))
     verb = "enter" if entering else "leave"
     reason = f"cut bound: {gpus} of {graph.n} blocks must {verb} {_describe(topology, side)} over {bandwidth:.6g} GB/s"
     profile = BoundProfile(kind, ratio / graph.n, graph.names(side), _cut_latency(topology, side, entering=entering),
@@ -423,11 +419,11 @@ def _gather_profile(topology: Topology, kind: CollectiveKind, latency: float) ->
         return replace(profile, assumes=f"switch multicast at {_names(multicast)}: each block is injected once "
                                         "(M/N per GPU), so only the cuts bind")
     n = graph.n
-    injection = sum(topology.injection_bandwidth(g) for g in range(n)) * 1e3
-    if injection > 0 and (n - 1) / injection > profile.us_per_byte * (1 + 1e-12):
+    injection = gbps_to_bytes_per_us(sum(topology.injection_bandwidth(g) for g in range(n)))
+    if injection > 0 and (n - 1) / injection > profile.us_per_byte * (1 + SEARCH_IMPROVEMENT_REL):
         return replace(profile, us_per_byte=(n - 1) / injection, cut=(), cut_latency_us=_min_route_latency(topology),
                        reason=f"traffic bound: without multicast the GPUs inject {n - 1} buffers' worth in all "
-                              f"over {injection / 1e3:.6g} GB/s")
+                              f"over {bytes_per_us_to_gbps(injection):.6g} GB/s")
     return replace(profile, assumes="no switch multicast: every delivery is one send")
 
 
@@ -452,9 +448,9 @@ def _alltoall_profile(topology: Topology, latency: float) -> BoundProfile:
             continue
         value, side = graph.max_flow(sorted(gpus), sorted(everyone - gpus))
         ratio = len(gpus) * (n - len(gpus)) / value if value > 0 else math.inf
-        if ratio > best * (1 + 1e-12):
+        if ratio > best * (1 + SEARCH_IMPROVEMENT_REL):
             best, best_side = ratio, side
-    bandwidth = graph.out_bandwidth(best_side) / 1e3
+    bandwidth = bytes_per_us_to_gbps(graph.out_bandwidth(best_side))
     k = int(best_side[:n].sum())
     profile = BoundProfile(CollectiveKind.ALLTOALL, best / n, graph.names(best_side),
                            _cut_latency(topology, best_side), latency,
@@ -462,7 +458,7 @@ def _alltoall_profile(topology: Topology, latency: float) -> BoundProfile:
                            f"over {bandwidth:.6g} GB/s")
     from solver_models.mcf_bound import alltoall_mcf
 
-    links = [(int(a), int(b), float(c)) for a, b, c in zip(graph.tail, graph.head, graph.cap, strict=True)]
+    links = [(int(a), int(b), float(c)) for a, b, c in zip(graph.tail, graph.head, graph.cap_bytes_per_us, strict=True)]
     mcf = alltoall_mcf(n, graph.v, links)
     if mcf is not None and mcf.us_per_pair_byte * _LP_SAFETY / n > profile.us_per_byte:
         return BoundProfile(CollectiveKind.ALLTOALL, mcf.us_per_pair_byte * _LP_SAFETY / n, (),
@@ -516,12 +512,12 @@ def _allreduce_profile(topology: Topology, latency: float) -> BoundProfile:
     for t in range(1, n):
         for sources, sinks in (([0], [t]), ([t], [0])):
             value, side = graph.max_flow(sources, sinks)
-            if value < cut_value * (1 - 1e-12):
+            if value < cut_value * (1 - SEARCH_IMPROVEMENT_REL):
                 cut_value, cut_side = value, side
     best = BoundProfile(CollectiveKind.ALLREDUCE, 1.0 / cut_value, graph.names(cut_side),
                         _cut_latency(topology, cut_side), latency,
                         f"cut bound: the whole buffer must leave {_describe(topology, cut_side)} over "
-                        f"{cut_value / 1e3:.6g} GB/s")
+                        f"{bytes_per_us_to_gbps(cut_value):.6g} GB/s")
     # 2(P-1) messages per element between P parts (one-way gossip)
     partitions = [("single GPUs", [graph.mask([g]) for g in range(n)])]
     if len(topology.machines) > 1:
@@ -545,10 +541,10 @@ def _allreduce_profile(topology: Topology, latency: float) -> BoundProfile:
         shared_multicast = any(not any(m[i] for m in parts) for i in multicast)
         total = in_total if shared_multicast else min(out_total, in_total)
         us_per_byte = 2 * (len(parts) - 1) / total
-        if us_per_byte > best.us_per_byte * (1 + 1e-12):
+        if us_per_byte > best.us_per_byte * (1 + SEARCH_IMPROVEMENT_REL):
             best = BoundProfile(CollectiveKind.ALLREDUCE, us_per_byte, (), route_latency, latency,
                                 f"traffic bound: {2 * (len(parts) - 1)} buffer copies must move between "
-                                f"{len(parts)} {label} over {total / 1e3:.6g} GB/s", best.assumes)
+                                f"{len(parts)} {label} over {bytes_per_us_to_gbps(total):.6g} GB/s", best.assumes)
     return best
 
 
@@ -560,11 +556,11 @@ def _rooted_profile(topology: Topology, kind: CollectiveKind, root: int, latency
             continue
         sources, sinks = ([root], [g]) if kind is CollectiveKind.BROADCAST else ([g], [root])
         value, side = graph.max_flow(sources, sinks)
-        if value < best_value * (1 - 1e-12):
+        if value < best_value * (1 - SEARCH_IMPROVEMENT_REL):
             best_value, best_side = value, side
     return BoundProfile(kind, 1.0 / best_value, graph.names(best_side), _cut_latency(topology, best_side), latency,
                         f"cut bound: the whole buffer must leave {_describe(topology, best_side)} over "
-                        f"{best_value / 1e3:.6g} GB/s")
+                        f"{bytes_per_us_to_gbps(best_value):.6g} GB/s")
 
 
 @lru_cache(maxsize=64)

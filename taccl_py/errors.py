@@ -11,6 +11,7 @@ __all__ = [
     "Infeasible",
     "InputError",
     "LoweringError",
+    "NotApplicable",
     "OutputError",
     "ProfileInputError",
     "ScheduleError",
@@ -20,6 +21,7 @@ __all__ = [
     "TacclError",
     "TopologyError",
     "XmlError",
+    "XmlLoadError",
 ]
 
 
@@ -56,6 +58,19 @@ class ScheduleError(InputError):
 
 class XmlError(InputError):
     """An MSCCL XML file cannot be parsed into a program."""
+
+
+class XmlLoadError(XmlError):
+    """An XML file that cannot be turned into a program; ``rule`` classifies why, ``line`` says where."""
+
+    def __init__(self, message: str, *, where: str, line: int | None = None, rule: str = "xml-parse") -> None:
+        self.rule = rule
+        self.line = line
+        super().__init__(f"line {line}: {message}" if line else message, where=where)
+
+
+class NotApplicable(InputError):
+    """A baseline cannot run this collective on this topology (the message says why)."""
 
 
 class SketchError(InputError):

@@ -38,10 +38,11 @@ from collections.abc import Sequence
 from enum import IntEnum
 
 from taccl_py.fluid import Finish, FlowGroup, FluidNetwork
+from taccl_py.tolerances import SAME_INSTANT_REL
 
 __all__ = ["BATCH_HORIZON", "Event", "EventKernel", "Fault", "Finish", "batch_end"]
 
-BATCH_HORIZON = 1e-9
+BATCH_HORIZON = SAME_INSTANT_REL
 """Relative width of a batch: events within ``BATCH_HORIZON * max(1, |now|)`` us of ``now`` run together."""
 
 

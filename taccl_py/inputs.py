@@ -1,9 +1,11 @@
 """Reading input files whole, safely: bounded size, bounded JSON nesting, one error type per format.
 
-Every JSON input (topology, schedule, sketch, TACCL profile) goes through
-:func:`read_json_file`, so a directory, a device that never ends, a binary
-file, or JSON nested ten thousand deep each gets one line naming the file, not
-a traceback or a hang.
+Every input file is read by :func:`read_file_bytes` (binary: MSCCL XML,
+Chakra traces), :func:`read_text_file` (text: ASTRA-sim YAML, measurements
+CSV, nccl-tests logs) or :func:`read_json_file` (topology, schedule, sketch,
+TACCL profile), so a missing file, a directory, a device that never ends, a
+binary file, or JSON nested ten thousand deep each gets one line naming the
+file, not a traceback or a hang.
 """
 
 from __future__ import annotations
@@ -11,21 +13,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from taccl_py.errors import InputError
 from taccl_py.limits import MAX_FILE_BYTES, MAX_JSON_DEPTH
 
-__all__ = ["json_depth", "parse_json_text", "read_json_file", "read_text_file"]
+__all__ = ["ErrorFactory", "json_depth", "parse_json_text", "read_file_bytes", "read_json_file", "read_text_file"]
+
+ErrorFactory = Callable[..., InputError]
+"""Builds the format's error from a message and ``where=`` (an :class:`InputError` subclass, or a partial of one)."""
 
 
-def read_text_file(path: str | os.PathLike[str], error: type[InputError], *, what: str = "file",
-                   lenient: bool = False) -> str:
-    """The UTF-8 text of ``path``; ``error`` (naming the path) when it is missing, a directory, too big or binary.
-
-    ``lenient`` replaces bytes that are not UTF-8 instead (logs with stray binary output).
-    """
+def read_file_bytes(path: str | os.PathLike[str], error: ErrorFactory, *, what: str = "file") -> bytes:
+    """The bytes of ``path``; ``error`` (naming the path) when it is missing, a directory, unreadable or too big."""
     where = str(path)
     target = Path(path)
     if target.is_dir():
@@ -39,6 +41,17 @@ def read_text_file(path: str | os.PathLike[str], error: type[InputError], *, wha
         raise error(f"cannot read: {exc.strerror or exc}", where=where) from None
     if len(data) > MAX_FILE_BYTES:
         raise error(f"is larger than {MAX_FILE_BYTES >> 20} MiB (MAX_FILE_BYTES)", where=where)
+    return data
+
+
+def read_text_file(path: str | os.PathLike[str], error: ErrorFactory, *, what: str = "file",
+                   lenient: bool = False) -> str:
+    """The UTF-8 text of ``path``; ``error`` (naming the path) when it is missing, a directory, too big or binary.
+
+    ``lenient`` replaces bytes that are not UTF-8 instead (logs with stray binary output).
+    """
+    where = str(path)
+    data = read_file_bytes(path, error, what=what)
     try:
         return data.decode("utf-8", errors="replace" if lenient else "strict")
     except UnicodeDecodeError as exc:
@@ -73,7 +86,7 @@ def json_depth(data: Any) -> int:
     return height.get(id(data), 0)
 
 
-def parse_json_text(text: str, error: type[InputError], *, where: str) -> Any:
+def parse_json_text(text: str, error: ErrorFactory, *, where: str) -> Any:
     """Parse JSON; nesting beyond :data:`MAX_JSON_DEPTH` and syntax errors become ``error``."""
     too_deep = f"nests lists/objects more than {MAX_JSON_DEPTH} levels deep (MAX_JSON_DEPTH)"
     try:
@@ -89,6 +102,6 @@ def parse_json_text(text: str, error: type[InputError], *, where: str) -> Any:
     return data
 
 
-def read_json_file(path: str | os.PathLike[str], error: type[InputError], *, what: str = "JSON file") -> Any:
+def read_json_file(path: str | os.PathLike[str], error: ErrorFactory, *, what: str = "JSON file") -> Any:
     """Read and parse a JSON file with every failure as one ``error`` naming the file."""
     return parse_json_text(read_text_file(path, error, what=what), error, where=str(path))

@@ -27,7 +27,7 @@ from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout
 from taccl_py.event_kernel import EventKernel, Fault
 from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
 from taccl_py.topology import Topology
-from taccl_py.units import gbps_to_bytes_per_us
+from taccl_py.units import algbw_gbps, gbps_to_bytes_per_us
 
 __all__ = ["SimOptions", "SimResult", "simulate"]
 
@@ -69,7 +69,7 @@ class SimResult:
     def algbw_GBps(self) -> float | None:
         if self.time_us is None or self.time_us <= 0:
             return None
-        return self.size_bytes / self.time_us / 1e3
+        return algbw_gbps(self.size_bytes, self.time_us)
 
     @property
     def busbw_GBps(self) -> float | None:
@@ -80,7 +80,7 @@ class SimResult:
         """Bytes carried over what the link could carry during the makespan."""
         if not self.time_us:
             return [0.0] * len(topology.links)
-        return [b / (link.bandwidth * 1e3 * self.time_us) for b, link in zip(self.link_bytes, topology.links,
+        return [b / (gbps_to_bytes_per_us(link.bandwidth) * self.time_us) for b, link in zip(self.link_bytes, topology.links,
                                                                                strict=True)]
 
     def summary(self) -> dict[str, Any]:

@@ -16,13 +16,14 @@ split over the four hops GPU-NIC-IB-NIC-GPU (so no NIC path is ever faster than 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from taccl_py.errors import SketchError
+from taccl_py.inputs import read_json_file
 from taccl_py.topology import Link, Switch, Topology, check_topology
+from taccl_py.units import bytes_per_us_to_gbps
 
 __all__ = ["is_taccl_profile", "load_taccl_profile", "topology_from_taccl_profile"]
 
@@ -38,10 +39,7 @@ def is_taccl_profile(data: Any) -> bool:
 
 def load_taccl_profile(path: str | Path) -> dict[str, Any]:
     where = str(path)
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SketchError(f"cannot read TACCL profile: {exc}", where=where) from None
+    data = read_json_file(path, SketchError, what="TACCL profile")
     if not is_taccl_profile(data):
         raise SketchError("not a TACCL topology profile (needs gpus_per_node and node_betas_list)", where=where)
     return data
@@ -77,7 +75,7 @@ def topology_from_taccl_profile(data: dict[str, Any], *, nnodes: int = 1, where:
                               f"(got {data[key]!r})", where=where, field=key)
 
     def bandwidth(beta: float) -> float:
-        return chunk_bytes / (beta / scale) / 1e3  # bytes per us -> GB/s
+        return bytes_per_us_to_gbps(chunk_bytes / (beta / scale))
 
     alpha = data["alpha"] / scale
     remote_alpha = data["remote_alpha"] / scale

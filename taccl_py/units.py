@@ -4,6 +4,15 @@ Time is in microseconds, sizes in bytes, bandwidth in GB/s with GB = 1e9
 bytes, so ``bytes / (GBps * 1e3)`` is microseconds. Size strings follow
 nccl-tests: ``K``, ``M``, ``G`` (with or without ``B``/``iB``) are powers of
 1024; plain integers are bytes.
+
+Naming convention (README, "Units and conventions"): a field or variable called plainly
+``bandwidth`` is in GB/s and one called ``latency`` (or ``alpha``) is in
+microseconds, as in topology files and :class:`~taccl_py.topology.Link`;
+every quantity in any other unit says so in its name (``bytes_per_us``,
+``us_per_byte``, ``latency_ns``, ``bandwidth_gibps``, ``time_s``), and
+reported figures carry their unit (``time_us``, ``algbw_GBps``,
+``size_bytes``). Every GB/s <-> bytes/us and ns <-> us conversion goes through
+the functions below; tolerances are named in :mod:`taccl_py.tolerances`.
 """
 
 from __future__ import annotations
@@ -17,15 +26,24 @@ from taccl_py.limits import MAX_SIZE_BYTES, limit_text
 __all__ = [
     "BYTES_PER_US_PER_GBPS",
     "GIB",
+    "NS_PER_US",
+    "algbw_gbps",
+    "bytes_per_us_to_gbps",
     "format_bytes",
     "gbps_to_bytes_per_us",
+    "ns_to_us",
     "parse_size",
     "parse_size_range",
     "transfer_time_us",
+    "us_per_byte",
+    "us_to_ns",
 ]
 
 BYTES_PER_US_PER_GBPS = 1e3
 """1 GB/s (1e9 bytes per second) moves 1000 bytes per microsecond."""
+
+NS_PER_US = 1e3
+"""Nanoseconds in a microsecond (ASTRA-sim and Chakra give latencies in ns)."""
 
 GIB = 1 << 30
 
@@ -36,6 +54,31 @@ _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][0-9]+)?)\s*([KMGT]?)(?:I
 def gbps_to_bytes_per_us(bandwidth_gbps: float) -> float:
     """Bandwidth in GB/s (1e9 B/s) as bytes per microsecond."""
     return bandwidth_gbps * BYTES_PER_US_PER_GBPS
+
+
+def bytes_per_us_to_gbps(bytes_per_us: float) -> float:
+    """A rate in bytes per microsecond as GB/s (1e9 B/s)."""
+    return bytes_per_us / BYTES_PER_US_PER_GBPS
+
+
+def us_per_byte(bandwidth_gbps: float) -> float:
+    """Microseconds one byte takes on a ``bandwidth_gbps`` link (the beta of alpha-beta)."""
+    return 1.0 / gbps_to_bytes_per_us(bandwidth_gbps)
+
+
+def algbw_gbps(size_bytes: float, time_us: float) -> float:
+    """nccl-tests' algorithm bandwidth: ``size_bytes`` moved in ``time_us``, in GB/s."""
+    return bytes_per_us_to_gbps(size_bytes / time_us)
+
+
+def ns_to_us(nanoseconds: float) -> float:
+    """Nanoseconds as microseconds."""
+    return nanoseconds / NS_PER_US
+
+
+def us_to_ns(microseconds: float) -> float:
+    """Microseconds as nanoseconds."""
+    return microseconds * NS_PER_US
 
 
 def transfer_time_us(num_bytes: float, bandwidth_gbps: float, latency_us: float = 0.0) -> float:

@@ -301,6 +301,7 @@ decimal_text = st.builds(lambda whole, frac, digits: f"{whole}.{str(frac).zfill(
                          st.integers(0, 5000), st.integers(0, 999_999), st.integers(1, 6))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(dims=st.lists(st.tuples(st.sampled_from(["Ring", "FullyConnected", "Switch"]), st.integers(2, 5),
                           decimal_text.filter(lambda t: float(t) >= 0.01), decimal_text), min_size=1, max_size=4)

@@ -85,6 +85,7 @@ def _case(name: str, kind: CollectiveKind) -> tuple[tuple[int, ...], dict[str, i
     return (MiB,), {"ring": 2, "tree": 2, "rd": 2, "direct": None, "oneshot": None, "hier": None, "hier-lb": None}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(CollectiveKind), ids=[k.value for k in CollectiveKind])
 @pytest.mark.parametrize("name", SHIPPED_NAMES)
 def test_every_applicable_baseline_is_correct(name: str, kind: CollectiveKind) -> None:
@@ -331,6 +332,7 @@ def test_recursive_doubling_only_for_powers_of_two(n: int) -> None:
         run(topology, schedule, n * MiB)
 
 
+@pytest.mark.slow
 def test_recursive_doubling_on_shipped_topologies() -> None:
     """Allgather rd appears on a shipped topology iff its GPU count is a power of two (72-GPU NVL72: no)."""
     for name in SHIPPED_NAMES:

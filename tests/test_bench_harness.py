@@ -71,6 +71,7 @@ def test_the_readme_markers_are_required(sandbox: Path) -> None:
         harness.render_readme([fake_benchmark()], None)
 
 
+@pytest.mark.slow
 def test_the_shipped_benchmarks_render_their_committed_results(tmp_path: Path) -> None:
     """Each module's render() still reads the JSON it wrote (so `make bench-render` never rots)."""
     found = {b.name: b for b in harness.discover()}

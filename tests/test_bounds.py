@@ -262,6 +262,7 @@ def brute_force_cuts(topology: Topology) -> dict[str, float]:
     return best
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(topology=topologies(max_gpus=5, max_switches=3))
 def test_cut_bounds_against_brute_force(topology: Topology) -> None:
@@ -281,6 +282,7 @@ def test_cut_bounds_against_brute_force(topology: Topology) -> None:
 
 
 # ------------------------------------------------- no correct schedule beats it
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(topology=topologies(max_gpus=8), kind=st.sampled_from(list(CollectiveKind)),
        size=st.sampled_from([1, 1000, 65536, 1 << 20, 1 << 26]) | st.integers(1, 1 << 28),

@@ -283,6 +283,7 @@ def _baseline_schedules(topology: Topology, kind: CollectiveKind) -> list[Schedu
     return [baseline(topology, kind, name, size_bytes=SIZE) for name in applicable_baselines(topology, kind)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE, K.ALLTOALL, K.BROADCAST])
 def test_baselines_export_exactly(kind: CollectiveKind, tmp_path: Path) -> None:
     topology = resolve_topology("ring8")
@@ -298,6 +299,7 @@ def test_hierarchical_export_exactly(tmp_path: Path) -> None:
         check_traces(schedule, tmp_path / str(k), 3 << 20)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), reduce=st.booleans())
 def test_random_schedules_export_exactly(data: st.DataObject, reduce: bool, tmp_path_factory: Any) -> None:

@@ -395,6 +395,7 @@ def test_random_xml_files_never_crash(body: str, wrap: bool, files: dict[str, st
         _check_outcome(code, out, err, argv)
 
 
+@pytest.mark.slow
 def test_the_installed_command_prints_no_traceback(files: dict[str, str]) -> None:
     """One fuzz finding replayed through the real entry point (a subprocess), as a user runs it."""
     done = subprocess.run(["taccl", "topo", "validate", files["nested.json"]], capture_output=True, text=True,

@@ -55,6 +55,7 @@ def command_output(*args: str, columns: int = 80) -> str:
 
 
 # ------------------------------------------------------------------ the real sweep tables at 80 columns
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [
     ["baseline", "-t", "ring8", "-c", "allreduce", "-s", "1KB:4GB"],
     ["baseline", "-t", "ndv2", "-c", "allgather", "-s", "1KB:1GB"],
@@ -87,6 +88,7 @@ def test_a_table_that_fits_is_one_table_and_one_that_does_not_is_split_with_a_no
     assert all(len(line) <= 80 for line in table_lines(narrow))
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(rows=st.integers(1, 12).flatmap(lambda width: st.lists(
     st.lists(st.one_of(st.floats(1e-4, 1e12), st.integers(0, 2**42), st.none()), min_size=width, max_size=width),

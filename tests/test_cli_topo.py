@@ -255,6 +255,7 @@ def test_generate_into_a_missing_directory(tmp_path: Path, capsys: pytest.Captur
     assert_one_line_error(code, err, f"-o {target}: directory", "does not exist")
 
 
+@pytest.mark.slow
 def test_real_entry_point_prints_one_line_without_traceback(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text('{"gpus": 2, "links": [{"src": 0, "dst": 1, "bandwidth": -5}]}')

@@ -124,6 +124,7 @@ def scenarios(draw: st.DrawFn) -> tuple[list[float], list[tuple[float, list[tupl
     return capacity, draw(st.lists(step, min_size=1, max_size=30))
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(scenario=scenarios())
 def test_rates_match_a_from_scratch_max_min(

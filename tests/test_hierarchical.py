@@ -152,6 +152,7 @@ def astra_networks(draw: st.DrawFn, max_npus: int = 24) -> Topology:
     return astra_topology(dims)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topology=astra_networks(), kind=st.sampled_from(KINDS), balanced=st.booleans(),
        size=st.sampled_from([4096, 1 << 20, 64 << 20]), data=st.data())
@@ -239,6 +240,7 @@ def test_double_binary_tree_on_the_last_dimension() -> None:
 
 
 # ------------------------------------------------------------ selection, errors
+@pytest.mark.slow
 def test_the_load_balanced_variant_beats_the_plain_one_on_the_3d_network() -> None:
     """ASTRA-sim's [Ring 2, FullyConnected 8, Switch 4]: the ring of 2 carries half the buffer in the plain
     order; the balanced orders move part of the data to the fully connected dimension first."""
@@ -295,6 +297,7 @@ def test_listed_only_where_there_are_dimensions() -> None:
 
 
 # ------------------------------------------------------------------- XML, CLI
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(("algorithms", "balanced"), [(["ring", "ring"], False), (["biring", "direct"], True),
                                                       (["ring", "hd"], False)])
@@ -310,6 +313,7 @@ def test_lowers_to_xml_the_verifier_finds_correct(kind: CollectiveKind, algorith
         simulate(topology, schedule, size).time_us, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_cli_baseline_reports_the_parameters(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
     path = f"{tmp_path}/net.yml"
     with open(path, "w", encoding="utf-8") as handle:

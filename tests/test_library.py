@@ -358,6 +358,7 @@ def test_ndv2_and_dgx2_clusters(k: int) -> None:
         assert sorted(s.name for s in d2.switches if s.kind == "ib") == sorted(f"rail{b}" for b in range(8))
 
 
+@pytest.mark.slow
 @settings(max_examples=20)
 @given(st.integers(2, 12), st.sampled_from(list(Fabric)), st.booleans())
 def test_a100_and_h100_clusters(k: int, fabric: Fabric, h100: bool) -> None:

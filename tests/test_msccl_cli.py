@@ -71,6 +71,7 @@ def test_simulate_an_xml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert times and times[0] == pytest.approx(expected.time_us, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_baseline_writes_xml_that_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "ring.xml"
     code, out, _ = run(["baseline", "--topology", "dgx-a100x2", "--collective", "allreduce", "--size", "64MB",

@@ -2,17 +2,20 @@
 
 The schedules are hand-written here (ring, direct, hub-relayed alltoall, tree
 broadcast, chain reduce) so the lowering is tested on its own; the NCCL-style
-baselines are run through the same property when they are importable.
+baselines are run through the same property (``tests/helpers.py::round_trip``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import helpers
 import pytest
+from helpers import ring, round_trip
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from taccl_py import baselines
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import LoweringError
 from taccl_py.msccl import (
@@ -25,9 +28,8 @@ from taccl_py.msccl import (
 )
 from taccl_py.msccl.ir import StepType
 from taccl_py.schedule import Op, Schedule, Transfer
-from taccl_py.simulator import simulate
 from taccl_py.testing import topologies
-from taccl_py.topology import Link, Switch, Topology, check_topology
+from taccl_py.topology import Topology
 
 SIZE = 1 << 20
 K = CollectiveKind
@@ -122,40 +124,12 @@ RING_BUILDERS = [ring_allgather, ring_reducescatter, ring_allreduce]
 PAIR_BUILDERS = [direct_allgather, direct_alltoall, hub_alltoall, tree_broadcast]
 
 
-def star(n: int, bandwidth: float = 50.0, latency: float = 0.5) -> Topology:
-    links = []
-    for g in range(n):
-        links += [Link(g, "sw", bandwidth, latency), Link("sw", g, bandwidth, latency)]
-    return check_topology(Topology(f"star{n}", n, tuple(links), switches=(Switch("sw"),)))
-
-
-def ring_topology(n: int, bandwidth: float = 50 * 2**30 / 1e9, latency: float = 0.5) -> Topology:
-    links: dict[tuple[int, int], Link] = {}
-    for i in range(n):
-        j = (i + 1) % n
-        links.setdefault((i, j), Link(i, j, bandwidth, latency))
-        links.setdefault((j, i), Link(j, i, bandwidth, latency))
-    return check_topology(Topology(f"ring{n}", n, tuple(links.values())))
-
-
-def round_trip(schedule: Schedule, topo: Topology, **options: object) -> None:
-    """Lower, write, load back, verify and time: the contract of the whole XML layer."""
-    dialect = str(options.get("dialect", "v2"))
-    program = lower_schedule(schedule, topo, **options)  # type: ignore[arg-type]
-    text = write_xml(program, dialect)
-    loaded = parse_program(text, where="lowered.xml")
-    assert loaded == program
-    report = verify_program(loaded, dialect)
-    assert report.valid and report.correct, [str(e) for e in report.errors]
-    if options.get("instances", 1) == 1:
-        expected = simulate(topo, schedule, SIZE)
-        assert expected.correct, expected.error
-        timed = simulate_program(loaded, topo, SIZE)
-        assert timed.correct and timed.time_us is not None
-        assert timed.time_us == pytest.approx(expected.time_us, rel=0.01)
+def star(n: int) -> Topology:
+    return helpers.star(n, bandwidth=50.0, latency=0.5)
 
 
 # ------------------------------------------------------------------ properties
+@pytest.mark.slow
 @settings(max_examples=25)
 @given(topo=topologies(min_gpus=2, max_gpus=6), builder=st.sampled_from(RING_BUILDERS),
        c=st.integers(1, 2), dialect=st.sampled_from(["v1", "v2"]))
@@ -165,6 +139,7 @@ def test_ring_schedules_round_trip_on_random_topologies(topo: Topology, builder:
     round_trip(builder(topo, c), topo, dialect=dialect)  # type: ignore[operator]
 
 
+@pytest.mark.slow
 @settings(max_examples=25)
 @given(topo=topologies(min_gpus=3, max_gpus=6, min_switches=1), builder=st.sampled_from(PAIR_BUILDERS),
        in_place=st.sampled_from([None, False]))
@@ -175,6 +150,7 @@ def test_pairwise_schedules_round_trip_on_random_topologies(topo: Topology, buil
     round_trip(builder(topo), topo, in_place=in_place)  # type: ignore[operator]
 
 
+@pytest.mark.slow
 @settings(max_examples=15)
 @given(topo=topologies(min_gpus=2, max_gpus=5))
 def test_chain_reduce_and_out_of_place_reductions(topo: Topology) -> None:
@@ -200,22 +176,10 @@ def test_instances_split_chunks_over_parallel_channels(builder: object, instance
     round_trip(schedule, topo, instances=instances)
 
 
-def test_baselines_round_trip() -> None:
-    baselines = pytest.importorskip("taccl_py.baselines")
-    from taccl_py.library import resolve_topology
-
-    for name in ("ring8", "dgx-a100", "dgx1"):
-        topo = resolve_topology(name)
-        for kind in CollectiveKind:
-            for algorithm in baselines.applicable_baselines(topo, kind):
-                schedule = baselines.baseline(topo, kind, algorithm, size_bytes=SIZE)
-                round_trip(schedule, topo)
-
-
+@pytest.mark.slow
 @settings(max_examples=10)
 @given(topo=topologies(min_gpus=2, max_gpus=5), kind=st.sampled_from(list(CollectiveKind)))
 def test_baselines_round_trip_on_random_topologies(topo: Topology, kind: CollectiveKind) -> None:
-    baselines = pytest.importorskip("taccl_py.baselines")
     for algorithm in baselines.applicable_baselines(topo, kind):
         round_trip(baselines.baseline(topo, kind, algorithm, size_bytes=SIZE), topo)
 
@@ -223,7 +187,7 @@ def test_baselines_round_trip_on_random_topologies(topo: Topology, kind: Collect
 # ------------------------------------------------------------------ structure
 def test_ring_allgather_golden_value_through_xml() -> None:
     """ASTRA-sim / SimGrid golden value: 8-rank ring, 1 MiB per rank = 140.21875 us, also from the XML."""
-    topo = ring_topology(8)
+    topo = ring(8)
     program = parse_program(write_xml(lower_schedule(ring_allgather(topo), topo)))
     result = simulate_program(program, topo, 8 * 2**20)
     assert result.time_us == pytest.approx(140.21875, abs=1e-9)
@@ -286,6 +250,7 @@ def test_written_files_are_verified_first(tmp_path: Path, monkeypatch: pytest.Mo
     assert (tmp_path / "y.xml").exists()
 
 
+@pytest.mark.slow
 def test_long_connections_are_split_over_channels() -> None:
     """A ring allgather with many pieces needs more than 64 steps per threadblock in v2."""
     topo = star(4)
@@ -341,6 +306,7 @@ def test_too_many_channels_between_two_ranks() -> None:
         lower_schedule(schedule, topo)
 
 
+@pytest.mark.slow
 def test_too_many_threadblocks_for_v1() -> None:
     topo = star(8)
     c = 16
@@ -361,6 +327,7 @@ def test_one_transfer_over_the_step_limit() -> None:
     assert lower_schedule(schedule, topo, dialect="v1").num_steps > 64
 
 
+@pytest.mark.slow
 def test_offsets_beyond_sixteen_bits() -> None:
     topo = star(2)
     schedule = Schedule(Collective(K.ALLGATHER, 2, 16400), (Transfer(1, 0, (32799,), route(topo, 1, 0)),))

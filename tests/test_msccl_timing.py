@@ -5,30 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import ring, star
 
 from taccl_py.errors import InputError, TopologyError
 from taccl_py.msccl import load_program, parse_program, simulate_program
 from taccl_py.simulator import SimOptions
-from taccl_py.topology import Link, Switch, Topology, check_topology
+from taccl_py.topology import Link, Topology, check_topology
 
 VECTORS = Path(__file__).parent / "vectors" / "msccl"
 RING4 = VECTORS / "azure-allgather-ring-n4-ch1-i1-simple.xml"
-
-
-def ring(n: int, bandwidth: float, latency: float) -> Topology:
-    links: dict[tuple[int, int], Link] = {}
-    for i in range(n):
-        j = (i + 1) % n
-        links.setdefault((i, j), Link(i, j, bandwidth, latency))
-        links.setdefault((j, i), Link(j, i, bandwidth, latency))
-    return check_topology(Topology(f"ring{n}", n, tuple(links.values())))
-
-
-def star(n: int, bandwidth: float = 10.0, latency: float = 1.0) -> Topology:
-    links = []
-    for g in range(n):
-        links += [Link(g, "sw", bandwidth, latency), Link("sw", g, bandwidth, latency)]
-    return check_topology(Topology(f"star{n}", n, tuple(links), switches=(Switch("sw"),)))
 
 
 def test_msccl_tools_ring_takes_the_ring_formula() -> None:

@@ -61,6 +61,7 @@ def test_manifests_cover_the_folder() -> None:
     assert set(BROKEN_RULE) == {row["filename"] for row in BROKEN}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", VALID, ids=lambda r: r["filename"])
 def test_vector_loads_verifies_and_simulates(row: dict[str, str]) -> None:
     program = load_program(VECTORS / row["filename"])

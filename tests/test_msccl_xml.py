@@ -28,6 +28,7 @@ def tokenizer_safe(text: str) -> None:
         assert "  " not in line.strip() and " =" not in line and "= " not in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.name for p in VECTORS.glob("*.xml")))
 def test_round_trip_is_exact(name: str) -> None:
     program = load_program(VECTORS / name)
@@ -176,6 +177,7 @@ def mutated_files(draw: st.DrawFn) -> str:
     return text
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(mutated_files())
 def test_fuzzed_files_load_or_raise_xml_error_only(text: str) -> None:
@@ -201,6 +203,7 @@ def test_random_bytes_never_crash_the_loader(data: bytes) -> None:
         assert program.source == "junk.xml"
 
 
+@pytest.mark.slow
 def test_the_xml_layer_imports_no_solver_code() -> None:
     """It judges what the synthesizer produces, so it must not depend on it."""
     import subprocess

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers import round_trip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -189,11 +190,7 @@ def _judge(topology: Topology, schedule: Schedule, size: int) -> None:
     assert result.time_us is not None
     bound = lower_bound(topology, kind, size, root=schedule.collective.root).bound_us
     assert result.time_us >= bound * (1 - 1e-9)
-    program = lower_schedule(schedule, topology)
-    report = verify_program(program)
-    assert report.valid and report.correct, [str(e) for e in report.errors[:3]]
-    timed = simulate_program(program, topology, size)
-    assert timed.time_us == pytest.approx(result.time_us, rel=1e-6)
+    round_trip(schedule, topology, size, time_rel=1e-6)
 
 
 RANDOM = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -230,6 +227,7 @@ def test_one_shot_on_a_switch_is_one_exchange(n: int, size: int) -> None:
     _judge(topo, schedule, size)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dgx1", "dgx-a100", "ndv2x2", "dgx-a100x2", "dgx2x2", "mi250"])
 def test_shipped_oneshot_lowers_and_verifies(name: str) -> None:
     topo = shipped(name)
@@ -253,6 +251,7 @@ def oracle() -> Callable[[dict[str, Any]], dict[str, Any]]:
     return run_oracle
 
 
+@pytest.mark.slow
 @pytest.mark.simgrid
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])

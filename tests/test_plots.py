@@ -63,6 +63,7 @@ def curve_series() -> list[TimeSeries]:
 
 
 # ------------------------------------------------------------------ algbw curves
+@pytest.mark.slow
 def test_algbw_chart_is_labelled_and_deterministic() -> None:
     figure = algbw_figure("allgather on test", curve_series())
     words = texts(figure)
@@ -100,6 +101,7 @@ def ring_run(size: int = 1 << 20):  # type: ignore[no-untyped-def]
     return topology, schedule, simulate(topology, schedule, size)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", list(TimelineRows))
 def test_timeline_rows_and_critical_path(rows: TimelineRows) -> None:
     topology, schedule, sim = ring_run()
@@ -176,6 +178,7 @@ def test_scaling_figure() -> None:
 
 
 # ------------------------------------------------------------------ files
+@pytest.mark.slow
 def test_save_figure_checks_the_path_and_writes_atomically(tmp_path: Path) -> None:
     figure = algbw_figure("t", curve_series())
     with pytest.raises(InputError, match=r"must end in \.png or \.svg"):
@@ -195,6 +198,7 @@ def test_topo_show_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert_drawn(out_file.read_bytes())
 
 
+@pytest.mark.slow
 def test_baseline_plot_and_bad_suffix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "bl.svg"
     code, _, _ = run(["baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB:1MB", "--plot", str(out_file)],
@@ -204,6 +208,7 @@ def test_baseline_plot_and_bad_suffix(tmp_path: Path, capsys: pytest.CaptureFixt
     assert code == 2 and "--plot" in err and ".png or .svg" in err
 
 
+@pytest.mark.slow
 def test_simulate_timeline_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     timeline, curve = tmp_path / "tl.png", tmp_path / "curve.png"
     code, _, _ = run(["simulate", "-t", "ring8", "-c", "allgather", "-s", "1MB", "-a", "ring", "--timeline",
@@ -219,6 +224,7 @@ def test_simulate_timeline_and_plot(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 2 and "--timeline" in err and "one size" in err
 
 
+@pytest.mark.slow
 def test_simulate_timeline_of_an_xml_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     xml, timeline = tmp_path / "ring.xml", tmp_path / "xml.png"
     assert run(["baseline", "-t", "ring8", "-c", "allgather", "-s", "1MB", "-a", "ring", "-o", str(xml)], capsys)[0] == 0
@@ -241,6 +247,7 @@ def test_program_timeline_has_a_bar_per_send() -> None:
     assert "sends" in texts(figure)
 
 
+@pytest.mark.slow
 def test_synthesize_range_plot_through_the_job_runner(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     curve = tmp_path / "syn.png"
     code, out, _ = run(["synthesize", "-t", "dgx-a100", "-c", "allgather", "-s", "1KB:4KB", "--threads", "1",

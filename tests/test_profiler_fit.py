@@ -33,6 +33,7 @@ def _kept_bound(fit: AlphaBetaFit, obs: list[Observation], sigma: float) -> np.n
     return np.abs(pinv).sum(axis=1) * sigma / (1 - sigma)
 
 
+@pytest.mark.slow
 @given(alpha=st.floats(0.5, 50.0), bw=st.floats(1.0, 500.0), lat=st.sampled_from([1.0, 7.0, 30.0]),
        byt=st.sampled_from([1.0, 0.875, 1.875, 0.25]))
 def test_noiseless_measurements_are_recovered_exactly(alpha: float, bw: float, lat: float, byt: float) -> None:
@@ -43,6 +44,7 @@ def test_noiseless_measurements_are_recovered_exactly(alpha: float, bw: float, l
     assert fit.num_dropped == 0
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(alpha=st.floats(0.5, 50.0), bw=st.floats(1.0, 500.0), sigma=st.floats(0.0, 0.05),
        seed=st.integers(0, 2**32 - 1))

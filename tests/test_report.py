@@ -32,6 +32,7 @@ def quick_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_report_page_content(quick_report: Path) -> None:
     page = quick_report.read_text()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
@@ -49,6 +50,7 @@ def test_report_page_content(quick_report: Path) -> None:
     assert "taccl synthesize -t dgx-a100 -c allgather -s SIZE" in page
 
 
+@pytest.mark.slow
 def test_report_is_the_same_from_the_same_results() -> None:
     request = ReportRequest("ring8", ("allgather",), (1024, 4096), SweepOptions(time_limit_s=20))
     records = run_jobs(run_sweep_job, report_jobs(request), InlineBackend())
@@ -64,6 +66,7 @@ def _chromium_or_skip() -> None:
         pytest.skip("chromium is not installed (apt-get install chromium; .ci/run does); the page was not opened")
 
 
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium(quick_report: Path, tmp_path: Path) -> None:
     _chromium_or_skip()
     view = open_page(quick_report, tmp_path / "profile")
@@ -86,6 +89,7 @@ def test_report_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.slow
 def test_report_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.html"
     code, stdout, _ = run(["report", "-t", "ring8", "-s", "1KB:2KB", "-c", "allgather", "--time-limit", "20",
@@ -97,6 +101,7 @@ def test_report_json_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert out.read_text().count("<img ") == 3
 
 
+@pytest.mark.slow
 def test_the_browser_check_sees_broken_pages(tmp_path: Path) -> None:
     """The check can fail: a broken picture has no width, a script error is reported, blank is blank."""
     _chromium_or_skip()
@@ -111,6 +116,7 @@ def test_the_browser_check_sees_broken_pages(tmp_path: Path) -> None:
     assert grey.var() < 200
 
 
+@pytest.mark.slow
 def test_a_timeline_too_big_to_draw_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
     request = ReportRequest("ring8", ("allgather",), (4096,), SweepOptions(time_limit_s=20))
     records = run_jobs(run_sweep_job, report_jobs(request), InlineBackend())

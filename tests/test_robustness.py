@@ -424,6 +424,7 @@ def test_ctrl_c_in_each_synthesize_phase(phase: str, ring4: Path, tmp_path: Path
                                                           else ["ring4.json"])
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_cp_sat_solve_at_once() -> None:
     """CP-SAT would swallow the first Ctrl-C (and then leave SIGINT at its default); ours stops and propagates."""
     from ortools.sat.python import cp_model
@@ -506,6 +507,7 @@ def test_the_readme_quotes_what_make_demo_prints(capsys: pytest.CaptureFixture[s
     assert sentence in " ".join(README.split()), sentence
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("text", "words"), [
     ("[" * 100_000 + "]" * 100_000, ["more than 64 levels deep (MAX_JSON_DEPTH)"]),
     ("a: &a [1, *a]\n", ["more than 64 levels deep"]),

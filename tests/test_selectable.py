@@ -54,6 +54,7 @@ def _power_of_two(n: int) -> bool:
 
 
 # ---------------------------------------------------------------- baseline -o
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "algorithm", "verify"), [("dgx2x2", "tree", False), ("dgx-a100x2", "tree", True),
                                                           ("dgx1", "ring", True)])
 def test_issue_examples_are_now_picked(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str,
@@ -125,6 +126,7 @@ def test_impossible_sizes_are_said_plainly(tmp_path: Path, capsys: pytest.Captur
 COLLECTIVES = ["allgather", "reducescatter", "allreduce", "broadcast", "reduce"]
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(topology=topologies(max_gpus=8), kind=st.sampled_from(COLLECTIVES), log_size=st.integers(10, 24),
@@ -170,6 +172,7 @@ def never_picked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_never_selected_is_a_warning(never_picked: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, stdout, stderr = run(["verify", str(never_picked)], capsys)
     assert code == 0  # valid and correct: only a warning

@@ -236,6 +236,7 @@ def taccl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args,needle", [BAD[0], BAD[3], BAD[8], BAD[11]], ids=["topology", "size", "collective",
                                                                                   "algorithm"])
 def test_bad_input_in_a_real_process(args: list[str], needle: str) -> None:
@@ -243,6 +244,7 @@ def test_bad_input_in_a_real_process(args: list[str], needle: str) -> None:
     check_error(done.returncode, done.stdout, done.stderr, needle)
 
 
+@pytest.mark.slow
 def test_json_in_a_real_process() -> None:
     done = taccl("simulate", "-t", "ring8", "-c", "allgather", "-s", "1MiB", "-a", "ring", "--json")
     assert done.returncode == 0 and done.stderr == ""

@@ -222,7 +222,8 @@ def _baseline_cases() -> list[Any]:
         for kind in CollectiveKind:
             for algorithm in applicable_baselines(topo, kind, root=root):
                 cases.append(pytest.param(name, kind, algorithm, size, root, overhead,
-                                          id=f"{name}-{kind.value}-{algorithm}"))
+                                          id=f"{name}-{kind.value}-{algorithm}",
+                                          marks=[pytest.mark.slow] if len(topo.machines) > 1 else []))
     return cases
 
 
@@ -250,6 +251,7 @@ sizes = st.integers(1_000, 20_000_000)
 overheads = st.sampled_from([0.0, 0.0, 0.7])
 
 
+@pytest.mark.slow
 @RANDOM
 @given(data=st.data(), size=sizes, overhead=overheads)
 def test_random_allgathers_match_simgrid(oracle: Oracle, data: st.DataObject, size: int,
@@ -262,6 +264,7 @@ def test_random_allgathers_match_simgrid(oracle: Oracle, data: st.DataObject, si
     assert_agrees(oracle, topo, schedule, size, overhead)
 
 
+@pytest.mark.slow
 @RANDOM
 @given(data=st.data(), size=sizes, overhead=overheads)
 def test_random_reductions_match_simgrid(oracle: Oracle, data: st.DataObject, size: int,

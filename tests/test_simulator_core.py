@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from helpers import ring, star
 
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.simulator import SimOptions, simulate
-from taccl_py.topology import Link, Switch, Topology, check_topology
+from taccl_py.topology import Topology
 
 GOLDEN_BW = 50 * 2**30 / 1e9  # ASTRA-sim's 50 GB/s of 2^30 bytes, in GB/s of 1e9 bytes
-
-
-def ring(n: int, bandwidth: float, latency: float) -> Topology:
-    links: dict[tuple[int, int], Link] = {}
-    for i in range(n):
-        j = (i + 1) % n
-        links.setdefault((i, j), Link(i, j, bandwidth, latency))
-        links.setdefault((j, i), Link(j, i, bandwidth, latency))
-    return check_topology(Topology(f"ring{n}", n, tuple(links.values())))
 
 
 def ring_allgather(topology: Topology) -> Schedule:
@@ -47,13 +39,6 @@ def test_ring_formula(n: int) -> None:
     assert result.time_us == pytest.approx((n - 1) * (0.7 + size / n / 25e3), rel=1e-12)
     assert result.algbw_GBps == pytest.approx(size / result.time_us / 1e3)
     assert result.busbw_GBps == pytest.approx(result.algbw_GBps * (n - 1) / n)
-
-
-def star(n: int) -> Topology:
-    links = []
-    for g in range(n):
-        links += [Link(g, "sw", 10.0, 1.0), Link("sw", g, 10.0, 1.0)]
-    return check_topology(Topology("star", n, tuple(links), switches=(Switch("sw"),)))
 
 
 def test_two_flows_share_a_link_max_min() -> None:

@@ -205,6 +205,7 @@ def check_foreign_chunk(case: Case, i: int, chunk: int) -> None:
 
 
 # ------------------------------------------------------------- properties (random)
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(case=correct_baselines(COPY_KINDS + REDUCE_KINDS), data=st.data())
 def test_dropping_a_transfer_is_caught(case: Case, data: st.DataObject) -> None:
@@ -213,6 +214,7 @@ def test_dropping_a_transfer_is_caught(case: Case, data: st.DataObject) -> None:
     check_drop(case, data.draw(st.sampled_from(candidates), label="dropped"))
 
 
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(case=correct_baselines((CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST), ("ring", "tree", "rd"),
                               min_gpus=3), data=st.data())
@@ -224,6 +226,7 @@ def test_sending_a_chunk_before_it_arrives_is_caught(case: Case, data: st.DataOb
     check_early_send(case, i, first)
 
 
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(case=correct_baselines(REDUCE_KINDS), data=st.data())
 def test_reducing_a_contribution_twice_is_caught(case: Case, data: st.DataObject) -> None:
@@ -232,6 +235,7 @@ def test_reducing_a_contribution_twice_is_caught(case: Case, data: st.DataObject
     check_double_reduce(case, data.draw(st.sampled_from(reductions), label="repeated"))
 
 
+@pytest.mark.slow
 @settings(max_examples=250)
 @given(case=correct_baselines((CollectiveKind.ALLTOALL,)), data=st.data())
 def test_sending_a_chunk_never_held_is_caught(case: Case, data: st.DataObject) -> None:

@@ -63,6 +63,7 @@ def without_measured(path: Path) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------ runner
+@pytest.mark.slow
 def test_the_file_does_not_depend_on_backend_or_finishing_order(tmp_path: Path) -> None:
     jobs = square_jobs(list(range(8)), reverse_delays=True)  # later jobs finish first in the pool
     inline, pool = tmp_path / "inline.jsonl", tmp_path / "pool.jsonl"
@@ -312,3 +313,15 @@ def test_synthesize_size_range_jobs_2_equals_jobs_1(tmp_path: Path, capsys: pyte
     assert one == two and [r["size_bytes"] for r in one] == [1024, 2048, 4096]
     for name in sorted(p.name for p in (tmp_path / "one").iterdir()):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()  # the same XML
+
+
+def test_an_unknown_solver_is_bad_input_before_any_job(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sweep.jsonl"
+    code, _, err = run(["sweep", "-t", "ring8", "-c", "allgather", "-s", "1KB", "--solver", "bogus", "-o", str(out),
+                        "-j", "1"], capsys)
+    assert code == 2 and err.startswith("taccl: error: --solver: solver 'bogus' is not available"), err
+    assert not out.exists()
+    # a baselines-only sweep never runs a solver, so the option does not matter there
+    code, _, err = run(["sweep", "-t", "ring8", "-c", "allgather", "-s", "1KB", "--task", "baselines",
+                        "--solver", "bogus", "-o", str(out), "-j", "1"], capsys)
+    assert code == 0, err

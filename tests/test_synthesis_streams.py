@@ -60,6 +60,7 @@ def _check_streams(topology: Topology, schedule: Schedule, streamed: tuple[Colle
     assert moved == expected
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_streamed_schedules_compute_the_same_result(data: st.DataObject) -> None:
@@ -91,6 +92,7 @@ def test_streamed_schedules_compute_the_same_result(data: st.DataObject) -> None
     assert result.correct, result.error
 
 
+@pytest.mark.slow
 def test_streams_do_not_apply_where_they_cannot_help() -> None:
     topology = resolve_topology("dgx-a100")  # one machine: no machine links
     schedule = synthesize(topology, CollectiveKind.ALLGATHER, 1 << 26).schedule

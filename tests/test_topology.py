@@ -64,7 +64,9 @@ def test_each_inconsistency_is_named(topology: Topology, field: str, words: str)
 
 
 def test_a_gpu_reached_only_through_a_switch_is_connected() -> None:
-    check_topology(star(4))
+    topology = star(4)
+    assert check_topology(topology) is topology
+    assert all(topology.gpu_route(s, d) is not None for s in topology.gpus for d in topology.gpus if s != d)
 
 
 def test_a_dangling_switch_is_allowed_but_gpus_must_connect() -> None:
@@ -143,7 +145,7 @@ def test_summary_counts_links_by_kind() -> None:
 @settings(max_examples=40)
 @given(topologies(max_gpus=6, max_switches=2))
 def test_every_random_topology_is_valid_and_strongly_connected(topology: Topology) -> None:
-    check_topology(topology)
+    assert check_topology(topology) is topology
     graph = topology.to_networkx()
     reach = nx.descendants(graph, 0) | {0}
     assert set(topology.gpus) <= reach

@@ -9,13 +9,16 @@ step or a direct send works on, say, a 3x3 mesh.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from taccl_py.errors import InputError
+from taccl_py.errors import NotApplicable
+from taccl_py.tolerances import is_better
 from taccl_py.topology import Route, Topology
+from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["Leg", "NotApplicable", "bytes_per_us", "legs_between", "pipeline_pieces", "route_cost"]
+__all__ = ["Leg", "NotApplicable", "bytes_per_us", "channel_us_per_byte", "choose_channel_count", "legs_between",
+           "pipeline_pieces", "route_cost"]
 
 MAX_PIECES = 32
 """Deepest pipelining a baseline uses per channel (NCCL's loop over chunks, bounded)."""
@@ -23,10 +26,6 @@ MIN_PIECE_BYTES = 512
 """A pipelined piece is never cut below this size."""
 DEFAULT_PIECES = 8
 """Pipeline depth of a chain when the buffer size is not known."""
-
-
-class NotApplicable(InputError):
-    """The baseline cannot run this collective on this topology (says why)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +58,41 @@ def legs_between(topology: Topology, src: int, dst: int) -> tuple[Leg, ...]:
 
 def bytes_per_us(topology: Topology, link: int) -> float:
     """Bandwidth of a link in bytes per microsecond."""
-    return topology.links[link].bandwidth * 1e3
+    return gbps_to_bytes_per_us(topology.links[link].bandwidth)
+
+
+def channel_us_per_byte(topology: Topology, loads: Sequence[float], channels: int) -> float:
+    """Microseconds per byte of the busiest link when ``channels`` channels split the buffer evenly.
+
+    ``loads[li]`` counts how many channel-uses cross link ``li``; each carries ``1 / channels`` of the buffer.
+    """
+    return max((load / gbps_to_bytes_per_us(channels * link.bandwidth)
+                for load, link in zip(loads, topology.links, strict=True)), default=0.0)
+
+
+def choose_channel_count(topology: Topology, loads: Sequence[float], add_channel: Callable[[int], None], *,
+                         channels: int | None, limit: int, step: int = 1) -> int:
+    """Build channels one at a time and return how many to keep (rings and trees, as NCCL spreads them).
+
+    ``add_channel(k)`` builds channel ``k`` and adds its link uses to ``loads``. With ``channels`` given,
+    exactly that many are built. Otherwise channels are added while the busiest link's time per byte
+    (:func:`channel_us_per_byte`, scored every ``step`` channels) keeps improving, and the search stops once
+    it has gone twice as far as the best count without improving; at most ``limit`` are built.
+    """
+    if channels is not None:
+        for k in range(channels):
+            add_channel(k)
+        return channels
+    best_score, best_count = math.inf, 0
+    for k in range(limit):
+        add_channel(k)
+        if (k + 1) % step == 0:
+            score = channel_us_per_byte(topology, loads, k + 1)
+            if is_better(score, best_score):
+                best_score, best_count = score, k + 1
+            elif k + 1 >= 2 * best_count + 2:
+                break
+    return best_count
 
 
 def route_cost(topology: Topology, route: Sequence[int], loads: Sequence[float]) -> float:

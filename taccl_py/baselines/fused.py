@@ -28,7 +28,9 @@ import numpy as np
 
 from taccl_py.baselines.common import NotApplicable, route_cost
 from taccl_py.schedule import Op, Transfer
+from taccl_py.tolerances import SAME_INSTANT_REL
 from taccl_py.topology import Route, Topology
+from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["Hop", "LatencyTree", "all_pairs_latency", "fuse", "latency_tree"]
 
@@ -214,8 +216,9 @@ def fuse(topology: Topology, hops: Sequence[Hop], item_chunks: Sequence[tuple[in
             route = topology.gpu_route(h.src, h.dst)
             if route is None:
                 raise NotApplicable(f"no direct route from GPU {h.src} to GPU {h.dst}", where=topology.name)
-            bw = topology.route_bandwidth(route) * 1e3
-            links[(h.src, h.dst)] = _Link(route, topology.route_latency(route), 1.0 / bw if bw > 0 else 0.0)
+            bytes_per_us = gbps_to_bytes_per_us(topology.route_bandwidth(route))
+            links[(h.src, h.dst)] = _Link(route, topology.route_latency(route),
+                                          1.0 / bytes_per_us if bytes_per_us > 0 else 0.0)
     ops: dict[tuple[int, int, int], Op] = {}
     for h in hops:
         assert ops.setdefault((h.src, h.dst, h.channel), h.op) is h.op, "one op per connection"
@@ -345,7 +348,7 @@ def _merge(hops: Sequence[Hop], links: dict[tuple[int, int], _Link], size: list[
 
     heap = [(0.0, i) for i in range(n) if pending[i] == 0]
     heapq.heapify(heap)
-    eps = 1e-9 * max(1.0, makespan)
+    eps = SAME_INSTANT_REL * max(1.0, makespan)
     while heap:
         key, i = heapq.heappop(heap)
         now = ready(i)

@@ -60,6 +60,7 @@ from taccl_py.msccl.ir import MAX_NODES_PER_RANK
 from taccl_py.msccl.selection import size_rule
 from taccl_py.schedule import Schedule, Transfer
 from taccl_py.topology import Topology
+from taccl_py.units import us_per_byte
 
 __all__ = ["HIERARCHICAL_KINDS", "HierarchicalPlan", "check_hierarchical", "hierarchical_plan",
            "hierarchical_schedule"]
@@ -233,7 +234,7 @@ def _cached_step_costs(topology: Topology, dim: int, algorithm: DimAlgorithm, ph
         groups = tuple(groups[k * len(groups) // COST_GROUPS] for k in range(COST_GROUPS))
     per_group = [group_steps(topology, algorithm, phase, GroupBlocks(members, unit.blocks)) for members in groups]
     latency_of = [link.latency for link in topology.links]
-    us_per_byte_of = [1.0 / (link.bandwidth * 1e3) for link in topology.links]
+    us_per_byte_of = [us_per_byte(link.bandwidth) for link in topology.links]
     costs = []
     for k in range(len(per_group[0])):
         load: dict[int, float] = {}

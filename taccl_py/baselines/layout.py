@@ -16,7 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from taccl_py.baselines.common import Leg, NotApplicable, legs_between, route_cost
+from taccl_py.baselines.common import (
+    Leg,
+    NotApplicable,
+    channel_us_per_byte,
+    choose_channel_count,
+    legs_between,
+    route_cost,
+)
 from taccl_py.topology import Topology
 
 __all__ = ["Ring", "RingPlan", "SearchSpace", "groups_of", "hamiltonian_path", "ring_plan"]
@@ -330,11 +337,6 @@ def _add_loads(loads: list[float], ring: Ring) -> None:
                 loads[li] += 1.0
 
 
-def _us_per_byte(topology: Topology, loads: Sequence[float], channels: int) -> float:
-    return max((load / (channels * link.bandwidth * 1e3) for load, link in zip(loads, topology.links, strict=True)),
-               default=0.0)
-
-
 @lru_cache(maxsize=16)
 def ring_plan(topology: Topology, channels: int | None = None) -> RingPlan:
     """NCCL-style rings for ``topology``: ``channels`` of them, or as many as spread the load best.
@@ -348,21 +350,16 @@ def ring_plan(topology: Topology, channels: int | None = None) -> RingPlan:
     groups = groups_of(topology)
     loads = [0.0] * len(topology.links)
     rings: list[Ring] = []
-    best_score, best_count = float("inf"), 1
-    for k in range(channels or MAX_CHANNELS):
+
+    def add_ring(_: int) -> None:
         ring = build_ring(topology, groups, loads)
         rings.append(ring)
         _add_loads(loads, ring)
-        if channels is None:
-            score = _us_per_byte(topology, loads, k + 1)
-            if score < best_score * (1 - 1e-9):
-                best_score, best_count = score, k + 1
-            elif k + 1 >= 2 * best_count + 2:
-                break
-    count = channels or best_count
+
+    count = choose_channel_count(topology, loads, add_ring, channels=channels, limit=MAX_CHANNELS)
     rings = rings[:count]
     final = [0.0] * len(topology.links)
     for ring in rings:
         _add_loads(final, ring)
     latency = max(sum(topology.route_latency(leg.route) for leg in step) for ring in rings for step in ring.legs)
-    return RingPlan(tuple(rings), tuple(tuple(g) for g in groups), _us_per_byte(topology, final, count), latency)
+    return RingPlan(tuple(rings), tuple(tuple(g) for g in groups), channel_us_per_byte(topology, final, count), latency)

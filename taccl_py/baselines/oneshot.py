@@ -60,6 +60,7 @@ from taccl_py.baselines.fused import Hop, all_pairs_latency, fuse, latency_tree
 from taccl_py.collectives import Collective, CollectiveKind, parse_collective
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Topology
+from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["ALLREDUCE_FORMS", "DEFAULT_SIZE", "SIMULATED_UP_TO", "check_oneshot", "estimate_us", "oneshot_schedule"]
 
@@ -272,12 +273,12 @@ def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float, step_
                 load[li] += size
             start = 0.0 if t.exchange is not None else max((ready.get((t.src, c), 0.0) for c in t.chunks),
                                                             default=0.0)
-            end = start + topology.route_latency(t.route) + step_overhead_us + size / (
-                topology.route_bandwidth(t.route) * 1e3)
+            end = start + topology.route_latency(t.route) + step_overhead_us + size / gbps_to_bytes_per_us(
+                topology.route_bandwidth(t.route))
             finish = max(finish, end)
             for c in t.chunks:
                 ready[(t.dst, c)] = max(ready.get((t.dst, c), 0.0), end)
-        busiest = max(load[li] / (link.bandwidth * 1e3) for li, link in enumerate(topology.links))
+        busiest = max(load[li] / gbps_to_bytes_per_us(link.bandwidth) for li, link in enumerate(topology.links))
         latencies = [topology.route_latency(t.route) for t in members]
         # no byte moves before its transfer's latency: an exchange's bytes after its slowest route's latency
         first = max(latencies) if members[0].exchange is not None else min(latencies)

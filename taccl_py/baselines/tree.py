@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
-from taccl_py.baselines.common import Leg, NotApplicable, pipeline_pieces, route_cost
+from taccl_py.baselines.common import (
+    Leg,
+    NotApplicable,
+    channel_us_per_byte,
+    choose_channel_count,
+    pipeline_pieces,
+    route_cost,
+)
 from taccl_py.baselines.layout import MAX_CHANNELS, SearchSpace, groups_of, hamiltonian_path
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Schedule, Transfer
@@ -246,11 +253,6 @@ def _channel(topology: Topology, groups: Sequence[Sequence[int]], loads: list[fl
     return builder.build(tree, ports, top)
 
 
-def _us_per_byte(topology: Topology, loads: Sequence[float], channels: int) -> float:
-    return max((load / (channels * link.bandwidth * 1e3) for load, link in zip(loads, topology.links, strict=True)),
-               default=0.0)
-
-
 @lru_cache(maxsize=32)
 def tree_plan(topology: Topology, kind: CollectiveKind, root: int = 0, channels: int | None = None) -> TreePlan:
     """Tree channels for ``kind`` (allreduce, broadcast or reduce), as many as spread the load best.
@@ -267,16 +269,9 @@ def tree_plan(topology: Topology, kind: CollectiveKind, root: int = 0, channels:
     step = 2 if kind is CollectiveKind.ALLREDUCE and len(groups) > 1 and channels is None else 1
     loads = [0.0] * len(topology.links)
     built: list[TreeChannel] = []
-    best_score, best_count = math.inf, 0
-    for k in range(channels or MAX_CHANNELS):
-        built.append(_channel(topology, groups, loads, k, kind, root))
-        if channels is None and (k + 1) % step == 0:
-            score = _us_per_byte(topology, loads, k + 1)
-            if score < best_score * (1 - 1e-9):
-                best_score, best_count = score, k + 1
-            elif k + 1 >= 2 * best_count + 2:
-                break
-    count = channels or best_count
+    count = choose_channel_count(topology, loads, lambda k: built.append(_channel(topology, groups, loads, k, kind,
+                                                                                  root)),
+                                 channels=channels, limit=MAX_CHANNELS, step=step)
     kept = built[:count]
     final = [0.0] * len(topology.links)
     latency = 0.0
@@ -285,7 +280,7 @@ def tree_plan(topology: Topology, kind: CollectiveKind, root: int = 0, channels:
             latency = max(latency, topology.route_latency(leg.route))
             for li in leg.route:
                 final[li] += 1.0
-    return TreePlan(tuple(kept), _us_per_byte(topology, final, count), latency)
+    return TreePlan(tuple(kept), channel_us_per_byte(topology, final, count), latency)
 
 
 def _pieces(plan: TreePlan, num_chunks: int, chunk_factor_given: bool, size_bytes: float | None,

@@ -34,6 +34,7 @@ from taccl_py.chakra.trace import Attr, TraceNode, encode_trace
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import InputError
 from taccl_py.schedule import Op, Schedule
+from taccl_py.tolerances import CEIL_SLACK
 from taccl_py.topology_io import atomic_write_bytes
 
 __all__ = ["RankTrace", "program_traces", "schedule_traces", "trace_path", "write_traces"]
@@ -89,7 +90,7 @@ class _RankBuilder:
 
 
 def _bytes_of(chunks: int, chunk_bytes: float) -> int:
-    return math.ceil(chunks * chunk_bytes - 1e-9)
+    return math.ceil(chunks * chunk_bytes - CEIL_SLACK)
 
 
 def schedule_traces(schedule: Schedule, size_bytes: float, *, element_bytes: int = 4) -> list[RankTrace]:
@@ -129,7 +130,7 @@ def schedule_traces(schedule: Schedule, size_bytes: float, *, element_bytes: int
                                  f"{before.dst}), which touches neither rank {t.src}'s data nor its sends; a Chakra "
                                  "trace holds per-rank dependencies only", where="after")
         if t.not_before_us is not None and t.not_before_us > 0:
-            micros = math.ceil(t.not_before_us - 1e-9)
+            micros = math.ceil(t.not_before_us - CEIL_SLACK)
             if micros not in delays[t.src]:
                 delays[t.src][micros] = ranks[t.src].add(f"wait {micros} us", "COMP_NODE", duration=micros,
                                                          attrs=(("is_cpu_op", "bool_val", False),))

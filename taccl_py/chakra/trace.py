@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from taccl_py.chakra.schema import chakra_classes
 from taccl_py.errors import InputError
+from taccl_py.inputs import read_file_bytes
 
 __all__ = ["CHAKRA_VERSION", "Attr", "TraceNode", "attr_value", "decode_trace", "encode_trace", "read_varint",
            "write_varint"]
@@ -107,10 +107,7 @@ def encode_trace(nodes: Sequence[TraceNode], metadata: Sequence[Attr]) -> bytes:
 def decode_trace(path: str | os.PathLike[str]) -> tuple[Any, list[Any]]:
     """``(GlobalMetadata, [Node, ...])`` of a trace file; :class:`InputError` naming the file when malformed."""
     where = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", where=where) from None
+    data = read_file_bytes(path, InputError, what="Chakra trace")
     classes = chakra_classes()
     messages: list[bytes] = []
     at = 0

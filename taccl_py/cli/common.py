@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from taccl_py.collectives import CollectiveKind, parse_collective
-from taccl_py.errors import InputError, OutputError, SolverError
+from taccl_py.errors import InputError, OutputError
 from taccl_py.limits import MAX_LATENCY_US, MAX_SOLVER_THREADS, limit_text
 from taccl_py.topology import Topology
 from taccl_py.units import parse_size_range
@@ -318,6 +318,16 @@ def min_steps_per_rank(kind: CollectiveKind, num_gpus: int, chunk_factor: int) -
     return 2 * (n - 1) * c
 
 
+def check_solver_option(solver: str) -> None:
+    """``--solver`` names CP-SAT or a MILP solver PuLP finds here; anything else is bad input (exit 2)."""
+    from solver_models._backend import check_solver
+
+    try:
+        check_solver(solver)
+    except InputError as exc:
+        raise InputError(exc.detail, where="--solver") from None
+
+
 def check_synthesis_args(topology: Topology, kind: CollectiveKind, *, output: str | None, schedule_out: str | None,
                          ranged: bool, dialect: str, instances: int, root: int, chunk_factors: Sequence[int],
                          solver: str, seed: int = 0, time_limit: float = 60.0, threads: int = 1) -> None:
@@ -347,12 +357,7 @@ def check_synthesis_args(topology: Topology, kind: CollectiveKind, *, output: st
                              f"{topology.num_gpus} GPUs{f' x {instances} instances' if instances > 1 else ''} "
                              f"(one chunk per step); MSCCL runs at most {MAX_NODES_PER_RANK} per rank "
                              "(MAX_NODES_PER_RANK)", where="--chunk-factor")
-    try:
-        from solver_models._backend import check_solver
-
-        check_solver(solver)
-    except SolverError as exc:
-        raise InputError(str(exc), where="--solver") from None
+    check_solver_option(solver)
     if ranged and output:
         prepare_output_dir(output, "-o")
     else:

@@ -44,7 +44,7 @@ from taccl_py.cli.plot_hooks import (
 )
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.endpoint import EndpointMode, memory_traffic
-from taccl_py.errors import InputError
+from taccl_py.errors import Infeasible, InputError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
@@ -411,12 +411,12 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
     if output:
         chosen = only or rows[0]["best"]
         if chosen is None:
-            raise InputError("no baseline was correct; nothing to write", where="-o")
+            raise Infeasible("no baseline was correct on this topology; nothing to write to -o")
         if chosen in OFFLOAD_ALGORITHMS:
             unicast = rows[0].get("best_unicast")
             if unicast is None:
-                raise InputError(f"the best baseline, {chosen}, uses switch multicast or in-network reduction, which "
-                                 "MSCCL XML cannot express, and no unicast baseline was correct", where="-o")
+                raise Infeasible(f"the best baseline, {chosen}, uses switch multicast or in-network reduction, which "
+                                 "MSCCL XML cannot express, and no unicast baseline was correct; nothing to write to -o")
             not_xml = (f"the best baseline, {chosen}, uses switch multicast or in-network reduction, which MSCCL XML "
                        f"cannot express (write it with --schedule-out); -o gets the best unicast baseline, {unicast}")
             chosen = unicast
@@ -430,7 +430,7 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
 
         best = only or rows[0]["best"]
         if best is None:
-            raise InputError("no baseline was correct; nothing to write", where="--schedule-out")
+            raise Infeasible("no baseline was correct on this topology; nothing to write to --schedule-out")
         save_schedule(baseline(topology, kind, best, channels=channels, root=root, size_bytes=sizes[0],
                                step_overhead_us=step_overhead_us), topology, schedule_out)
     head: dict[str, Any] = {"topology": topology.name, "collective": kind.value}

@@ -13,6 +13,7 @@ import click
 
 from taccl_py.cli.common import (
     check_output_file,
+    check_solver_option,
     emit_json,
     fmt,
     json_option,
@@ -79,8 +80,10 @@ def sweep_command(topologies: tuple[str, ...], collectives: tuple[str, ...], siz
     kinds = [parse_collective(c, where="--collective").value for c in _split(collectives)]
     for name in names:  # fail on a bad name now, not in every worker
         resolve_topology(name)
-    sizes = thin_sizes(sizes_from(size_spec), size_step)
     chosen = [SweepTask(t) for t in tasks] if tasks else list(SweepTask)
+    if SweepTask.SYNTHESIZE in chosen:
+        check_solver_option(solver)
+    sizes = thin_sizes(sizes_from(size_spec), size_step)
     if Path(output).suffix.lower() not in (".jsonl", ".json"):
         raise InputError("give a .jsonl file for the results", where="-o")
     check_output_file(output, "-o")

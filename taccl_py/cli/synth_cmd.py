@@ -41,7 +41,7 @@ from taccl_py.sketch import load_sketch
 from taccl_py.synthesis import STAGES, SynthesisOptions, SynthesisResult, WorkBudget, synthesize
 from taccl_py.synthesis.candidates import Choice
 from taccl_py.topology import Topology
-from taccl_py.units import format_bytes
+from taccl_py.units import algbw_gbps, format_bytes
 
 __all__ = ["synthesize_command"]
 
@@ -292,8 +292,8 @@ def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any])
         ["synthesized" if row["algorithm"] == "synthesized" else row["algorithm"], row["time_us"],
          row["algbw_GBps"], row["busbw_GBps"]],
         [f"NCCL-style {row['ring_algorithm'] or '-'}", row["ring_time_us"],
-         row["size_bytes"] / row["ring_time_us"] / 1e3 if row["ring_time_us"] else None, None],
-        ["lower bound", row["bound_us"], row["size_bytes"] / row["bound_us"] / 1e3 if row["bound_us"] else None,
+         algbw_gbps(row["size_bytes"], row["ring_time_us"]) if row["ring_time_us"] else None, None],
+        ["lower bound", row["bound_us"], algbw_gbps(row["size_bytes"], row["bound_us"]) if row["bound_us"] else None,
          None],
     ])
     out_console.print(table)

@@ -42,6 +42,7 @@ from taccl_py.library.grids import grid_coordinates, grid_id
 from taccl_py.limits import MAX_JSON_DEPTH
 from taccl_py.topology import Dimension, DimensionKind, Topology, Vertex
 from taccl_py.topology_io import atomic_write_text
+from taccl_py.units import ns_to_us, us_to_ns
 
 __all__ = [
     "AstraDimension",
@@ -100,7 +101,7 @@ class AstraDimension:
 
     @property
     def latency_us(self) -> float:
-        return self.latency_ns / 1e3
+        return ns_to_us(self.latency_ns)
 
     def describe(self) -> str:
         return f"{self.kind.value}({self.npus}, {self.bandwidth_gibps:g} GB/s, {self.latency_ns:g} ns)"
@@ -337,7 +338,7 @@ def _bandwidth_to_ours(gibps: float) -> float:
 
 def _latency_to_ours(ns: float) -> float:
     """The importer's conversion (as :attr:`AstraDimension.latency_us`)."""
-    return ns / 1e3
+    return ns_to_us(ns)
 
 
 def _astra_number(value: float, naive: float, convert: Any, where: str, field: str) -> float:
@@ -416,7 +417,7 @@ def astra_dimensions_of(topology: Topology) -> tuple[AstraDimension, ...]:
         bandwidth, latency = _dimension_figures(topology, k)
         field = f"dimensions[{k}]"
         gibps = _astra_number(bandwidth, bandwidth * 1e9 / ASTRA_GB, _bandwidth_to_ours, where, f"{field}.bandwidth")
-        ns = _astra_number(latency, latency * 1e3, _latency_to_ours, where, f"{field}.latency")
+        ns = _astra_number(latency, us_to_ns(latency), _latency_to_ours, where, f"{field}.latency")
         dims.append(AstraDimension(kinds[dim.kind], dim.size, gibps, ns))
     if not dims:
         raise TopologyError("every dimension has size 1", where=where, field="dimensions")

@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from functools import partial
 from xml.parsers import expat
 
-from taccl_py.errors import XmlError
+from taccl_py.errors import XmlLoadError
+from taccl_py.inputs import read_file_bytes
 from taccl_py.msccl.ir import (
     MAX_ATTRIBUTES,
     MAX_STRING,
@@ -42,15 +43,6 @@ _STEP_REQUIRED = ("s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "d
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
 
 
-class XmlLoadError(XmlError):
-    """An XML file that cannot be turned into a program; ``rule`` classifies why, ``line`` says where."""
-
-    def __init__(self, message: str, *, where: str, line: int | None = None, rule: str = "xml-parse") -> None:
-        self.rule = rule
-        self.line = line
-        super().__init__(f"line {line}: {message}" if line else message, where=where)
-
-
 @dataclass
 class _Node:
     name: str
@@ -61,14 +53,8 @@ class _Node:
 
 def load_program(path: str | os.PathLike[str]) -> Program:
     """Read an MSCCL XML file of either dialect into a :class:`Program`."""
-    where = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise XmlLoadError("no such file", where=where, rule="file") from None
-    except OSError as exc:
-        raise XmlLoadError(f"cannot read the file ({exc.strerror or exc})", where=where, rule="file") from None
-    return parse_program(data, where=where)
+    data = read_file_bytes(path, partial(XmlLoadError, rule="file"), what="file")
+    return parse_program(data, where=str(path))
 
 
 def parse_program(data: bytes | str, *, where: str = "<string>") -> Program:

@@ -32,14 +32,18 @@ class Garbage:
 Value = int | Garbage
 
 
-def reduce_values(a: Value, b: Value, where: str) -> Value:
-    """Combine two values; overlapping contributions or garbage give garbage (with the first reason)."""
+def reduce_values(a: Value, b: Value, where: str, per_rank: int | None = None) -> Value:
+    """Combine two values; overlapping contributions or garbage give garbage (with the first reason).
+
+    ``per_rank`` (input chunks per rank, :attr:`DataSpec.input_chunks`) lets the reason name the rank and
+    chunk whose contribution is reduced twice rather than its bit number.
+    """
     if isinstance(a, Garbage):
         return a
     if isinstance(b, Garbage):
         return b
     if a & b:
-        return Garbage(f"{where} reduces {describe_value(a & b)} a second time")
+        return Garbage(f"{where} reduces the contribution of {describe_value(a & b, per_rank)} a second time")
     return a | b
 
 

@@ -381,7 +381,7 @@ class _Execution:
             if type(x) is int and type(y) is int and not x & y:
                 out.append(x | y)
             else:
-                out.append(reduce_values(x, y, self._where(t)))
+                out.append(reduce_values(x, y, self._where(t), self.spec.input_chunks))
         return out
 
     def _step(self, t: Transmission) -> None:

@@ -16,7 +16,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from taccl_py.errors import InputError
 from taccl_py.plots._files import new_figure
-from taccl_py.units import BYTES_PER_US_PER_GBPS, format_bytes
+from taccl_py.units import algbw_gbps, format_bytes
 
 __all__ = ["SeriesKind", "TimeSeries", "algbw_figure", "size_axis"]
 
@@ -92,7 +92,7 @@ def algbw_figure(title: str, series: Sequence[TimeSeries]) -> Figure:
         if not points:
             continue
         label = s.label if s.kind is not SeriesKind.BOUND else f"{s.label} (no algorithm is faster)"
-        top.plot([p[0] for p in points], [p[0] / p[1] / BYTES_PER_US_PER_GBPS for p in points], label=label,
+        top.plot([p[0] for p in points], [algbw_gbps(p[0], p[1]) for p in points], label=label,
                  **style)
         if bottom is not None and s.kind is not SeriesKind.BOUND:
             eff = [(size, 100 * bound_at[size] / t) for size, t in points if size in bound_at]

@@ -25,6 +25,7 @@ from taccl_py.errors import InputError
 from taccl_py.plots._files import new_figure
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimResult
+from taccl_py.tolerances import SAME_TIME_US
 from taccl_py.topology import Route, Topology
 from taccl_py.units import format_bytes
 
@@ -78,7 +79,7 @@ def _lanes(pairs: Sequence[tuple[int, int]], start: np.ndarray, end: np.ndarray,
     for k in sorted(range(len(pairs)), key=lambda k: (pairs[k][0], start[pairs[k][1]], pairs[k][1])):
         row, i = pairs[k]
         ends = lane_ends[row]
-        free = next((j for j, e in enumerate(ends) if e <= start[i] + 1e-12), None)
+        free = next((j for j, e in enumerate(ends) if e <= start[i] + SAME_TIME_US), None)
         if free is None:
             if len(ends) < _MAX_LANES:
                 free = len(ends)

@@ -19,6 +19,7 @@ from typing import Any
 
 from taccl_py.errors import ProfileInputError, TopologyError
 from taccl_py.profiler.fit import FIT_METHOD, AlphaBetaFit
+from taccl_py.tolerances import UNCHANGED_FIT_ABS_US, UNCHANGED_FIT_REL
 from taccl_py.topology import Link, Topology, check_topology
 
 __all__ = [
@@ -146,8 +147,8 @@ def recalibrate(topology: Topology, targets: Iterable[tuple[LinkFit, Sequence[tu
             for i, (bw, lat) in _route_updates(topology, pair, link_fit).items():
                 if i not in new_values:
                     new_values[i] = (bw, lat, link_fit)
-                elif not (math.isclose(new_values[i][0], bw, rel_tol=1e-6)
-                          and math.isclose(new_values[i][1], lat, rel_tol=1e-6, abs_tol=1e-9)):
+                elif not (math.isclose(new_values[i][0], bw, rel_tol=UNCHANGED_FIT_REL)
+                          and math.isclose(new_values[i][1], lat, rel_tol=UNCHANGED_FIT_REL, abs_tol=UNCHANGED_FIT_ABS_US)):
                     conflicts += 1
         if conflicts:
             warnings.append(f"{link_fit.label}: {conflicts} link update(s) conflict with an earlier fit on shared "

@@ -15,6 +15,7 @@ from taccl_py.errors import ProfileInputError
 from taccl_py.profiler.calibration import LinkFit
 from taccl_py.topology import Topology
 from taccl_py.topology_io import atomic_write_bytes
+from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["FitRow", "fit_to_json", "rows_from_fits", "rows_from_topology", "write_plot"]
 
@@ -142,7 +143,7 @@ def write_plot(path: str | os.PathLike[str], *, title: str, fits: Sequence[LinkF
     for color, row in zip(colors, rows, strict=False):
         lo, hi = row.min_bytes or 1024, row.max_bytes or (256 << 20)
         sizes = np.geomspace(lo, hi, 64)
-        axes.plot(sizes, row.alpha_us + sizes / (row.bandwidth_gbps * 1e3), color=color,
+        axes.plot(sizes, row.alpha_us + sizes / gbps_to_bytes_per_us(row.bandwidth_gbps), color=color,
                   label=f"{row.label}: alpha {row.alpha_us:.3g} us, {row.bandwidth_gbps:.4g} GB/s")
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")

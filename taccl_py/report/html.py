@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from taccl_py import __version__
 from taccl_py.report.content import CollectiveResult, Picture, Report
 from taccl_py.sweep.summary import PointSummary
+from taccl_py.tolerances import BETTER_REL
 from taccl_py.units import format_bytes
 
 __all__ = ["render_html"]
@@ -72,7 +73,7 @@ def _summary(report: Report) -> str:
             continue
         largest = timed[-1]
         speedups = [p.speedup_vs_best_baseline for p in timed if p.speedup_vs_best_baseline is not None]
-        wins = sum(1 for s in speedups if s > 1 + 1e-9)
+        wins = sum(1 for s in speedups if s > 1 + BETTER_REL)
         rows.append([section.collective, f"{_num(largest.algbw(largest.time_us))} GB/s at "
                      f"{format_bytes(largest.size_bytes)}", _pct(largest.efficiency),
                      f"{_pct(min(p.efficiency or 0 for p in timed))} - {_pct(max(p.efficiency or 0 for p in timed))}",

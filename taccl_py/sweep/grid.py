@@ -14,6 +14,7 @@ from typing import Any
 
 from taccl_py.errors import InputError
 from taccl_py.sweep.runner import Job
+from taccl_py.units import algbw_gbps
 
 __all__ = ["SweepJob", "SweepOptions", "SweepTask", "as_job", "grid_jobs", "run_sweep_job", "thin_sizes"]
 
@@ -92,9 +93,7 @@ def _bound(topology: Any, kind: Any, size: int) -> float:
 
 
 def _algbw(size: int, time_us: float | None) -> float | None:
-    from taccl_py.units import BYTES_PER_US_PER_GBPS
-
-    return None if not time_us else size / time_us / BYTES_PER_US_PER_GBPS
+    return None if not time_us else algbw_gbps(size, time_us)
 
 
 def _synthesize(job: SweepJob) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from taccl_py.sweep.runner import JobRecord
-from taccl_py.units import BYTES_PER_US_PER_GBPS
+from taccl_py.units import algbw_gbps
 
 __all__ = ["PointSummary", "summarize"]
 
 
 def _algbw(size: int, time_us: float | None) -> float | None:
-    return size / time_us / BYTES_PER_US_PER_GBPS if time_us else None
+    return algbw_gbps(size, time_us) if time_us else None
 
 
 @dataclass(frozen=True)

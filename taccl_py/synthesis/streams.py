@@ -43,6 +43,7 @@ from enum import Enum
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Transfer
 from taccl_py.topology import Topology
+from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["Rotation", "StreamLayout", "stream_layouts", "stream_transfers"]
 
@@ -317,8 +318,8 @@ def _assemble(topology: Topology, collective: Collective, transfers: Sequence[Tr
         for q in data[p]:
             readers[q].append(p)
     latency = [topology.route_latency(transfers[part.origin].route) for part in parts]
-    duration = [(part.hi - part.lo) * chunk_bytes / (topology.route_bandwidth(transfers[part.origin].route) * 1e3)
-                for part in parts]
+    duration = [(part.hi - part.lo) * chunk_bytes
+                / gbps_to_bytes_per_us(topology.route_bandwidth(transfers[part.origin].route)) for part in parts]
     fixed = [False] * n
     # the streams: one message after another, two streams sharing the link
     for stream in streams:

@@ -26,8 +26,9 @@ from taccl_py.synthesis.chunking import selectable_at
 from taccl_py.synthesis.options import Run
 from taccl_py.synthesis.routes import Phase, RoutePools
 from taccl_py.synthesis.streams import StreamLayout, stream_layouts, stream_transfers
+from taccl_py.tolerances import SAME_TIME_US
 from taccl_py.topology import Topology
-from taccl_py.units import transfer_time_us
+from taccl_py.units import gbps_to_bytes_per_us, transfer_time_us
 
 __all__ = [
     "CandidateSchedule",
@@ -187,7 +188,7 @@ def _greedy_groups(tasks: Sequence[Task], timing: TaskTiming) -> tuple[int, ...]
         first = group[i]
         start = message_start.setdefault(first, timing.start_us[first])
         ready = timing.arrive_us[t.pred] if t.pred >= 0 else 0.0
-        if t.latency_us > t.duration_us and ready <= start + 1e-12:
+        if t.latency_us > t.duration_us and ready <= start + SAME_TIME_US:
             group[j] = first
     return tuple(group)
 
@@ -422,7 +423,7 @@ def streamed_variants(run: Run, topology: Topology, collective: Collective, base
     worst = max(cross, key=lambda t: (topology.route_latency(t.route) * topology.route_bandwidth(t.route), t.route))
     out = []
     for layout in stream_layouts() if every_layout else stream_layouts()[:1]:
-        part_us = chunk_bytes / layout.parts / (topology.route_bandwidth(worst.route) * 1e3)
+        part_us = chunk_bytes / layout.parts / gbps_to_bytes_per_us(topology.route_bandwidth(worst.route))
         cut = replace(collective, chunk_factor=collective.chunk_factor * layout.parts)
         if part_us <= topology.route_latency(worst.route) or not (
                 selectable_at(cut, size_bytes, options.element_bytes, options.instances)
