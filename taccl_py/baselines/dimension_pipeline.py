@@ -171,24 +171,17 @@ def order_mix(loads: Mapping[Order, Mapping[int, float]]) -> dict[Order, float]:
     ``sum_o x_o = 1``, ``x >= 0``. Orders with a share below 1e-9 are left out; the result is
     deterministic for the same loads.
     """
-    from ortools.linear_solver import pywraplp
+    from solver_models._backend import solve_lp
 
     orders = sorted(loads)
     dims = sorted({d for o in orders for d in loads[o]})
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    if solver is None:  # pragma: no cover - GLOP ships with every ortools wheel
-        raise SolverError("OR-Tools GLOP is not available")
-    share = [solver.NumVar(0.0, 1.0, f"x{i}") for i in range(len(orders))]
-    busiest = solver.NumVar(0.0, solver.infinity(), "busiest")
-    solver.Add(solver.Sum(share) == 1.0)
+    k = len(orders)  # variables: one share per order, then the busiest dimension's time
     scale = max((v for o in orders for v in loads[o].values()), default=1.0) or 1.0
-    for d in dims:
-        solver.Add(solver.Sum([loads[o].get(d, 0.0) / scale * x for o, x in zip(orders, share, strict=True)])
-                   <= busiest)
-    solver.Minimize(busiest)
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:  # pragma: no cover - always feasible and bounded
-        raise SolverError("the order-mix linear program was not solved to optimality")
-    values = [max(0.0, x.solution_value()) for x in share]
+    rows: list[tuple[list[tuple[int, float]], str, float]] = [([(i, 1.0) for i in range(k)], "=", 1.0)]
+    rows += [([(i, loads[o].get(d, 0.0) / scale) for i, o in enumerate(orders)] + [(k, -1.0)], "<=", 0.0)
+             for d in dims]
+    solved = solve_lp([0.0] * k + [1.0], rows, [0.0] * (k + 1), [1.0] * k + [math.inf])
+    values = [max(0.0, x) for x in solved.values[:k]]
     total = sum(values)
     return {o: v / total for o, v in zip(orders, values, strict=True) if v / total > 1e-9}
 
