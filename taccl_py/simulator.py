@@ -295,8 +295,8 @@ class _Run(EventKernel):
     __slots__ = ("arrive_at", "collective", "commit_at", "commit_cause", "commit_on_arrive", "commit_on_commit",
                  "commit_pending", "commits", "committed", "conn_next", "conn_prev", "extra_latency", "group_leader",
                  "group_members", "group_waiting", "num_chunks", "schedule",
-                 "size_bytes", "space", "snapshot", "start_at", "start_cause", "start_on_commit", "start_pending", "state",
-                 "topology", "transfers")
+                 "size_bytes", "snapshot", "space", "start_at", "start_cause", "start_on_commit", "start_pending",
+                 "state", "topology", "transfers")
 
     def __init__(self, topology: Topology, schedule: Schedule, size_bytes: float, options: SimOptions, *,
                  space: ChunkSpace | None = None, transfer_bytes: Sequence[float] | None = None) -> None:

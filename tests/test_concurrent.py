@@ -9,7 +9,10 @@ judged on its own.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from cli_runner import only_json, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -137,3 +140,67 @@ def test_disjoint_makespan_property(bw_a: float, bw_b: float, size_ag: int, size
     assert result.correct
     assert [p.time_us for p in result.parts] == pytest.approx(alone, rel=1e-9)
     assert result.makespan_us == pytest.approx(max(t for t in alone if t is not None), rel=1e-9)
+
+
+# ------------------------------------------------------------------ the commands
+def test_simulate_cli_concurrent_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``-c allgather+reducescatter -a multicast+nvls`` on a fat tree with multicast and reduce switches: every GPU
+    injects M in all (M/N for the Allgather, (N-1)/N M for the ReduceScatter), the unicast pair 2 (N-1)/N M."""
+    n, size = 8, 2**20
+    code, out, _ = run(["simulate", "-t", "fat-tree8-sharp", "-c", "allgather+reducescatter", "-s", str(size),
+                        "-a", "multicast+nvls", "--json"], capsys)
+    data = only_json(out)
+    assert code == 0 and data["correct"]
+    assert [p["collective"] for p in data["collectives"]] == ["allgather", "reducescatter"]
+    assert [p["algorithm"] for p in data["collectives"]] == ["multicast", "nvls"]
+    assert data["makespan_us"] == pytest.approx(max(p["time_us"] for p in data["collectives"]))
+    assert data["injected_bytes"] == pytest.approx(n * size)
+    code, out, _ = run(["simulate", "-t", "fat-tree8-sharp", "-c", "ag+rs", "-s", str(size), "-a", "ring+ring",
+                        "--json"], capsys)
+    unicast = only_json(out)
+    assert unicast["injected_bytes"] == pytest.approx(2 * (n - 1) * size)
+    assert unicast["makespan_us"] > data["makespan_us"]
+
+
+def test_simulate_cli_concurrent_default_is_best_baseline(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["simulate", "-t", "ring8", "-c", "allgather+allreduce", "-s", "1MB"], capsys)
+    assert code == 0
+    assert "best: " in out and "makespan" in out
+
+
+def test_simulate_cli_concurrent_schedule_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "ag.json"
+    code, _, _ = run(["baseline", "-t", "ring8", "-c", "allgather", "-s", "1MB", "-a", "ring", "--schedule-out",
+                      str(path)], capsys)
+    assert code == 0
+    code, out, _ = run(["simulate", "-t", "ring8", "-c", "allgather+reducescatter", "-s", "1MB", "-a",
+                        f"{path}+ring", "--json"], capsys)
+    assert code == 0 and only_json(out)["correct"]
+
+
+@pytest.mark.parametrize(("args", "where"), [
+    (["-c", "allgather+", "-a", "ring+ring"], "--collective"),
+    (["-c", "allgather+reducescatter", "-a", "ring"], "--algorithm"),
+    (["-c", "allgather+reducescatter", "-a", "ring+x.xml"], "--algorithm"),
+    (["-c", "allgather+reducescatter", "-a", "ring+ring", "--plot", "p.png"], "--plot"),
+])
+def test_simulate_cli_concurrent_errors(capsys: pytest.CaptureFixture[str], args: list[str], where: str) -> None:
+    code, out, err = run(["simulate", "-t", "ring8", "-s", "1MB", *args], capsys)
+    assert code == 2 and where in err and "Traceback" not in err and not out
+
+
+def test_synthesize_cli_concurrent_picks_the_joint_best(capsys: pytest.CaptureFixture[str]) -> None:
+    """On fat-tree8-sharp, direct is fastest alone for both, but multicast + nvls wins together."""
+    code, out, _ = run(["synthesize", "-t", "fat-tree8-sharp", "-c", "allgather+reducescatter", "-s", "16MB",
+                        "--time-limit", "5", "--json"], capsys)
+    data = only_json(out)
+    assert code == 0 and data["correct"]
+    assert [p["algorithm"] for p in data["collectives"]] == ["baseline multicast", "baseline nvls"]
+    assert data["makespan_us"] == min(c["makespan_us"] for c in data["combinations"] if c["makespan_us"])
+
+
+def test_synthesize_cli_concurrent_refuses_xml(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = run(["synthesize", "-t", "ring8", "-c", "allgather+reducescatter", "-s", "1MB", "-o",
+                          str(tmp_path / "x.xml")], capsys)
+    assert code == 2 and "-o" in err and not out
+    assert not (tmp_path / "x.xml").exists()

@@ -5,7 +5,8 @@
 not given) is the fastest applicable baseline for that collective alone at the
 size; a schedule JSON file (``synthesize --schedule-out``) is also accepted.
 ``synthesize`` synthesizes each collective, keeps its fastest few correct
-choices (synthesized schedules and baselines, offload ones included) and returns
+choices (synthesized schedules and baselines) plus its fastest choice that uses
+switch multicast or in-network reduction, and returns
 the combination with the smallest makespan when they run together.
 
 The JSON contract: ``collectives`` (one object per collective: ``collective``,
@@ -37,7 +38,8 @@ __all__ = ["JOINT_CHOICES", "collectives_from", "is_concurrent", "report_concurr
            "synthesize_concurrent_row"]
 
 JOINT_CHOICES = 3
-"""``synthesize``: how many of each collective's fastest correct choices enter the joint search."""
+"""``synthesize``: how many of each collective's fastest correct choices enter the joint search (plus its fastest
+choice that uses switch multicast or in-network reduction, when it has one)."""
 
 
 def is_concurrent(spec: str | None) -> bool:
@@ -175,17 +177,18 @@ def synthesize_concurrent_row(topology: Topology, spec: str, size: int, options:
         result = synthesize(topology, kind, size, options, progress)
         synthesis_s += result.synthesis_s
         choices = sorted(result.ranked, key=lambda c: c.time_us)
+        # the fastest few alone, and the fastest that offloads to the switches (it frees the GPUs' links for the
+        # other collectives even where it is no faster alone)
+        offloaded = [c for c in choices if c.schedule.uses_switch_offload][:1]
         pool: list[_Option] = []
         seen: set[object] = set()
-        for choice in choices:
+        for choice in [*choices[:JOINT_CHOICES], *offloaded]:
             if choice.schedule.transfers in seen:
                 continue
             seen.add(choice.schedule.transfers)
             label = choice.label if choice.is_baseline else \
                 f"synthesized (chunk factor {choice.schedule.collective.chunk_factor})"
             pool.append(_Option(label, choice.schedule, choice.time_us))
-            if len(pool) == JOINT_CHOICES:
-                break
         pools.append(pool)
         notes += [f"{kind.value}: {note}" for note in result.notes]
     sim_options = SimOptions()

@@ -17,7 +17,6 @@ from taccl_py.bounds import Bound
 from taccl_py.cli.common import (
     check_synthesis_args,
     collective_from,
-    collective_option,
     emit_json,
     err_console,
     fmt,
@@ -383,7 +382,9 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
 
 @click.command("synthesize")
 @topology_option
-@collective_option
+@click.option("--collective", "-c", "collective_name", required=True, metavar="NAME[+NAME...]",
+              help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce; several joined by '+' "
+                   "(allgather+reducescatter) are synthesized to run at once, jointly.")
 @size_option
 @click.option("--sketch", "sketch_path", type=click.Path(dir_okay=False), default=None,
               help="A communication sketch (TACCL's JSON format). Without one, it is derived from the topology.")
@@ -421,23 +422,45 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
 
     Example: taccl synthesize --topology ndv2x2 --collective allgather --size 1GB -o ag.xml
     """
-    kind = collective_from(collective_name)
+    from taccl_py.cli.concurrent_cmd import collectives_from, is_concurrent
+
+    concurrent = is_concurrent(collective_name)
+    kinds = collectives_from(collective_name) if concurrent else [collective_from(collective_name)]
+    kind = kinds[0]
     sizes = sizes_from(size_spec)
     sketch = load_sketch(sketch_path) if sketch_path else None
     topology = _resolve_topology(topology_spec, sketch.num_machines if sketch else None)
+    if concurrent:
+        for given, where in ((output, "-o"), (schedule_out, "--schedule-out"), (chakra_dir, "--chakra"),
+                             (plot_path, "--plot")):
+            if given:
+                raise InputError("applies to one collective; with several at once, run synthesize per collective "
+                                 "with the algorithm the joint report names", where=where)
+        if len(sizes) > 1:
+            raise InputError("needs a single size with several collectives at once", where="--size")
     if root >= topology.num_gpus:
         raise InputError(f"root must be a GPU id in 0..{topology.num_gpus - 1} (got {root})", where="--root")
     if len(sizes) > 1 and schedule_out:
         raise InputError("--schedule-out needs a single size", where="--schedule-out")
-    check_synthesis_args(topology, kind, output=output, schedule_out=schedule_out, ranged=len(sizes) > 1,
-                         dialect=dialect, instances=instances, root=root, chunk_factors=chunk_factors, solver=solver,
-                         seed=seed, time_limit=time_limit, threads=threads)
+    for each in kinds:
+        check_synthesis_args(topology, each, output=output, schedule_out=schedule_out, ranged=len(sizes) > 1,
+                             dialect=dialect, instances=instances, root=root, chunk_factors=chunk_factors,
+                             solver=solver, seed=seed, time_limit=time_limit, threads=threads)
     check_picture_path(plot_path, "--plot")
     if len(sizes) > 1 and chakra_dir:
         raise InputError("needs a single size", where="--chakra")
     options = SynthesisOptions(sketch=sketch, solver=solver, time_limit_s=time_limit * SOLVE_SHARE, threads=threads,
                                seed=seed, chunk_factors=chunk_factors or None, compare_baselines=not no_baselines,
                                root=root, budget=WorkBudget.for_time_limit(time_limit), instances=instances)
+    if concurrent:
+        from taccl_py.cli.concurrent_cmd import report_concurrent, synthesize_concurrent_row
+
+        with _Progress(not as_json) as progress:
+            row = synthesize_concurrent_row(topology, collective_name, sizes[0], options, progress)
+        report_concurrent(topology, collective_name, [row], as_json)
+        if not row["correct"]:
+            raise click.exceptions.Exit(1)
+        return
     out_dir = Path(output) if output and len(sizes) > 1 else None
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():
