@@ -195,7 +195,8 @@ def test_synthesize_cli_concurrent_picks_the_joint_best(capsys: pytest.CaptureFi
                         "--time-limit", "5", "--json"], capsys)
     data = only_json(out)
     assert code == 0 and data["correct"]
-    assert [p["algorithm"] for p in data["collectives"]] == ["baseline multicast", "baseline nvls"]
+    ag, rs = (p["algorithm"] for p in data["collectives"])
+    assert ag == "baseline multicast" and "nvls" in rs  # the baseline or the synthesizer's pipeline depth of it
     assert data["makespan_us"] == min(c["makespan_us"] for c in data["combinations"] if c["makespan_us"])
 
 
