@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import gc
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,7 +30,19 @@ from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
 from taccl_py.topology import Topology
 from taccl_py.units import algbw_gbps, gbps_to_bytes_per_us
 
-__all__ = ["SimOptions", "SimResult", "simulate"]
+__all__ = ["ChunkSpace", "SimOptions", "SimResult", "simulate"]
+
+
+class ChunkSpace(Protocol):
+    """What the run needs to know about chunks: a :class:`Collective`, or several side by side
+    (:mod:`taccl_py.concurrent`)."""
+
+    @property
+    def num_chunks(self) -> int: ...
+
+    def initial(self) -> Iterator[tuple[int, int, int]]: ...
+
+    def describe_chunk(self, chunk: int) -> str: ...
 
 @dataclass(frozen=True)
 class SimOptions:
@@ -292,18 +305,22 @@ class _Run(EventKernel):
     __slots__ = ("arrive_at", "collective", "commit_at", "commit_cause", "commit_on_arrive", "commit_on_commit",
                  "commit_pending", "commits", "committed", "conn_next", "conn_prev", "extra_latency", "group_leader",
                  "group_members", "group_waiting", "memory", "num_chunks", "schedule",
-                 "size_bytes", "snapshot", "start_at", "start_cause", "start_on_commit", "start_pending", "state",
-                 "topology", "transfers")
+                 "size_bytes", "snapshot", "space", "start_at", "start_cause", "start_on_commit", "start_pending",
+                 "state", "topology", "transfers")
 
-    def __init__(self, topology: Topology, schedule: Schedule, size_bytes: float, options: SimOptions) -> None:
+    def __init__(self, topology: Topology, schedule: Schedule, size_bytes: float, options: SimOptions, *,
+                 space: ChunkSpace | None = None, transfer_bytes: Sequence[float] | None = None) -> None:
+        """``space`` and ``transfer_bytes`` (bytes per transfer) replace the schedule's collective and sizes when
+        several collectives run as one program (:mod:`taccl_py.concurrent`)."""
         self.topology = topology
         self.schedule = schedule
         self.size_bytes = size_bytes
         collective = self.collective = schedule.collective
+        space = self.space = space or collective
         transfers = self.transfers = schedule.transfers
         n = len(transfers)
-        num_chunks = self.num_chunks = collective.num_chunks
-        self.state: dict[int, int] = {rank * num_chunks + chunk: mask for rank, chunk, mask in collective.initial()}
+        num_chunks = self.num_chunks = space.num_chunks
+        self.state: dict[int, int] = {rank * num_chunks + chunk: mask for rank, chunk, mask in space.initial()}
         """(rank * num_chunks + chunk) -> the contributions that rank holds for that chunk (a bitmask)."""
         deps = _dependencies(transfers, num_chunks)
         self.start_pending, self.commit_pending = deps.start_pending, deps.commit_pending
@@ -319,7 +336,7 @@ class _Run(EventKernel):
             if lat is None:
                 lat = route_latency[t.route] = topology.route_latency(t.route)
             latency[i] = lat + overhead
-            num_bytes[i] = len(t.chunks) * chunk_bytes
+            num_bytes[i] = len(t.chunks) * chunk_bytes if transfer_bytes is None else transfer_bytes[i]
         capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links]
         self.memory: tuple[int, ...] = ()
         weights: list[tuple[float, ...] | None] | None = None
@@ -403,7 +420,7 @@ class _Run(EventKernel):
         if missing:
             c = chunks[masks.index(0)]
             raise Fault(f"{_describe(t, i)} starts at {now:.6g} us but rank {t.src} does not hold "
-                        f"{self.collective.describe_chunk(c)}")
+                        f"{self.space.describe_chunk(c)}")
         self.snapshot[i] = masks
         leader = self.group_leader
         if leader is not None and leader[i] >= 0:  # a network group starts when its last member may start
@@ -500,7 +517,7 @@ class _Run(EventKernel):
                     held = state.get(base + c, 0)
                     if held & mask:
                         raise Fault(f"{_describe(t, i)} reduces the contribution of rank(s) "
-                                    f"{_mask_ranks(held & mask)} into {self.collective.describe_chunk(c)} at rank "
+                                    f"{_mask_ranks(held & mask)} into {self.space.describe_chunk(c)} at rank "
                                     f"{t.dst} a second time")
                     state[base + c] = held | mask
             commit_at[i] = now

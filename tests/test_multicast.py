@@ -341,3 +341,77 @@ def test_xml_refuses_groups_and_baseline_o_writes_the_best_unicast(tmp_path: Any
     code, out, err = run(["baseline", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "64MB", "-a", "nvls",
                           "-o", str(tmp_path / "x.xml")], capsys)
     assert code == 2 and "MSCCL XML cannot express" in err and not (tmp_path / "x.xml").exists()
+
+
+@pytest.mark.parametrize(("kind", "algorithm"), [(AG, "multicast"), (RS, "nvls"), (AR, "nvls")])
+def test_gb200_nvl72_nvls_baselines(kind: CollectiveKind, algorithm: str) -> None:
+    """GB200 NVL72 with NVLS: the offload baselines run on its 72 GPUs, correct, above the NVLS-aware bound and
+    faster than the ring at 256 MB; the plain NVL72 has none of them."""
+    from taccl_py.baselines import applicable_baselines, baseline
+    from taccl_py.bounds import lower_bound
+    from taccl_py.library import resolve_topology
+
+    topo, size = resolve_topology("gb200-nvl72-nvls"), 2**28
+    assert algorithm in applicable_baselines(topo, kind)
+    assert algorithm not in applicable_baselines(resolve_topology("gb200-nvl72"), kind)
+    offload = simulate(topo, baseline(topo, kind, algorithm, size_bytes=size), size)
+    ring = simulate(topo, baseline(topo, kind, "ring", size_bytes=size), size)
+    assert offload.correct, offload.error
+    assert offload.time_us is not None and ring.time_us is not None
+    bound = lower_bound(topo, kind, size)
+    assert offload.time_us >= bound.bound_us * (1 - 1e-9)
+    # the NVLS Allreduce's reduce and multicast phases overlap only across pieces: the baseline's 3 pieces per block
+    # at 256 MB reach 0.75 (the synthesizer's searched depth, 24, reaches 0.91)
+    assert bound.efficiency(offload.time_us) > (0.7 if kind is AR else 0.85)
+    if kind is AR:  # in-switch reduction halves what every GPU sends and receives
+        assert ring.time_us > 1.6 * offload.time_us
+    else:
+        assert ring.time_us >= offload.time_us * (1 - 1e-9)
+
+
+def test_synthesizer_searches_the_nvls_pipeline_depth() -> None:
+    """DGX H100 with NVLS at 16 MB: the baseline's 2 pieces per block take 53.4 us, the searched depth (8) 47.1 us;
+    the synthesizer returns the tuned schedule, and never one slower than the best baseline."""
+    from taccl_py.library import resolve_topology
+    from taccl_py.synthesis import SynthesisOptions, synthesize
+    from taccl_py.synthesis.offload import tuned_offload
+    from taccl_py.synthesis.options import Run
+
+    topo, size = resolve_topology("dgx-h100-nvls"), 2**24
+    choices, notes = tuned_offload(Run.start(SynthesisOptions(time_limit_s=60.0), None), topo, AR, size, 0)
+    assert len(choices) == 1 and choices[0].candidate.chunk_factor == 8
+    assert choices[0].time_us == pytest.approx(47.0780, rel=1e-4)
+    assert choices[0].schedule.uses_switch_offload and choices[0].label.startswith("tuned nvls")
+    assert "searched [1, 2, 4, 8, 16]" in notes[0] or "searched [2, 4, 8, 16]" in notes[0]
+    result = synthesize(topo, AR, size, SynthesisOptions(time_limit_s=20.0, chunk_factors=(1,)))
+    assert result.chosen.startswith("tuned nvls")
+    assert result.sim.time_us is not None
+    assert result.sim.time_us <= min(t for t in result.baselines.values() if t is not None)
+
+
+def test_synthesize_o_report_shows_the_xml_written_and_the_faster_offload(
+        tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """With -o, the headline figures describe the XML written (unicast), and best_overall the faster NVLS schedule,
+    which --schedule-out writes."""
+    import json
+
+    from cli_runner import only_json, run
+
+    from taccl_py.library import resolve_topology
+    from taccl_py.schedule import load_schedule
+
+    xml, js = tmp_path / "ar.xml", tmp_path / "ar.json"
+    code, out, err = run(["synthesize", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "64MB", "--time-limit", "5",
+                          "--chunk-factor", "1", "-o", str(xml), "--schedule-out", str(js), "--json"], capsys)
+    assert code == 0, err
+    row = only_json(out)
+    best = row["best_overall"]
+    assert best["uses_switch_offload"] and "nvls" in best["algorithm"]
+    assert best["time_us"] < row["time_us"] and best["efficiency"] > 0.85
+    assert "nvls" not in row["algorithm"] and xml.read_text().startswith("<algo")
+    assert load_schedule(js, resolve_topology("dgx-h100-nvls")).uses_switch_offload
+    assert json.loads(js.read_text())["name"].startswith("nvls")
+    code, out, err = run(["synthesize", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "64MB", "--time-limit", "5",
+                          "--chunk-factor", "1", "-o", str(xml)], capsys)
+    assert code == 0, err
+    assert "written (XML):" in out and "fastest (not XML):" in out and "not written as XML" in out

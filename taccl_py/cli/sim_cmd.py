@@ -192,23 +192,27 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
 
 @click.command("simulate")
 @topology_option
-@click.option("--collective", "-c", "collective_name", default=None, metavar="NAME",
-              help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce (read from a file).")
+@click.option("--collective", "-c", "collective_name", default=None, metavar="NAME[+NAME...]",
+              help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce (read from a file); several "
+                   "joined by '+' run at once (allgather+reducescatter).")
 @size_option
-@click.option("--algorithm", "-a", required=True, metavar="ring|tree|direct|rd|oneshot|hier|hier-lb|FILE.xml|FILE.json",
-              help="An NCCL-style baseline, an MSCCL XML file or a schedule JSON file (synthesize --schedule-out).")
+@click.option("--algorithm", "-a", default=None, metavar="ring|tree|direct|rd|oneshot|hier|hier-lb|FILE.xml|FILE.json",
+              help="An NCCL-style baseline, an MSCCL XML file or a schedule JSON file (synthesize --schedule-out); "
+                   "with several collectives, one per collective joined by '+' (best: the fastest baseline alone, "
+                   "the default).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
 @endpoint_options
 @plot_option
 @timeline_options
 @json_option
-def simulate_command(topology_spec: str, collective_name: str | None, size_spec: str, algorithm: str,
+def simulate_command(topology_spec: str, collective_name: str | None, size_spec: str, algorithm: str | None,
                      channels: int | None, root: int, step_overhead_us: float, endpoint_mode: str,
                      memory_bandwidth: float | None, comm_channels: int | None, channel_bandwidth: float | None,
                      plot_path: str | None, timeline_path: str | None, timeline_rows: str, as_json: bool) -> None:
-    """Simulate one algorithm: is it correct, how long does it take, how close to the bound."""
+    """Simulate one algorithm (or several collectives at once): correct? how long? how close to the bound."""
     from taccl_py.baselines import baseline
+    from taccl_py.cli.concurrent_cmd import is_concurrent, report_concurrent, simulate_concurrent_rows
 
     _check_overhead(step_overhead_us)
     topology = apply_endpoint_options(load_topology_arg(topology_spec), memory_bandwidth, comm_channels,
@@ -220,6 +224,19 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         raise InputError("draws one size at a time", where="--timeline")
     mode = EndpointMode(endpoint_mode)
     options = SimOptions(step_overhead_us=step_overhead_us, endpoint=mode)
+    if is_concurrent(collective_name):
+        assert collective_name is not None
+        for path, where in ((plot_path, "--plot"), (timeline_path, "--timeline")):
+            if path:
+                raise InputError("draws one collective at a time", where=where)
+        rows = simulate_concurrent_rows(topology, collective_name, algorithm, sizes, channels, root, options,
+                                        progress_enabled(as_json))
+        report_concurrent(topology, collective_name, rows, as_json)
+        if not all(r["correct"] for r in rows):
+            raise click.exceptions.Exit(1)
+        return
+    if algorithm is None:
+        raise InputError("is required (a baseline name, an XML or a schedule JSON file)", where="--algorithm")
     kind = collective_from(collective_name) if collective_name else None
     schedules: list[Schedule] = []  # per size (or the one of a schedule file), for the memory report
     if _is_json(algorithm) or _is_xml(algorithm):

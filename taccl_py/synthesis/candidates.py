@@ -38,6 +38,8 @@ class Candidate:
     note: str = ""
     variant: Variant | None = None
     """The synthesized variant; None for a baseline."""
+    tuned: bool = False
+    """A switch-offload schedule whose pipeline depth the synthesizer searched (:mod:`taccl_py.synthesis.offload`)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,9 @@ class Choice:
 
     @property
     def label(self) -> str:
-        """How the report names it: ``synthesized`` or ``baseline <name>``."""
+        """How the report names it: ``synthesized``, ``baseline <name>`` or ``tuned <offload schedule>``."""
+        if self.candidate.tuned:
+            return f"tuned {self.candidate.label}"
         return f"baseline {self.candidate.label}" if self.is_baseline else "synthesized"
 
 
@@ -195,7 +199,8 @@ def rank_choices(synthesized: Sequence[Choice], baselines: BaselineComparison, s
         if best_synth is None:
             notes.append(f"no synthesized candidate was correct: returning the {first.candidate.label} baseline")
         elif first.time_us < best_synth.time_us:
-            notes.append(f"the {first.candidate.label} baseline ({first.time_us:.4g} us) is faster than the "
+            what = f"the {first.label}" if first.candidate.tuned else f"the {first.candidate.label} baseline"
+            notes.append(f"{what} ({first.time_us:.4g} us) is faster than the "
                          f"synthesized algorithm ({best_synth.time_us:.4g} us): returning the baseline")
     fastest = min(ranked, key=lambda c: c.time_us)
     if fastest is not first and not selectable(fastest) and selectable(first):

@@ -19,6 +19,7 @@ from taccl_py.synthesis.candidates import (
 )
 from taccl_py.synthesis.chunking import chunk_factors
 from taccl_py.synthesis.multidim import Shortcut, hierarchical_shortcut
+from taccl_py.synthesis.offload import tuned_offload
 from taccl_py.synthesis.options import STAGES, ProgressFn, Run, SynthesisOptions
 from taccl_py.synthesis.routes import prepare, route_pools
 from taccl_py.synthesis.variants import candidate_schedules
@@ -73,6 +74,10 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
     candidates: list[Candidate] = []
     best_per_factor: list[Choice] = []
     stopped = False
+    # in-switch reduction first (where the switches reduce it is usually the winner), within half the time limit
+    tuned, tuned_notes = tuned_offload(run, topology, kind, size_bytes, options.root) if options.compare_baselines \
+        else ([], [])
+    notes += tuned_notes
     for k, c in enumerate(chunk_factors(options, prepared)):
         if candidates and run.out_of_time():
             notes.append(f"time limit reached before chunk factor {c} was tried")
@@ -92,6 +97,10 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
         with run.stage("baselines"):
             comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances)
         notes += comparison.notes
+    if tuned:  # switch-offload schedules with a searched pipeline depth rank with the baselines
+        candidates += [choice.candidate for choice in tuned]
+        comparison = BaselineComparison(comparison.times_us, tuple(sorted(
+            [*comparison.correct, *tuned], key=lambda choice: choice.time_us)), comparison.notes)
     ranking = rank_choices(best_per_factor, comparison, size_bytes, options.element_bytes, options.instances)
     notes += ranking.notes
     if not ranking.ranked:
@@ -103,8 +112,9 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
         notes.append(f"the wall-clock time limit stopped {what} before the deterministic work budget (after "
                      f"{options.time_limit_s:.3g} s of solving): another run may give a different result; raise "
                      "--time-limit")
-    timed = [x.time_us for x in candidates if x.time_us is not None]
-    synthesized = next((x for x in candidates if x.time_us is not None and x.time_us == min(timed)), None)
+    own = [x for x in candidates if not x.tuned]  # the synthesized unicast schedules
+    timed = [x.time_us for x in own if x.time_us is not None]
+    synthesized = next((x for x in own if x.time_us is not None and x.time_us == min(timed)), None)
     return SynthesisResult(schedule=best.schedule, sim=best.sim, chosen=best.label, synthesized=synthesized,
                            candidates=tuple(candidates), baselines=comparison.times_us, stats=tuple(stats),
                            symmetry=prepared.symmetry.describe(), sketch=prepared.sketch.describe(),
