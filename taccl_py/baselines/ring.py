@@ -14,14 +14,17 @@ chain passes it and only forwards (copies) afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from taccl_py.baselines.common import Leg, NotApplicable, pipeline_pieces
 from taccl_py.baselines.layout import RingPlan
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Schedule, Transfer
+from taccl_py.symmetry import SymmetricSchedule, symmetry_error, translation_automorphism
+from taccl_py.topology import Topology
 
-__all__ = ["ring_allgather", "ring_allreduce", "ring_broadcast", "ring_reduce", "ring_reducescatter"]
+__all__ = ["ring_allgather", "ring_allgather_representatives", "ring_allreduce", "ring_broadcast", "ring_reduce", "ring_reducescatter", "ring_translation",
+           "symmetric_ring_allgather"]
 
 _COPY, _REDUCE = Op.COPY, Op.REDUCE
 
@@ -172,3 +175,62 @@ def ring_reduce(plan: RingPlan, topology_name: str = "", *, root: int = 0, chunk
             for leg, op in zip(legs, ops, strict=True):
                 out.append(Transfer(leg.src, leg.dst, chunk, leg.route, op, k))
     return _schedule(CollectiveKind.REDUCE, plan, c, out, topology_name, {"pieces": pieces}, root)
+
+
+def ring_translation(plan: RingPlan, links: Sequence[int], shift: int) -> bool:
+    """Whether moving every GPU by ``shift`` (links as ``links`` maps them) maps every ring onto itself."""
+    for ring in plan.rings:
+        order, legs = ring.order, ring.legs
+        n = len(order)
+        position = {g: i for i, g in enumerate(order)}
+        p = position[(order[0] + shift) % n]
+        for i in range(n):
+            j = (i + p) % n
+            if order[j] != (order[i] + shift) % n or len(legs[j]) != len(legs[i]):
+                return False
+            for a, b in zip(legs[i], legs[j], strict=True):
+                if tuple(links[x] for x in a.route) != b.route:
+                    return False
+    return True
+
+
+def ring_allgather_representatives(plan: RingPlan, shift: int, topology_name: str = "") -> SymmetricSchedule:
+    """The ring Allgather (one piece per channel) as representatives of its rank-``shift`` orbits.
+
+    The caller has checked :func:`ring_translation`; the full schedule
+    (:func:`taccl_py.symmetry.expand`) has the transfers of :func:`ring_allgather`,
+    each step's transfers of a channel in orbit order rather than ring order.
+    """
+    if plan.relays:
+        raise NotApplicable("rings that relay through GPUs have no representative form")
+    c = plan.channels
+    n = len(plan.rings[0].order)
+    out: list[Transfer] = []
+    firsts = [[i for i, g in enumerate(ring.order) if g < shift] for ring in plan.rings]
+    for s in range(n - 1):
+        for k, ring in enumerate(plan.rings):
+            order, legs = ring.order, ring.legs
+            for i in firsts[k]:
+                (leg,) = legs[i]
+                out.append(Transfer(leg.src, leg.dst, (order[(i - s) % n] * c + k,), leg.route, _COPY, k))
+    return SymmetricSchedule(Collective(CollectiveKind.ALLGATHER, n, c), shift, tuple(out), name="ring",
+                             topology=topology_name)
+
+
+def symmetric_ring_allgather(topology: Topology, plan: RingPlan) -> SymmetricSchedule | None:
+    """The ring Allgather in representative form under the smallest rank shift that keeps topology and rings.
+
+    None when no shift below N does (or the rings relay): simulate the full schedule then.
+    """
+    n = topology.num_gpus
+    if plan.relays:
+        return None
+    for shift in range(1, n // 2 + 1):
+        if n % shift:
+            continue
+        links = translation_automorphism(topology, shift)
+        if links is not None and ring_translation(plan, links, shift):
+            sym = ring_allgather_representatives(plan, shift, topology.name)
+            if symmetry_error(sym, topology) is None:
+                return sym
+    return None
