@@ -181,9 +181,7 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         with progress_line(progress_enabled(as_json)) as say:
             for k, size in enumerate(sizes):
                 say(_step_text(f"simulating {algorithm}", k, sizes))
-                schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
-                                    step_overhead_us=step_overhead_us)
-                results.append((size, simulate(topology, schedule, size, options)))
+                results.append((size, _simulate_baseline(topology, kind, algorithm, channels, root, size, options)))
     rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us))
             for size, sim in results]
     head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm}
@@ -210,6 +208,28 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         write_timeline(timeline_path, topology, drawn, results[0][1], timeline_rows)
     _report_errors(rows, as_json)
     _fail_if_incorrect(rows)
+
+
+SYMMETRIC_MIN_GPUS = 256
+"""From this many GPUs the ring Allgather is simulated through one representative per orbit when it can be."""
+
+
+def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None, root: int,
+                       size: float, options: SimOptions) -> SimResult:
+    """Simulate a baseline; large symmetric ring Allgathers through their representatives (same times, exactly)."""
+    from taccl_py.baselines import baseline, ring_plan
+
+    if (algorithm == "ring" and kind is CollectiveKind.ALLGATHER and topology.num_gpus >= SYMMETRIC_MIN_GPUS
+            and (channels is None or 1 <= channels <= 64)):
+        from taccl_py.baselines.ring import symmetric_ring_allgather
+        from taccl_py.symmetry import simulate_symmetric
+
+        sym = symmetric_ring_allgather(topology, ring_plan(topology, channels))
+        if sym is not None:
+            return simulate_symmetric(topology, sym, size, options)
+    schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
+                        step_overhead_us=options.step_overhead_us)
+    return simulate(topology, schedule, size, options)
 
 
 # ------------------------------------------------------------------- baseline
