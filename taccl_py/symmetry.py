@@ -319,7 +319,7 @@ class _QuotientRun(EventKernel):
 
     def begin(self, i: int, now: float) -> None:
         """Read the sender's masks (in the representative's frame) and send."""
-        masks = []
+        masks: list[int] = []
         step = self.d
         for key, a in self.reads[i]:
             mask = self.state.get(key, 0)

@@ -19,7 +19,13 @@ from taccl_py.library.fabrics import dgx_a100_cluster
 from taccl_py.library.grids import ring, switch_star
 from taccl_py.schedule import Op, Transfer
 from taccl_py.simulator import SimOptions, simulate
-from taccl_py.symmetry import SymmetricSchedule, expand, simulate_symmetric, symmetry_error, translation_automorphism
+from taccl_py.symmetry import (
+    SymmetricSchedule,
+    expand,
+    simulate_symmetric,
+    symmetry_error,
+    translation_automorphism,
+)
 from taccl_py.topology import Link, Switch, Topology
 
 
