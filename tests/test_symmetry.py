@@ -90,7 +90,8 @@ def _same(full: object, quotient: object, *, same_order: bool = True) -> None:
     assert isinstance(full, SimResult) and isinstance(quotient, SimResult)
     assert full.correct == quotient.correct, (full.error, quotient.error)
     if full.correct:
-        assert abs(full.time_us - quotient.time_us) <= 1e-9 * max(1.0, full.time_us)  # type: ignore[operator]
+        assert full.time_us is not None and quotient.time_us is not None
+        assert abs(full.time_us - quotient.time_us) <= 1e-9 * max(1.0, full.time_us)
         for a, b in ((full.start_us, quotient.start_us), (full.arrive_us, quotient.arrive_us),
                      (full.commit_us, quotient.commit_us)):
             if not same_order:
