@@ -9,11 +9,12 @@ link figure must equal the full simulation's, and the verdicts must agree.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from taccl_py.baselines import baseline, ring_plan
-from taccl_py.baselines.ring import symmetric_ring_allgather
+from taccl_py.baselines.ring import symmetric_ring
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.library.fabrics import dgx_a100_cluster
 from taccl_py.library.grids import ring, switch_star
@@ -113,25 +114,35 @@ def test_representatives_time_as_the_full_schedule(case: tuple[Topology, Symmetr
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(3, 12), st.sampled_from([1, 2, None]), st.sampled_from([1e3, 2.0**30]))
-def test_ring_allgather_representatives_on_rings(n: int, channels: int | None, size: float) -> None:
+@given(st.integers(3, 12), st.sampled_from([1, 2, None]), st.sampled_from([1e3, 2.0**30]),
+       st.sampled_from([CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE]))
+def test_ring_representatives_on_rings(n: int, channels: int | None, size: float, kind: CollectiveKind) -> None:
     topo = ring(n)
-    sym = symmetric_ring_allgather(topo, ring_plan(topo, channels))
-    assert sym is not None and sym.shift == 1 and len(sym.reps) == (n - 1) * sym.collective.chunk_factor
-    full = simulate(topo, baseline(topo, "allgather", "ring", channels=channels), size)
+    sym = symmetric_ring(topo, ring_plan(topo, channels), kind)
+    phases = 2 if kind is CollectiveKind.ALLREDUCE else 1
+    assert sym is not None and sym.shift == 1 and len(sym.reps) == phases * (n - 1) * sym.collective.chunk_factor
+    full = simulate(topo, baseline(topo, kind, "ring", channels=channels), size)
     assert full.correct
     _same(full, simulate_symmetric(topo, sym, size), same_order=False)
     _same(simulate(topo, expand(sym, topo), size), simulate_symmetric(topo, sym, size))
 
 
-def test_ring_allgather_representatives_on_a_rail_cluster() -> None:
-    """DGX A100 nodes on rail switches: the 8 rings repeat every 2 nodes (shift 16), 4 orbits members each."""
+@pytest.mark.parametrize("kind", [CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE])
+def test_ring_representatives_on_a_rail_cluster(kind: CollectiveKind) -> None:
+    """DGX A100 machines on rail switches: the 8 rings repeat every 2 machines (shift 16), 2 members per orbit."""
     topo = dgx_a100_cluster(4, fabric="rail")
-    sym = symmetric_ring_allgather(topo, ring_plan(topo))
+    sym = symmetric_ring(topo, ring_plan(topo), kind)
     assert sym is not None and sym.shift == 16 and sym.orbit_size == 2
     quotient = simulate_symmetric(topo, sym, 2.0**30)
-    _same(simulate(topo, baseline(topo, "allgather", "ring"), 2.0**30), quotient, same_order=False)
+    _same(simulate(topo, baseline(topo, kind, "ring"), 2.0**30), quotient, same_order=False)
     _same(simulate(topo, expand(sym, topo), 2.0**30), quotient)
+
+
+def test_leaf_spine_clusters_have_no_translation_symmetry() -> None:
+    """Scalable units of 20 machines: a route across units takes the spine, so moving machines is no symmetry."""
+    topo = dgx_a100_cluster(24)
+    assert symmetric_ring(topo, ring_plan(topo), CollectiveKind.ALLGATHER) is None
+    assert translation_automorphism(topo, 16) is None
 
 
 def test_refusals_name_the_reason() -> None:

@@ -23,8 +23,8 @@ from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.symmetry import SymmetricSchedule, symmetry_error, translation_automorphism
 from taccl_py.topology import Topology
 
-__all__ = ["ring_allgather", "ring_allgather_representatives", "ring_allreduce", "ring_broadcast", "ring_reduce", "ring_reducescatter", "ring_translation",
-           "symmetric_ring_allgather"]
+__all__ = ["ring_allgather", "ring_allreduce", "ring_broadcast", "ring_reduce", "ring_reducescatter",
+           "ring_representatives", "ring_translation", "symmetric_ring"]
 
 _COPY, _REDUCE = Op.COPY, Op.REDUCE
 
@@ -194,12 +194,14 @@ def ring_translation(plan: RingPlan, links: Sequence[int], shift: int) -> bool:
     return True
 
 
-def ring_allgather_representatives(plan: RingPlan, shift: int, topology_name: str = "") -> SymmetricSchedule:
-    """The ring Allgather (one piece per channel) as representatives of its rank-``shift`` orbits.
+def ring_representatives(kind: CollectiveKind, plan: RingPlan, shift: int,
+                         topology_name: str = "") -> SymmetricSchedule:
+    """A ring Allgather, ReduceScatter or Allreduce (one piece per channel) as representatives of rank-``shift`` orbits.
 
     The caller has checked :func:`ring_translation`; the full schedule
-    (:func:`taccl_py.symmetry.expand`) has the transfers of :func:`ring_allgather`,
-    each step's transfers of a channel in orbit order rather than ring order.
+    (:func:`taccl_py.symmetry.expand`) has the transfers of :func:`ring_allgather`
+    (:func:`ring_reducescatter`, :func:`ring_allreduce`), each step's transfers of a
+    channel in orbit order rather than ring order.
     """
     if plan.relays:
         raise NotApplicable("rings that relay through GPUs have no representative form")
@@ -207,30 +209,38 @@ def ring_allgather_representatives(plan: RingPlan, shift: int, topology_name: st
     n = len(plan.rings[0].order)
     out: list[Transfer] = []
     firsts = [[i for i, g in enumerate(ring.order) if g < shift] for ring in plan.rings]
-    for s in range(n - 1):
-        for k, ring in enumerate(plan.rings):
-            order, legs = ring.order, ring.legs
-            for i in firsts[k]:
-                (leg,) = legs[i]
-                out.append(Transfer(leg.src, leg.dst, (order[(i - s) % n] * c + k,), leg.route, _COPY, k))
-    return SymmetricSchedule(Collective(CollectiveKind.ALLGATHER, n, c), shift, tuple(out), name="ring",
-                             topology=topology_name)
+
+    def steps(block_at: int, op: Op) -> None:
+        """N-1 steps; at step s position i sends the block of position i - s - ``block_at``."""
+        for s in range(n - 1):
+            for k, ring in enumerate(plan.rings):
+                order, legs = ring.order, ring.legs
+                for i in firsts[k]:
+                    (leg,) = legs[i]
+                    out.append(Transfer(leg.src, leg.dst, (order[(i - s - block_at) % n] * c + k,), leg.route, op, k))
+
+    if kind in (CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+        steps(1, _REDUCE)
+    if kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE):
+        steps(0, _COPY)
+    return SymmetricSchedule(Collective(kind, n, c), shift, tuple(out), name="ring", topology=topology_name)
 
 
-def symmetric_ring_allgather(topology: Topology, plan: RingPlan) -> SymmetricSchedule | None:
-    """The ring Allgather in representative form under the smallest rank shift that keeps topology and rings.
+def symmetric_ring(topology: Topology, plan: RingPlan, kind: CollectiveKind) -> SymmetricSchedule | None:
+    """The ring ``kind`` in representative form under the smallest rank shift that keeps topology and rings.
 
-    None when no shift below N does (or the rings relay): simulate the full schedule then.
+    None when the collective is not Allgather, ReduceScatter or Allreduce, the rings relay, or no shift
+    below N keeps them: simulate the full schedule then.
     """
     n = topology.num_gpus
-    if plan.relays:
+    if plan.relays or kind not in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
         return None
     for shift in range(1, n // 2 + 1):
         if n % shift:
             continue
         links = translation_automorphism(topology, shift)
         if links is not None and ring_translation(plan, links, shift):
-            sym = ring_allgather_representatives(plan, shift, topology.name)
+            sym = ring_representatives(kind, plan, shift, topology.name)
             if symmetry_error(sym, topology) is None:
                 return sym
     return None

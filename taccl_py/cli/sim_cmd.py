@@ -211,20 +211,22 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
 
 
 SYMMETRIC_MIN_GPUS = 256
-"""From this many GPUs the ring Allgather is simulated through one representative per orbit when it can be."""
+"""From this many GPUs ring Allgather, ReduceScatter and Allreduce are simulated through one representative per
+orbit of a rank translation, when topology and rings have one (taccl_py.symmetry): the same times, far fewer events."""
+_SYMMETRIC_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 
 
 def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None, root: int,
                        size: float, options: SimOptions) -> SimResult:
-    """Simulate a baseline; large symmetric ring Allgathers through their representatives (same times, exactly)."""
+    """Simulate a baseline; large symmetric rings through their representatives (the same times, exactly)."""
     from taccl_py.baselines import baseline, ring_plan
 
-    if (algorithm == "ring" and kind is CollectiveKind.ALLGATHER and topology.num_gpus >= SYMMETRIC_MIN_GPUS
+    if (algorithm == "ring" and kind in _SYMMETRIC_KINDS and topology.num_gpus >= SYMMETRIC_MIN_GPUS
             and (channels is None or 1 <= channels <= 64)):
-        from taccl_py.baselines.ring import symmetric_ring_allgather
+        from taccl_py.baselines.ring import symmetric_ring
         from taccl_py.symmetry import simulate_symmetric
 
-        sym = symmetric_ring_allgather(topology, ring_plan(topology, channels))
+        sym = symmetric_ring(topology, ring_plan(topology, channels), kind)
         if sym is not None:
             return simulate_symmetric(topology, sym, size, options)
     schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
