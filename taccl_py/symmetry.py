@@ -174,8 +174,23 @@ def _link_orbits(links: list[int], m: int) -> list[int] | None:
     return orbit
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """What :func:`_check` derived on the way: the link map's orbits and each representative's canonical keys."""
+
+    link_orbit: list[int]
+    reads: list[list[tuple[int, int]]]
+    writes: list[list[tuple[int, int]]]
+
+
 def symmetry_error(schedule: SymmetricSchedule, topology: Topology) -> str | None:
     """Why the representative simulation would not be exact for this schedule (None: it is)."""
+    problem = _check(schedule, topology)
+    return problem if isinstance(problem, str) else None
+
+
+def _check(schedule: SymmetricSchedule, topology: Topology) -> str | _Checked:
+    """The reason the schedule is refused, or what checking it derived."""
     coll, d = schedule.collective, schedule.shift
     if coll.kind not in _SUPPORTED:
         return f"{coll.kind.value} has a root, which no rank translation keeps"
@@ -190,6 +205,7 @@ def symmetry_error(schedule: SymmetricSchedule, topology: Topology) -> str | Non
     problem = Schedule(coll, schedule.reps).structural_error(topology)
     if problem:
         return problem
+    all_reads, all_writes = [], []
     for i, t in enumerate(schedule.reps):
         if t.after or t.not_before_us is not None or t.exchange is not None or t.group is not None:
             return f"representative {i}: after, not_before_us, exchanges and groups are not supported"
@@ -197,14 +213,15 @@ def symmetry_error(schedule: SymmetricSchedule, topology: Topology) -> str | Non
             return f"representative {i}: its route crosses two links of one orbit"
         if not 0 <= t.src < d:
             return f"representative {i}: its source {t.src} is not in 0..{d - 1}"
-        reads = {_canonical(coll, d, t.src, x) for x in t.chunks}
+        reads = [_canonical(coll, d, t.src, x) for x in t.chunks]
         writes = [_canonical(coll, d, t.dst, x) for x in t.chunks]
-        read_orbits = {key for key, _ in reads}
-        write_orbits = [key for key, _ in writes]
-        if len(set(write_orbits)) != len(write_orbits) or read_orbits & set(write_orbits):
+        write_orbits = {key for key, _ in writes}
+        if len(write_orbits) != len(writes) or any(key in write_orbits for key, _ in reads):
             return (f"representative {i}: members of its orbit touch the same (rank, chunk), so their order "
                     "would matter")
-    return None
+        all_reads.append(reads)
+        all_writes.append(writes)
+    return _Checked(orbit, all_reads, all_writes)
 
 
 def _canonical(coll: Collective, d: int, rank: int, chunk: int) -> tuple[int, int]:
@@ -249,13 +266,14 @@ class _QuotientRun(EventKernel):
     """The simulator's start/arrive/commit rules on representatives (see :class:`taccl_py.simulator._Run`)."""
 
     def __init__(self, topology: Topology, schedule: SymmetricSchedule, size_bytes: float,
-                 options: SimOptions, link_orbit: list[int]) -> None:
+                 options: SimOptions, checked: _Checked) -> None:
         coll = self.collective = schedule.collective
         self.topology, self.schedule, self.size_bytes = topology, schedule, size_bytes
         reps = self.reps = schedule.reps
         d = self.d = schedule.shift
         self.n, self.full = coll.num_ranks, coll.full_mask
         k = len(reps)
+        link_orbit = checked.link_orbit
         orbits = max(link_orbit) + 1
         capacity = [0.0] * orbits
         for i, link in enumerate(topology.links):
@@ -267,8 +285,7 @@ class _QuotientRun(EventKernel):
         super().__init__(capacity, resources, latency, num_bytes)
         self.link_orbit = link_orbit
         # (orbit key, shift) of every chunk a representative reads and writes
-        self.reads = [[_canonical(coll, d, t.src, x) for x in t.chunks] for t in reps]
-        self.writes = [[_canonical(coll, d, t.dst, x) for x in t.chunks] for t in reps]
+        self.reads, self.writes = checked.reads, checked.writes
         self.start_pending = [0] * k
         self.commit_pending = [1] * k
         self.start_on_commit: list[list[int]] = [[] for _ in range(k)]
@@ -417,17 +434,13 @@ def simulate_symmetric(topology: Topology, schedule: SymmetricSchedule, size_byt
     ``critical_path`` is left empty. A schedule :func:`symmetry_error` refuses
     raises :class:`~taccl_py.errors.ScheduleError` with its reason: callers check first.
     """
-    problem = symmetry_error(schedule, topology)
-    if problem:
-        raise ScheduleError(problem)
-    links = translation_automorphism(topology, schedule.shift)
-    assert links is not None
-    orbit = _link_orbits(links, schedule.orbit_size)
-    assert orbit is not None
+    checked = _check(schedule, topology)
+    if isinstance(checked, str):
+        raise ScheduleError(checked)
     paused = gc.isenabled()
     gc.disable()
     try:
-        run = _QuotientRun(topology, schedule, size_bytes, options or SimOptions(), orbit)
+        run = _QuotientRun(topology, schedule, size_bytes, options or SimOptions(), checked)
         try:
             run.run()
         except Fault as fault:

@@ -121,6 +121,7 @@ def test_ring_representatives_on_rings(n: int, channels: int | None, size: float
     sym = symmetric_ring(topo, ring_plan(topo, channels), kind)
     phases = 2 if kind is CollectiveKind.ALLREDUCE else 1
     assert sym is not None and sym.shift == 1 and len(sym.reps) == phases * (n - 1) * sym.collective.chunk_factor
+    assert symmetry_error(sym, topo) is None
     full = simulate(topo, baseline(topo, kind, "ring", channels=channels), size)
     assert full.correct
     _same(full, simulate_symmetric(topo, sym, size), same_order=False)

@@ -20,7 +20,7 @@ from taccl_py.baselines.common import Leg, NotApplicable, pipeline_pieces
 from taccl_py.baselines.layout import RingPlan
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Schedule, Transfer
-from taccl_py.symmetry import SymmetricSchedule, symmetry_error, translation_automorphism
+from taccl_py.symmetry import SymmetricSchedule, translation_automorphism
 from taccl_py.topology import Topology
 
 __all__ = ["ring_allgather", "ring_allreduce", "ring_broadcast", "ring_reduce", "ring_reducescatter",
@@ -230,7 +230,8 @@ def symmetric_ring(topology: Topology, plan: RingPlan, kind: CollectiveKind) -> 
     """The ring ``kind`` in representative form under the smallest rank shift that keeps topology and rings.
 
     None when the collective is not Allgather, ReduceScatter or Allreduce, the rings relay, or no shift
-    below N keeps them: simulate the full schedule then.
+    below N keeps them: simulate the full schedule then. :func:`taccl_py.symmetry.simulate_symmetric`
+    checks the rest (and refuses what it cannot simulate exactly).
     """
     n = topology.num_gpus
     if plan.relays or kind not in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
@@ -240,7 +241,5 @@ def symmetric_ring(topology: Topology, plan: RingPlan, kind: CollectiveKind) -> 
             continue
         links = translation_automorphism(topology, shift)
         if links is not None and ring_translation(plan, links, shift):
-            sym = ring_representatives(kind, plan, shift, topology.name)
-            if symmetry_error(sym, topology) is None:
-                return sym
+            return ring_representatives(kind, plan, shift, topology.name)
     return None

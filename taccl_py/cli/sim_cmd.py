@@ -43,7 +43,7 @@ from taccl_py.cli.plot_hooks import (
     write_timeline,
 )
 from taccl_py.collectives import Collective, CollectiveKind
-from taccl_py.errors import InputError
+from taccl_py.errors import InputError, ScheduleError
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes
@@ -228,7 +228,10 @@ def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str,
 
         sym = symmetric_ring(topology, ring_plan(topology, channels), kind)
         if sym is not None:
-            return simulate_symmetric(topology, sym, size, options)
+            try:
+                return simulate_symmetric(topology, sym, size, options)
+            except ScheduleError:
+                pass  # not exactly representable (symmetry_error says why): the full simulation below
     schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
                         step_overhead_us=options.step_overhead_us)
     return simulate(topology, schedule, size, options)
