@@ -161,3 +161,15 @@ def test_refusals_name_the_reason() -> None:
     clash = SymmetricSchedule(Collective(CollectiveKind.ALLREDUCE, 4, 1), 1,
                               (Transfer(0, 1, (0, 1), (0, 3), Op.REDUCE),))
     assert "touch the same" in (symmetry_error(clash, star) or "")
+
+
+def test_simulate_command_uses_representatives_from_256_gpus() -> None:
+    """`taccl simulate --algorithm ring` on 256 GPUs: the representative run gives the full run's figures."""
+    from taccl_py.cli.sim_cmd import SYMMETRIC_MIN_GPUS, _simulate_baseline
+
+    topo = ring(SYMMETRIC_MIN_GPUS)
+    kind = CollectiveKind.ALLGATHER
+    fast = _simulate_baseline(topo, kind, "ring", 1, 0, 2.0**30, SimOptions())
+    full = _simulate_baseline(topo, kind, "ring", 1, 0, 2.0**30, SimOptions(), representatives=False)
+    assert fast.notes["orbit_size"] == SYMMETRIC_MIN_GPUS and "orbit_size" not in full.notes
+    _same(full, fast, same_order=False)

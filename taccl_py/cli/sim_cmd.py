@@ -181,7 +181,8 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         with progress_line(progress_enabled(as_json)) as say:
             for k, size in enumerate(sizes):
                 say(_step_text(f"simulating {algorithm}", k, sizes))
-                results.append((size, _simulate_baseline(topology, kind, algorithm, channels, root, size, options)))
+                results.append((size, _simulate_baseline(topology, kind, algorithm, channels, root, size, options,
+                                                         representatives=timeline_path is None)))
     rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us))
             for size, sim in results]
     head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm}
@@ -217,11 +218,15 @@ _SYMMETRIC_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, Coll
 
 
 def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None, root: int,
-                       size: float, options: SimOptions) -> SimResult:
-    """Simulate a baseline; large symmetric rings through their representatives (the same times, exactly)."""
+                       size: float, options: SimOptions, *, representatives: bool = True) -> SimResult:
+    """Simulate a baseline; large symmetric rings through their representatives (the same times, exactly).
+
+    ``representatives`` False: always the full schedule (a timeline draws its transfers in their order).
+    """
     from taccl_py.baselines import baseline, ring_plan
 
-    if (algorithm == "ring" and kind in _SYMMETRIC_KINDS and topology.num_gpus >= SYMMETRIC_MIN_GPUS
+    if (representatives and algorithm == "ring" and kind in _SYMMETRIC_KINDS
+            and topology.num_gpus >= SYMMETRIC_MIN_GPUS
             and (channels is None or 1 <= channels <= 64)):
         from taccl_py.baselines.ring import symmetric_ring
         from taccl_py.symmetry import simulate_symmetric
