@@ -173,3 +173,16 @@ def test_simulate_command_uses_representatives_from_256_gpus() -> None:
     full = _simulate_baseline(topo, kind, "ring", 1, 0, 2.0**30, SimOptions(), representatives=False)
     assert fast.notes["orbit_size"] == SYMMETRIC_MIN_GPUS and "orbit_size" not in full.notes
     _same(full, fast, same_order=False)
+
+
+def test_baseline_command_rows_from_representatives() -> None:
+    """`taccl baseline -a ring` on 256 GPUs reports the full schedule's time, channels and transfer count."""
+    from taccl_py.cli.sim_cmd import _baseline_rows
+
+    topo = ring(256)
+    (row,) = _baseline_rows(topo, CollectiveKind.ALLGATHER, [2**20], ["ring"], 1, 0, 0.0, False)
+    (entry,) = row["baselines"]
+    schedule = baseline(topo, "allgather", "ring", channels=1)
+    full = simulate(topo, schedule, 2**20)
+    assert entry["transfers"] == len(schedule) and entry["channels"] == 1
+    assert full.time_us is not None and abs(entry["time_us"] - full.time_us) <= 1e-9 * full.time_us

@@ -45,6 +45,7 @@ from taccl_py.cli.plot_hooks import (
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import InputError, ScheduleError
 from taccl_py.simulator import SimOptions, SimResult, simulate
+from taccl_py.symmetry import SymmetricSchedule
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes
 
@@ -217,26 +218,36 @@ orbit of a rank translation, when topology and rings have one (taccl_py.symmetry
 _SYMMETRIC_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 
 
+def _by_representatives(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None,
+                        size: float, options: SimOptions) -> tuple[SimResult, SymmetricSchedule] | None:
+    """A large symmetric ring baseline simulated through its representatives; None when it has no such form."""
+    if (algorithm != "ring" or kind not in _SYMMETRIC_KINDS or topology.num_gpus < SYMMETRIC_MIN_GPUS
+            or (channels is not None and not 1 <= channels <= 64)):
+        return None
+    from taccl_py.baselines import ring_plan
+    from taccl_py.baselines.ring import symmetric_ring
+    from taccl_py.symmetry import simulate_symmetric
+
+    sym = symmetric_ring(topology, ring_plan(topology, channels), kind)
+    if sym is None:
+        return None
+    try:
+        return simulate_symmetric(topology, sym, size, options), sym
+    except ScheduleError:
+        return None  # not exactly representable (symmetry_error says why): the caller simulates in full
+
+
 def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None, root: int,
                        size: float, options: SimOptions, *, representatives: bool = True) -> SimResult:
     """Simulate a baseline; large symmetric rings through their representatives (the same times, exactly).
 
     ``representatives`` False: always the full schedule (a timeline draws its transfers in their order).
     """
-    from taccl_py.baselines import baseline, ring_plan
+    from taccl_py.baselines import baseline
 
-    if (representatives and algorithm == "ring" and kind in _SYMMETRIC_KINDS
-            and topology.num_gpus >= SYMMETRIC_MIN_GPUS
-            and (channels is None or 1 <= channels <= 64)):
-        from taccl_py.baselines.ring import symmetric_ring
-        from taccl_py.symmetry import simulate_symmetric
-
-        sym = symmetric_ring(topology, ring_plan(topology, channels), kind)
-        if sym is not None:
-            try:
-                return simulate_symmetric(topology, sym, size, options)
-            except ScheduleError:
-                pass  # not exactly representable (symmetry_error says why): the full simulation below
+    fast = _by_representatives(topology, kind, algorithm, channels, size, options) if representatives else None
+    if fast is not None:
+        return fast[0]
     schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
                         step_overhead_us=options.step_overhead_us)
     return simulate(topology, schedule, size, options)
@@ -257,6 +268,14 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
             entries = []
             for name in names:
                 say(_step_text(f"simulating {name}", k, sizes))
+                fast = _by_representatives(topology, kind, name, channels, size, options)
+                if fast is not None:  # a large symmetric ring: the same figures from its representatives
+                    sim, sym = fast
+                    entry = {"algorithm": name, **_row(size, sim, bound)}
+                    del entry["size_bytes"]
+                    entry["channels"], entry["transfers"] = sym.collective.chunk_factor, sym.num_transfers
+                    entries.append(entry)
+                    continue
                 schedule = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
                                     step_overhead_us=step_overhead_us)
                 sim = simulate(topology, schedule, size, options)
