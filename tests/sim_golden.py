@@ -16,7 +16,8 @@ recomputes every case and compares (times to 1e-9 relative, messages exactly). T
 
 Every case also records a fingerprint of the schedule or program it ran. When a producer (a baseline, the
 lowering) changes what it emits, the test says so instead of reporting a simulator change; then, and only
-then, regenerate with ``.venv/bin/python tests/sim_golden.py`` (never to hide a change of simulated times).
+then, regenerate with ``.venv/bin/python tests/sim_golden.py`` (never to hide a change of simulated times;
+``--only TEXT`` re-records only the cases of the producer that changed).
 """
 
 from __future__ import annotations
@@ -351,9 +352,21 @@ def produced_differently(want: dict[str, Any], got: dict[str, Any]) -> str | Non
     return None
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """Write the fixture: every case, or with ``--only TEXT`` (repeatable) only the cases whose key contains one
+    of the texts (a producer that changed, e.g. ``--only /hier-lb/``), every other row kept as recorded."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT")
+    only = parser.parse_args(argv).only
+    recorded = load_golden() if only and GOLDEN.exists() else {}
     sections: dict[str, dict[str, dict[str, Any]]] = {section: {} for section in SECTIONS}
     for case in all_cases():
+        kept = recorded.get(case.section, {}).get(case.key)
+        if only and kept is not None and not any(text in case.key for text in only):
+            sections[case.section][case.key] = kept
+            continue
         started = time.perf_counter()
         sections[case.section][case.key] = case.run()
         print(f"{time.perf_counter() - started:8.2f} s  {case.section} {case.key}", file=sys.stderr, flush=True)

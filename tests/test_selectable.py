@@ -12,6 +12,7 @@ file only if ``count x sizeMultiplier`` is a multiple of ``nchunksperloop``
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -81,6 +82,29 @@ def test_human_output_says_what_the_runtime_does(tmp_path: Path, capsys: pytest.
                            str(tmp_path / "t.xml")], capsys)
     assert code == 0
     assert "the runtime picks it at 1048576 bytes (count 262144 elements of 4 bytes)" in stdout.replace("\n", " ")
+
+
+def test_fewer_channels_when_the_default_exceeds_the_runtime(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A default whose program the runtime cannot hold (as the 8-ring Allreduce on dgx-a100x16, 48 connections
+    between two ranks where MSCCL has 32 channels) is written with fewer channels, and the output says why;
+    an explicit --channels is refused instead. Here the runtime is given 6 channels for the 12 rings of NDv2."""
+    from taccl_py.msccl import assembly, lowering
+
+    monkeypatch.setattr(lowering, "MAX_CHANNELS", 6)
+    monkeypatch.setattr(assembly, "MAX_CHANNELS", 6)
+    out = tmp_path / "ring.xml"
+    code, stdout, _ = run(["baseline", "-t", "ndv2", "-c", "allgather", "-s", "1MB", "-a", "ring", "-o", str(out),
+                           "--json"], capsys)
+    assert code == 0 and out.exists()
+    xml = only_json(stdout)["xml"]
+    assert re.search(r"^\d+ channels: with \d+ channels the program exceeds the runtime's limits$", xml["changed"])
+    assert xml["selected"] and runtime_picks(load_program(out), MB)
+    assert max(tb.chan for gpu in load_program(out).gpus for tb in gpu.threadblocks) < 6
+    code, _, stderr = run(["baseline", "-t", "ndv2", "-c", "allgather", "-s", "1MB", "-a", "ring", "--channels",
+                           "12", "-o", str(tmp_path / "asked.xml")], capsys)
+    assert code == 1 and "need a channel but all 6 are taken" in stderr  # a limit of the format, not bad input
+    assert not (tmp_path / "asked.xml").exists()
 
 
 def test_impossible_sizes_are_said_plainly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -301,16 +301,41 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
 
 def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, channels: int | None, root: int,
                step_overhead_us: float, path: str, dialect: str) -> dict[str, Any]:
-    """Write the baseline as XML, with chunk and channel counts the runtime picks at ``size`` where it can."""
+    """Write the baseline as XML, with chunk and channel counts the runtime picks at ``size`` where it can.
+
+    When the default channel count gives a program beyond the runtime's limits (more connections between two
+    ranks than it has channels, too many steps), fewer channels are tried, halving down to one; an explicit
+    ``--channels`` is written as asked or not at all.
+    """
     from taccl_py.baselines.selectable import selectable_baseline
+    from taccl_py.errors import LoweringError
     from taccl_py.msccl import write_schedule_xml
 
     placed = selectable_baseline(topology, kind, name, size, channels=channels, root=root,
                                  step_overhead_us=step_overhead_us)
-    write_schedule_xml(placed.schedule, topology, path, dialect=dialect)
+    refused: list[str] = []
+    while True:
+        try:
+            write_schedule_xml(placed.schedule, topology, path, dialect=dialect)
+            break
+        except LoweringError as exc:
+            have = int(placed.schedule.notes.get("channels") or 1)
+            if channels is not None or have <= 1:
+                if refused:
+                    raise LoweringError(f"{exc} (also with {', '.join(refused)})") from None
+                raise
+            refused.append(f"{have} channels")
+            placed = selectable_baseline(topology, kind, name, size, channels=have // 2, root=root,
+                                         step_overhead_us=step_overhead_us)
+    changed = placed.changed
+    if refused:
+        fewer = f"{placed.schedule.notes.get('channels')} channels: with {', '.join(refused)} the program exceeds " \
+                "the runtime's limits"
+        changed = f"{changed}; {fewer}" if changed else fewer
     return {"nchunksperloop": placed.nchunksperloop, "selected": placed.selected, "count": placed.count,
             "type_size": placed.type_size, "smallest_selected_bytes": placed.smallest_size,
-            "changed": placed.changed or None, "selection": placed.describe()}
+            "changed": changed or None, "selection": placed.describe() if not refused else
+            f"{placed.describe()} ({changed})"}
 
 
 @click.command("baseline")

@@ -405,6 +405,8 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
               help="Replicate the algorithm over this many channels in the XML.")
 @click.option("--proto", type=click.Choice(["Simple", "LL", "LL128"]), default="Simple", show_default=True)
 @click.option("--no-baselines", is_flag=True, help="Do not compare with (or fall back to) NCCL-style baselines.")
+@click.option("--no-multidim-shortcut", is_flag=True,
+              help="On a network with dimensions, run the solver stages even when hier-lb is modelled near the bound.")
 @click.option("--schedule-out", type=click.Path(dir_okay=False), default=None,
               help="Also write the schedule IR as JSON (single size only).")
 @click.option("--chakra", "chakra_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
@@ -415,7 +417,7 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
 def synthesize_command(topology_spec: str, collective_name: str, size_spec: str, sketch_path: str | None,
                        output: str | None, time_limit: float, solver: str, threads: int, seed: int,
                        chunk_factors: tuple[int, ...], root: int, dialect: str, instances: int, proto: str,
-                       no_baselines: bool, schedule_out: str | None, chakra_dir: str | None, jobs: int,
+                       no_baselines: bool, no_multidim_shortcut: bool, schedule_out: str | None, chakra_dir: str | None, jobs: int,
                        plot_path: str | None, as_json: bool) -> None:
     """Synthesize a collective algorithm, verify it by simulation and write MSCCL XML.
 
@@ -437,7 +439,8 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
         raise InputError("needs a single size", where="--chakra")
     options = SynthesisOptions(sketch=sketch, solver=solver, time_limit_s=time_limit * SOLVE_SHARE, threads=threads,
                                seed=seed, chunk_factors=chunk_factors or None, compare_baselines=not no_baselines,
-                               root=root, budget=WorkBudget.for_time_limit(time_limit), instances=instances)
+                               root=root, budget=WorkBudget.for_time_limit(time_limit), instances=instances,
+                               multidim_shortcut=not no_multidim_shortcut)
     out_dir = Path(output) if output and len(sizes) > 1 else None
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():

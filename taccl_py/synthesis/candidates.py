@@ -133,8 +133,8 @@ class BaselineComparison:
 
 
 def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int,
-                      instances: int = 1) -> BaselineComparison:
-    """Simulate every NCCL-style baseline that applies to this topology and collective.
+                      instances: int = 1, names: Sequence[str] | None = None) -> BaselineComparison:
+    """Simulate every NCCL-style baseline that applies to this topology and collective (only ``names``, if given).
 
     A baseline that needs more XML nodes per rank than the runtimes accept is not simulated.
     """
@@ -144,6 +144,8 @@ def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: floa
     correct: list[Choice] = []
     notes: list[str] = []
     for name in applicable_baselines(topology, kind):
+        if names is not None and name not in names:
+            continue
         schedule = baseline(topology, kind, name, root=root, size_bytes=size_bytes)
         nodes = min_nodes_per_rank(schedule.transfers, topology.num_gpus, instances)
         if nodes > MAX_NODES_PER_RANK:

@@ -92,6 +92,9 @@ class SynthesisOptions:
     instances: int = 1
     """The XML will replicate the schedule over this many channels (``--instances``): it multiplies
     ``nchunksperloop`` and the steps per rank."""
+    multidim_shortcut: bool = True
+    """On a topology with dimensions, skip the solver stages when ``hier-lb`` is modelled near the bound
+    (:mod:`taccl_py.synthesis.multidim`)."""
 
     @property
     def work(self) -> WorkBudget:

@@ -18,6 +18,7 @@ from taccl_py.synthesis.candidates import (
     simulate_candidates,
 )
 from taccl_py.synthesis.chunking import chunk_factors
+from taccl_py.synthesis.multidim import Shortcut, hierarchical_shortcut
 from taccl_py.synthesis.options import STAGES, ProgressFn, Run, SynthesisOptions
 from taccl_py.synthesis.routes import prepare, route_pools
 from taccl_py.synthesis.variants import candidate_schedules
@@ -62,6 +63,9 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
     if size_bytes <= 0:
         raise InputError(f"size must be > 0 bytes (got {size_bytes})", where="--size")
     run = Run.start(options, progress)
+    shortcut = hierarchical_shortcut(topology, kind, size_bytes, options)
+    if shortcut is not None:
+        return _baselines_only(run, topology, kind, size_bytes, shortcut)
     prepared = prepare(run, topology, kind, size_bytes)
     pools = route_pools(run, prepared)
     stats: list[SolveStats] = list(pools.stats)
@@ -107,3 +111,24 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
                            synthesis_s=run.elapsed_s(), notes=tuple(notes),
                            stages_s={name: run.stages_s.get(name, 0.0) for name in STAGES},
                            time_limit_hit=bool(guarded or stopped), ranked=ranking.ranked)
+
+
+def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_bytes: float,
+                    shortcut: Shortcut) -> SynthesisResult:
+    """The result when the multi-dimensional shortcut skips the solver stages: the best baseline."""
+    options = run.options
+    run.report("shortcut", estimate_us=shortcut.estimate_us, bound_us=shortcut.bound_us)
+    with run.stage("baselines"):
+        comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances,
+                                       shortcut.baselines)
+    ranking = rank_choices([], comparison, size_bytes, options.element_bytes, options.instances)
+    if not ranking.ranked:
+        raise Infeasible("no baseline applies and the solver stages were skipped")
+    best = ranking.ranked[0]
+    notes = (shortcut.note(topology.num_gpus), *comparison.notes,
+             *(n for n in ranking.notes if not n.startswith("no synthesized candidate")))
+    skipped = "not computed (multi-dimensional shortcut)"
+    return SynthesisResult(schedule=best.schedule, sim=best.sim, chosen=best.label, synthesized=None,
+                           candidates=(), baselines=comparison.times_us, stats=(), symmetry=skipped,
+                           sketch=skipped, synthesis_s=run.elapsed_s(), notes=notes,
+                           stages_s={name: run.stages_s.get(name, 0.0) for name in STAGES}, ranked=ranking.ranked)

@@ -1,0 +1,88 @@
+"""The multi-dimensional shortcut: skip the solver stages when a hierarchical schedule is provably near the bound.
+
+On a topology with dimensions (ASTRA-sim networks, tori, DGX clusters) the load-balanced hierarchical
+baseline ``hier-lb`` is planned with an event model whose makespan the simulator reproduces exactly on
+symmetric networks whose dimensions run ring, bidirectional-ring or direct phases
+(:mod:`taccl_py.baselines.dimension_pipeline`). Its efficiency against the lower bound says how much any
+algorithm could still gain: at 90% at most 11%. The routing, ordering and scheduling stages rarely find
+that on such networks, and at hundreds of GPUs they take minutes (1,024 NPUs: symmetry 30 s, routing
+40 s, ordering 30 s, for a schedule 5.7x the bound). So :func:`hierarchical_shortcut` plans ``hier-lb``
+first (milliseconds to seconds) and, when its modelled efficiency reaches :data:`SKIP_EFFICIENCY`
+(:data:`LARGE_SKIP_EFFICIENCY` above :data:`LARGE_GPUS` GPUs), the synthesizer goes straight to the
+baseline comparison, which simulates it. Above :data:`LARGE_GPUS` GPUs that comparison simulates one
+hierarchical baseline only: the flat ones (ring, direct, recursive doubling, one-shot trees) send across
+every dimension from every GPU and take minutes each to simulate there, and a 1,024-GPU hierarchical
+schedule itself takes about three minutes and 10 GB. Of ``hier`` and ``hier-lb`` the one whose model
+makespan is lower is simulated; on ASTRA-sim networks whose dimensions run ring, bidirectional-ring or
+direct phases the model is the simulator's time (tested), so the other one is not faster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from taccl_py.bounds import lower_bound
+from taccl_py.collectives import CollectiveKind
+from taccl_py.synthesis.options import SynthesisOptions
+from taccl_py.topology import Topology
+
+__all__ = ["LARGE_GPUS", "LARGE_SKIP_EFFICIENCY", "SKIP_EFFICIENCY", "Shortcut", "hierarchical_shortcut"]
+
+SKIP_EFFICIENCY = 0.9
+"""Modelled efficiency of ``hier-lb`` from which the solver stages are skipped."""
+LARGE_SKIP_EFFICIENCY = 0.8
+"""The same above :data:`LARGE_GPUS` GPUs, where the solver stages take minutes."""
+LARGE_GPUS = 256
+"""Above this many GPUs the lower threshold applies and only hierarchical baselines are compared."""
+
+
+@dataclass(frozen=True)
+class Shortcut:
+    """Why the solver stages were skipped, and which baselines the comparison simulates (None: all)."""
+
+    estimate_us: float
+    bound_us: float
+    baselines: tuple[str, ...] | None
+    name: str = "hier-lb"
+    """The hierarchical baseline the estimate is of."""
+
+    @property
+    def efficiency(self) -> float:
+        return self.bound_us / self.estimate_us
+
+    def note(self, num_gpus: int) -> str:
+        text = (f"multi-dimensional shortcut: {self.name} is modelled at {self.estimate_us:.6g} us, "
+                f"{100 * self.efficiency:.1f}% of the bound ({self.bound_us:.6g} us), so the routing, ordering "
+                "and scheduling stages were skipped (`--no-multidim-shortcut` runs them)")
+        if self.baselines is not None:
+            text += (f"; above {LARGE_GPUS} GPUs ({num_gpus}) only {', '.join(self.baselines)} was simulated, "
+                     "the faster hierarchical baseline by the model")
+        return text
+
+
+def hierarchical_shortcut(topology: Topology, kind: CollectiveKind, size_bytes: float,
+                          options: SynthesisOptions) -> Shortcut | None:
+    """The shortcut when ``hier-lb`` is modelled near enough the bound, else None (see the module doc)."""
+    from taccl_py.baselines import NotApplicable
+    from taccl_py.baselines.hierarchical import HIERARCHICAL_KINDS, hierarchical_plan
+
+    if not options.multidim_shortcut or kind not in HIERARCHICAL_KINDS or not topology.dimensions:
+        return None
+    if not options.compare_baselines:
+        return None  # the comparison is what the shortcut returns
+    try:
+        plan = hierarchical_plan(topology, kind, balanced=True, size_bytes=size_bytes)
+    except NotApplicable:
+        return None
+    if plan.estimate_us is None or plan.estimate_us <= 0:
+        return None
+    bound = lower_bound(topology, kind, size_bytes, root=options.root).bound_us
+    large = topology.num_gpus > LARGE_GPUS
+    if bound / plan.estimate_us < (LARGE_SKIP_EFFICIENCY if large else SKIP_EFFICIENCY):
+        return None
+    if not large:
+        return Shortcut(plan.estimate_us, bound, None)
+    plain = hierarchical_plan(topology, kind, balanced=False, size_bytes=size_bytes).estimate_us
+    if plain is not None and plain < plan.estimate_us:
+        return Shortcut(plain, bound, ("hier",), "hier")
+    return Shortcut(plan.estimate_us, bound, ("hier-lb",))
