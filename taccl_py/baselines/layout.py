@@ -83,12 +83,13 @@ def groups_of(topology: Topology) -> tuple[tuple[int, ...], ...]:
 class SearchSpace:
     """Direct GPU -> GPU routes and how loaded they are, for path searches."""
 
-    def __init__(self, topology: Topology, loads: Sequence[float]) -> None:
+    def __init__(self, topology: Topology, loads: Sequence[float], *, like: SearchSpace | None = None) -> None:
+        """``like``: a search space of the same topology whose reachability (load-independent) is shared."""
         self.topology = topology
         self.loads = loads
         self._cost: dict[tuple[int, int], float | None] = {}
-        self._reach: dict[int, list[int]] = {}
-        self._reaching: dict[int, list[int]] = {}
+        self._reach: dict[int, list[int]] = {} if like is None else like._reach
+        self._reaching: dict[int, list[int]] = {} if like is None else like._reaching
 
     def cost(self, src: int, dst: int) -> float | None:
         """Load of the direct route ``src -> dst`` with one more use; None without a direct route."""
@@ -320,9 +321,10 @@ def _ring_from_order(topology: Topology, order: Sequence[int]) -> Ring:
     return Ring(tuple(order), legs)
 
 
-def build_ring(topology: Topology, groups: Sequence[Sequence[int]], loads: Sequence[float]) -> Ring:
-    """One more ring, avoiding the links ``loads`` marks as used."""
-    space = SearchSpace(topology, loads)
+def build_ring(topology: Topology, groups: Sequence[Sequence[int]], loads: Sequence[float], *,
+               like: SearchSpace | None = None) -> Ring:
+    """One more ring, avoiding the links ``loads`` marks as used (``like``: share its reachability)."""
+    space = SearchSpace(topology, loads, like=like)
     if len(groups) == 1:
         order = _single_group_ring(topology, groups[0], space)
     else:
@@ -350,9 +352,10 @@ def ring_plan(topology: Topology, channels: int | None = None) -> RingPlan:
     groups = groups_of(topology)
     loads = [0.0] * len(topology.links)
     rings: list[Ring] = []
+    reach = SearchSpace(topology, loads)  # which GPU reaches which: computed once for every ring's search
 
     def add_ring(_: int) -> None:
-        ring = build_ring(topology, groups, loads)
+        ring = build_ring(topology, groups, loads, like=reach)
         rings.append(ring)
         _add_loads(loads, ring)
 

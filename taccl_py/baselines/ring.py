@@ -14,14 +14,17 @@ chain passes it and only forwards (copies) afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from taccl_py.baselines.common import Leg, NotApplicable, pipeline_pieces
 from taccl_py.baselines.layout import RingPlan
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Schedule, Transfer
+from taccl_py.symmetry import SymmetricSchedule, translation_automorphism
+from taccl_py.topology import Topology
 
-__all__ = ["ring_allgather", "ring_allreduce", "ring_broadcast", "ring_reduce", "ring_reducescatter"]
+__all__ = ["ring_allgather", "ring_allreduce", "ring_broadcast", "ring_reduce", "ring_reducescatter",
+           "ring_representatives", "ring_translation", "symmetric_ring"]
 
 _COPY, _REDUCE = Op.COPY, Op.REDUCE
 
@@ -172,3 +175,71 @@ def ring_reduce(plan: RingPlan, topology_name: str = "", *, root: int = 0, chunk
             for leg, op in zip(legs, ops, strict=True):
                 out.append(Transfer(leg.src, leg.dst, chunk, leg.route, op, k))
     return _schedule(CollectiveKind.REDUCE, plan, c, out, topology_name, {"pieces": pieces}, root)
+
+
+def ring_translation(plan: RingPlan, links: Sequence[int], shift: int) -> bool:
+    """Whether moving every GPU by ``shift`` (links as ``links`` maps them) maps every ring onto itself."""
+    for ring in plan.rings:
+        order, legs = ring.order, ring.legs
+        n = len(order)
+        position = {g: i for i, g in enumerate(order)}
+        p = position[(order[0] + shift) % n]
+        for i in range(n):
+            j = (i + p) % n
+            if order[j] != (order[i] + shift) % n or len(legs[j]) != len(legs[i]):
+                return False
+            for a, b in zip(legs[i], legs[j], strict=True):
+                if tuple(links[x] for x in a.route) != b.route:
+                    return False
+    return True
+
+
+def ring_representatives(kind: CollectiveKind, plan: RingPlan, shift: int,
+                         topology_name: str = "") -> SymmetricSchedule:
+    """A ring Allgather, ReduceScatter or Allreduce (one piece per channel) as representatives of rank-``shift`` orbits.
+
+    The caller has checked :func:`ring_translation`; the full schedule
+    (:func:`taccl_py.symmetry.expand`) has the transfers of :func:`ring_allgather`
+    (:func:`ring_reducescatter`, :func:`ring_allreduce`), each step's transfers of a
+    channel in orbit order rather than ring order.
+    """
+    if plan.relays:
+        raise NotApplicable("rings that relay through GPUs have no representative form")
+    c = plan.channels
+    n = len(plan.rings[0].order)
+    out: list[Transfer] = []
+    firsts = [[i for i, g in enumerate(ring.order) if g < shift] for ring in plan.rings]
+
+    def steps(block_at: int, op: Op) -> None:
+        """N-1 steps; at step s position i sends the block of position i - s - ``block_at``."""
+        for s in range(n - 1):
+            for k, ring in enumerate(plan.rings):
+                order, legs = ring.order, ring.legs
+                for i in firsts[k]:
+                    (leg,) = legs[i]
+                    out.append(Transfer(leg.src, leg.dst, (order[(i - s - block_at) % n] * c + k,), leg.route, op, k))
+
+    if kind in (CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+        steps(1, _REDUCE)
+    if kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE):
+        steps(0, _COPY)
+    return SymmetricSchedule(Collective(kind, n, c), shift, tuple(out), name="ring", topology=topology_name)
+
+
+def symmetric_ring(topology: Topology, plan: RingPlan, kind: CollectiveKind) -> SymmetricSchedule | None:
+    """The ring ``kind`` in representative form under the smallest rank shift that keeps topology and rings.
+
+    None when the collective is not Allgather, ReduceScatter or Allreduce, the rings relay, or no shift
+    below N keeps them: simulate the full schedule then. :func:`taccl_py.symmetry.simulate_symmetric`
+    checks the rest (and refuses what it cannot simulate exactly).
+    """
+    n = topology.num_gpus
+    if plan.relays or kind not in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+        return None
+    for shift in range(1, n // 2 + 1):
+        if n % shift:
+            continue
+        links = translation_automorphism(topology, shift)
+        if links is not None and ring_translation(plan, links, shift):
+            return ring_representatives(kind, plan, shift, topology.name)
+    return None

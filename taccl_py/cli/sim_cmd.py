@@ -44,10 +44,11 @@ from taccl_py.cli.plot_hooks import (
 )
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.endpoint import EndpointMode, memory_traffic
-from taccl_py.errors import Infeasible, InputError
+from taccl_py.errors import Infeasible, InputError, ScheduleError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
+from taccl_py.symmetry import SymmetricSchedule
 from taccl_py.topology import MAX_COMM_CHANNELS, Endpoint, Topology
 from taccl_py.units import format_bytes
 
@@ -251,10 +252,14 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         with progress_line(progress_enabled(as_json)) as say:
             for k, size in enumerate(sizes):
                 say(_step_text(f"simulating {algorithm}", k, sizes))
-                schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
-                                    step_overhead_us=step_overhead_us)
-                schedules.append(schedule)
-                results.append((size, simulate(topology, schedule, size, options)))
+                if topology.has_endpoint_limits or mode is not EndpointMode.GPU:  # the memory report needs the schedule
+                    schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
+                                        step_overhead_us=step_overhead_us)
+                    schedules.append(schedule)
+                    results.append((size, simulate(topology, schedule, size, options)))
+                else:
+                    results.append((size, _simulate_baseline(topology, kind, algorithm, channels, root, size, options,
+                                                             representatives=timeline_path is None)))
     rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us))
             for size, sim in results]
     endpoint_report = topology.has_endpoint_limits or mode is not EndpointMode.GPU
@@ -292,6 +297,47 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
     _fail_if_incorrect(rows)
 
 
+SYMMETRIC_MIN_GPUS = 256
+"""From this many GPUs ring Allgather, ReduceScatter and Allreduce are simulated through one representative per
+orbit of a rank translation, when topology and rings have one (taccl_py.symmetry): the same times, far fewer events."""
+_SYMMETRIC_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
+
+
+def _by_representatives(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None,
+                        size: float, options: SimOptions) -> tuple[SimResult, SymmetricSchedule] | None:
+    """A large symmetric ring baseline simulated through its representatives; None when it has no such form."""
+    if (algorithm != "ring" or kind not in _SYMMETRIC_KINDS or topology.num_gpus < SYMMETRIC_MIN_GPUS
+            or (channels is not None and not 1 <= channels <= 64)):
+        return None
+    from taccl_py.baselines import ring_plan
+    from taccl_py.baselines.ring import symmetric_ring
+    from taccl_py.symmetry import simulate_symmetric
+
+    sym = symmetric_ring(topology, ring_plan(topology, channels), kind)
+    if sym is None:
+        return None
+    try:
+        return simulate_symmetric(topology, sym, size, options), sym
+    except ScheduleError:
+        return None  # not exactly representable (symmetry_error says why): the caller simulates in full
+
+
+def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None, root: int,
+                       size: float, options: SimOptions, *, representatives: bool = True) -> SimResult:
+    """Simulate a baseline; large symmetric rings through their representatives (the same times, exactly).
+
+    ``representatives`` False: always the full schedule (a timeline draws its transfers in their order).
+    """
+    from taccl_py.baselines import baseline
+
+    fast = _by_representatives(topology, kind, algorithm, channels, size, options) if representatives else None
+    if fast is not None:
+        return fast[0]
+    schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
+                        step_overhead_us=options.step_overhead_us)
+    return simulate(topology, schedule, size, options)
+
+
 # ------------------------------------------------------------------- baseline
 def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], names: list[str],
                    channels: int | None, root: int, step_overhead_us: float, show: bool) -> list[dict[str, Any]]:
@@ -307,6 +353,14 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
             entries = []
             for name in names:
                 say(_step_text(f"simulating {name}", k, sizes))
+                fast = _by_representatives(topology, kind, name, channels, size, options)
+                if fast is not None:  # a large symmetric ring: the same figures from its representatives
+                    sim, sym = fast
+                    entry = {"algorithm": name, **_row(size, sim, bound)}
+                    del entry["size_bytes"]
+                    entry["channels"], entry["transfers"] = sym.collective.chunk_factor, sym.num_transfers
+                    entries.append(entry)
+                    continue
                 schedule = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
                                     step_overhead_us=step_overhead_us)
                 sim = simulate(topology, schedule, size, options)

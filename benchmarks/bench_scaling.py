@@ -1,0 +1,165 @@
+"""Scaling: simulate, synthesize and verify versus GPU count (issue 18), wall time and peak memory per stage.
+
+Every stage is the user's command (``taccl simulate|synthesize|verify``) run in a fresh process
+under a wrapper that reports its wall time and peak RSS. Topologies: DGX A100 clusters on rail IB
+switches (``taccl topo generate dgx-a100 -k N/8 --fabric rail``), whose NCCL rings repeat every two
+machines, and a plain ring for the one-ring rows. A stage that runs out of its time budget at N GPUs
+is not run at larger N (the table says so). The fitted growth is the least-squares slope k of
+log(wall) against log(N) over the sizes that ran (time ~ N^k).
+
+Run: ``.venv/bin/python benchmarks/run.py --only scaling`` (quick: up to 256 GPUs, 60 s per stage;
+``--full``: up to 4096, 600 s per stage; ``TACCL_SCALING_TIMEOUT=S`` sets the budget). ``python benchmarks/bench_scaling.py --tiny`` is the
+seconds-long mode the test suite runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+NAME, TITLE, ORDER = "scaling", "Scaling to thousands of GPUs", 15
+
+_TAccl = str(Path(sys.executable).with_name("taccl"))
+_WRAPPER = (
+    "import json, resource, subprocess, sys, time\n"
+    "start = time.perf_counter()\n"
+    "try:\n"
+    "    done = subprocess.run(sys.argv[2:], capture_output=True, text=True, timeout=float(sys.argv[1]))\n"
+    "    code, out = done.returncode, done.stdout\n"
+    "except subprocess.TimeoutExpired:\n"
+    "    code, out = 'timeout', ''\n"
+    "wall = time.perf_counter() - start\n"
+    "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
+    "print(json.dumps({'exit': code, 'wall_s': wall, 'peak_rss_mib': peak, 'stdout': out[-2000:]}))\n"
+)
+
+STAGES = ("simulate ring (NCCL channels)", "simulate ring (1 channel)", "simulate tree AR", "simulate direct AG",
+          "synthesize AG", "synthesize AR", "verify AG XML")
+
+
+def _measure(command: list[str], timeout_s: float) -> dict[str, Any]:
+    """Run ``command`` in a fresh wrapper process; its wall time, peak RSS and exit status."""
+    done = subprocess.run([sys.executable, "-c", _WRAPPER, str(timeout_s), *command], capture_output=True,
+                          text=True, check=False, env=dict(os.environ, TERM="dumb"))
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    time_us = None
+    if row["exit"] == 0 and row["stdout"].lstrip().startswith("{"):
+        try:
+            time_us = json.loads(row["stdout"]).get("time_us")
+        except json.JSONDecodeError:
+            time_us = None
+    row["time_us"] = time_us
+    del row["stdout"]
+    return row
+
+
+def _topology(gpus: int, workdir: Path, kind: str) -> Path:
+    path = workdir / f"{kind}{gpus}.json"
+    if not path.exists():
+        spec = (["ring", "-n", str(gpus)] if kind == "ring" else ["dgx-a100"] if gpus == 8
+                else ["dgx-a100", "-k", str(gpus // 8), "--fabric", "rail"])
+        subprocess.run([_TAccl, "topo", "generate", *spec, "-o", str(path)], check=True, capture_output=True)
+    return path
+
+
+def _command(stage: str, topo: Path, ring: Path, xml: Path) -> list[str]:
+    sim = [_TAccl, "simulate", "-s", "1GB", "--json"]
+    return {
+        "simulate ring (NCCL channels)": [*sim, "-t", str(topo), "-c", "allgather", "--algorithm", "ring"],
+        "simulate ring (1 channel)": [*sim, "-t", str(ring), "-c", "allgather", "--algorithm", "ring",
+                                      "--channels", "1"],
+        "simulate tree AR": [*sim, "-t", str(topo), "-c", "allreduce", "--algorithm", "tree"],
+        "simulate direct AG": [*sim, "-t", str(topo), "-c", "allgather", "--algorithm", "direct"],
+        "synthesize AG": [_TAccl, "synthesize", "-t", str(topo), "-c", "allgather", "-s", "1GB", "-o", str(xml)],
+        "synthesize AR": [_TAccl, "synthesize", "-t", str(topo), "-c", "allreduce", "-s", "1GB", "-o",
+                          str(xml.with_name("ar.xml"))],
+        "verify AG XML": [_TAccl, "verify", str(xml)],
+    }[stage]
+
+
+def measure(sizes: list[int], stages: tuple[str, ...], timeout_s: float) -> list[dict[str, Any]]:
+    """One row per (stage, GPU count); after a stage fails or times out, larger counts are marked not run."""
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="taccl-scaling-") as tmp:
+        workdir = Path(tmp)
+        stopped: dict[str, str] = {}
+        for gpus in sizes:
+            topo, ring = _topology(gpus, workdir, "a100"), _topology(gpus, workdir, "ring")
+            xml = workdir / f"ag{gpus}.xml"
+            for stage in stages:
+                if stage in stopped:
+                    rows.append({"stage": stage, "gpus": gpus, "exit": "not run", "why": stopped[stage]})
+                    continue
+                if stage == "verify AG XML" and not xml.exists():
+                    rows.append({"stage": stage, "gpus": gpus, "exit": "not run", "why": "no XML from synthesize"})
+                    continue
+                row = {"stage": stage, "gpus": gpus, **_measure(_command(stage, topo, ring, xml), timeout_s)}
+                rows.append(row)
+                if row["exit"] != 0:
+                    stopped[stage] = f"{row['exit']} at {gpus} GPUs"
+    return rows
+
+
+def fitted_growth(rows: list[dict[str, Any]], stage: str, last: int = 4) -> float | None:
+    """Least-squares k of wall ~ N^k over the stage's ``last`` largest completed GPU counts (None with fewer than 2).
+
+    The largest counts only: at a few GPUs the wall time is the command's start-up (imports, about a second).
+    """
+    done = sorted((r for r in rows if r["stage"] == stage and r["exit"] == 0), key=lambda r: r["gpus"])[-last:]
+    points = [(math.log(r["gpus"]), math.log(r["wall_s"])) for r in done]
+    if len(points) < 2:
+        return None
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else None
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """Quick: 8..256 GPUs, 60 s per stage; full: 8..4096, 600 s (``TACCL_SCALING_TIMEOUT`` overrides the budget)."""
+    sizes = [8, 16, 32, 64, 128, 256] if quick else [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+    timeout_s = float(os.environ.get("TACCL_SCALING_TIMEOUT", 60.0 if quick else 600.0))
+    return {"sizes": sizes, "timeout_s": timeout_s, "rows": measure(sizes, STAGES, timeout_s)}
+
+
+def run_tiny() -> dict[str, Any]:
+    """Seconds-long: 8 and 16 GPUs, the simulate stages (the test suite runs it so the module never rots)."""
+    return {"sizes": [8, 16], "timeout_s": 120.0, "rows": measure([8, 16], STAGES[:2], 120.0)}
+
+
+def render(data: dict[str, Any], figures: Path) -> str:
+    lines = [f"Budget {data['timeout_s']:.0f} s per stage; DGX A100 machines on rail switches "
+             "(`taccl topo generate dgx-a100 -k N/8 --fabric rail`; one machine at 8), 1 GB buffers; the one-channel ring rows "
+             "run on `taccl topo generate ring -n N`. Wall s / peak RSS MiB per stage; `-` not run. Growth: time ~ n^k "
+             "fitted over the four largest GPU counts that completed. Ring rows from 256 GPUs on use the "
+             "representative simulation (docs/simulator.md); the others simulate every transfer.", "",
+             "| stage | " + " | ".join(str(n) for n in data["sizes"]) + " | growth |",
+             "|---|" + "---|" * (len(data["sizes"]) + 1)]
+    stages = [s for s in STAGES if any(r["stage"] == s for r in data["rows"])]
+    for stage in stages:
+        k = fitted_growth(data["rows"], stage)
+        cells = []
+        for n in data["sizes"]:
+            row = next((r for r in data["rows"] if r["stage"] == stage and r["gpus"] == n), None)
+            if row is None or row["exit"] == "not run":
+                cells.append("-")
+            elif row["exit"] != 0:
+                cells.append(f"{row['exit']} ({row['wall_s']:.0f} s)")
+            else:
+                cells.append(f"{row['wall_s']:.1f} s / {row['peak_rss_mib']:.0f}")
+        lines.append(f"| {stage} | " + " | ".join(cells) + f" | {'-' if k is None else f'n^{k:.2f}'} |")
+    stopped = sorted({f"{r['stage']}: {r['why']}" for r in data["rows"] if r["exit"] == "not run"})
+    if stopped:
+        lines += ["", "Not run: " + "; ".join(stopped) + "."]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    data = run_tiny() if "--tiny" in sys.argv else run("--full" not in sys.argv)
+    print(render(data, Path(".")))

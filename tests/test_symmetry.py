@@ -1,0 +1,190 @@
+"""Representative simulation (taccl_py.symmetry) against the full simulation: exactly the same times.
+
+Random rank-translation-symmetric topologies (GPU circulants plus one switch per
+block of ``shift`` GPUs), random representative schedules over them, and the
+ring Allgather baseline's representative form; every per-transfer time and
+link figure must equal the full simulation's, and the verdicts must agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from taccl_py.baselines import baseline, ring_plan
+from taccl_py.baselines.ring import symmetric_ring
+from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.library.fabrics import dgx_a100_cluster
+from taccl_py.library.grids import ring, switch_star
+from taccl_py.schedule import Op, Transfer
+from taccl_py.simulator import SimOptions, simulate
+from taccl_py.symmetry import (
+    SymmetricSchedule,
+    expand,
+    simulate_symmetric,
+    symmetry_error,
+    translation_automorphism,
+)
+from taccl_py.topology import Endpoint, Link, Switch, Topology
+
+
+def _symmetric_topology(d: int, m: int, offsets: list[tuple[int, float, float]], pods: bool) -> Topology:
+    """GPU g -> g + o for every (o, GB/s, us) of ``offsets`` (per position g mod d), and a switch per block."""
+    n = d * m
+    links: dict[tuple[object, object], Link] = {}
+    for g in range(n):
+        for o, bw, lat in offsets:
+            h = (g + o) % n
+            if h != g and (g, h) not in links:
+                links[(g, h)] = Link(g, h, bw + (g % d), lat)
+    switches: tuple[Switch, ...] = ()
+    if pods:
+        switches = tuple(Switch(f"pod{a}", "nvswitch") for a in range(m))
+        for g in range(n):
+            pod = f"pod{g // d}"
+            links[(g, pod)] = Link(g, pod, 100.0, 0.3)
+            links[(pod, g)] = Link(pod, g, 100.0, 0.3)
+    return Topology("sym", n, tuple(links.values()), switches)
+
+
+def _route(topo: Topology, src: int, dst: int) -> tuple[int, ...] | None:
+    index = topo.link_index
+    if (src, dst) in index:
+        return (index[(src, dst)],)
+    for s in topo.switches:
+        if (src, s.name) in index and (s.name, dst) in index:
+            return (index[(src, s.name)], index[(s.name, dst)])
+    return None
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[Topology, SymmetricSchedule]:
+    d = draw(st.integers(1, 3))
+    m = draw(st.integers(2, 4))
+    n = d * m
+    offsets = draw(st.lists(st.tuples(st.integers(1, n - 1), st.sampled_from([10.0, 25.0, 50.0]),
+                                      st.sampled_from([0.5, 1.0])), min_size=1, max_size=3))
+    topo = _symmetric_topology(d, m, offsets, draw(st.booleans()) and d > 1)
+    kind = draw(st.sampled_from([CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER,
+                                 CollectiveKind.ALLTOALL]))
+    coll = Collective(kind, n, draw(st.integers(1, 2)))
+    reps = []
+    for _ in range(draw(st.integers(1, 12))):
+        src = draw(st.integers(0, d - 1))
+        dst = draw(st.integers(0, n - 1))
+        route = _route(topo, src, dst) if dst != src else None
+        if route is None:
+            continue
+        chunks = tuple(sorted(set(draw(st.lists(st.integers(0, coll.num_chunks - 1), min_size=1, max_size=2)))))
+        op = Op.REDUCE if coll.is_reduction and draw(st.booleans()) else Op.COPY
+        reps.append(Transfer(src, dst, chunks, route, op, draw(st.integers(0, 1))))
+    assume(reps)
+    return topo, SymmetricSchedule(coll, d, tuple(reps))
+
+
+def _same(full: object, quotient: object, *, same_order: bool = True) -> None:
+    """Same verdict, makespan, link figures; same per-transfer times (as multisets unless ``same_order``)."""
+    from taccl_py.simulator import SimResult
+
+    assert isinstance(full, SimResult) and isinstance(quotient, SimResult)
+    assert full.correct == quotient.correct, (full.error, quotient.error)
+    if full.correct:
+        assert full.time_us is not None and quotient.time_us is not None
+        assert abs(full.time_us - quotient.time_us) <= 1e-9 * max(1.0, full.time_us)
+        for a, b in ((full.start_us, quotient.start_us), (full.arrive_us, quotient.arrive_us),
+                     (full.commit_us, quotient.commit_us)):
+            if not same_order:
+                a, b = np.sort(a), np.sort(b)
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(full.link_bytes, quotient.link_bytes, rtol=1e-9, atol=1e-6)
+        np.testing.assert_allclose(full.link_busy_us, quotient.link_busy_us, rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much,
+                                                                  HealthCheck.too_slow])
+@given(_cases(), st.sampled_from([1.0, 4096.0, 2.0**20]), st.sampled_from([0.0, 1.5]))
+def test_representatives_time_as_the_full_schedule(case: tuple[Topology, SymmetricSchedule], size: float,
+                                                   overhead: float) -> None:
+    topo, sym = case
+    assume(symmetry_error(sym, topo) is None)
+    options = SimOptions(step_overhead_us=overhead)
+    _same(simulate(topo, expand(sym, topo), size, options), simulate_symmetric(topo, sym, size, options))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(3, 12), st.sampled_from([1, 2, None]), st.sampled_from([1e3, 2.0**30]),
+       st.sampled_from([CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE]))
+def test_ring_representatives_on_rings(n: int, channels: int | None, size: float, kind: CollectiveKind) -> None:
+    topo = ring(n)
+    sym = symmetric_ring(topo, ring_plan(topo, channels), kind)
+    phases = 2 if kind is CollectiveKind.ALLREDUCE else 1
+    assert sym is not None and sym.shift == 1 and len(sym.reps) == phases * (n - 1) * sym.collective.chunk_factor
+    assert symmetry_error(sym, topo) is None
+    full = simulate(topo, baseline(topo, kind, "ring", channels=channels), size)
+    assert full.correct
+    _same(full, simulate_symmetric(topo, sym, size), same_order=False)
+    _same(simulate(topo, expand(sym, topo), size), simulate_symmetric(topo, sym, size))
+
+
+@pytest.mark.parametrize("kind", [CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE])
+def test_ring_representatives_on_a_rail_cluster(kind: CollectiveKind) -> None:
+    """DGX A100 machines on rail switches: the 8 rings repeat every 2 machines (shift 16), 2 members per orbit."""
+    topo = dgx_a100_cluster(4, fabric="rail")
+    sym = symmetric_ring(topo, ring_plan(topo), kind)
+    assert sym is not None and sym.shift == 16 and sym.orbit_size == 2
+    quotient = simulate_symmetric(topo, sym, 2.0**30)
+    _same(simulate(topo, baseline(topo, kind, "ring"), 2.0**30), quotient, same_order=False)
+    _same(simulate(topo, expand(sym, topo), 2.0**30), quotient)
+
+
+def test_leaf_spine_clusters_have_no_translation_symmetry() -> None:
+    """Scalable units of 20 machines: a route across units takes the spine, so moving machines is no symmetry."""
+    topo = dgx_a100_cluster(24)
+    assert symmetric_ring(topo, ring_plan(topo), CollectiveKind.ALLGATHER) is None
+    assert translation_automorphism(topo, 16) is None
+
+
+def test_refusals_name_the_reason() -> None:
+    star = switch_star(4)
+    coll = Collective(CollectiveKind.ALLGATHER, 4, 1)
+    sym = SymmetricSchedule(coll, 1, (Transfer(0, 1, (0,), (0, 3)),))
+    assert translation_automorphism(star, 1) is not None
+    # every GPU -> switch link moves, but the switch itself is fixed: fine; a rooted collective is not
+    rooted = SymmetricSchedule(Collective(CollectiveKind.BROADCAST, 4, 1), 1, sym.reps)
+    assert "root" in (symmetry_error(rooted, star) or "")
+    assert "does not divide" in (symmetry_error(SymmetricSchedule(coll, 3, sym.reps), star) or "")
+    with_memory = star.with_endpoints(Endpoint(memory_bandwidth=100.0))
+    assert "memory" in (symmetry_error(sym, with_memory) or "")
+    lopsided = Topology("lop", 4, (*star.links[:2], Link(1, "switch", 5.0, 1.0), *star.links[3:]), star.switches)
+    assert "not a symmetry" in (symmetry_error(sym, lopsided) or "")
+    # a representative whose orbit members write what other members read
+    clash = SymmetricSchedule(Collective(CollectiveKind.ALLREDUCE, 4, 1), 1,
+                              (Transfer(0, 1, (0, 1), (0, 3), Op.REDUCE),))
+    assert "touch the same" in (symmetry_error(clash, star) or "")
+
+
+def test_simulate_command_uses_representatives_from_256_gpus() -> None:
+    """`taccl simulate --algorithm ring` on 256 GPUs: the representative run gives the full run's figures."""
+    from taccl_py.cli.sim_cmd import SYMMETRIC_MIN_GPUS, _simulate_baseline
+
+    topo = ring(SYMMETRIC_MIN_GPUS)
+    kind = CollectiveKind.ALLGATHER
+    fast = _simulate_baseline(topo, kind, "ring", 1, 0, 2.0**30, SimOptions())
+    full = _simulate_baseline(topo, kind, "ring", 1, 0, 2.0**30, SimOptions(), representatives=False)
+    assert fast.notes["orbit_size"] == SYMMETRIC_MIN_GPUS and "orbit_size" not in full.notes
+    _same(full, fast, same_order=False)
+
+
+def test_baseline_command_rows_from_representatives() -> None:
+    """`taccl baseline -a ring` on 256 GPUs reports the full schedule's time, channels and transfer count."""
+    from taccl_py.cli.sim_cmd import _baseline_rows
+
+    topo = ring(256)
+    (row,) = _baseline_rows(topo, CollectiveKind.ALLGATHER, [2**20], ["ring"], 1, 0, 0.0, False)
+    (entry,) = row["baselines"]
+    schedule = baseline(topo, "allgather", "ring", channels=1)
+    full = simulate(topo, schedule, 2**20)
+    assert entry["transfers"] == len(schedule) and entry["channels"] == 1
+    assert full.time_us is not None and abs(entry["time_us"] - full.time_us) <= 1e-9 * full.time_us
