@@ -6,9 +6,12 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_scaling.py"
 
 
+@pytest.mark.slow
 def test_tiny_scaling_run_measures_and_renders(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("bench_scaling", BENCH)
     assert spec is not None and spec.loader is not None

@@ -189,6 +189,7 @@ def test_simulate_cli_concurrent_errors(capsys: pytest.CaptureFixture[str], args
     assert code == 2 and where in err and "Traceback" not in err and not out
 
 
+@pytest.mark.slow
 def test_synthesize_cli_concurrent_picks_the_joint_best(capsys: pytest.CaptureFixture[str]) -> None:
     """On fat-tree8-sharp, direct is fastest alone for both, but multicast + nvls wins together."""
     code, out, _ = run(["synthesize", "-t", "fat-tree8-sharp", "-c", "allgather+reducescatter", "-s", "16MB",

@@ -167,6 +167,7 @@ def memory_sweep(topo: Topology, schedule: Schedule, size: int, mode: EndpointMo
     return [t for t in times if t is not None]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("topology", ["switch5", "ring8", "dgx-a100x2"])
 @pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce"])
 @pytest.mark.parametrize("mode", list(EndpointMode))
@@ -180,6 +181,7 @@ def test_ring_times_are_monotone_in_memory_bandwidth(topology: str, kind: str, m
     assert times[0] > 5 * times[-1]
 
 
+@pytest.mark.slow
 def test_max_min_sharing_is_not_monotone_in_memory_bandwidth() -> None:
     """A counterexample: more memory lets one flow take more of a link another needs sooner (as SimGrid does too,
     see test_a_non_monotone_case_matches_simgrid). On DGX A100 the GPU-driven tree Allreduce gets slower from
@@ -216,6 +218,7 @@ def test_topology_file_endpoints_round_trip_and_errors() -> None:
                                                   {"gpus": [0], "memory_bandwidth": 6}]})
 
 
+@pytest.mark.slow
 def test_shipped_topology_with_a100_memory_runs_both_modes() -> None:
     topo = resolve_topology("dgx-a100x2").with_endpoints(Endpoint(memory_bandwidth=1555.0))
     schedule = baseline(topo, "allreduce", "ring", size_bytes=2**26)
@@ -264,6 +267,7 @@ def endpoint_spec(topology: Topology, schedule: Schedule, size_bytes: int, mode:
     return spec
 
 
+@pytest.mark.slow
 @pytest.mark.simgrid
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
@@ -293,6 +297,7 @@ def test_memory_limited_times_match_simgrid(oracle: Callable[[dict[str, Any]], d
     assert not late, late[:5]
 
 
+@pytest.mark.slow
 @pytest.mark.simgrid
 def test_a_non_monotone_case_matches_simgrid(oracle: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """SimGrid, with memory as links, times the counterexample above the same at both memory bandwidths."""
@@ -307,6 +312,7 @@ def test_a_non_monotone_case_matches_simgrid(oracle: Callable[[dict[str, Any]], 
         assert ours == pytest.approx(theirs, rel=REL_TOL), bw
 
 
+@pytest.mark.slow
 @pytest.mark.simgrid
 def test_ring_allreduce_with_a100_memory_matches_simgrid(oracle: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """Memory that binds (the four-GPU ring above, GPU-driven): SimGrid with memory as a link agrees."""
@@ -342,6 +348,7 @@ def test_the_bound_includes_memory_and_no_schedule_beats_it() -> None:
     assert lower_bound(topo.with_endpoints(Endpoint(1e6)), "allreduce", size) == plain  # memory that never binds
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=tree_schedules(), mode=st.sampled_from(list(EndpointMode)), memory=st.sampled_from([2.0, 10.0, 50.0]))
 def test_no_schedule_beats_the_memory_bound(case: tuple[Topology, Schedule], mode: EndpointMode,

@@ -66,6 +66,7 @@ def test_a_timer_set_for_now_runs_in_this_batch_after_those_already_queued() -> 
     assert {now for _, _, _, now in run.log} == {2.0}
 
 
+@pytest.mark.slow
 @settings(max_examples=100)
 @given(st.lists(st.floats(0.0, 1e4, allow_nan=False), min_size=1, max_size=30))
 def test_any_timers_come_sorted_by_time_then_by_setting_order(times: list[float]) -> None:
@@ -220,6 +221,7 @@ def networks(draw: st.DrawFn) -> tuple[list[float], list[tuple[tuple[int, ...], 
     return capacities, draw(st.lists(transfer, min_size=1, max_size=7))
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(case=networks())
 def test_arrivals_match_a_plain_fluid_simulation(

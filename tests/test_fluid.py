@@ -235,6 +235,7 @@ def weighted_scenarios(draw: st.DrawFn) -> tuple[list[float], list[tuple[float, 
     return capacity, draw(st.lists(step, min_size=1, max_size=20))
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(scenario=weighted_scenarios())
 def test_weighted_rates_match_a_from_scratch_max_min(

@@ -209,6 +209,7 @@ def test_two_channel_slots_hide_one_latency_hand_computed() -> None:
     assert one - two == pytest.approx(3.0)
 
 
+@pytest.mark.slow
 def test_load_balanced_near_the_bound_on_the_3d_network() -> None:
     """Issue 10's [Ring 2, FullyConnected 8, Switch 4] at 1 GB: the model's makespan is within 90% of the
     bound for all three collectives, and the simulator agrees with it (Allgather simulated here)."""

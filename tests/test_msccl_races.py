@@ -166,6 +166,7 @@ def test_lowered_programs_with_injected_races_agree_with_the_oracle(topo: Topolo
 
 
 # ------------------------------------------------------------------ large lowered programs
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dgx-a100x2", "dgx-a100x4"])
 def test_injected_races_are_caught_in_large_lowered_programs(name: str) -> None:
     """Dependencies removed from programs of thousands of steps: the check finds what the oracle finds."""
@@ -191,6 +192,7 @@ def test_injected_races_are_caught_in_large_lowered_programs(name: str) -> None:
     assert caught >= 1
 
 
+@pytest.mark.slow
 def test_reordered_receives_race_with_their_readers() -> None:
     """Moving a receive after a copy that reads what it writes is a race (or a wrong result) the check sees."""
     from taccl_py.baselines import baseline

@@ -285,6 +285,7 @@ def test_bounds_say_what_they_assume() -> None:
     assert ag.bound_us == lower_bound(plain, "allgather", size).bound_us  # the ingress cut binds either way
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "kind", "algorithm"), [
     ("dgx-h100-nvls", AG, "multicast"), ("dgx-h100-nvls", BC, "multicast"), ("dgx-h100-nvls", AR, "nvls"),
     ("dgx-h100-nvls", RS, "nvls"), ("dgx-h100x2-nvls-sharp", AR, "sharp"), ("dgx-h100x2-sharp", AR, "sharp")])

@@ -39,6 +39,7 @@ def _best_hierarchical(topology: Topology, kind: CollectiveKind, size: float) ->
     return min(times)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_shortcut_returns_hier_lb_near_the_bound(kind: CollectiveKind) -> None:
     """At 1 GB on [Ring 4, Switch 4] ``hier-lb`` is modelled within 90% of the bound: the solver stages are

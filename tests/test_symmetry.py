@@ -102,6 +102,7 @@ def _same(full: object, quotient: object, *, same_order: bool = True) -> None:
         np.testing.assert_allclose(full.link_busy_us, quotient.link_busy_us, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much,
                                                                   HealthCheck.too_slow])
 @given(_cases(), st.sampled_from([1.0, 4096.0, 2.0**20]), st.sampled_from([0.0, 1.5]))
@@ -128,6 +129,7 @@ def test_ring_representatives_on_rings(n: int, channels: int | None, size: float
     _same(simulate(topo, expand(sym, topo), size), simulate_symmetric(topo, sym, size))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE])
 def test_ring_representatives_on_a_rail_cluster(kind: CollectiveKind) -> None:
     """DGX A100 machines on rail switches: the 8 rings repeat every 2 machines (shift 16), 2 members per orbit."""
@@ -139,6 +141,7 @@ def test_ring_representatives_on_a_rail_cluster(kind: CollectiveKind) -> None:
     _same(simulate(topo, expand(sym, topo), 2.0**30), quotient)
 
 
+@pytest.mark.slow
 def test_leaf_spine_clusters_have_no_translation_symmetry() -> None:
     """Scalable units of 20 machines: a route across units takes the spine, so moving machines is no symmetry."""
     topo = dgx_a100_cluster(24)
@@ -165,6 +168,7 @@ def test_refusals_name_the_reason() -> None:
     assert "touch the same" in (symmetry_error(clash, star) or "")
 
 
+@pytest.mark.slow
 def test_simulate_command_uses_representatives_from_256_gpus() -> None:
     """`taccl simulate --algorithm ring` on 256 GPUs: the representative run gives the full run's figures."""
     from taccl_py.cli.sim_cmd import SYMMETRIC_MIN_GPUS, _simulate_baseline
