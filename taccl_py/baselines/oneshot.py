@@ -49,7 +49,7 @@ Allgather, ReduceScatter, Allreduce; 1 for Broadcast and Reduce).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
@@ -428,28 +428,27 @@ def _sliced(topology: Topology, collective: Collective, chunk_bytes: float) -> l
     return out + fuse(topology, _slice_copy_hops(topology), slices, chunk_bytes)
 
 
-@lru_cache(maxsize=32)
-def _slice_reduce_hops(topology: Topology) -> tuple[Hop, ...]:
-    """Inside every machine: slice j reduced along a latency tree into its one holder (channel 0)."""
+def _per_slice_hops(topology: Topology, add_hops: Callable[..., object], channel: int) -> tuple[Hop, ...]:
+    """Inside every machine, ``add_hops`` for slice j and its holder (a reduce or broadcast latency tree)."""
     plan = _slice_plan(topology)
     loads = [0.0] * len(topology.links)
     hops: list[Hop] = []
     for m, members in enumerate(sorted(x) for x in topology.machines):
         for j, holder in enumerate(plan.receiver[m]):
-            _reduce_hops(topology, holder, j, hops, loads, channel=0, members=members)
+            add_hops(topology, holder, j, hops, loads, channel=channel, members=members)
     return tuple(hops)
+
+
+@lru_cache(maxsize=32)
+def _slice_reduce_hops(topology: Topology) -> tuple[Hop, ...]:
+    """Inside every machine: slice j reduced along a latency tree into its one holder (channel 0)."""
+    return _per_slice_hops(topology, _reduce_hops, 0)
 
 
 @lru_cache(maxsize=32)
 def _slice_copy_hops(topology: Topology) -> tuple[Hop, ...]:
     """Inside every machine: slice j's result copied from its receiver to every other GPU (channel 1)."""
-    plan = _slice_plan(topology)
-    loads = [0.0] * len(topology.links)
-    hops: list[Hop] = []
-    for m, members in enumerate(sorted(x) for x in topology.machines):
-        for j, holder in enumerate(plan.receiver[m]):
-            _broadcast_hops(topology, holder, j, hops, loads, channel=1, members=members)
-    return tuple(hops)
+    return _per_slice_hops(topology, _broadcast_hops, 1)
 
 
 # ------------------------------------------------------ exchange plans
