@@ -340,6 +340,10 @@ def _size(size: int) -> str:
     return f"{size}B"
 
 
+_SAME = 1e-3
+"""Within 0.1%, the trees and a baseline take the same time (the summary's ``the same``)."""
+
+
 def _render_switch_trees(data: dict[str, Any]) -> list[str]:
     """The synthesizer's own trees through the switches against the offload baselines, size by size."""
     rows = data.get("switch_trees") or []
@@ -355,7 +359,7 @@ def _render_switch_trees(data: dict[str, Any]) -> list[str]:
              "depth) / trees, above 1 where the trees win. Stage wall seconds measured under load.", "",
              "| topology | collective | size | trees us | trees, form | offload baseline us | tuned us | best unicast "
              "us | bound us | trees efficiency | ratio | stage s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    summary: dict[tuple[str, str, str], dict[str, list[str]]] = {}
+    summary: dict[tuple[str, str, str], list[tuple[int, float | None, bool]]] = {}
     for r in rows:
         offload = min(t for t in (r["baseline_us"], r["tuned_us"]) if t is not None)
         trees = r["trees_us"]
@@ -367,12 +371,23 @@ def _render_switch_trees(data: dict[str, Any]) -> list[str]:
                      f"{r['baseline_pieces']} per block) | {_us(r['tuned_us'])} | {unicast} | {_us(r['bound_us'])} | "
                      f"{'-' if eff is None else f'{eff:.3f}'} | {'-' if ratio is None else f'{ratio:.3f}'} | "
                      f"{r['stage_s']:.1f} |")
-        verdict = "no trees" if ratio is None else "beat" if ratio > 1 + 1e-6 else \
-            "match" if ratio >= 1 - 1e-6 else "lose"
-        summary.setdefault((r["topology"], r["collective"], r["offload"]), {}).setdefault(verdict, []).append(
-            _size(r["size_bytes"]))
+        unicast_faster = bool(trees and r["unicast_us"] is not None and r["unicast_us"] < trees * (1 - _SAME))
+        summary.setdefault((r["topology"], r["collective"], r["offload"]), []).append(
+            (r["size_bytes"], ratio, unicast_faster))
     lines.append("")
-    for (topology, collective, offload), verdicts in summary.items():
-        said = "; ".join(f"{v} at {', '.join(sizes)}" for v, sizes in verdicts.items())
-        lines.append(f"* {topology} {collective}: the synthesized trees against `{offload}` (best depth): {said}.")
+    for (topology, collective, offload), cases in summary.items():
+        parts = []
+        for verdict, test in (("faster", lambda x: x > 1 + _SAME), ("the same within 0.1%",
+                                                                     lambda x: abs(x - 1) <= _SAME),
+                              ("slower", lambda x: x < 1 - _SAME)):
+            hits = [(size, ratio) for size, ratio, _ in cases if ratio is not None and test(ratio)]
+            if hits:
+                low, high = min(r for _, r in hits), max(r for _, r in hits)
+                by = "" if verdict.startswith("the same") else \
+                    f" (baseline / trees {low:.3f}" + (f"-{high:.3f})" if high > low + 5e-4 else ")")
+                parts.append(f"{verdict}{by} at {', '.join(_size(size) for size, _ in hits)}")
+        behind = [_size(size) for size, _, faster in cases if faster]
+        tail = f"; a unicast baseline is faster than the trees at {', '.join(behind)}" if behind else ""
+        lines.append(f"* {topology} {collective}: the synthesized trees against `{offload}` at its best depth: "
+                     f"{'; '.join(parts) or 'no trees'}{tail}.")
     return lines

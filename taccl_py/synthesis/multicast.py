@@ -307,11 +307,12 @@ def switch_candidates(run: Run, prepared: Prepared, size_bytes: float) -> Switch
         # every tree sends from its root only: a piece reaches every GPU in one group, so more pieces only queue
         # behind each other on the same connections
         factors = [1]
-    forms = _tree_schedules(run, prepared, phases, size_bytes, factors, stats, notes)
-    if kind is CollectiveKind.ALLREDUCE:
+    forms: Iterator[tuple[str, Variant, Schedule]] = iter(())
+    if kind is CollectiveKind.ALLREDUCE:  # first: one schedule, cheap to build and simulate, often the best
         single = one_group_allreduce(topology)
-        forms = itertools.chain(forms, [] if single is None else
-                                [("one-group in-network allreduce", Variant(OrderingRule.ARRIVAL), single)])
+        forms = iter([] if single is None else
+                     [("one-group in-network allreduce", Variant(OrderingRule.ARRIVAL), single)])
+    forms = itertools.chain(forms, _tree_schedules(run, prepared, phases, size_bytes, factors, stats, notes))
     candidates: list[Candidate] = []
     found: dict[str, Choice] = {}
     seen: set[tuple[Transfer, ...]] = set()
@@ -372,6 +373,7 @@ def _tree_schedules(run: Run, prepared: Prepared, phases: Sequence[_TreePhase], 
     topology, kind = prepared.topology, prepared.kind
     n = topology.num_gpus
     label = _label(phases)
+    greedy = replace(run, options=replace(run.options, max_cpsat_tasks=0))  # shares run's clock and stage times
     for k, c in enumerate(factors):
         if k and _out_of_time(run):
             notes.append(f"switch trees: time limit reached before chunk factor {c} was routed")
@@ -387,8 +389,10 @@ def _tree_schedules(run: Run, prepared: Prepared, phases: Sequence[_TreePhase], 
             chunk_id = _piece_numbering(phase.rooted, phase.reversed, c)
             with run.stage("ordering"):
                 tasks, hops = hop_tasks(phase.direction, plan, piece_bytes, chunk_id)
-            found, order_stats = orderings(run, tasks, len(topology.links))
-            stats += order_stats
+            # the greedy orderings only: CP-SAT's model (one message per link at a time) does not describe groups,
+            # which share their links at fluid rates, and its solves cost seconds each on a loaded machine
+            found, order_stats = orderings(greedy, tasks, len(topology.links))
+            stats += [s for s in order_stats if s.status != "skipped"]
             if len(tasks) and sum(len(h.members) for h in hops) > _FEW_ORDERINGS:
                 found = found[:1]
             emitted = {}
