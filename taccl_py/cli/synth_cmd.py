@@ -31,7 +31,7 @@ from taccl_py.cli.common import (
 from taccl_py.cli.jobs_cli import jobs_option
 from taccl_py.cli.plot_hooks import check_picture_path, plot_option, write_algbw_plot
 from taccl_py.collectives import CollectiveKind
-from taccl_py.errors import InputError, LoweringError
+from taccl_py.errors import InputError, LoweringError, OutputError
 from taccl_py.msccl.ir import Program
 from taccl_py.msccl.selection import DEFAULT_TYPE_SIZE, band_sizes, falls_back
 from taccl_py.schedule import Schedule
@@ -416,7 +416,8 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
 @click.option("--sketch", "sketch_path", type=click.Path(dir_okay=False), default=None,
               help="A communication sketch (TACCL's JSON format). Without one, it is derived from the topology.")
 @click.option("-o", "--output", type=click.Path(), default=None,
-              help="Write the MSCCL XML here (a directory when --size is a range).")
+              help="Write the MSCCL XML here (a directory when --size is a range, or with several collectives at once: "
+                   "one file per collective, schedule JSON where it cannot be XML).")
 @click.option("--time-limit", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
               help="Wall-clock limit of the command per size (solve, simulate, lower, verify, write). The solvers "
                    "stop on deterministic work budgets scaled from it; the clock only guards, and the report says "
@@ -460,19 +461,23 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
     sketch = load_sketch(sketch_path) if sketch_path else None
     topology = _resolve_topology(topology_spec, sketch.num_machines if sketch else None)
     if concurrent:
-        for given, where in ((output, "-o"), (schedule_out, "--schedule-out"), (chakra_dir, "--chakra"),
-                             (plot_path, "--plot")):
+        for given, where in ((schedule_out, "--schedule-out"), (chakra_dir, "--chakra"), (plot_path, "--plot")):
             if given:
-                raise InputError("applies to one collective; with several at once, run synthesize per collective "
-                                 "with the algorithm the joint report names", where=where)
+                raise InputError("applies to one collective; with several at once, -o DIR writes one file per "
+                                 "collective (schedule JSON where it cannot be MSCCL XML)", where=where)
         if len(sizes) > 1:
             raise InputError("needs a single size with several collectives at once", where="--size")
+        if output and ((Path(output).exists() and not Path(output).is_dir()) or
+                       (not Path(output).exists() and Path(output).suffix.lower() in (".xml", ".json"))):
+            raise OutputError("must be a directory with several collectives at once (one file per collective: "
+                              "MSCCL XML, or schedule JSON where it cannot be XML)", where=f"-o {output}")
     if root >= topology.num_gpus:
         raise InputError(f"root must be a GPU id in 0..{topology.num_gpus - 1} (got {root})", where="--root")
     if len(sizes) > 1 and schedule_out:
         raise InputError("--schedule-out needs a single size", where="--schedule-out")
     for each in kinds:
-        check_synthesis_args(topology, each, output=output, schedule_out=schedule_out, ranged=len(sizes) > 1,
+        check_synthesis_args(topology, each, output=output, schedule_out=schedule_out,
+                             ranged=len(sizes) > 1 or concurrent,
                              dialect=dialect, instances=instances, root=root, chunk_factors=chunk_factors,
                              solver=solver, seed=seed, time_limit=time_limit, threads=threads)
     check_picture_path(plot_path, "--plot")
@@ -486,7 +491,8 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
         from taccl_py.cli.concurrent_cmd import report_concurrent, synthesize_concurrent_row
 
         with _Progress(not as_json) as progress:
-            row = synthesize_concurrent_row(topology, collective_name, sizes[0], options, progress)
+            row = synthesize_concurrent_row(topology, collective_name, sizes[0], options, progress,
+                                            Path(output) if output else None, dialect, instances, proto)
         report_concurrent(topology, collective_name, [row], as_json)
         if not row["correct"]:
             raise click.exceptions.Exit(1)
