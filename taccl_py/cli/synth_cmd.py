@@ -159,7 +159,7 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, diale
         progress("lowering", {"detail": choice.label})
         try:
             program = lower_schedule(choice.schedule, topology, dialect=dialect, instances=instances, proto=proto,
-                                     min_bytes=min_bytes, max_bytes=max_bytes)
+                                     min_bytes=min_bytes, max_bytes=max_bytes, timing=choice.sim)
         except LoweringError as exc:
             written.timed("lower", started)
             written.notes.append(f"{_describe(choice)} ({choice.time_us:.4g} us) cannot be "
