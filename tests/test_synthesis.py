@@ -335,3 +335,29 @@ def test_a_size_band_directory_is_selected_across_every_band(tmp_path: Path,
             assert (size // 4) % program.nchunksperloop == 0, (row["xml"], size, program.nchunksperloop)
             size *= 2
         assert all(b < own for b in row["selection"]["falls_back_bytes"])
+
+
+def test_own_and_forwarded_pieces_go_on_separate_channels() -> None:
+    """A piece's first hop (the sender's own piece) on channel 0, the hops that forward it on channel 1."""
+    from solver_models.ordering import Task
+    from taccl_py.synthesis.variants import Ordering, OrderingRule, _tasks_to_transfers
+
+    def task(src: int, dst: int, chunk: int, pred: int) -> Task:
+        return Task(src, dst, (chunk,), (0,), 1.0, 1000.0, 1.0, pred, (0.0,))
+
+    tasks = [task(0, 1, 0, -1), task(1, 2, 0, 0), task(1, 2, 1, -1), task(2, 0, 1, 2)]
+    ordering = Ordering(OrderingRule.ARRIVAL, (0.0, 1.0, 0.0, 1.0), (0, 1, 2, 3))
+    plain = _tasks_to_transfers(tasks, ordering)
+    apart = _tasks_to_transfers(tasks, ordering, relay=True)
+    assert [t.channel for t in plain] == [0, 0, 0, 0]
+    assert [(t.src, t.dst, t.chunks, t.channel) for t in apart] == [(0, 1, (0,), 0), (1, 2, (1,), 0),
+                                                                    (1, 2, (0,), 1), (2, 0, (1,), 1)]
+
+
+@pytest.mark.slow
+def test_the_forwarded_pieces_variant_is_synthesized_and_correct() -> None:
+    topo = resolve_topology("dgx-a100x2")
+    result = synthesize(topo, CollectiveKind.ALLGATHER, 2**24, SynthesisOptions(time_limit_s=20, chunk_factors=(2,),
+                                                                                compare_baselines=False))
+    apart = [c for c in result.candidates if "own and forwarded" in c.label]
+    assert apart and all(c.time_us is not None for c in apart)
