@@ -176,63 +176,29 @@ def _csr(on: Any, by: Any, n: int) -> Any:
     return ptr, out
 
 
-# ---------------------------------------------------------------------------------------------- member heaps
-@njit(cache=True, inline="always")
-def _less(ka: float, sa: int, kb: float, sb: int) -> bool:
-    return ka < kb or (ka == kb and sa < sb)
-
-
-@njit(cache=True, inline="always")
-def _mh_push(hk: Any, hs: Any, hf: Any, base: int, length: int, key: float, seq: int, flow: int) -> None:
-    j = length
-    while j > 0:
-        parent = (j - 1) >> 1
-        if _less(key, seq, hk[base + parent], hs[base + parent]):
-            hk[base + j] = hk[base + parent]
-            hs[base + j] = hs[base + parent]
-            hf[base + j] = hf[base + parent]
-            j = parent
-        else:
-            break
-    hk[base + j] = key
-    hs[base + j] = seq
-    hf[base + j] = flow
-
-
-@njit(cache=True, inline="always")
-def _mh_pop(hk: Any, hs: Any, hf: Any, base: int, length: int) -> None:
-    """Drop the root of a heap of ``length`` entries (the caller shortens it by one)."""
-    m = length - 1
-    if m == 0:
-        return
-    key, seq, flow = hk[base + m], hs[base + m], hf[base + m]
-    j = 0
-    while True:
-        c = 2 * j + 1
-        if c >= m:
-            break
-        if c + 1 < m and _less(hk[base + c + 1], hs[base + c + 1], hk[base + c], hs[base + c]):
-            c += 1
-        if _less(hk[base + c], hs[base + c], key, seq):
-            hk[base + j] = hk[base + c]
-            hs[base + j] = hs[base + c]
-            hf[base + j] = hf[base + c]
-            j = c
-        else:
-            break
-    hk[base + j] = key
-    hs[base + j] = seq
-    hf[base + j] = flow
-
-
-@njit(cache=True, inline="always")
-def _head(g: int, hk: Any, hs: Any, hf: Any, hbase: Any, hlen: Any, active: Any) -> int:
-    """Skip departed members at the top of group g's heap; the position of its first member."""
-    base = hbase[g]
-    while not active[hf[base]]:
-        _mh_pop(hk, hs, hf, base, hlen[g])
-        hlen[g] -= 1
-    return base
+# ---------------------------------------------------------------------------------------------- array layout
+# Every table is a 2-D array whose rows are fields (columns: transfer, resource, group, ...), so the compiled
+# functions take a few arrays rather than tuples of many (each array argument costs reference counting).
+# per transfer, int32 (T)
+T_SRC, T_DST, T_ROUTE, T_SP, T_CP, T_NEXT, T_SC, T_CC, T_RED, T_ACT = range(10)
+# per transfer, float (F): start, arrival, commit times (NaN: never)
+F_START, F_ARRIVE, F_COMMIT = range(3)
+# per chunk slot of a transfer, int32 (CS): the chunk, the mask id read at the start
+CS_CHUNK, CS_SNAP = range(2)
+# dependency lists (EP pointers into ED): start on commit, commit on commit, commit on arrival
+EP_SOC, EP_COC, EP_COA = range(3)
+# per resource, float (RF) and int64 (RI)
+RF_CAPACITY, RF_LEVEL, RF_LEFT, RF_COUNT, RF_SINCE, RF_BUSY, RF_CARRIED = range(7)
+RI_LOAD, RI_REACHED, RI_HEAD, RI_TAIL, RI_COUNT = range(5)
+# per (group, resource) node of the groups_on lists, int64 (NI)
+NI_RES, NI_PREV, NI_NEXT, NI_GROUP = range(4)
+# per group, float (GF) and int64 (GI)
+GF_RATE, GF_DRAINED, GF_UPDATED, GF_DUE, GF_LATENCY = range(5)
+GI_SIZE, GI_SOLVED, GI_SEEN, GI_FIXED, GI_LINKED, GI_HLEN, GI_HBASE, GI_EVENT, GI_FINISH, GI_TOUCHED = range(10)
+# member heap slots: target (HK, float) and join number, flow (HI, int32)
+HI_SEQ, HI_FLOW = range(2)
+# work lists per group (WG): touched, moved
+WG_TOUCHED, WG_MOVED = range(2)
 
 
 # ---------------------------------------------------------------------------------------------- the event heap
@@ -272,9 +238,8 @@ def _q_push(queue: Any, cnt: Any, time: float, kind: int, item: int, group: int)
 
 
 @njit(cache=True, inline="always")
-def _q_pop(queue: Any, cnt: Any) -> Any:
-    """Remove the first event; (time, seq, kind, item, group)."""
-    q = queue[0]
+def _q_pop(q: Any, cnt: Any) -> Any:
+    """Remove the first event of the heap ``q``; (time, seq, kind, item, group)."""
     top = (q[0, 0], int(q[0, 1]), int(q[0, 2]), int(q[0, 3]), int(q[0, 4]))
     m = cnt[_QN] - 1
     cnt[_QN] = m
@@ -304,124 +269,193 @@ def _q_pop(queue: Any, cnt: Any) -> Any:
     return top
 
 
+# ---------------------------------------------------------------------------------------------- member heaps
+@njit(cache=True, inline="always")
+def _less(ka: float, sa: int, kb: float, sb: int) -> bool:
+    return ka < kb or (ka == kb and sa < sb)
+
+
+@njit(cache=True, inline="always")
+def _mh_push(hk: Any, hi: Any, base: int, length: int, key: float, seq: int, flow: int) -> None:
+    j = length
+    while j > 0:
+        parent = (j - 1) >> 1
+        if _less(key, seq, hk[base + parent], hi[HI_SEQ, base + parent]):
+            hk[base + j] = hk[base + parent]
+            hi[HI_SEQ, base + j] = hi[HI_SEQ, base + parent]
+            hi[HI_FLOW, base + j] = hi[HI_FLOW, base + parent]
+            j = parent
+        else:
+            break
+    hk[base + j] = key
+    hi[HI_SEQ, base + j] = seq
+    hi[HI_FLOW, base + j] = flow
+
+
+@njit(cache=True, inline="always")
+def _mh_pop(hk: Any, hi: Any, base: int, length: int) -> None:
+    """Drop the root of a heap of ``length`` entries (the caller shortens it by one)."""
+    m = length - 1
+    if m == 0:
+        return
+    key, seq, flow = hk[base + m], hi[HI_SEQ, base + m], hi[HI_FLOW, base + m]
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= m:
+            break
+        if c + 1 < m and _less(hk[base + c + 1], hi[HI_SEQ, base + c + 1], hk[base + c], hi[HI_SEQ, base + c]):
+            c += 1
+        if _less(hk[base + c], hi[HI_SEQ, base + c], key, seq):
+            hk[base + j] = hk[base + c]
+            hi[HI_SEQ, base + j] = hi[HI_SEQ, base + c]
+            hi[HI_FLOW, base + j] = hi[HI_FLOW, base + c]
+            j = c
+        else:
+            break
+    hk[base + j] = key
+    hi[HI_SEQ, base + j] = seq
+    hi[HI_FLOW, base + j] = flow
+
+
+@njit(cache=True, inline="always")
+def _first_finish(g: int, hk: Any, hi: Any, gi: Any, gf: Any, t: Any) -> Any:
+    """``FlowGroup.next_finish``: skip departed members at the top of g's heap; (time, flow) of the first."""
+    base = gi[GI_HBASE, g]
+    while not t[T_ACT, hi[HI_FLOW, base]]:
+        _mh_pop(hk, hi, base, gi[GI_HLEN, g])
+        gi[GI_HLEN, g] -= 1
+    rate = gf[GF_RATE, g]
+    time = gf[GF_UPDATED, g] + (hk[base] - gf[GF_DRAINED, g]) / rate if rate > 0 else np.inf
+    return time, hi[HI_FLOW, base]
+
+
 # ---------------------------------------------------------------------------------------------- the network
 @njit(cache=True, inline="always")
-def _link(g: int, res_ptr: Any, res: Any, on_head: Any, on_tail: Any, on_count: Any, nd_prev: Any,
-          nd_next: Any) -> None:
-    for p in range(res_ptr[g], res_ptr[g + 1]):
-        r = res[p]
-        tail = on_tail[r]
-        nd_prev[p] = tail
-        nd_next[p] = -1
-        if tail < 0:
-            on_head[r] = p
-        else:
-            nd_next[tail] = p
-        on_tail[r] = p
-        on_count[r] += 1
+def _touch(g: int, gi: Any, wg: Any, cnt: Any) -> None:
+    if not gi[GI_TOUCHED, g]:
+        gi[GI_TOUCHED, g] = 1
+        wg[WG_TOUCHED, cnt[_TN]] = g
+        cnt[_TN] += 1
 
 
 @njit(cache=True, inline="always")
-def _unlink_one(p: int, r: int, on_head: Any, on_tail: Any, on_count: Any, nd_prev: Any, nd_next: Any) -> None:
-    a, b = nd_prev[p], nd_next[p]
-    if a < 0:
-        on_head[r] = b
-    else:
-        nd_next[a] = b
-    if b < 0:
-        on_tail[r] = a
-    else:
-        nd_prev[b] = a
-    on_count[r] -= 1
+def _net_add(i: int, g: int, nbytes: float, now: float, t: Any, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any,
+             gi: Any, hk: Any, hi: Any, wg: Any, cnt: Any) -> None:
+    """``FluidNetwork.add``: flow i joins group g (its route) with ``nbytes`` to move."""
+    if not gi[GI_LINKED, g]:
+        gi[GI_LINKED, g] = 1
+        for p in range(res_ptr[g], res_ptr[g + 1]):  # append to groups_on of each resource
+            r = ni[NI_RES, p]
+            tail = ri[RI_TAIL, r]
+            ni[NI_PREV, p] = tail
+            ni[NI_NEXT, p] = -1
+            if tail < 0:
+                ri[RI_HEAD, r] = p
+            else:
+                ni[NI_NEXT, tail] = p
+            ri[RI_TAIL, r] = p
+            ri[RI_COUNT, r] += 1
+    target = gf[GF_DRAINED, g] + gf[GF_RATE, g] * (now - gf[GF_UPDATED, g]) + nbytes
+    seq = cnt[_JOIN]
+    cnt[_JOIN] += 1
+    t[T_ACT, i] = 1
+    _mh_push(hk, hi, gi[GI_HBASE, g], gi[GI_HLEN, g], target, seq, i)
+    gi[GI_HLEN, g] += 1
+    gi[GI_SIZE, g] += 1
+    _touch(g, gi, wg, cnt)
+    for p in range(res_ptr[g], res_ptr[g + 1]):
+        r = ni[NI_RES, p]
+        if not ri[RI_LOAD, r]:
+            rf[RF_SINCE, r] = now
+        ri[RI_LOAD, r] += 1
+        rf[RF_CARRIED, r] += nbytes
 
 
 @njit(cache=True)
-def _solve(seeds: Any, num_seeds: int, now: float, net: Any, grp: Any, touched_flag: Any, moved: Any,
-           scratch: Any, cnt: Any) -> None:
+def _solve(seeds: Any, num_seeds: int, now: float, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: Any,
+           wg: Any, stack: Any, hshare: Any, hres: Any, cnt: Any) -> None:
     """``FluidNetwork._solve`` (no weights): max-min rates where groups changed size, frozen groups kept."""
-    capacity, load, level, cap, count, reached = net[0], net[1], net[2], net[3], net[4], net[5]
-    on_head, nd_next, nd_group = net[6], net[7], net[8]
-    res_ptr, res, g_size, g_solved, g_seen, g_fixed, g_rate, g_drained, g_upd = grp
-    stack, hshare, hres = scratch
     cnt[_SOLVES] += 1
     solve = cnt[_SOLVES]
     floor = np.inf
     depth = 0
     for k in range(num_seeds):
         r = seeds[k]
-        if reached[r] != solve:
-            reached[r] = solve
+        if ri[RI_REACHED, r] != solve:
+            ri[RI_REACHED, r] = solve
             stack[depth] = r
             depth += 1
-            if level[r] < floor:
-                floor = level[r]
-            demand = load[r] + 0.0
-            if capacity[r] < floor * demand:
-                floor = capacity[r] / demand
+            if rf[RF_LEVEL, r] < floor:
+                floor = rf[RF_LEVEL, r]
+            demand = ri[RI_LOAD, r] + 0.0
+            if rf[RF_CAPACITY, r] < floor * demand:
+                floor = rf[RF_CAPACITY, r] / demand
     floor *= _KEEP
     size = 0
     while depth:
         depth -= 1
         r = stack[depth]
         cnt[_VR] += 1
-        left = capacity[r]
+        left = rf[RF_CAPACITY, r]
         n = 0
-        p = on_head[r]
+        p = ri[RI_HEAD, r]
         while p >= 0:
-            g = nd_group[p]
-            p = nd_next[p]
+            g = ni[NI_GROUP, p]
+            p = ni[NI_NEXT, p]
             cnt[_VG] += 1
-            m = g_size[g]
-            if g_rate[g] < floor and m == g_solved[g]:
-                left -= g_rate[g] * m
+            m = gi[GI_SIZE, g]
+            rate = gf[GF_RATE, g]
+            if rate < floor and m == gi[GI_SOLVED, g]:
+                left -= rate * m
                 continue
             n += m
-            if g_seen[g] != solve:
-                g_seen[g] = solve
+            if gi[GI_SEEN, g] != solve:
+                gi[GI_SEEN, g] = solve
                 for q in range(res_ptr[g], res_ptr[g + 1]):
-                    r2 = res[q]
-                    if reached[r2] != solve:
-                        reached[r2] = solve
+                    r2 = ni[NI_RES, q]
+                    if ri[RI_REACHED, r2] != solve:
+                        ri[RI_REACHED, r2] = solve
                         stack[depth] = r2
                         depth += 1
-        level[r] = np.inf
+        rf[RF_LEVEL, r] = np.inf
         if n:
-            cap[r] = left
-            count[r] = n
+            rf[RF_LEFT, r] = left
+            rf[RF_COUNT, r] = n
             size = _h_push(hshare, hres, size, (left if left > 0 else 0.0) / n, r)
     while size:
         share, r = hshare[0], hres[0]
         size = _h_pop(hshare, hres, size)
-        nf = count[r]
+        nf = rf[RF_COUNT, r]
         if nf < _NO_DEMAND:
             continue
-        left = cap[r]
+        left = rf[RF_LEFT, r]
         current = left / nf if left > 0 else 0.0
         if current > share * _GROW + 1e-300:
             size = _h_push(hshare, hres, size, current, r)
             continue
-        level[r] = current
-        p = on_head[r]
+        rf[RF_LEVEL, r] = current
+        p = ri[RI_HEAD, r]
         while p >= 0:
-            g = nd_group[p]
-            p = nd_next[p]
-            if g_seen[g] != solve or g_fixed[g] == solve:
+            g = ni[NI_GROUP, p]
+            p = ni[NI_NEXT, p]
+            if gi[GI_SEEN, g] != solve or gi[GI_FIXED, g] == solve:
                 continue
-            g_fixed[g] = solve
-            m = g_size[g]
-            g_solved[g] = m
+            gi[GI_FIXED, g] = solve
+            m = gi[GI_SIZE, g]
+            gi[GI_SOLVED, g] = m
             used = current * m
             for q in range(res_ptr[g], res_ptr[g + 1]):
-                r2 = res[q]
-                cap[r2] -= used
-                count[r2] -= m
-            old = g_rate[g]
+                r2 = ni[NI_RES, q]
+                rf[RF_LEFT, r2] -= used
+                rf[RF_COUNT, r2] -= m
+            old = gf[GF_RATE, g]
             if current - old > _SAME_RATE * old or old - current > _SAME_RATE * old:
-                g_drained[g] += old * (now - g_upd[g])
-                g_upd[g] = now
-                g_rate[g] = current
-                if not touched_flag[g]:
-                    moved[cnt[_MN]] = g
+                gf[GF_DRAINED, g] += old * (now - gf[GF_UPDATED, g])
+                gf[GF_UPDATED, g] = now
+                gf[GF_RATE, g] = current
+                if not gi[GI_TOUCHED, g]:
+                    wg[WG_MOVED, cnt[_MN]] = g
                     cnt[_MN] += 1
 
 
@@ -466,143 +500,175 @@ def _h_pop(share: Any, res: Any, size: int) -> int:
     return m
 
 
+@njit(cache=True)
+def _reshare(now: float, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: Any, wg: Any, seeds: Any,
+             stack: Any, hshare: Any, hres: Any, cnt: Any) -> None:
+    """``FluidNetwork.reshare_groups``: re-solve where sizes changed; WG_MOVED gets the groups to re-time."""
+    num_seeds = 0
+    for k in range(cnt[_TN]):
+        g = wg[WG_TOUCHED, k]
+        if gi[GI_SIZE, g]:
+            wg[WG_MOVED, cnt[_MN]] = g
+            cnt[_MN] += 1
+            if gi[GI_SIZE, g] != gi[GI_SOLVED, g]:
+                shared = False
+                for q in range(res_ptr[g], res_ptr[g + 1]):
+                    if ri[RI_COUNT, ni[NI_RES, q]] > 1:
+                        shared = True
+                        break
+                if shared:
+                    for q in range(res_ptr[g], res_ptr[g + 1]):
+                        seeds[num_seeds] = ni[NI_RES, q]
+                        num_seeds += 1
+                else:  # _solve_alone
+                    m = gi[GI_SIZE, g]
+                    gi[GI_SOLVED, g] = m
+                    least = np.inf
+                    for q in range(res_ptr[g], res_ptr[g + 1]):
+                        c = rf[RF_CAPACITY, ni[NI_RES, q]]
+                        if c < least:
+                            least = c
+                    new = least / m
+                    for q in range(res_ptr[g], res_ptr[g + 1]):
+                        r = ni[NI_RES, q]
+                        rf[RF_LEVEL, r] = new if rf[RF_CAPACITY, r] == least else np.inf
+                    old = gf[GF_RATE, g]
+                    if abs(new - old) > _SAME_RATE * old:
+                        gf[GF_DRAINED, g] += old * (now - gf[GF_UPDATED, g])
+                        gf[GF_UPDATED, g] = now
+                        gf[GF_RATE, g] = new
+        elif gi[GI_LINKED, g]:
+            gi[GI_LINKED, g] = 0
+            for q in range(res_ptr[g], res_ptr[g + 1]):
+                r = ni[NI_RES, q]
+                a, b = ni[NI_PREV, q], ni[NI_NEXT, q]  # unlink from groups_on[r]
+                if a < 0:
+                    ri[RI_HEAD, r] = b
+                else:
+                    ni[NI_NEXT, a] = b
+                if b < 0:
+                    ri[RI_TAIL, r] = a
+                else:
+                    ni[NI_PREV, b] = a
+                ri[RI_COUNT, r] -= 1
+                if not ri[RI_LOAD, r]:
+                    rf[RF_LEVEL, r] = np.inf
+                elif gi[GI_SOLVED, g]:
+                    seeds[num_seeds] = r
+                    num_seeds += 1
+            gi[GI_HLEN, g] = 0
+            gi[GI_SOLVED, g] = 0
+            gf[GF_RATE, g] = 0.0
+            gf[GF_DRAINED, g] = 0.0
+            gf[GF_UPDATED, g] = now
+    if num_seeds:
+        _solve(seeds, num_seeds, now, rf, ri, ni, res_ptr, gf, gi, wg, stack, hshare, hres, cnt)
+    for k in range(cnt[_TN]):
+        gi[GI_TOUCHED, wg[WG_TOUCHED, k]] = 0
+    cnt[_TN] = 0
+
+
+# ---------------------------------------------------------------------------------------------- the rules
 @njit(cache=True, inline="always")
-def _touch(g: int, touched: Any, touched_flag: Any, cnt: Any) -> None:
-    if not touched_flag[g]:
-        touched_flag[g] = True
-        touched[cnt[_TN]] = g
-        cnt[_TN] += 1
-
-
-@njit(cache=True, inline="always")
-def _net_add(i: int, g: int, nbytes: float, now: float, net: Any, grp: Any, heaps: Any, touched: Any,
-             touched_flag: Any, busy: Any, cnt: Any) -> None:
-    load = net[1]
-    on_head, on_tail, on_count, nd_prev, nd_next = net[6], net[9], net[10], net[11], net[7]
-    res_ptr, res, g_size, g_rate, g_drained, g_upd = grp[0], grp[1], grp[2], grp[6], grp[7], grp[8]
-    hk, hs, hf, hbase, hlen, active, g_linked = heaps
-    busy_since, carried = busy[0], busy[2]
-    if not g_linked[g]:
-        g_linked[g] = True
-        _link(g, res_ptr, res, on_head, on_tail, on_count, nd_prev, nd_next)
-    target = g_drained[g] + g_rate[g] * (now - g_upd[g]) + nbytes
-    seq = cnt[_JOIN]
-    cnt[_JOIN] += 1
-    active[i] = True
-    _mh_push(hk, hs, hf, hbase[g], hlen[g], target, seq, i)
-    hlen[g] += 1
-    g_size[g] += 1
-    _touch(g, touched, touched_flag, cnt)
-    for q in range(res_ptr[g], res_ptr[g + 1]):
-        r = res[q]
-        if not load[r]:
-            busy_since[r] = now
-        load[r] += 1
-        carried[r] += nbytes
-
-
-@njit(cache=True, inline="always")
-def _begin(i: int, now: float, tr: Any, data: Any, times: Any, queue: Any, net: Any, grp: Any, heaps: Any,
-           touched: Any, touched_flag: Any, busy: Any, cnt: Any) -> bool:
-    """Start transfer i (read the sender's masks, send it); False on a fault."""
-    src, chunk_ptr, chunks, route, route_latency, nbytes_of = tr[0], tr[1], tr[2], tr[3], tr[4], tr[5]
-    state, snap, refc, num_chunks, n_ranks = data
-    base = src[i] * num_chunks
-    for p in range(chunk_ptr[i], chunk_ptr[i + 1]):
-        if state[base + chunks[p]] == 0:
+def _begin(i: int, now: float, t: Any, f: Any, chunk_ptr: Any, cs: Any, state: Any, pi: Any, n_ranks: int,
+           num_chunks: int, bytes_by_count: Any, queue: Any, cnt: Any, fl: Any, rf: Any, ri: Any, ni: Any,
+           res_ptr: Any, gf: Any, gi: Any, hk: Any, hi: Any, wg: Any) -> bool:
+    """``_Run.begin``: read the sender's masks (a missing chunk is a fault: False) and send."""
+    base = t[T_SRC, i] * num_chunks
+    p0, p1 = chunk_ptr[i], chunk_ptr[i + 1]
+    for p in range(p0, p1):
+        if state[base + cs[CS_CHUNK, p]] == 0:
             cnt[_FK] = FAULT_MISSING
             cnt[_FI] = i
-            cnt[_FC] = chunks[p]
-            times[5][0] = now
+            cnt[_FC] = cs[CS_CHUNK, p]
+            fl[0] = now
             return False
-    for p in range(chunk_ptr[i], chunk_ptr[i + 1]):
-        mid = state[base + chunks[p]]
-        snap[p] = mid
+    for p in range(p0, p1):
+        mid = state[base + cs[CS_CHUNK, p]]
+        cs[CS_SNAP, p] = mid
         if mid > n_ranks:
-            refc[mid] += 1
-    times[0][i] = now
-    g = route[i]  # send: the latency, then the bytes
-    latency = route_latency[g]
-    nb = nbytes_of[i]
+            pi[1][mid] += 1
+    f[F_START, i] = now
+    g = t[T_ROUTE, i]  # send: the latency, then the bytes
+    latency = gf[GF_LATENCY, g]
+    nb = bytes_by_count[p1 - p0]
     if latency > 0 or not nb > 0:
         _q_push(queue, cnt, now + latency, _ENTER, i, -1)
     else:
-        _net_add(i, g, nb, now, net, grp, heaps, touched, touched_flag, busy, cnt)
+        _net_add(i, g, nb, now, t, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg, cnt)
     return True
 
 
 @njit(cache=True, inline="always")
-def _release(j: int, now: float, cause: int, deps: Any, not_before: Any, tr: Any, data: Any, times: Any,
-             queue: Any, net: Any, grp: Any, heaps: Any, touched: Any, touched_flag: Any, busy: Any,
-             cnt: Any) -> bool:
-    pending = deps[0]
-    pending[j] -= 1
-    if pending[j]:
+def _release(j: int, now: float, cause: int, not_before: Any, t: Any, f: Any, chunk_ptr: Any, cs: Any, state: Any,
+             pi: Any, n_ranks: int, num_chunks: int, bytes_by_count: Any, queue: Any, cnt: Any, fl: Any, rf: Any,
+             ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: Any, hk: Any, hi: Any, wg: Any) -> bool:
+    """``_Run.release``: one of j's start conditions is met; it starts when it was the last."""
+    t[T_SP, j] -= 1
+    if t[T_SP, j]:
         return True
-    times[3][j] = cause
-    nb = not_before[j]
-    if nb > now:  # NaN (none) is never greater
-        _q_push(queue, cnt, nb, _TIMER, j, -1)
+    t[T_SC, j] = cause
+    if len(not_before) and not_before[j] > now:  # NaN (none) is never greater
+        _q_push(queue, cnt, not_before[j], _TIMER, j, -1)
         return True
-    return _begin(j, now, tr, data, times, queue, net, grp, heaps, touched, touched_flag, busy, cnt)
+    return _begin(j, now, t, f, chunk_ptr, cs, state, pi, n_ranks, num_chunks, bytes_by_count, queue, cnt, fl, rf,
+                  ri, ni, res_ptr, gf, gi, hk, hi, wg)
 
 
 @njit(cache=True, inline="always")
-def _decref(mid: int, refc: Any, free: Any, cnt: Any, n_ranks: int) -> None:
+def _decref(mid: int, pi: Any, cnt: Any, n_ranks: int) -> None:
     if mid > n_ranks:
+        refc = pi[1]
         refc[mid] -= 1
         if refc[mid] == 0:
-            free[cnt[_NFREE]] = mid
+            pi[0][cnt[_NFREE]] = mid
             cnt[_NFREE] += 1
 
 
 @njit(cache=True, inline="always")
-def _deliver(i: int, now: float, deps: Any, not_before: Any, tr: Any, data: Any, pool: Any, times: Any,
-             queue: Any, net: Any, grp: Any, heaps: Any, touched: Any, touched_flag: Any, busy: Any,
-             cnt: Any, commits: Any) -> bool:
-    """``_Run.delivered`` then ``settle``; False on a fault."""
-    start_pending, commit_pending, soc_ptr, soc, coc_ptr, coc, coa_ptr, coa, conn_next = deps
-    dst, chunk_ptr, chunks, is_reduce = tr[6], tr[1], tr[2], tr[7]
-    state, snap, refc, num_chunks, n_ranks = data
-    c_item, c_cause = commits
-    times[1][i] = now
-    j = conn_next[i]
+def _deliver(i: int, now: float, ep: Any, ed: Any, cm: Any, words_box: Any, not_before: Any, t: Any, f: Any,
+             chunk_ptr: Any, cs: Any, state: Any, pi: Any, n_ranks: int, num_chunks: int, bytes_by_count: Any,
+             queue: Any, cnt: Any, fl: Any, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: Any, hk: Any,
+             hi: Any, wg: Any) -> bool:
+    """``_Run.delivered`` then ``settle``: i's bytes are at its receiver; commit what may. False on a fault."""
+    f[F_ARRIVE, i] = now
+    j = t[T_NEXT, i]
     if j >= 0:
-        if not _release(j, now, i, deps, not_before, tr, data, times, queue, net, grp, heaps, touched, touched_flag,
-                        busy, cnt):
+        if not _release(j, now, i, not_before, t, f, chunk_ptr, cs, state, pi, n_ranks, num_chunks, bytes_by_count,
+                        queue, cnt, fl, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg):
             return False
-    for q in range(coa_ptr[i], coa_ptr[i + 1]):
-        j = coa[q]
-        commit_pending[j] -= 1
-        if not commit_pending[j]:
-            c_item[cnt[_CN]] = j
-            c_cause[cnt[_CN]] = i
+    for q in range(ep[EP_COA, i], ep[EP_COA, i + 1]):
+        j = ed[q]
+        t[T_CP, j] -= 1
+        if not t[T_CP, j]:
+            cm[0, cnt[_CN]] = j
+            cm[1, cnt[_CN]] = i
             cnt[_CN] += 1
-    commit_pending[i] -= 1
-    if not commit_pending[i]:
-        c_item[cnt[_CN]] = i
-        c_cause[cnt[_CN]] = i
+    t[T_CP, i] -= 1
+    if not t[T_CP, i]:
+        cm[0, cnt[_CN]] = i
+        cm[1, cnt[_CN]] = i
         cnt[_CN] += 1
-    words, free = pool[0][0], pool[1][0]
     while cnt[_CN]:
         cnt[_CN] -= 1
-        k, cause = c_item[cnt[_CN]], c_cause[cnt[_CN]]
-        times[4][k] = cause
-        base = dst[k] * num_chunks
-        if not is_reduce[k]:
+        k, cause = cm[0, cnt[_CN]], cm[1, cnt[_CN]]
+        t[T_CC, k] = cause
+        base = t[T_DST, k] * num_chunks
+        if not t[T_RED, k]:
             for p in range(chunk_ptr[k], chunk_ptr[k + 1]):
-                key = base + chunks[p]
+                key = base + cs[CS_CHUNK, p]
                 old = state[key]
-                state[key] = snap[p]
-                _decref(old, refc, free, cnt, n_ranks)
+                state[key] = cs[CS_SNAP, p]
+                _decref(old, pi, cnt, n_ranks)
         else:
             for p in range(chunk_ptr[k], chunk_ptr[k + 1]):
-                key = base + chunks[p]
+                key = base + cs[CS_CHUNK, p]
                 held = state[key]
-                mid = snap[p]
+                mid = cs[CS_SNAP, p]
                 if held == 0:
                     state[key] = mid
                     continue
+                words = words_box[0]
                 overlap = False
                 for w in range(words.shape[1]):
                     if words[held, w] & words[mid, w]:
@@ -611,274 +677,185 @@ def _deliver(i: int, now: float, deps: Any, not_before: Any, tr: Any, data: Any,
                 if overlap:
                     cnt[_FK] = FAULT_DOUBLE
                     cnt[_FI] = k
-                    cnt[_FC] = chunks[p]
+                    cnt[_FC] = cs[CS_CHUNK, p]
                     cnt[_FA] = held
                     cnt[_FB] = mid
                     return False
                 if cnt[_NFREE]:
                     cnt[_NFREE] -= 1
-                    new = free[cnt[_NFREE]]
+                    new = pi[0][cnt[_NFREE]]
                 else:
-                    if cnt[_USED] == words.shape[0]:
-                        grown = np.zeros((2 * words.shape[0], words.shape[1]), np.uint64)
-                        grown[:words.shape[0]] = words
-                        pool[0][0] = grown
+                    if cnt[_USED] == words.shape[0]:  # grow the pool, its free list and its counts
+                        rows = words.shape[0]
+                        grown = np.zeros((2 * rows, words.shape[1]), np.uint64)
+                        grown[:rows] = words
+                        words_box[0] = grown
                         words = grown
-                        refc2 = np.zeros(2 * len(refc), np.int64)
-                        refc2[:len(refc)] = refc
-                        pool[2][0] = refc2
-                        refc = refc2
-                        data = (state, snap, refc, num_chunks, n_ranks)
-                        free2 = np.zeros(2 * len(free), np.int64)
-                        free2[:len(free)] = free
-                        pool[1][0] = free2
-                        free = free2
+                        for b in range(2):
+                            bigger = np.zeros(2 * rows, np.int64)
+                            bigger[:rows] = pi[b]
+                            pi[b] = bigger
                     new = cnt[_USED]
                     cnt[_USED] += 1
                 for w in range(words.shape[1]):
                     words[new, w] = words[held, w] | words[mid, w]
-                refc[new] = 1
+                pi[1][new] = 1
                 state[key] = new
-                _decref(held, refc, free, cnt, n_ranks)
-                _decref(mid, refc, free, cnt, n_ranks)
-        times[2][k] = now
+                _decref(held, pi, cnt, n_ranks)
+                _decref(mid, pi, cnt, n_ranks)
+        f[F_COMMIT, k] = now
         cnt[_DONE] += 1
-        for q in range(soc_ptr[k], soc_ptr[k + 1]):
-            if not _release(soc[q], now, k, deps, not_before, tr, data, times, queue, net, grp, heaps, touched,
-                            touched_flag, busy, cnt):
+        for q in range(ep[EP_SOC, k], ep[EP_SOC, k + 1]):
+            if not _release(ed[q], now, k, not_before, t, f, chunk_ptr, cs, state, pi, n_ranks, num_chunks,
+                            bytes_by_count, queue, cnt, fl, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg):
                 return False
-        for q in range(coc_ptr[k], coc_ptr[k + 1]):
-            j = coc[q]
-            commit_pending[j] -= 1
-            if not commit_pending[j]:
-                c_item[cnt[_CN]] = j
-                c_cause[cnt[_CN]] = k
+        for q in range(ep[EP_COC, k], ep[EP_COC, k + 1]):
+            j = ed[q]
+            t[T_CP, j] -= 1
+            if not t[T_CP, j]:
+                cm[0, cnt[_CN]] = j
+                cm[1, cnt[_CN]] = k
                 cnt[_CN] += 1
     return True
 
 
-@njit(cache=True)
-def _reshare(now: float, net: Any, grp: Any, heaps: Any, touched: Any, touched_flag: Any, moved: Any,
-             seeds: Any, scratch: Any, cnt: Any) -> None:
-    """``FluidNetwork.reshare_groups``: re-solve where sizes changed; ``moved`` gets the groups to re-time."""
-    load, level = net[1], net[2]
-    on_head, on_tail, on_count, nd_prev, nd_next = net[6], net[9], net[10], net[11], net[7]
-    res_ptr, res, g_size, g_solved, g_rate, g_drained, g_upd = grp[0], grp[1], grp[2], grp[3], grp[6], grp[7], \
-        grp[8]
-    capacity = net[0]
-    hlen, g_linked = heaps[4], heaps[6]
-    num_seeds = 0
-    for t in range(cnt[_TN]):
-        g = touched[t]
-        if g_size[g]:
-            moved[cnt[_MN]] = g
-            cnt[_MN] += 1
-            if g_size[g] != g_solved[g]:
-                shared = False
-                for q in range(res_ptr[g], res_ptr[g + 1]):
-                    if on_count[res[q]] > 1:
-                        shared = True
-                        break
-                if shared:
-                    for q in range(res_ptr[g], res_ptr[g + 1]):
-                        seeds[num_seeds] = res[q]
-                        num_seeds += 1
-                else:  # _solve_alone
-                    m = g_size[g]
-                    g_solved[g] = m
-                    least = np.inf
-                    for q in range(res_ptr[g], res_ptr[g + 1]):
-                        if capacity[res[q]] < least:
-                            least = capacity[res[q]]
-                    new = least / m
-                    for q in range(res_ptr[g], res_ptr[g + 1]):
-                        level[res[q]] = new if capacity[res[q]] == least else np.inf
-                    old = g_rate[g]
-                    if abs(new - old) > _SAME_RATE * old:
-                        g_drained[g] += old * (now - g_upd[g])
-                        g_upd[g] = now
-                        g_rate[g] = new
-        elif g_linked[g]:
-            g_linked[g] = False
-            for q in range(res_ptr[g], res_ptr[g + 1]):
-                r = res[q]
-                _unlink_one(q, r, on_head, on_tail, on_count, nd_prev, nd_next)
-                if not load[r]:
-                    level[r] = np.inf
-                elif g_solved[g]:
-                    seeds[num_seeds] = r
-                    num_seeds += 1
-            hlen[g] = 0
-            g_solved[g] = 0
-            g_rate[g] = 0.0
-            g_drained[g] = 0.0
-            g_upd[g] = now
-    if num_seeds:
-        _solve(seeds, num_seeds, now, net, grp, touched_flag, moved, scratch, cnt)
-    for t in range(cnt[_TN]):
-        touched_flag[touched[t]] = False
-    cnt[_TN] = 0
-
-
 @njit(cache=True, inline="always")
-def _requeue(g: int, queue: Any, cnt: Any, g_due: Any, g_event: Any, g_finish: Any, grp: Any, heaps: Any) -> None:
-    """Queue group g's one live finish event, for its first member at the current rate (``queue_finish``)."""
-    hk, hs, hf, hbase, hlen, active = heaps[0], heaps[1], heaps[2], heaps[3], heaps[4], heaps[5]
-    base = _head(g, hk, hs, hf, hbase, hlen, active)
-    rate = grp[6][g]
-    time = grp[8][g] + (hk[base] - grp[7][g]) / rate if rate > 0 else np.inf
-    g_due[g] = time
-    g_event[g] = _q_push(queue, cnt, time, _FINISH, hf[base], g)
-    g_finish[g] = _QUEUED
+def _queue_finish(g: int, time: float, flow: int, queue: Any, cnt: Any, gf: Any, gi: Any) -> None:
+    """``queue_finish``: the group's one live finish event, ``flow`` finishing at ``time``."""
+    gf[GF_DUE, g] = time
+    gi[GI_EVENT, g] = _q_push(queue, cnt, time, _FINISH, flow, g)
+    gi[GI_FINISH, g] = _QUEUED
 
 
 @njit(cache=True)
-def run(src: Any, dst: Any, chunk_ptr: Any, chunks: Any, is_reduce: Any, route: Any, route_latency: Any,
-        nbytes_of: Any, not_before: Any, capacity: Any, res_ptr: Any, res: Any, route_count: Any, deps: Any,
-        state: Any, words: Any, num_chunks: int, n_ranks: int) -> Any:
-    """Run every transfer; returns (times, busy_us, bytes carried, counters, pool words, batch time reached).
+def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: Any, bytes_by_count: Any,
+        capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, state: Any, words: Any,
+        num_chunks: int, n_ranks: int) -> Any:
+    """Run every transfer of the tables (see the layout above; ``t`` and ``f`` are updated in place).
 
-    ``times``: start, arrive, commit (NaN: never), start cause, commit cause (-1: none), fault time.
-    ``counters[_FK]`` is a fault code (0: none); ``state`` (mask id per key) is updated in place.
+    ``capacity`` per resource, ``latency`` per route (with the step overhead), ``res_ptr``/``res`` the
+    resources of each route, ``route_count`` the transfers on each route, ``state`` the mask id of every
+    (rank, chunk) key (updated in place), ``words`` the mask pool. Returns (busy_us, bytes carried,
+    counters, pool words, fault time); ``counters[_FK]`` is a fault code (0: none).
     """
-    n = len(src)
+    n = t.shape[1]
     num_res = len(capacity)
     num_groups = len(res_ptr) - 1
-    nan = np.nan
-    start_at = np.full(n, nan)
-    arrive_at = np.full(n, nan)
-    commit_at = np.full(n, nan)
-    start_cause = np.full(n, -1, np.int64)
-    commit_cause = np.full(n, -1, np.int64)
-    times = (start_at, arrive_at, commit_at, start_cause, commit_cause, np.zeros(1))
-    # network: capacity, load, level, cap, count, reached, on_head, nd_next, nd_group, on_tail, on_count, nd_prev
-    nd_group = np.empty(len(res), np.int64)
+    slots = len(res)
+    rf = np.zeros((7, num_res))
+    rf[RF_CAPACITY] = capacity
+    rf[RF_LEVEL] = np.inf
+    ri = np.zeros((5, num_res), np.int64)
+    ri[RI_HEAD] = -1
+    ri[RI_TAIL] = -1
+    ni = np.full((4, slots), -1, np.int64)
+    ni[NI_RES] = res
     for g in range(num_groups):
         for q in range(res_ptr[g], res_ptr[g + 1]):
-            nd_group[q] = g
-    net = (capacity, np.zeros(num_res, np.int64), np.full(num_res, np.inf), np.zeros(num_res),
-           np.zeros(num_res), np.zeros(num_res, np.int64), np.full(num_res, -1, np.int64),
-           np.full(len(res), -1, np.int64), nd_group, np.full(num_res, -1, np.int64), np.zeros(num_res, np.int64),
-           np.full(len(res), -1, np.int64))
-    g_finish = np.zeros(num_groups, np.int8)
-    g_event = np.zeros(num_groups, np.int64)
-    g_due = np.full(num_groups, np.inf)
-    grp = (res_ptr, res, np.zeros(num_groups, np.int64), np.zeros(num_groups, np.int64),
-           np.zeros(num_groups, np.int64), np.zeros(num_groups, np.int64), np.zeros(num_groups),
-           np.zeros(num_groups), np.zeros(num_groups))
-    hbase = np.zeros(num_groups + 1, np.int64)
+            ni[NI_GROUP, q] = g
+    gf = np.zeros((5, num_groups))
+    gf[GF_DUE] = np.inf
+    gf[GF_LATENCY] = latency
+    gi = np.zeros((10, num_groups), np.int64)
+    base = 0
     for g in range(num_groups):
-        hbase[g + 1] = hbase[g] + route_count[g]
-    heaps = (np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64), hbase, np.zeros(num_groups, np.int64),
-             np.zeros(n, np.bool_), np.zeros(num_groups, np.bool_))
-    active = heaps[5]
-    busy = (np.zeros(num_res), np.zeros(num_res), np.zeros(num_res))
-    busy_since, busy_us = busy[0], busy[1]
-    load = net[1]
+        gi[GI_HBASE, g] = base
+        base += route_count[g]
+    hk = np.empty(max(n, 1))
+    hi = np.empty((2, max(n, 1)), np.int32)
+    wg = np.empty((2, num_groups), np.int64)
+    seeds = np.empty(slots + 1, np.int64)
+    stack = np.empty(num_res, np.int64)
+    hshare = np.empty(num_res)
+    hres = np.empty(num_res, np.int64)
+    cm = np.empty((2, max(n, 1)), np.int32)
     cnt = np.zeros(20, np.int64)
     cnt[_SEQ] = 1
     cnt[_USED] = n_ranks + 1
-    refc = np.zeros(words.shape[0], np.int64)
-    free = np.zeros(words.shape[0], np.int64)
-    pool = (List([words]), List([free]), List([refc]))
-    snap = np.zeros(len(chunks), np.int64)
-    tr = (src, chunk_ptr, chunks, route, route_latency, nbytes_of, dst, is_reduce)
+    fl = np.zeros(1)
+    pi = List([np.zeros(words.shape[0], np.int64), np.zeros(words.shape[0], np.int64)])  # free rows, counts
+    words_box = List([words])
     queue = List([np.empty((1024, 5))])
-    touched = np.empty(num_groups, np.int64)
-    touched_flag = np.zeros(num_groups, np.bool_)
-    moved = np.empty(num_groups, np.int64)
-    seeds = np.empty(len(res) + 1, np.int64)
-    scratch = (np.empty(num_res, np.int64), np.empty(num_res), np.empty(num_res, np.int64))
-    commits = (np.empty(n, np.int64), np.empty(n, np.int64))
-    start_pending = deps[0]
     now = 0.0
     ok = True
-    data = (state, snap, pool[2][0], num_chunks, n_ranks)
     for i in range(n):  # start: transfers that wait for nothing
-        if start_pending[i] == 0:
-            nb = not_before[i]
-            if nb > 0:
-                _q_push(queue, cnt, nb, _TIMER, i, -1)
-            elif not _begin(i, 0.0, tr, data, times, queue, net, grp, heaps, touched, touched_flag, busy, cnt):
+        if t[T_SP, i] == 0:
+            if len(not_before) and not_before[i] > 0:
+                _q_push(queue, cnt, not_before[i], _TIMER, i, -1)
+            elif not _begin(i, 0.0, t, f, chunk_ptr, cs, state, pi, n_ranks, num_chunks, bytes_by_count, queue,
+                            cnt, fl, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg):
                 ok = False
                 break
     while ok:
         if cnt[_TN]:
-            _reshare(now, net, grp, heaps, touched, touched_flag, moved, seeds, scratch, cnt)
-            for k in range(cnt[_MN]):
-                g = moved[k]
-                hk, hf = heaps[0], heaps[2]
-                base = _head(g, hk, heaps[1], hf, hbase, heaps[4], active)
-                rate = grp[6][g]
-                time = grp[8][g] + (hk[base] - grp[7][g]) / rate if rate > 0 else np.inf
-                if g_finish[g] == _NONE or time < g_due[g]:
-                    g_due[g] = time
-                    g_event[g] = _q_push(queue, cnt, time, _FINISH, hf[base], g)
-                    g_finish[g] = _QUEUED
-                elif g_finish[g] == _QUEUED:
-                    g_finish[g] = _LATE
+            _reshare(now, rf, ri, ni, res_ptr, gf, gi, wg, seeds, stack, hshare, hres, cnt)
+            for k in range(cnt[_MN]):  # where rates changed, the first finish may have moved
+                g = wg[WG_MOVED, k]
+                time, flow = _first_finish(g, hk, hi, gi, gf, t)
+                if gi[GI_FINISH, g] == _NONE or time < gf[GF_DUE, g]:
+                    _queue_finish(g, time, flow, queue, cnt, gf, gi)
+                elif gi[GI_FINISH, g] == _QUEUED:
+                    gi[GI_FINISH, g] = _LATE
             cnt[_MN] = 0
-        while cnt[_QN] and int(queue[0][0, 2]) == _FINISH:
-            q = queue[0]
+        q = queue[0]
+        while cnt[_QN] and int(q[0, 2]) == _FINISH:  # void and late finish events must not open a batch
             seq, g = int(q[0, 1]), int(q[0, 4])
-            if g_event[g] == seq and g_finish[g] == _QUEUED:
+            if gi[GI_EVENT, g] == seq and gi[GI_FINISH, g] == _QUEUED:
                 break
-            _q_pop(queue, cnt)
-            if g_event[g] == seq:  # late: move it to the actual finish
-                _requeue(g, queue, cnt, g_due, g_event, g_finish, grp, heaps)
+            _q_pop(q, cnt)
+            if gi[GI_EVENT, g] == seq:  # late: move it to the actual finish
+                time, flow = _first_finish(g, hk, hi, gi, gf, t)
+                _queue_finish(g, time, flow, queue, cnt, gf, gi)
+                q = queue[0]
         if not cnt[_QN]:
             break
-        now = queue[0][0, 0]
+        now = q[0, 0]
         horizon = now + _HORIZON * max(1.0, abs(now))
-        while cnt[_QN] and queue[0][0, 0] <= horizon:
-            time, seq, kind, i, g = _q_pop(queue, cnt)
+        while cnt[_QN] and q[0, 0] <= horizon:
+            time, seq, kind, i, g = _q_pop(q, cnt)
+            arrived = -1  # the transfer whose bytes are now at its receiver, if any
             if kind == _FINISH:
-                if g_event[g] != seq:
-                    continue
-                if g_finish[g] == _LATE:
-                    hk, hf = heaps[0], heaps[2]
-                    base = _head(g, hk, heaps[1], hf, hbase, heaps[4], active)
-                    rate = grp[6][g]
-                    time = grp[8][g] + (hk[base] - grp[7][g]) / rate if rate > 0 else np.inf
-                    i = hf[base]
+                if gi[GI_EVENT, g] != seq:
+                    continue  # void: a later event replaced it
+                if gi[GI_FINISH, g] == _LATE:
+                    time, i = _first_finish(g, hk, hi, gi, gf, t)
                     if time > horizon:
-                        g_due[g] = time
-                        g_event[g] = _q_push(queue, cnt, time, _FINISH, i, g)
-                        g_finish[g] = _QUEUED
+                        _queue_finish(g, time, i, queue, cnt, gf, gi)
+                        q = queue[0]
                         continue
-                active[i] = False  # net.remove(i, now)
-                grp[2][g] -= 1
-                _touch(g, touched, touched_flag, cnt)
-                for q in range(res_ptr[g], res_ptr[g + 1]):
-                    r = res[q]
-                    load[r] -= 1
-                    if not load[r]:
-                        busy_us[r] += now - busy_since[r]
-                if grp[2][g]:
-                    _requeue(g, queue, cnt, g_due, g_event, g_finish, grp, heaps)
+                t[T_ACT, i] = 0  # net.remove(i, now)
+                gi[GI_SIZE, g] -= 1
+                _touch(g, gi, wg, cnt)
+                for p in range(res_ptr[g], res_ptr[g + 1]):
+                    r = ni[NI_RES, p]
+                    ri[RI_LOAD, r] -= 1
+                    if not ri[RI_LOAD, r]:
+                        rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
+                if gi[GI_SIZE, g]:
+                    time, flow = _first_finish(g, hk, hi, gi, gf, t)
+                    _queue_finish(g, time, flow, queue, cnt, gf, gi)
                 else:
-                    g_finish[g] = _NONE
-                    g_event[g] = 0
-                if not _deliver(i, now, deps, not_before, tr, data, pool, times, queue, net, grp, heaps, touched,
-                                touched_flag, busy, cnt, commits):
-                    ok = False
-                    break
-                data = (state, snap, pool[2][0], num_chunks, n_ranks)
+                    gi[GI_FINISH, g] = _NONE
+                    gi[GI_EVENT, g] = 0
+                arrived, time = i, now
             elif kind == _ENTER:
-                nb = nbytes_of[i]
+                nb = bytes_by_count[chunk_ptr[i + 1] - chunk_ptr[i]]
                 if nb > 0:
-                    _net_add(i, route[i], nb, now, net, grp, heaps, touched, touched_flag, busy, cnt)
+                    _net_add(i, t[T_ROUTE, i], nb, now, t, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg, cnt)
                 else:
-                    if not _deliver(i, time, deps, not_before, tr, data, pool, times, queue, net, grp, heaps,
-                                    touched, touched_flag, busy, cnt, commits):
-                        ok = False
-                        break
-                    data = (state, snap, pool[2][0], num_chunks, n_ranks)
-            elif not _begin(i, time, tr, data, times, queue, net, grp, heaps, touched, touched_flag, busy, cnt):
-                ok = False
+                    arrived = i  # at the event's time
+            else:
+                ok = _begin(i, time, t, f, chunk_ptr, cs, state, pi, n_ranks, num_chunks, bytes_by_count, queue, cnt,
+                            fl, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg)
+            if arrived >= 0:
+                ok = _deliver(arrived, time, ep, ed, cm, words_box, not_before, t, f, chunk_ptr, cs, state, pi,
+                              n_ranks, num_chunks, bytes_by_count, queue, cnt, fl, rf, ri, ni, res_ptr, gf, gi, hk,
+                              hi, wg)
+            if not ok:
                 break
+            q = queue[0]
     for r in range(num_res):  # finish_busy
-        if load[r]:
-            busy_us[r] += now - busy_since[r]
-            busy_since[r] = now
-    return times, busy_us, busy[2], cnt, pool[0][0], now
+        if ri[RI_LOAD, r]:
+            rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
+            rf[RF_SINCE, r] = now
+    return rf[RF_BUSY].copy(), rf[RF_CARRIED].copy(), cnt, words_box[0], fl[0]

@@ -57,7 +57,7 @@ def _initial(schedule: CompactSchedule, num_keys: int) -> np.ndarray:
     """Mask id per (rank, chunk) key at the start: ``Collective.initial`` as arrays."""
     coll = schedule.collective
     n, c, nc = coll.num_ranks, coll.chunk_factor, coll.num_chunks
-    state = np.zeros(num_keys, np.int64)
+    state = np.zeros(num_keys, np.int32)
     ranks = np.arange(n, dtype=np.int64)
     if coll.kind is CollectiveKind.ALLGATHER:
         keys = (ranks * nc + ranks * c)[:, None] + np.arange(c)
@@ -199,40 +199,56 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
                          link_bytes=empty, critical_path=())
     n, nc = coll.num_ranks, coll.num_chunks
     num_keys = n * nc
-    empty_i = np.zeros(0, np.int32)
-    after_ptr = schedule.after_ptr if schedule.after_ptr is not None else np.zeros(count + 1, np.int64)
-    after = schedule.after if schedule.after is not None else empty_i
-    chunks = schedule.chunks.astype(np.int64)
-    src = schedule.src.astype(np.int64)
-    dst = schedule.dst.astype(np.int64)
-    sp, cp, soc_ptr, soc, coc_ptr, coc, coa_ptr, coa = fast_kernel.build_dependencies(
-        src, dst, schedule.chunk_ptr, chunks, after_ptr, after.astype(np.int64), nc, num_keys)
+    fk = fast_kernel
+    no_after = np.zeros(count + 1, np.int64)
+    after_ptr = schedule.after_ptr if schedule.after_ptr is not None else no_after
+    after = schedule.after if schedule.after is not None else np.zeros(0, np.int32)
+    sp, cp, soc_ptr, soc, coc_ptr, coc, coa_ptr, coa = fk.build_dependencies(
+        schedule.src, schedule.dst, schedule.chunk_ptr, schedule.chunks, after_ptr, after, nc, num_keys)
+    del no_after
     conn_next, conn_prev = _connections(schedule)
-    sp += (conn_prev >= 0).astype(sp.dtype)
-    deps = (sp, cp, soc_ptr, soc, coc_ptr, coc, coa_ptr, coa, conn_next)
+    t = np.empty((10, count), np.int32)
+    t[fk.T_SRC], t[fk.T_DST], t[fk.T_ROUTE] = schedule.src, schedule.dst, schedule.route
+    t[fk.T_SP] = sp + (conn_prev >= 0)
+    t[fk.T_CP] = cp
+    del sp, cp
+    t[fk.T_NEXT] = conn_next
+    del conn_next
+    t[fk.T_SC] = -1
+    t[fk.T_CC] = -1
+    t[fk.T_RED] = schedule.reduce
+    t[fk.T_ACT] = 0
+    f = np.full((3, count), math.nan)
+    cs = np.zeros((2, len(schedule.chunks)), np.int32)
+    cs[fk.CS_CHUNK] = schedule.chunks
+    ep = np.empty((3, count + 1), np.int64)
+    ep[fk.EP_SOC] = soc_ptr
+    ep[fk.EP_COC] = coc_ptr + len(soc)
+    ep[fk.EP_COA] = coa_ptr + len(soc) + len(coc)
+    ed = np.concatenate([soc, coc, coa]).astype(np.int32)
+    del soc_ptr, coc_ptr, coa_ptr, soc, coc, coa
     overhead = options.step_overhead_us
-    route_latency = np.array([topology.route_latency(r) + overhead for r in schedule.routes], np.float64)
+    latency = np.array([topology.route_latency(r) + overhead for r in schedule.routes], np.float64)
     chunk_bytes = coll.chunk_bytes(size_bytes)
-    sizes = np.diff(schedule.chunk_ptr)
-    nbytes = np.array([k * chunk_bytes for k in range(int(sizes.max()) + 1)] if count else [0.0])[sizes]
-    not_before = schedule.not_before_us if schedule.not_before_us is not None else np.full(count, math.nan)
+    most = int(np.diff(schedule.chunk_ptr).max()) if count else 0
+    bytes_by_count = np.array([k * chunk_bytes for k in range(most + 1)], np.float64)
+    not_before = schedule.not_before_us if schedule.not_before_us is not None else np.zeros(0)
     capacity = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links], np.float64)
     res_ptr = np.zeros(len(schedule.routes) + 1, np.int64)
     res_ptr[1:] = np.cumsum([len(r) for r in schedule.routes])
     res = np.array([li for r in schedule.routes for li in r], np.int64)
-    route = schedule.route.astype(np.int64)
-    route_count = np.bincount(route, minlength=len(schedule.routes)).astype(np.int64)
+    route_count = np.bincount(schedule.route, minlength=len(schedule.routes)).astype(np.int64)
     width = (n + 63) // 64
     rows = n + 1 + max(64, min(int(schedule.reduce.sum()), 1 << 16))
     words = np.zeros((rows, width), np.uint64)
     ranks = np.arange(n)
     words[ranks + 1, ranks // 64] = np.uint64(1) << (ranks % 64).astype(np.uint64)
     state = _initial(schedule, num_keys)
-    del sizes
-    times, busy_us, carried, cnt, words, _now = fast_kernel.run(
-        src, dst, schedule.chunk_ptr, chunks, schedule.reduce, route, route_latency, nbytes, not_before,
-        capacity, res_ptr, res, route_count, deps, state, words, nc, n)
-    start_at, arrive_at, commit_at, start_cause, commit_cause, fault_time = times
+    busy_us, carried, cnt, words, fault_time = fk.run(
+        t, f, schedule.chunk_ptr, cs, ep, ed, not_before, bytes_by_count, capacity, latency, res_ptr, res,
+        route_count, state, words, nc, n)
+    start_at, arrive_at, commit_at = f[fk.F_START], f[fk.F_ARRIVE], f[fk.F_COMMIT]
+    start_cause, commit_cause = t[fk.T_SC], t[fk.T_CC]
 
     def result(error: str | None, path: tuple[int, ...] = (), stuck: tuple[int, ...] = ()) -> SimResult:
         return SimResult(correct=error is None, error=error,
@@ -246,7 +262,7 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
         i, x = int(cnt[fast_kernel._FI]), int(cnt[fast_kernel._FC])
         t = schedule.transfer(i)
         if fault == fast_kernel.FAULT_MISSING:
-            return result(f"{_describe(schedule, i)} starts at {float(fault_time[0]):.6g} us but rank {t.src} does "
+            return result(f"{_describe(schedule, i)} starts at {float(fault_time):.6g} us but rank {t.src} does "
                           f"not hold {coll.describe_chunk(x)}")
         held = _row_int(words, int(cnt[fast_kernel._FA]))
         mask = _row_int(words, int(cnt[fast_kernel._FB]))
