@@ -160,17 +160,16 @@ def compact_error(schedule: CompactSchedule, topology: Topology) -> str | None:
     first((src < 0) | (src >= n) | (dst < 0) | (dst >= n), 0,
           lambda i: f"transfer {i}: ranks {src[i]} -> {dst[i]} out of range 0..{n - 1}")
     first(src == dst, 1, lambda i: f"transfer {i}: sends from rank {src[i]} to itself")
-    sizes = np.diff(schedule.chunk_ptr)
-    first(sizes == 0, 2, lambda i: f"transfer {i}: carries no chunk")
-    bad_chunk = (schedule.chunks < 0) | (schedule.chunks >= nchunks)
-    if bad_chunk.any():
-        owner = np.repeat(np.arange(count), sizes)
-        k = int(np.flatnonzero(bad_chunk)[0])
-        found.append((int(owner[k]), 3, f"transfer {owner[k]}: chunk {schedule.chunks[k]} out of range "
-                                        f"0..{nchunks - 1}"))
-    multi = np.flatnonzero(sizes > 1)
-    for i in multi[:100_000]:  # several chunks per transfer are rare in large schedules
-        part = schedule.chunks[schedule.chunk_ptr[i]:schedule.chunk_ptr[i + 1]]
+    ptr = schedule.chunk_ptr
+    first(ptr[1:] == ptr[:-1], 2, lambda i: f"transfer {i}: carries no chunk")
+    bad_chunk = np.flatnonzero((schedule.chunks < 0) | (schedule.chunks >= nchunks))
+    if len(bad_chunk):
+        k = int(bad_chunk[0])
+        i = int(np.searchsorted(ptr, k, side="right")) - 1
+        found.append((i, 3, f"transfer {i}: chunk {schedule.chunks[k]} out of range 0..{nchunks - 1}"))
+    multi = np.flatnonzero(ptr[1:] - ptr[:-1] > 1) if len(schedule.chunks) > count else ()
+    for i in multi:
+        part = schedule.chunks[ptr[i]:ptr[i + 1]]
         if len(np.unique(part)) != len(part):
             found.append((int(i), 4, f"transfer {i}: lists a chunk twice"))
             break
@@ -186,21 +185,25 @@ def compact_error(schedule: CompactSchedule, topology: Topology) -> str | None:
                           if a[k] == i else f"transfer {i}: 'after' names transfer {a[k]}, which does not exist"))
     # routes: each distinct route checked once, then its ends against every transfer's ranks
     checks = [_route_check(topology, route) for route in schedule.routes]
-    gpu_or = [s if isinstance(s, int) and not isinstance(s, bool) else -1 for s, _, _ in checks]
-    start = np.array(gpu_or, np.int64)[schedule.route]
-    moved = start != src  # hop 0 leaves another vertex than the sender (a switch start counts as -1)
-    known = np.array([s is not None for s, _, _ in checks])[schedule.route]
-    first(known & moved, 8, lambda i: f"transfer {i}: route is not connected at hop 0 ({src[i]!r} then link "
-          f"{topology.links[schedule.routes[int(schedule.route[i])][0]].src!r}->"
-          f"{topology.links[schedule.routes[int(schedule.route[i])][0]].dst!r})")
-    problem = np.array([p is not None for _, _, p in checks])[schedule.route]
-    first(problem & ~(known & moved), 8,
-          lambda i: f"transfer {i}: {checks[int(schedule.route[i])][2]}")
-    ends = np.array([e if isinstance(e, int) and not isinstance(e, bool) else -1 for _, e, _ in checks],
-                    np.int64)[schedule.route]
+    route = schedule.route
+
+    def per_route(values: list[int]) -> np.ndarray:
+        return np.array(values, np.int32)[route]
+
+    def gpu(v: object) -> int:
+        return v if isinstance(v, int) and not isinstance(v, bool) else -1
+
+    known = np.array([s is not None for s, _, _ in checks])[route]
+    moved = known & (per_route([gpu(s) for s, _, _ in checks]) != src)  # hop 0 leaves another vertex
+    first(moved, 8, lambda i: f"transfer {i}: route is not connected at hop 0 ({src[i]!r} then link "
+          f"{topology.links[schedule.routes[int(route[i])][0]].src!r}->"
+          f"{topology.links[schedule.routes[int(route[i])][0]].dst!r})")
+    problem = np.array([p is not None for _, _, p in checks])[route]
+    first(problem & ~moved, 8, lambda i: f"transfer {i}: {checks[int(route[i])][2]}")
     ok = ~problem & ~moved
-    first(ok & (ends != dst), 8, lambda i: f"transfer {i}: route ends at "
-          f"{checks[int(schedule.route[i])][1]!r}, not at rank {dst[i]}")
+    del problem, moved, known
+    ok &= per_route([gpu(e) for _, e, _ in checks]) != dst
+    first(ok, 8, lambda i: f"transfer {i}: route ends at {checks[int(route[i])][1]!r}, not at rank {dst[i]}")
     if not found:
         return None
     return min(found)[2]

@@ -162,7 +162,7 @@ def build_dependencies(src: Any, dst: Any, chunk_ptr: Any, chunks: Any, after_pt
 @njit(cache=True)
 def _csr(on: Any, by: Any, n: int) -> Any:
     """Waiters grouped by what they wait on, each group in the order given (a stable counting sort)."""
-    ptr = np.zeros(n + 1, np.int64)
+    ptr = np.zeros(n + 1, np.int32)
     for w in on:
         ptr[w + 1] += 1
     for i in range(n):
@@ -199,177 +199,6 @@ GI_SIZE, GI_SOLVED, GI_SEEN, GI_FIXED, GI_LINKED, GI_HLEN, GI_HBASE, GI_EVENT, G
 HI_SEQ, HI_FLOW = range(2)
 # work lists per group (WG): touched, moved
 WG_TOUCHED, WG_MOVED = range(2)
-
-
-# ---------------------------------------------------------------------------------------------- the event heap
-@njit(cache=True, inline="always")
-def _q_push(queue: Any, cnt: Any, time: float, kind: int, item: int, group: int) -> int:
-    """Queue an event (time, seq, kind, item, group); seq is the next push number (FIFO ties)."""
-    q = queue[0]
-    size = cnt[_QN]
-    if size == q.shape[0]:
-        grown = np.empty((2 * size, 5))
-        grown[:size] = q
-        queue[0] = grown
-        q = grown
-    seq = cnt[_SEQ]
-    cnt[_SEQ] += 1
-    fseq = float(seq)
-    j = size
-    while j > 0:
-        parent = (j - 1) >> 1
-        pt = q[parent, 0]
-        if time < pt or (time == pt and fseq < q[parent, 1]):
-            q[j, 0] = q[parent, 0]
-            q[j, 1] = q[parent, 1]
-            q[j, 2] = q[parent, 2]
-            q[j, 3] = q[parent, 3]
-            q[j, 4] = q[parent, 4]
-            j = parent
-        else:
-            break
-    q[j, 0] = time
-    q[j, 1] = fseq
-    q[j, 2] = kind
-    q[j, 3] = item
-    q[j, 4] = group
-    cnt[_QN] = size + 1
-    return seq
-
-
-@njit(cache=True, inline="always")
-def _q_pop(q: Any, cnt: Any) -> Any:
-    """Remove the first event of the heap ``q``; (time, seq, kind, item, group)."""
-    top = (q[0, 0], int(q[0, 1]), int(q[0, 2]), int(q[0, 3]), int(q[0, 4]))
-    m = cnt[_QN] - 1
-    cnt[_QN] = m
-    if m > 0:
-        time, fseq, kind, item, group = q[m, 0], q[m, 1], q[m, 2], q[m, 3], q[m, 4]
-        j = 0
-        while True:
-            c = 2 * j + 1
-            if c >= m:
-                break
-            if c + 1 < m and (q[c + 1, 0] < q[c, 0] or (q[c + 1, 0] == q[c, 0] and q[c + 1, 1] < q[c, 1])):
-                c += 1
-            if q[c, 0] < time or (q[c, 0] == time and q[c, 1] < fseq):
-                q[j, 0] = q[c, 0]
-                q[j, 1] = q[c, 1]
-                q[j, 2] = q[c, 2]
-                q[j, 3] = q[c, 3]
-                q[j, 4] = q[c, 4]
-                j = c
-            else:
-                break
-        q[j, 0] = time
-        q[j, 1] = fseq
-        q[j, 2] = kind
-        q[j, 3] = item
-        q[j, 4] = group
-    return top
-
-
-# ---------------------------------------------------------------------------------------------- member heaps
-@njit(cache=True, inline="always")
-def _less(ka: float, sa: int, kb: float, sb: int) -> bool:
-    return ka < kb or (ka == kb and sa < sb)
-
-
-@njit(cache=True, inline="always")
-def _mh_push(hk: Any, hi: Any, base: int, length: int, key: float, seq: int, flow: int) -> None:
-    j = length
-    while j > 0:
-        parent = (j - 1) >> 1
-        if _less(key, seq, hk[base + parent], hi[HI_SEQ, base + parent]):
-            hk[base + j] = hk[base + parent]
-            hi[HI_SEQ, base + j] = hi[HI_SEQ, base + parent]
-            hi[HI_FLOW, base + j] = hi[HI_FLOW, base + parent]
-            j = parent
-        else:
-            break
-    hk[base + j] = key
-    hi[HI_SEQ, base + j] = seq
-    hi[HI_FLOW, base + j] = flow
-
-
-@njit(cache=True, inline="always")
-def _mh_pop(hk: Any, hi: Any, base: int, length: int) -> None:
-    """Drop the root of a heap of ``length`` entries (the caller shortens it by one)."""
-    m = length - 1
-    if m == 0:
-        return
-    key, seq, flow = hk[base + m], hi[HI_SEQ, base + m], hi[HI_FLOW, base + m]
-    j = 0
-    while True:
-        c = 2 * j + 1
-        if c >= m:
-            break
-        if c + 1 < m and _less(hk[base + c + 1], hi[HI_SEQ, base + c + 1], hk[base + c], hi[HI_SEQ, base + c]):
-            c += 1
-        if _less(hk[base + c], hi[HI_SEQ, base + c], key, seq):
-            hk[base + j] = hk[base + c]
-            hi[HI_SEQ, base + j] = hi[HI_SEQ, base + c]
-            hi[HI_FLOW, base + j] = hi[HI_FLOW, base + c]
-            j = c
-        else:
-            break
-    hk[base + j] = key
-    hi[HI_SEQ, base + j] = seq
-    hi[HI_FLOW, base + j] = flow
-
-
-@njit(cache=True, inline="always")
-def _first_finish(g: int, hk: Any, hi: Any, gi: Any, gf: Any, t: Any) -> Any:
-    """``FlowGroup.next_finish``: skip departed members at the top of g's heap; (time, flow) of the first."""
-    base = gi[GI_HBASE, g]
-    while not t[T_ACT, hi[HI_FLOW, base]]:
-        _mh_pop(hk, hi, base, gi[GI_HLEN, g])
-        gi[GI_HLEN, g] -= 1
-    rate = gf[GF_RATE, g]
-    time = gf[GF_UPDATED, g] + (hk[base] - gf[GF_DRAINED, g]) / rate if rate > 0 else np.inf
-    return time, hi[HI_FLOW, base]
-
-
-# ---------------------------------------------------------------------------------------------- the network
-@njit(cache=True, inline="always")
-def _touch(g: int, gi: Any, wg: Any, cnt: Any) -> None:
-    if not gi[GI_TOUCHED, g]:
-        gi[GI_TOUCHED, g] = 1
-        wg[WG_TOUCHED, cnt[_TN]] = g
-        cnt[_TN] += 1
-
-
-@njit(cache=True, inline="always")
-def _net_add(i: int, g: int, nbytes: float, now: float, t: Any, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any,
-             gi: Any, hk: Any, hi: Any, wg: Any, cnt: Any) -> None:
-    """``FluidNetwork.add``: flow i joins group g (its route) with ``nbytes`` to move."""
-    if not gi[GI_LINKED, g]:
-        gi[GI_LINKED, g] = 1
-        for p in range(res_ptr[g], res_ptr[g + 1]):  # append to groups_on of each resource
-            r = ni[NI_RES, p]
-            tail = ri[RI_TAIL, r]
-            ni[NI_PREV, p] = tail
-            ni[NI_NEXT, p] = -1
-            if tail < 0:
-                ri[RI_HEAD, r] = p
-            else:
-                ni[NI_NEXT, tail] = p
-            ri[RI_TAIL, r] = p
-            ri[RI_COUNT, r] += 1
-    target = gf[GF_DRAINED, g] + gf[GF_RATE, g] * (now - gf[GF_UPDATED, g]) + nbytes
-    seq = cnt[_JOIN]
-    cnt[_JOIN] += 1
-    t[T_ACT, i] = 1
-    _mh_push(hk, hi, gi[GI_HBASE, g], gi[GI_HLEN, g], target, seq, i)
-    gi[GI_HLEN, g] += 1
-    gi[GI_SIZE, g] += 1
-    _touch(g, gi, wg, cnt)
-    for p in range(res_ptr[g], res_ptr[g + 1]):
-        r = ni[NI_RES, p]
-        if not ri[RI_LOAD, r]:
-            rf[RF_SINCE, r] = now
-        ri[RI_LOAD, r] += 1
-        rf[RF_CARRIED, r] += nbytes
 
 
 @njit(cache=True)
@@ -568,163 +397,11 @@ def _reshare(now: float, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: A
     cnt[_TN] = 0
 
 
-# ---------------------------------------------------------------------------------------------- the rules
+# ---------------------------------------------------------------------------------------------- the run
 @njit(cache=True, inline="always")
-def _begin(i: int, now: float, t: Any, f: Any, chunk_ptr: Any, cs: Any, state: Any, pi: Any, n_ranks: int,
-           num_chunks: int, bytes_by_count: Any, queue: Any, cnt: Any, fl: Any, rf: Any, ri: Any, ni: Any,
-           res_ptr: Any, gf: Any, gi: Any, hk: Any, hi: Any, wg: Any) -> bool:
-    """``_Run.begin``: read the sender's masks (a missing chunk is a fault: False) and send."""
-    base = t[T_SRC, i] * num_chunks
-    p0, p1 = chunk_ptr[i], chunk_ptr[i + 1]
-    for p in range(p0, p1):
-        if state[base + cs[CS_CHUNK, p]] == 0:
-            cnt[_FK] = FAULT_MISSING
-            cnt[_FI] = i
-            cnt[_FC] = cs[CS_CHUNK, p]
-            fl[0] = now
-            return False
-    for p in range(p0, p1):
-        mid = state[base + cs[CS_CHUNK, p]]
-        cs[CS_SNAP, p] = mid
-        if mid > n_ranks:
-            pi[1][mid] += 1
-    f[F_START, i] = now
-    g = t[T_ROUTE, i]  # send: the latency, then the bytes
-    latency = gf[GF_LATENCY, g]
-    nb = bytes_by_count[p1 - p0]
-    if latency > 0 or not nb > 0:
-        _q_push(queue, cnt, now + latency, _ENTER, i, -1)
-    else:
-        _net_add(i, g, nb, now, t, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg, cnt)
-    return True
-
-
-@njit(cache=True, inline="always")
-def _release(j: int, now: float, cause: int, not_before: Any, t: Any, f: Any, chunk_ptr: Any, cs: Any, state: Any,
-             pi: Any, n_ranks: int, num_chunks: int, bytes_by_count: Any, queue: Any, cnt: Any, fl: Any, rf: Any,
-             ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: Any, hk: Any, hi: Any, wg: Any) -> bool:
-    """``_Run.release``: one of j's start conditions is met; it starts when it was the last."""
-    t[T_SP, j] -= 1
-    if t[T_SP, j]:
-        return True
-    t[T_SC, j] = cause
-    if len(not_before) and not_before[j] > now:  # NaN (none) is never greater
-        _q_push(queue, cnt, not_before[j], _TIMER, j, -1)
-        return True
-    return _begin(j, now, t, f, chunk_ptr, cs, state, pi, n_ranks, num_chunks, bytes_by_count, queue, cnt, fl, rf,
-                  ri, ni, res_ptr, gf, gi, hk, hi, wg)
-
-
-@njit(cache=True, inline="always")
-def _decref(mid: int, pi: Any, cnt: Any, n_ranks: int) -> None:
-    if mid > n_ranks:
-        refc = pi[1]
-        refc[mid] -= 1
-        if refc[mid] == 0:
-            pi[0][cnt[_NFREE]] = mid
-            cnt[_NFREE] += 1
-
-
-@njit(cache=True, inline="always")
-def _deliver(i: int, now: float, ep: Any, ed: Any, cm: Any, words_box: Any, not_before: Any, t: Any, f: Any,
-             chunk_ptr: Any, cs: Any, state: Any, pi: Any, n_ranks: int, num_chunks: int, bytes_by_count: Any,
-             queue: Any, cnt: Any, fl: Any, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: Any, hk: Any,
-             hi: Any, wg: Any) -> bool:
-    """``_Run.delivered`` then ``settle``: i's bytes are at its receiver; commit what may. False on a fault."""
-    f[F_ARRIVE, i] = now
-    j = t[T_NEXT, i]
-    if j >= 0:
-        if not _release(j, now, i, not_before, t, f, chunk_ptr, cs, state, pi, n_ranks, num_chunks, bytes_by_count,
-                        queue, cnt, fl, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg):
-            return False
-    for q in range(ep[EP_COA, i], ep[EP_COA, i + 1]):
-        j = ed[q]
-        t[T_CP, j] -= 1
-        if not t[T_CP, j]:
-            cm[0, cnt[_CN]] = j
-            cm[1, cnt[_CN]] = i
-            cnt[_CN] += 1
-    t[T_CP, i] -= 1
-    if not t[T_CP, i]:
-        cm[0, cnt[_CN]] = i
-        cm[1, cnt[_CN]] = i
-        cnt[_CN] += 1
-    while cnt[_CN]:
-        cnt[_CN] -= 1
-        k, cause = cm[0, cnt[_CN]], cm[1, cnt[_CN]]
-        t[T_CC, k] = cause
-        base = t[T_DST, k] * num_chunks
-        if not t[T_RED, k]:
-            for p in range(chunk_ptr[k], chunk_ptr[k + 1]):
-                key = base + cs[CS_CHUNK, p]
-                old = state[key]
-                state[key] = cs[CS_SNAP, p]
-                _decref(old, pi, cnt, n_ranks)
-        else:
-            for p in range(chunk_ptr[k], chunk_ptr[k + 1]):
-                key = base + cs[CS_CHUNK, p]
-                held = state[key]
-                mid = cs[CS_SNAP, p]
-                if held == 0:
-                    state[key] = mid
-                    continue
-                words = words_box[0]
-                overlap = False
-                for w in range(words.shape[1]):
-                    if words[held, w] & words[mid, w]:
-                        overlap = True
-                        break
-                if overlap:
-                    cnt[_FK] = FAULT_DOUBLE
-                    cnt[_FI] = k
-                    cnt[_FC] = cs[CS_CHUNK, p]
-                    cnt[_FA] = held
-                    cnt[_FB] = mid
-                    return False
-                if cnt[_NFREE]:
-                    cnt[_NFREE] -= 1
-                    new = pi[0][cnt[_NFREE]]
-                else:
-                    if cnt[_USED] == words.shape[0]:  # grow the pool, its free list and its counts
-                        rows = words.shape[0]
-                        grown = np.zeros((2 * rows, words.shape[1]), np.uint64)
-                        grown[:rows] = words
-                        words_box[0] = grown
-                        words = grown
-                        for b in range(2):
-                            bigger = np.zeros(2 * rows, np.int64)
-                            bigger[:rows] = pi[b]
-                            pi[b] = bigger
-                    new = cnt[_USED]
-                    cnt[_USED] += 1
-                for w in range(words.shape[1]):
-                    words[new, w] = words[held, w] | words[mid, w]
-                pi[1][new] = 1
-                state[key] = new
-                _decref(held, pi, cnt, n_ranks)
-                _decref(mid, pi, cnt, n_ranks)
-        f[F_COMMIT, k] = now
-        cnt[_DONE] += 1
-        for q in range(ep[EP_SOC, k], ep[EP_SOC, k + 1]):
-            if not _release(ed[q], now, k, not_before, t, f, chunk_ptr, cs, state, pi, n_ranks, num_chunks,
-                            bytes_by_count, queue, cnt, fl, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg):
-                return False
-        for q in range(ep[EP_COC, k], ep[EP_COC, k + 1]):
-            j = ed[q]
-            t[T_CP, j] -= 1
-            if not t[T_CP, j]:
-                cm[0, cnt[_CN]] = j
-                cm[1, cnt[_CN]] = k
-                cnt[_CN] += 1
-    return True
-
-
-@njit(cache=True, inline="always")
-def _queue_finish(g: int, time: float, flow: int, queue: Any, cnt: Any, gf: Any, gi: Any) -> None:
-    """``queue_finish``: the group's one live finish event, ``flow`` finishing at ``time``."""
-    gf[GF_DUE, g] = time
-    gi[GI_EVENT, g] = _q_push(queue, cnt, time, _FINISH, flow, g)
-    gi[GI_FINISH, g] = _QUEUED
+def _less(ka: float, sa: int, kb: float, sb: int) -> bool:
+    """(key a, seq a) < (key b, seq b): the order of a group's members (target, then join number)."""
+    return ka < kb or (ka == kb and sa < sb)
 
 
 @njit(cache=True)
@@ -737,6 +414,8 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
     resources of each route, ``route_count`` the transfers on each route, ``state`` the mask id of every
     (rank, chunk) key (updated in place), ``words`` the mask pool. Returns (busy_us, bytes carried,
     counters, pool words, fault time); ``counters[_FK]`` is a fault code (0: none).
+
+    The steps are closures over the tables (numba inlines them), so the hot path passes no arrays.
     """
     n = t.shape[1]
     num_res = len(capacity)
@@ -776,14 +455,288 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
     pi = List([np.zeros(words.shape[0], np.int64), np.zeros(words.shape[0], np.int64)])  # free rows, counts
     words_box = List([words])
     queue = List([np.empty((1024, 5))])
+    timed = len(not_before) > 0
+
+    # ------------------------------------------------------------------ the event heap: (time, seq, kind, item, group)
+    def push(time: float, kind: int, item: int, group: int) -> int:
+        q = queue[0]
+        size = cnt[_QN]
+        if size == q.shape[0]:
+            grown = np.empty((2 * size, 5))
+            grown[:size] = q
+            queue[0] = grown
+            q = grown
+        seq = cnt[_SEQ]
+        cnt[_SEQ] += 1
+        fseq = float(seq)
+        j = size
+        while j > 0:
+            parent = (j - 1) >> 1
+            pt = q[parent, 0]
+            if time < pt or (time == pt and fseq < q[parent, 1]):
+                for c in range(5):
+                    q[j, c] = q[parent, c]
+                j = parent
+            else:
+                break
+        q[j, 0] = time
+        q[j, 1] = fseq
+        q[j, 2] = kind
+        q[j, 3] = item
+        q[j, 4] = group
+        cnt[_QN] = size + 1
+        return seq
+
+    def pop(q: Any) -> Any:
+        top = (q[0, 0], int(q[0, 1]), int(q[0, 2]), int(q[0, 3]), int(q[0, 4]))
+        m = cnt[_QN] - 1
+        cnt[_QN] = m
+        if m > 0:
+            time, fseq, kind, item, group = q[m, 0], q[m, 1], q[m, 2], q[m, 3], q[m, 4]
+            j = 0
+            while True:
+                c = 2 * j + 1
+                if c >= m:
+                    break
+                if c + 1 < m and (q[c + 1, 0] < q[c, 0] or (q[c + 1, 0] == q[c, 0] and q[c + 1, 1] < q[c, 1])):
+                    c += 1
+                if q[c, 0] < time or (q[c, 0] == time and q[c, 1] < fseq):
+                    for k in range(5):
+                        q[j, k] = q[c, k]
+                    j = c
+                else:
+                    break
+            q[j, 0] = time
+            q[j, 1] = fseq
+            q[j, 2] = kind
+            q[j, 3] = item
+            q[j, 4] = group
+        return top
+
+    # ------------------------------------------------------------------ flow groups
+    def member_pop(at: int, length: int) -> None:
+        """Drop the root of the member heap at ``at`` of ``length`` entries (the caller shortens it)."""
+        m = length - 1
+        if m == 0:
+            return
+        key, seq, flow = hk[at + m], hi[HI_SEQ, at + m], hi[HI_FLOW, at + m]
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= m:
+                break
+            if c + 1 < m and _less(hk[at + c + 1], hi[HI_SEQ, at + c + 1], hk[at + c], hi[HI_SEQ, at + c]):
+                c += 1
+            if _less(hk[at + c], hi[HI_SEQ, at + c], key, seq):
+                hk[at + j] = hk[at + c]
+                hi[HI_SEQ, at + j] = hi[HI_SEQ, at + c]
+                hi[HI_FLOW, at + j] = hi[HI_FLOW, at + c]
+                j = c
+            else:
+                break
+        hk[at + j] = key
+        hi[HI_SEQ, at + j] = seq
+        hi[HI_FLOW, at + j] = flow
+
+    def first_finish(g: int) -> Any:
+        """``FlowGroup.next_finish``: skip departed members; (time, flow) of the first to finish."""
+        at = gi[GI_HBASE, g]
+        while not t[T_ACT, hi[HI_FLOW, at]]:
+            member_pop(at, gi[GI_HLEN, g])
+            gi[GI_HLEN, g] -= 1
+        rate = gf[GF_RATE, g]
+        time = gf[GF_UPDATED, g] + (hk[at] - gf[GF_DRAINED, g]) / rate if rate > 0 else np.inf
+        return time, int(hi[HI_FLOW, at])
+
+    def queue_finish(g: int, time: float, flow: int) -> None:
+        gf[GF_DUE, g] = time
+        gi[GI_EVENT, g] = push(time, _FINISH, flow, g)
+        gi[GI_FINISH, g] = _QUEUED
+
+    def touch(g: int) -> None:
+        if not gi[GI_TOUCHED, g]:
+            gi[GI_TOUCHED, g] = 1
+            wg[WG_TOUCHED, cnt[_TN]] = g
+            cnt[_TN] += 1
+
+    def net_add(i: int, g: int, nbytes: float, now: float) -> None:
+        """``FluidNetwork.add``: flow i joins group g (its route) with ``nbytes`` to move."""
+        if not gi[GI_LINKED, g]:
+            gi[GI_LINKED, g] = 1
+            for p in range(res_ptr[g], res_ptr[g + 1]):  # append to groups_on of each resource
+                r = ni[NI_RES, p]
+                tail = ri[RI_TAIL, r]
+                ni[NI_PREV, p] = tail
+                ni[NI_NEXT, p] = -1
+                if tail < 0:
+                    ri[RI_HEAD, r] = p
+                else:
+                    ni[NI_NEXT, tail] = p
+                ri[RI_TAIL, r] = p
+                ri[RI_COUNT, r] += 1
+        target = gf[GF_DRAINED, g] + gf[GF_RATE, g] * (now - gf[GF_UPDATED, g]) + nbytes
+        seq = cnt[_JOIN]
+        cnt[_JOIN] += 1
+        t[T_ACT, i] = 1
+        at, j = gi[GI_HBASE, g], gi[GI_HLEN, g]  # push (target, seq, i) on the member heap
+        while j > 0:
+            parent = (j - 1) >> 1
+            if _less(target, seq, hk[at + parent], hi[HI_SEQ, at + parent]):
+                hk[at + j] = hk[at + parent]
+                hi[HI_SEQ, at + j] = hi[HI_SEQ, at + parent]
+                hi[HI_FLOW, at + j] = hi[HI_FLOW, at + parent]
+                j = parent
+            else:
+                break
+        hk[at + j] = target
+        hi[HI_SEQ, at + j] = seq
+        hi[HI_FLOW, at + j] = i
+        gi[GI_HLEN, g] += 1
+        gi[GI_SIZE, g] += 1
+        touch(g)
+        for p in range(res_ptr[g], res_ptr[g + 1]):
+            r = ni[NI_RES, p]
+            if not ri[RI_LOAD, r]:
+                rf[RF_SINCE, r] = now
+            ri[RI_LOAD, r] += 1
+            rf[RF_CARRIED, r] += nbytes
+
+    # ------------------------------------------------------------------ the rules
+    def begin(i: int, now: float) -> bool:
+        """``_Run.begin``: read the sender's masks (a missing chunk is a fault: False) and send."""
+        at = t[T_SRC, i] * num_chunks
+        p0, p1 = chunk_ptr[i], chunk_ptr[i + 1]
+        for p in range(p0, p1):
+            if state[at + cs[CS_CHUNK, p]] == 0:
+                cnt[_FK] = FAULT_MISSING
+                cnt[_FI] = i
+                cnt[_FC] = cs[CS_CHUNK, p]
+                fl[0] = now
+                return False
+        for p in range(p0, p1):
+            mid = state[at + cs[CS_CHUNK, p]]
+            cs[CS_SNAP, p] = mid
+            if mid > n_ranks:
+                pi[1][mid] += 1
+        f[F_START, i] = now
+        g = t[T_ROUTE, i]  # send: the latency, then the bytes
+        lat = gf[GF_LATENCY, g]
+        nb = bytes_by_count[p1 - p0]
+        if lat > 0 or not nb > 0:
+            push(now + lat, _ENTER, i, -1)
+        else:
+            net_add(i, g, nb, now)
+        return True
+
+    def release(j: int, now: float, cause: int) -> bool:
+        """``_Run.release``: one of j's start conditions is met; it starts when it was the last."""
+        t[T_SP, j] -= 1
+        if t[T_SP, j]:
+            return True
+        t[T_SC, j] = cause
+        if timed and not_before[j] > now:  # NaN (none) is never greater
+            push(not_before[j], _TIMER, j, -1)
+            return True
+        return begin(j, now)
+
+    def drop(mid: int) -> None:
+        """One reference less to mask ``mid`` (single-rank masks are permanent)."""
+        if mid > n_ranks:
+            refc = pi[1]
+            refc[mid] -= 1
+            if refc[mid] == 0:
+                pi[0][cnt[_NFREE]] = mid
+                cnt[_NFREE] += 1
+
+    def commit_ready(j: int, cause: int) -> None:
+        cm[0, cnt[_CN]] = j
+        cm[1, cnt[_CN]] = cause
+        cnt[_CN] += 1
+
+    def deliver(i: int, now: float) -> bool:
+        """``_Run.delivered`` then ``settle``: i's bytes are at its receiver; commit what may. False on a fault."""
+        f[F_ARRIVE, i] = now
+        j = t[T_NEXT, i]
+        if j >= 0 and not release(j, now, i):
+            return False
+        for q in range(ep[EP_COA, i], ep[EP_COA, i + 1]):
+            j = ed[q]
+            t[T_CP, j] -= 1
+            if not t[T_CP, j]:
+                commit_ready(j, i)
+        t[T_CP, i] -= 1
+        if not t[T_CP, i]:
+            commit_ready(i, i)
+        while cnt[_CN]:
+            cnt[_CN] -= 1
+            k, cause = cm[0, cnt[_CN]], cm[1, cnt[_CN]]
+            t[T_CC, k] = cause
+            at = t[T_DST, k] * num_chunks
+            if not t[T_RED, k]:
+                for p in range(chunk_ptr[k], chunk_ptr[k + 1]):
+                    key = at + cs[CS_CHUNK, p]
+                    old = state[key]
+                    state[key] = cs[CS_SNAP, p]
+                    drop(old)
+            else:
+                for p in range(chunk_ptr[k], chunk_ptr[k + 1]):
+                    key = at + cs[CS_CHUNK, p]
+                    held = state[key]
+                    mid = cs[CS_SNAP, p]
+                    if held == 0:
+                        state[key] = mid
+                        continue
+                    pool = words_box[0]
+                    for w in range(pool.shape[1]):
+                        if pool[held, w] & pool[mid, w]:
+                            cnt[_FK] = FAULT_DOUBLE
+                            cnt[_FI] = k
+                            cnt[_FC] = cs[CS_CHUNK, p]
+                            cnt[_FA] = held
+                            cnt[_FB] = mid
+                            return False
+                    if cnt[_NFREE]:
+                        cnt[_NFREE] -= 1
+                        new = pi[0][cnt[_NFREE]]
+                    else:
+                        if cnt[_USED] == pool.shape[0]:  # grow the pool, its free list and its counts
+                            rows = pool.shape[0]
+                            grown = np.zeros((2 * rows, pool.shape[1]), np.uint64)
+                            grown[:rows] = pool
+                            words_box[0] = grown
+                            pool = grown
+                            for b in range(2):
+                                bigger = np.zeros(2 * rows, np.int64)
+                                bigger[:rows] = pi[b]
+                                pi[b] = bigger
+                        new = cnt[_USED]
+                        cnt[_USED] += 1
+                    for w in range(pool.shape[1]):
+                        pool[new, w] = pool[held, w] | pool[mid, w]
+                    pi[1][new] = 1
+                    state[key] = new
+                    drop(held)
+                    drop(mid)
+            f[F_COMMIT, k] = now
+            cnt[_DONE] += 1
+            for q in range(ep[EP_SOC, k], ep[EP_SOC, k + 1]):
+                if not release(ed[q], now, k):
+                    return False
+            for q in range(ep[EP_COC, k], ep[EP_COC, k + 1]):
+                j = ed[q]
+                t[T_CP, j] -= 1
+                if not t[T_CP, j]:
+                    commit_ready(j, k)
+        return True
+
+    # ------------------------------------------------------------------ the loop
     now = 0.0
     ok = True
     for i in range(n):  # start: transfers that wait for nothing
         if t[T_SP, i] == 0:
-            if len(not_before) and not_before[i] > 0:
-                _q_push(queue, cnt, not_before[i], _TIMER, i, -1)
-            elif not _begin(i, 0.0, t, f, chunk_ptr, cs, state, pi, n_ranks, num_chunks, bytes_by_count, queue,
-                            cnt, fl, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg):
+            if timed and not_before[i] > 0:
+                push(not_before[i], _TIMER, i, -1)
+            elif not begin(i, 0.0):
                 ok = False
                 break
     while ok:
@@ -791,9 +744,9 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
             _reshare(now, rf, ri, ni, res_ptr, gf, gi, wg, seeds, stack, hshare, hres, cnt)
             for k in range(cnt[_MN]):  # where rates changed, the first finish may have moved
                 g = wg[WG_MOVED, k]
-                time, flow = _first_finish(g, hk, hi, gi, gf, t)
+                time, flow = first_finish(g)
                 if gi[GI_FINISH, g] == _NONE or time < gf[GF_DUE, g]:
-                    _queue_finish(g, time, flow, queue, cnt, gf, gi)
+                    queue_finish(g, time, flow)
                 elif gi[GI_FINISH, g] == _QUEUED:
                     gi[GI_FINISH, g] = _LATE
             cnt[_MN] = 0
@@ -802,38 +755,38 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
             seq, g = int(q[0, 1]), int(q[0, 4])
             if gi[GI_EVENT, g] == seq and gi[GI_FINISH, g] == _QUEUED:
                 break
-            _q_pop(q, cnt)
+            pop(q)
             if gi[GI_EVENT, g] == seq:  # late: move it to the actual finish
-                time, flow = _first_finish(g, hk, hi, gi, gf, t)
-                _queue_finish(g, time, flow, queue, cnt, gf, gi)
+                time, flow = first_finish(g)
+                queue_finish(g, time, flow)
                 q = queue[0]
         if not cnt[_QN]:
             break
         now = q[0, 0]
         horizon = now + _HORIZON * max(1.0, abs(now))
         while cnt[_QN] and q[0, 0] <= horizon:
-            time, seq, kind, i, g = _q_pop(q, cnt)
+            time, seq, kind, i, g = pop(q)
             arrived = -1  # the transfer whose bytes are now at its receiver, if any
             if kind == _FINISH:
                 if gi[GI_EVENT, g] != seq:
                     continue  # void: a later event replaced it
                 if gi[GI_FINISH, g] == _LATE:
-                    time, i = _first_finish(g, hk, hi, gi, gf, t)
+                    time, i = first_finish(g)
                     if time > horizon:
-                        _queue_finish(g, time, i, queue, cnt, gf, gi)
+                        queue_finish(g, time, i)
                         q = queue[0]
                         continue
                 t[T_ACT, i] = 0  # net.remove(i, now)
                 gi[GI_SIZE, g] -= 1
-                _touch(g, gi, wg, cnt)
+                touch(g)
                 for p in range(res_ptr[g], res_ptr[g + 1]):
                     r = ni[NI_RES, p]
                     ri[RI_LOAD, r] -= 1
                     if not ri[RI_LOAD, r]:
                         rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
                 if gi[GI_SIZE, g]:
-                    time, flow = _first_finish(g, hk, hi, gi, gf, t)
-                    _queue_finish(g, time, flow, queue, cnt, gf, gi)
+                    time, flow = first_finish(g)
+                    queue_finish(g, time, flow)
                 else:
                     gi[GI_FINISH, g] = _NONE
                     gi[GI_EVENT, g] = 0
@@ -841,16 +794,13 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
             elif kind == _ENTER:
                 nb = bytes_by_count[chunk_ptr[i + 1] - chunk_ptr[i]]
                 if nb > 0:
-                    _net_add(i, t[T_ROUTE, i], nb, now, t, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg, cnt)
+                    net_add(i, t[T_ROUTE, i], nb, now)
                 else:
                     arrived = i  # at the event's time
             else:
-                ok = _begin(i, time, t, f, chunk_ptr, cs, state, pi, n_ranks, num_chunks, bytes_by_count, queue, cnt,
-                            fl, rf, ri, ni, res_ptr, gf, gi, hk, hi, wg)
+                ok = begin(i, time)
             if arrived >= 0:
-                ok = _deliver(arrived, time, ep, ed, cm, words_box, not_before, t, f, chunk_ptr, cs, state, pi,
-                              n_ranks, num_chunks, bytes_by_count, queue, cnt, fl, rf, ri, ni, res_ptr, gf, gi, hk,
-                              hi, wg)
+                ok = deliver(arrived, time)
             if not ok:
                 break
             q = queue[0]

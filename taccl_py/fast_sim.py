@@ -19,20 +19,29 @@ from __future__ import annotations
 
 import gc
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from taccl_py.collectives import CollectiveKind
-from taccl_py.compact import CompactSchedule, compact_error
+from taccl_py.compact import CompactSchedule, compact, compact_error
+from taccl_py.endpoint import EndpointMode
+from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["fast_error", "simulate_compact"]
+__all__ = ["FAST_MIN_TRANSFERS", "fast_error", "simulate_compact", "simulate_large"]
+
+FAST_MIN_TRANSFERS = 100_000
+"""From this many transfers :func:`simulate_large` uses the compiled kernel (below it, Python is as quick as the
+kernel's start-up)."""
 
 
-def fast_error(schedule: CompactSchedule, topology: Topology) -> str | None:
+def fast_error(schedule: CompactSchedule, topology: Topology, options: SimOptions | None = None) -> str | None:
     """Why the compiled kernel does not cover this run (None: it does)."""
+    if options is not None and replace(options, step_overhead_us=0.0, endpoint=EndpointMode.GPU) != SimOptions():
+        return "simulator options other than the step overhead are simulated in Python only"
     if topology.has_endpoint_limits:
         return "GPU memory or channels are declared (endpoint resources are simulated in Python only)"
     if schedule.collective.num_ranks > 0 and schedule.collective.num_ranks * schedule.collective.num_chunks > 2**31:
@@ -72,48 +81,42 @@ def _initial(schedule: CompactSchedule, num_keys: int) -> np.ndarray:
     return state
 
 
-def _required(schedule: CompactSchedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``Collective.required`` in its order: (rank, chunk, key) arrays."""
+def _postcondition(schedule: CompactSchedule, state: np.ndarray, words: np.ndarray) -> str | None:
+    """The first (rank, chunk) of ``Collective.required`` without its complete contribution set (None: all do)."""
     coll = schedule.collective
     n, c, nc = coll.num_ranks, coll.chunk_factor, coll.num_chunks
-    if coll.kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST):
-        keys = np.arange(n * nc, dtype=np.int64)
-        return keys // nc, keys % nc, keys
     chunk = np.arange(nc, dtype=np.int64)
-    if coll.kind is CollectiveKind.ALLTOALL:
-        rank = (chunk // c) % n
-    elif coll.kind is CollectiveKind.REDUCESCATTER:
-        rank = chunk // c
+    if coll.kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST):
+        have = state.reshape(n, nc)  # every rank, every chunk, rank-major
+        rank_of = None
     else:
-        rank = np.full(nc, coll.root, np.int64)
-    return rank, chunk, rank * nc + chunk
-
-
-def _postcondition(schedule: CompactSchedule, state: np.ndarray, words: np.ndarray) -> str | None:
-    coll = schedule.collective
-    n, c = coll.num_ranks, coll.chunk_factor
-    rank, chunk, keys = _required(schedule)
-    have = state[keys]
+        if coll.kind is CollectiveKind.ALLTOALL:
+            rank_of = (chunk // c) % n
+        elif coll.kind is CollectiveKind.REDUCESCATTER:
+            rank_of = chunk // c
+        else:
+            rank_of = np.full(nc, coll.root, np.int64)
+        have = state[rank_of * nc + chunk][None, :]
     if coll.is_reduction:
         full = np.zeros(words.shape[1], np.uint64)
         for r in range(n):
             full[r // 64] |= np.uint64(1) << np.uint64(r % 64)
-        ids = np.unique(have)
-        complete = {int(i) for i in ids if i > 0 and np.array_equal(words[i], full)}
-        bad = ~np.isin(have, np.array(sorted(complete), np.int64))
+        complete = np.array([i for i in np.unique(have) if i > 0 and np.array_equal(words[i], full)], np.int64)
+        bad = ~np.isin(have, complete)
     else:
         if coll.kind is CollectiveKind.ALLTOALL:
             source = chunk // (n * c)
         elif coll.kind is CollectiveKind.BROADCAST:
-            source = np.full(len(chunk), coll.root, np.int64)
+            source = np.full(nc, coll.root, np.int64)
         else:
             source = chunk // c
-        bad = have != source + 1
+        bad = have != (source + 1)[None, :]
     hit = np.flatnonzero(bad)
     if not len(hit):
         return None
-    k = int(hit[0])
-    r, x, mid = int(rank[k]), int(chunk[k]), int(have[k])
+    row, x = divmod(int(hit[0]), bad.shape[1])
+    r = row if rank_of is None else int(rank_of[x])
+    mid = int(have[row, x])
     if mid == 0:
         why = f"rank {r} never receives {coll.describe_chunk(x)}"
     elif coll.is_reduction:
@@ -160,12 +163,15 @@ def _connections(schedule: CompactSchedule) -> tuple[np.ndarray, np.ndarray]:
     n = schedule.collective.num_ranks
     width = int(schedule.channel.max()) + 1 if count else 1
     key = (schedule.src.astype(np.int64) * n + schedule.dst) * width + schedule.channel
-    order = np.argsort(key, kind="stable")
-    same = key[order[1:]] == key[order[:-1]]
-    nxt = np.full(count, -1, np.int64)
-    prev = np.full(count, -1, np.int64)
-    nxt[order[:-1][same]] = order[1:][same]
-    prev[order[1:][same]] = order[:-1][same]
+    order = np.argsort(key, kind="stable").astype(np.int32)
+    key = key[order]
+    same = key[1:] == key[:-1]
+    del key
+    nxt = np.full(count, -1, np.int32)
+    prev = np.full(count, -1, np.int32)
+    first, second = order[:-1][same], order[1:][same]
+    nxt[first] = second
+    prev[second] = first
     return nxt, prev
 
 
@@ -173,7 +179,7 @@ def simulate_compact(topology: Topology, schedule: CompactSchedule, size_bytes: 
                      options: SimOptions | None = None) -> SimResult:
     """:func:`taccl_py.simulator.simulate` for a compact schedule (see the module)."""
     options = options or SimOptions()
-    if fast_error(schedule, topology):
+    if fast_error(schedule, topology, options):
         return simulate(topology, schedule.to_schedule(), size_bytes, options)
     paused = gc.isenabled()
     gc.disable()
@@ -182,6 +188,23 @@ def simulate_compact(topology: Topology, schedule: CompactSchedule, size_bytes: 
     finally:
         if paused:
             gc.enable()
+
+
+def simulate_large(topology: Topology, schedule: Schedule, size_bytes: float,
+                   options: SimOptions | None = None) -> SimResult:
+    """:func:`taccl_py.simulator.simulate`, through the compiled kernel for a large schedule it covers.
+
+    The result is the same either way; from :data:`FAST_MIN_TRANSFERS` transfers, without exchanges,
+    network groups, endpoint limits or options other than the step overhead, the schedule is turned
+    into arrays (:func:`taccl_py.compact.compact`) and run by :mod:`taccl_py.fast_kernel`.
+    """
+    options = options or SimOptions()
+    transfers = schedule.transfers
+    if (len(transfers) < FAST_MIN_TRANSFERS or topology.has_endpoint_limits
+            or replace(options, step_overhead_us=0.0, endpoint=EndpointMode.GPU) != SimOptions()
+            or any(t.exchange is not None or t.group is not None for t in transfers)):
+        return simulate(topology, schedule, size_bytes, options)
+    return simulate_compact(topology, compact(schedule), size_bytes, options)
 
 
 def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, options: SimOptions) -> SimResult:
@@ -209,11 +232,13 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
     conn_next, conn_prev = _connections(schedule)
     t = np.empty((10, count), np.int32)
     t[fk.T_SRC], t[fk.T_DST], t[fk.T_ROUTE] = schedule.src, schedule.dst, schedule.route
-    t[fk.T_SP] = sp + (conn_prev >= 0)
+    t[fk.T_SP] = sp
+    t[fk.T_SP] += conn_prev >= 0
     t[fk.T_CP] = cp
     del sp, cp
     t[fk.T_NEXT] = conn_next
     del conn_next
+
     t[fk.T_SC] = -1
     t[fk.T_CC] = -1
     t[fk.T_RED] = schedule.reduce
@@ -221,7 +246,7 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
     f = np.full((3, count), math.nan)
     cs = np.zeros((2, len(schedule.chunks)), np.int32)
     cs[fk.CS_CHUNK] = schedule.chunks
-    ep = np.empty((3, count + 1), np.int64)
+    ep = np.empty((3, count + 1), np.int32)
     ep[fk.EP_SOC] = soc_ptr
     ep[fk.EP_COC] = coc_ptr + len(soc)
     ep[fk.EP_COA] = coa_ptr + len(soc) + len(coc)
