@@ -167,11 +167,11 @@ def compact_error(schedule: CompactSchedule, topology: Topology) -> str | None:
         k = int(bad_chunk[0])
         i = int(np.searchsorted(ptr, k, side="right")) - 1
         found.append((i, 3, f"transfer {i}: chunk {schedule.chunks[k]} out of range 0..{nchunks - 1}"))
-    multi = np.flatnonzero(ptr[1:] - ptr[:-1] > 1) if len(schedule.chunks) > count else ()
-    for i in multi:
-        part = schedule.chunks[ptr[i]:ptr[i + 1]]
+    multi = np.flatnonzero(ptr[1:] - ptr[:-1] > 1) if len(schedule.chunks) > count else np.zeros(0, np.int64)
+    for m in multi:
+        part = schedule.chunks[ptr[m]:ptr[m + 1]]
         if len(np.unique(part)) != len(part):
-            found.append((int(i), 4, f"transfer {i}: lists a chunk twice"))
+            found.append((int(m), 4, f"transfer {m}: lists a chunk twice"))
             break
     first(schedule.channel < 0, 5, lambda i: f"transfer {i}: negative channel {schedule.channel[i]}")
     if schedule.after is not None and schedule.after_ptr is not None:
@@ -195,7 +195,7 @@ def compact_error(schedule: CompactSchedule, topology: Topology) -> str | None:
 
     known = np.array([s is not None for s, _, _ in checks])[route]
     moved = known & (per_route([gpu(s) for s, _, _ in checks]) != src)  # hop 0 leaves another vertex
-    first(moved, 8, lambda i: f"transfer {i}: route is not connected at hop 0 ({src[i]!r} then link "
+    first(moved, 8, lambda i: f"transfer {i}: route is not connected at hop 0 ({int(src[i])!r} then link "
           f"{topology.links[schedule.routes[int(route[i])][0]].src!r}->"
           f"{topology.links[schedule.routes[int(route[i])][0]].dst!r})")
     problem = np.array([p is not None for _, _, p in checks])[route]

@@ -285,14 +285,14 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
     fault = int(cnt[fast_kernel._FK])
     if fault:
         i, x = int(cnt[fast_kernel._FI]), int(cnt[fast_kernel._FC])
-        t = schedule.transfer(i)
+        faulty = schedule.transfer(i)
         if fault == fast_kernel.FAULT_MISSING:
-            return result(f"{_describe(schedule, i)} starts at {float(fault_time):.6g} us but rank {t.src} does "
+            return result(f"{_describe(schedule, i)} starts at {float(fault_time):.6g} us but rank {faulty.src} does "
                           f"not hold {coll.describe_chunk(x)}")
         held = _row_int(words, int(cnt[fast_kernel._FA]))
         mask = _row_int(words, int(cnt[fast_kernel._FB]))
         return result(f"{_describe(schedule, i)} reduces the contribution of rank(s) {_mask_ranks(held & mask)} into "
-                      f"{coll.describe_chunk(x)} at rank {t.dst} a second time")
+                      f"{coll.describe_chunk(x)} at rank {faulty.dst} a second time")
     if int(cnt[fast_kernel._DONE]) < count:
         return result(_deadlock_message(schedule, start_at, commit_at, conn_prev),
                       stuck=tuple(int(i) for i in np.flatnonzero(np.isnan(commit_at))))

@@ -165,9 +165,8 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
     """
     time_at: Callable[[int], SimResult]
     if _is_json(path):
-        from taccl_py.schedule import load_schedule
-
         from taccl_py.fast_sim import simulate_large
+        from taccl_py.schedule import load_schedule
 
         schedule = load_schedule(path, topology)
         file_kind, what = schedule.collective.kind, "schedule"
@@ -332,7 +331,6 @@ def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str,
     ``representatives`` False: always the full schedule (a timeline draws its transfers in their order).
     """
     from taccl_py.baselines import baseline
-
     from taccl_py.fast_sim import simulate_compact, simulate_large
 
     fast = _by_representatives(topology, kind, algorithm, channels, size, options) if representatives else None
