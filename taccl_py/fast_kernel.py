@@ -34,7 +34,8 @@ from numba.typed import List
 
 from taccl_py.tolerances import SAME_INSTANT_REL
 
-__all__ = ["FAULT_DOUBLE", "FAULT_MISSING", "build_dependencies", "run"]
+__all__ = ["COMMITTED", "EVENTS", "FAULT_CHUNK", "FAULT_DOUBLE", "FAULT_HELD", "FAULT_KIND", "FAULT_MASK", "FAULT_MISSING",
+           "FAULT_TRANSFER", "SOLVES", "VISITED_GROUPS", "VISITED_RESOURCES", "build_dependencies", "run"]
 
 _SAME_RATE = 1e-12
 _FROZEN_MARGIN = 1e-9
@@ -49,11 +50,12 @@ FAULT_MISSING = 1
 FAULT_DOUBLE = 2
 """A reduction adds a contribution twice (``info``: transfer, chunk, held mask id, incoming mask id)."""
 
-# counters (one int64 array): next event seq, next join seq, solves, committed, fault kind/transfer/chunk/a/b,
-# pool rows used, free rows
-# and the lengths of the event queue, the touched and moved groups and the commit stack
-# and work done: resources and groups the re-solves visited
-_SEQ, _JOIN, _SOLVES, _DONE, _FK, _FI, _FC, _FA, _FB, _USED, _NFREE, _QN, _TN, _MN, _CN, _VR, _VG = range(17)
+# The counters (one int64 array that run returns): next event seq, next join seq, re-solves, transfers committed,
+# the fault (kind, transfer, chunk, held mask id, incoming mask id), pool rows used, free rows, the lengths of the
+# event queue, the touched and moved groups and the commit stack, and the work the re-solves did (resources and
+# groups visited).
+(EVENTS, _JOIN, SOLVES, COMMITTED, FAULT_KIND, FAULT_TRANSFER, FAULT_CHUNK, FAULT_HELD, FAULT_MASK, _USED, _NFREE, _QN,
+ _TN, _MN, _CN, VISITED_RESOURCES, VISITED_GROUPS) = range(17)
 
 
 # ---------------------------------------------------------------------------------------------- dependencies
@@ -205,8 +207,8 @@ WG_TOUCHED, WG_MOVED = range(2)
 def _solve(seeds: Any, num_seeds: int, now: float, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: Any,
            wg: Any, stack: Any, hshare: Any, hres: Any, cnt: Any) -> None:
     """``FluidNetwork._solve`` (no weights): max-min rates where groups changed size, frozen groups kept."""
-    cnt[_SOLVES] += 1
-    solve = cnt[_SOLVES]
+    cnt[SOLVES] += 1
+    solve = cnt[SOLVES]
     floor = np.inf
     depth = 0
     for k in range(num_seeds):
@@ -225,14 +227,14 @@ def _solve(seeds: Any, num_seeds: int, now: float, rf: Any, ri: Any, ni: Any, re
     while depth:
         depth -= 1
         r = stack[depth]
-        cnt[_VR] += 1
+        cnt[VISITED_RESOURCES] += 1
         left = rf[RF_CAPACITY, r]
         n = 0
         p = ri[RI_HEAD, r]
         while p >= 0:
             g = ni[NI_GROUP, p]
             p = ni[NI_NEXT, p]
-            cnt[_VG] += 1
+            cnt[VISITED_GROUPS] += 1
             m = gi[GI_SIZE, g]
             rate = gf[GF_RATE, g]
             if rate < floor and m == gi[GI_SOLVED, g]:
@@ -413,7 +415,7 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
     ``capacity`` per resource, ``latency`` per route (with the step overhead), ``res_ptr``/``res`` the
     resources of each route, ``route_count`` the transfers on each route, ``state`` the mask id of every
     (rank, chunk) key (updated in place), ``words`` the mask pool. Returns (busy_us, bytes carried,
-    counters, pool words, fault time); ``counters[_FK]`` is a fault code (0: none).
+    counters, pool words, fault time); ``counters[FAULT_KIND]`` is a fault code (0: none).
 
     The steps are closures over the tables (numba inlines them), so the hot path passes no arrays.
     """
@@ -449,7 +451,7 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
     hres = np.empty(num_res, np.int64)
     cm = np.empty((2, max(n, 1)), np.int32)
     cnt = np.zeros(20, np.int64)
-    cnt[_SEQ] = 1
+    cnt[EVENTS] = 1
     cnt[_USED] = n_ranks + 1
     fl = np.zeros(1)
     pi = List([np.zeros(words.shape[0], np.int64), np.zeros(words.shape[0], np.int64)])  # free rows, counts
@@ -466,8 +468,8 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
             grown[:size] = q
             queue[0] = grown
             q = grown
-        seq = cnt[_SEQ]
-        cnt[_SEQ] += 1
+        seq = cnt[EVENTS]
+        cnt[EVENTS] += 1
         fseq = float(seq)
         j = size
         while j > 0:
@@ -608,9 +610,9 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
         p0, p1 = chunk_ptr[i], chunk_ptr[i + 1]
         for p in range(p0, p1):
             if state[at + cs[CS_CHUNK, p]] == 0:
-                cnt[_FK] = FAULT_MISSING
-                cnt[_FI] = i
-                cnt[_FC] = cs[CS_CHUNK, p]
+                cnt[FAULT_KIND] = FAULT_MISSING
+                cnt[FAULT_TRANSFER] = i
+                cnt[FAULT_CHUNK] = cs[CS_CHUNK, p]
                 fl[0] = now
                 return False
         for p in range(p0, p1):
@@ -689,11 +691,11 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
                     pool = words_box[0]
                     for w in range(pool.shape[1]):
                         if pool[held, w] & pool[mid, w]:
-                            cnt[_FK] = FAULT_DOUBLE
-                            cnt[_FI] = k
-                            cnt[_FC] = cs[CS_CHUNK, p]
-                            cnt[_FA] = held
-                            cnt[_FB] = mid
+                            cnt[FAULT_KIND] = FAULT_DOUBLE
+                            cnt[FAULT_TRANSFER] = k
+                            cnt[FAULT_CHUNK] = cs[CS_CHUNK, p]
+                            cnt[FAULT_HELD] = held
+                            cnt[FAULT_MASK] = mid
                             return False
                     if cnt[_NFREE]:
                         cnt[_NFREE] -= 1
@@ -718,7 +720,7 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
                     drop(held)
                     drop(mid)
             f[F_COMMIT, k] = now
-            cnt[_DONE] += 1
+            cnt[COMMITTED] += 1
             for q in range(ep[EP_SOC, k], ep[EP_SOC, k + 1]):
                 if not release(ed[q], now, k):
                     return False

@@ -280,20 +280,22 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
                          time_us=(float(commit_at.max()) if count else 0.0) if error is None else None,
                          size_bytes=size_bytes, collective=coll, start_us=start_at, arrive_us=arrive_at,
                          commit_us=commit_at, link_busy_us=tuple(float(x) for x in busy_us[:links]),
-                         link_bytes=tuple(float(x) for x in carried[:links]), critical_path=path, stuck=stuck)
+                         link_bytes=tuple(float(x) for x in carried[:links]), critical_path=path, stuck=stuck,
+                         notes={"simulator": "compiled", "events": int(cnt[fk.EVENTS]) - 1,
+                                "re_solves": int(cnt[fk.SOLVES])})
 
-    fault = int(cnt[fast_kernel._FK])
+    fault = int(cnt[fast_kernel.FAULT_KIND])
     if fault:
-        i, x = int(cnt[fast_kernel._FI]), int(cnt[fast_kernel._FC])
+        i, x = int(cnt[fast_kernel.FAULT_TRANSFER]), int(cnt[fast_kernel.FAULT_CHUNK])
         faulty = schedule.transfer(i)
         if fault == fast_kernel.FAULT_MISSING:
             return result(f"{_describe(schedule, i)} starts at {float(fault_time):.6g} us but rank {faulty.src} does "
                           f"not hold {coll.describe_chunk(x)}")
-        held = _row_int(words, int(cnt[fast_kernel._FA]))
-        mask = _row_int(words, int(cnt[fast_kernel._FB]))
+        held = _row_int(words, int(cnt[fast_kernel.FAULT_HELD]))
+        mask = _row_int(words, int(cnt[fast_kernel.FAULT_MASK]))
         return result(f"{_describe(schedule, i)} reduces the contribution of rank(s) {_mask_ranks(held & mask)} into "
                       f"{coll.describe_chunk(x)} at rank {faulty.dst} a second time")
-    if int(cnt[fast_kernel._DONE]) < count:
+    if int(cnt[fast_kernel.COMMITTED]) < count:
         return result(_deadlock_message(schedule, start_at, commit_at, conn_prev),
                       stuck=tuple(int(i) for i in np.flatnonzero(np.isnan(commit_at))))
     problem = _postcondition(schedule, state, words)
