@@ -43,6 +43,7 @@ from taccl_py.cli.plot_hooks import (
     write_timeline,
 )
 from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.compact import CompactSchedule
 from taccl_py.endpoint import EndpointMode, memory_traffic
 from taccl_py.errors import Infeasible, InputError, ScheduleError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
@@ -164,12 +165,13 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
     """
     time_at: Callable[[int], SimResult]
     if _is_json(path):
+        from taccl_py.fast_sim import simulate_large
         from taccl_py.schedule import load_schedule
 
         schedule = load_schedule(path, topology)
         file_kind, what = schedule.collective.kind, "schedule"
         schedules.append(schedule)
-        time_at = partial(simulate, topology, schedule, options=options)
+        time_at = partial(simulate_large, topology, schedule, options=options)
     else:
         from taccl_py.msccl import load_program, simulate_program
 
@@ -329,13 +331,34 @@ def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str,
     ``representatives`` False: always the full schedule (a timeline draws its transfers in their order).
     """
     from taccl_py.baselines import baseline
+    from taccl_py.fast_sim import simulate_compact, simulate_large
 
     fast = _by_representatives(topology, kind, algorithm, channels, size, options) if representatives else None
     if fast is not None:
         return fast[0]
+    arrays = _compact_ring(topology, kind, algorithm, channels)
+    if arrays is not None:
+        return simulate_compact(topology, arrays, size, options)
     schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
                         step_overhead_us=options.step_overhead_us)
-    return simulate(topology, schedule, size, options)
+    return simulate_large(topology, schedule, size, options)
+
+
+def _compact_ring(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None
+                  ) -> CompactSchedule | None:
+    """A large ring Allgather, ReduceScatter or Allreduce built as arrays (no object per transfer); None otherwise."""
+    from taccl_py.baselines import ring_plan
+    from taccl_py.baselines.common import NotApplicable
+    from taccl_py.baselines.ring_compact import ring_compact
+    from taccl_py.fast_sim import FAST_MIN_TRANSFERS
+
+    n = topology.num_gpus
+    if algorithm != "ring" or kind not in _SYMMETRIC_KINDS or n * (n - 1) < FAST_MIN_TRANSFERS:
+        return None
+    try:
+        return ring_compact(kind, ring_plan(topology, channels), topology.name)
+    except NotApplicable:
+        return None
 
 
 # ------------------------------------------------------------------- baseline
@@ -343,6 +366,7 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                    channels: int | None, root: int, step_overhead_us: float, show: bool) -> list[dict[str, Any]]:
     from taccl_py.baselines import baseline
     from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS
+    from taccl_py.fast_sim import simulate_compact, simulate_large
 
     options = SimOptions(step_overhead_us=step_overhead_us)
     out = []
@@ -361,9 +385,17 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                     entry["channels"], entry["transfers"] = sym.collective.chunk_factor, sym.num_transfers
                     entries.append(entry)
                     continue
+                arrays = _compact_ring(topology, kind, name, channels)
+                if arrays is not None:  # a large ring: built as arrays, simulated by the compiled kernel
+                    sim = simulate_compact(topology, arrays, size, options)
+                    entry = {"algorithm": name, **_row(size, sim, bound)}
+                    del entry["size_bytes"]
+                    entry["channels"], entry["transfers"] = arrays.notes["channels"], len(arrays)
+                    entries.append(entry)
+                    continue
                 schedule = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
                                     step_overhead_us=step_overhead_us)
-                sim = simulate(topology, schedule, size, options)
+                sim = simulate_large(topology, schedule, size, options)
                 entry = {"algorithm": name, **_row(size, sim, bound)}
                 del entry["size_bytes"]
                 entry["channels"] = schedule.notes.get("channels")
