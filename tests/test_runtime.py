@@ -157,10 +157,20 @@ def test_bad_runtime_objects_name_the_field(runtime: object, field: str) -> None
         topology_from_dict(data, where="t.json")
 
 
-def test_costs_reject_a_mismatched_xml_protocol() -> None:
-    costs = TransferCosts(Protocol.LL, {"nvlink": 1.0, "pci": 1.0, "net": 1.0}, {"nvlink": 1.0, "pci": 1.0,
-                                                                               "net": 1.0}, 0.0)
-    assert costs.protocol is Protocol.LL
+def test_xml_timing_refuses_costs_of_another_protocol() -> None:
+    from taccl_py.msccl import load_program, simulate_program
+
+    program = load_program(Path(__file__).parent / "vectors" / "msccl" / "azure-allreduce-ring-n8-ch4-i1-ll128.xml")
+    topo = resolve_topology("dgx-a100")
+    model = PRESETS["dgx-a100"]
+    with pytest.raises(InputError, match="proto is 'LL128'"):
+        simulate_program(program, topo, 1 << 20, SimOptions(costs=model.costs("Simple", CollectiveKind.ALLREDUCE,
+                                                                              topo)))
+    costs = model.costs("LL128", CollectiveKind.ALLREDUCE, topo)
+    assert isinstance(costs, TransferCosts)
+    timed = simulate_program(program, topo, 1 << 20, SimOptions(costs=costs))
+    raw = simulate_program(program, topo, 1 << 20)
+    assert timed.time_us is not None and raw.time_us is not None and timed.time_us > raw.time_us + costs.launch_us
 
 
 # ------------------------------------------------------------------ the published logs
