@@ -16,14 +16,35 @@ from dataclasses import dataclass, replace
 
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import NotApplicable
-from taccl_py.runtime import PROTOCOLS, Protocol, RuntimeModel, nccl_ring_pieces
+from taccl_py.runtime import (
+    PROTOCOLS,
+    Protocol,
+    RuntimeModel,
+    TransferCosts,
+    nccl_ring_pieces,
+    simple_step_latency,
+    widest_gpu_link,
+)
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
+from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["Prediction", "best_protocol", "predict_baseline", "predict_program", "predict_schedule"]
+__all__ = ["NCCL_ALGORITHMS", "Prediction", "best_protocol", "nccl_algorithms", "nccl_protocols", "predict_baseline",
+           "predict_nccl", "predict_program", "predict_schedule", "ring_step_latencies"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
+
+NCCL_ALGORITHMS: dict[CollectiveKind, tuple[str, ...]] = {
+    CollectiveKind.ALLREDUCE: ("ring", "tree", "nvls"),
+    CollectiveKind.ALLGATHER: ("ring",),
+    CollectiveKind.REDUCESCATTER: ("ring", "nvls"),
+    CollectiveKind.ALLTOALL: ("direct",),
+    CollectiveKind.BROADCAST: ("ring",),
+    CollectiveKind.REDUCE: ("ring",),
+}
+"""What NCCL itself runs per collective (without CollNet): rings and trees, NVLink SHARP where the NVSwitches
+reduce (its ``nvls`` algorithm, Simple only), and point-to-point sends for Alltoall."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +93,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     times: dict[str, float | None] = {}
     plain: Schedule | None = None
     for p in protocols:
-        costs = model.costs(p, kind, topology)
+        costs = model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes)
         hop = max(costs.hop_latency_us.values())
         if algorithm == "ring" and kind in _PIECED_RINGS:
             if plain is None:
@@ -81,9 +102,8 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             pieces = nccl_ring_pieces(p, size_bytes, topology.num_gpus, count)
             schedule = plain if pieces == 1 else baseline(topology, kind, "ring", channels=channels, root=root,
                                                           chunk_factor=count * pieces, size_bytes=size_bytes)
-            if pieces > 1:  # the loops' step latencies overlap in the connection's NCCL_STEPS slots: the ring
-                # pays nsteps x the per-hop latency once (tuning.cc), so each loop's step carries 1/pieces of it
-                costs = replace(costs, hop_latency_us={c: v / pieces for c, v in costs.hop_latency_us.items()})
+            costs = replace(costs, hop_latency_us=ring_step_latencies(topology, costs, size_bytes, pieces,
+                                                                      model.channels))
         else:
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop)
@@ -94,6 +114,66 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     if best is None:
         raise NotApplicable("no protocol to try")
     return Prediction(best.sim, best.protocol, best.schedule, times)
+
+
+def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: float, pieces: int,
+                        runtime_channels: int) -> dict[str, float]:
+    """Per link class, the per-step latency a transfer of the calibrated ring carries (its share of the hop).
+
+    On GPU links (NVLink, PCI) the step's work is the threadblock's own (it copies the data), so the ring pays
+    ``nsteps x`` the hop latency once per collective, as tuning.cc charges it (``baseLat + nsteps x hwLat``):
+    the chunk loops overlap in the connection's NCCL_STEPS slots and each of the ring's ``pieces`` carries
+    ``1 / pieces`` of it. Every protocol but Simple is charged so on the network too. A Simple step over
+    the network pipelines its slices through the NIC (:func:`taccl_py.runtime.simple_step_latency`): it
+    hides the hop latency behind the slices after its first, computed for NCCL's own ``runtime_channels``
+    channels, each moving ``size / (ranks x channels x loops)`` per step at the NIC's rate x the share /
+    ``runtime_channels`` (the baseline's channel count only shapes the simulated schedule).
+    """
+    out = {c: v / pieces for c, v in costs.hop_latency_us.items()}
+    if costs.protocol is not Protocol.SIMPLE or "net" not in costs.hop_latency_us:
+        return out
+    n = max(topology.num_gpus, 1)
+    channels = max(runtime_channels, 1)
+    loops = nccl_ring_pieces(Protocol.SIMPLE, size_bytes, n, channels)
+    chunk = size_bytes / (n * channels * loops)
+    widest = widest_gpu_link(topology, "net")
+    rate = 0.0 if widest is None else gbps_to_bytes_per_us(widest) * costs.fraction["net"] / channels
+    out["net"] = simple_step_latency(costs.hop_latency_us["net"], chunk, rate) / pieces
+    return out
+
+
+def nccl_protocols(kind: CollectiveKind, algorithm: str) -> tuple[Protocol, ...]:
+    """The protocols NCCL runs ``algorithm`` with: Simple only for NVLS and for Alltoall (point-to-point sends)."""
+    if algorithm == "nvls" or kind is CollectiveKind.ALLTOALL:
+        return (Protocol.SIMPLE,)
+    return PROTOCOLS
+
+
+def nccl_algorithms(topology: Topology, kind: CollectiveKind) -> list[str]:
+    """The algorithms of :data:`NCCL_ALGORITHMS` that can run ``kind`` on ``topology``."""
+    from taccl_py.baselines import applicable_baselines
+
+    usable = set(applicable_baselines(topology, kind))
+    return [a for a in NCCL_ALGORITHMS.get(kind, ("ring",)) if a in usable]
+
+
+def predict_nccl(topology: Topology, kind: CollectiveKind, size_bytes: int, model: RuntimeModel, *,
+                 algorithms: tuple[str, ...] | list[str] | None = None) -> tuple[str, Prediction] | None:
+    """What NCCL would run at ``size_bytes``: the fastest of its algorithms and protocols under ``model``.
+
+    Returns (algorithm, prediction), or None when no algorithm applies or none completes.
+    """
+    best: tuple[str, Prediction] | None = None
+    for name in nccl_algorithms(topology, kind) if algorithms is None else algorithms:
+        protocols = nccl_protocols(kind, name)
+        try:
+            pred = predict_baseline(topology, kind, name, size_bytes, model, protocols=protocols)
+        except NotApplicable:
+            continue
+        if pred.sim.time_us is not None and (best is None or best[1].sim.time_us is None
+                                              or pred.sim.time_us < best[1].sim.time_us):
+            best = (name, pred)
+    return best
 
 
 def predict_program(program: object, topology: Topology, size_bytes: float, model: RuntimeModel) -> Prediction:

@@ -50,7 +50,8 @@ if TYPE_CHECKING:  # the topology module refers back to this one only for types
     from taccl_py.topology import Topology
 
 __all__ = ["LINK_CLASSES", "PRESETS", "Protocol", "RuntimeModel", "TransferCosts", "link_class_of", "nccl_ring_pieces",
-           "payload_fraction", "runtime_from_dict", "runtime_to_dict", "wire_bytes"]
+           "payload_fraction", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
+           "wire_bytes", "with_figures"]
 
 
 class Protocol(StrEnum):
@@ -101,6 +102,10 @@ RING_SLICE_STEPS = NCCL_STEPS // 4
 """ALLREDUCE_SLICESTEPS: a slice is 2 steps; a chunk is pipelined as 2 slices."""
 MAX_RING_PIECES = 16
 """Deepest chunk pipelining the calibrated ring baselines emit per channel (beyond it the latency share is < 1%)."""
+SLICES_PER_CHUNK = RING_CHUNK_STEPS // RING_SLICE_STEPS
+"""Simple sends a ring chunk as this many slices (ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS)."""
+SIMPLE_MIN_SLICE_BYTES = SIMPLE_BUFFER_BYTES // NCCL_STEPS * RING_SLICE_STEPS // 32
+"""Smallest Simple slice (prims_simple.h: at least 1/32 of a full slice of 2 steps, 32 KiB)."""
 
 
 def payload_fraction(protocol: Protocol | str) -> float:
@@ -136,6 +141,25 @@ def nccl_ring_pieces(protocol: Protocol | str, size_bytes: float, num_ranks: int
     """
     per_loop = chunk_bytes(protocol) * max(num_ranks, 1) * max(channels, 1)
     return max(1, min(MAX_RING_PIECES, math.ceil(size_bytes / per_loop)))
+
+
+def simple_slice_bytes(chunk: float) -> float:
+    """Bytes of the first slice of a Simple ring step of ``chunk`` bytes (the whole step when it is one slice)."""
+    return min(chunk, max(chunk / SLICES_PER_CHUNK, SIMPLE_MIN_SLICE_BYTES))
+
+
+def simple_step_latency(hop_us: float, chunk: float, rate_bytes_per_us: float) -> float:
+    """The part of a Simple step's latency a pipelined ring does not hide.
+
+    Simple moves a step as slices and posts a slice's flag when the slice is written; the next
+    rank forwards a slice as soon as its flag arrives. A ring step that sends ``chunk`` bytes at
+    ``rate_bytes_per_us`` therefore hides the hop latency behind the slices after the first:
+    the step costs ``max(chunk / rate, hop + slice / rate)``, i.e. ``chunk / rate`` plus
+    ``max(0, hop - (chunk - slice) / rate)``, which this returns. A one-slice step pays the hop in full.
+    """
+    if rate_bytes_per_us <= 0 or chunk <= 0:
+        return hop_us
+    return max(0.0, hop_us - (chunk - simple_slice_bytes(chunk)) / rate_bytes_per_us)
 
 
 def link_class_of(kind: str) -> str:
@@ -193,23 +217,43 @@ class RuntimeModel:
     launch_us: Mapping[Protocol, float] = field(default_factory=lambda: dict(NCCL_BASE_LATENCY_US))
     sources: tuple[str, ...] = ()
     fitted: Mapping[str, Any] | None = None
-    """What ``taccl profile fit --runtime`` fitted (files, alpha, bandwidth), None for a preset."""
+    """What ``taccl profile fit --runtime`` fitted (files, figures, residuals), None when nothing was fitted."""
+    ll128_channels: float | None = None
+    """Channels' worth of LL128 bandwidth one GPU drives (the cap is this x ``ll128MaxBwPerCh``); None: ``channels``."""
+    nvls_efficiency: float | None = None
+    """Share of the NVLink rate NCCL's NVLS algorithm reaches (NVLink SHARP); None: the NVLink efficiency."""
+    tree_caps: bool = False
+    """Cap trees at tuning.cc's ``maxTreeBw`` per GPU (figures of the NCCL of the A100 era; later NCCLs raised them)."""
 
-    def costs(self, protocol: Protocol | str, kind: CollectiveKind, topology: Topology) -> TransferCosts:
-        """The per-transfer costs of ``protocol`` for ``kind`` on ``topology``."""
+    def costs(self, protocol: Protocol | str, kind: CollectiveKind, topology: Topology, *,
+              algorithm: str | None = None, size_bytes: float | None = None) -> TransferCosts:
+        """The per-transfer costs of ``protocol`` for ``kind`` on ``topology``.
+
+        ``algorithm`` ``tree`` applies tuning.cc's tree refinements (90 % of the share, at most ``maxTreeBw``
+        per GPU when :attr:`tree_caps`, LL at 1/3.8, LL128 at 7/9 on one machine, and the correction factor
+        of ``size_bytes``);
+        ``nvls`` uses the NVLS efficiency on NVLink when the model has one.
+        """
         p = Protocol(protocol)
         multi_machine = len(topology.machines) > 1
+        per_gpu = max(1, len(topology.machines[0]) if topology.machines else topology.num_gpus)
+        lanes = self.channels if self.ll128_channels is None else self.ll128_channels
         fractions: dict[str, float] = {}
         for c in LINK_CLASSES:
             base = self.efficiency.get(c, 1.0)
-            if p is Protocol.LL:
+            if algorithm == "nvls" and c == "nvlink" and self.nvls_efficiency is not None:
+                base = self.nvls_efficiency
+            widest = widest_gpu_link(topology, c)
+            if algorithm == "tree":
+                fractions[c] = _tree_share(p, base, widest if self.tree_caps else None, lanes, kind,
+                                           multi_machine=len(topology.machines) > 2, one_machine=not multi_machine,
+                                           size_bytes=size_bytes)
+            elif p is Protocol.LL:
                 share = 0.25 if multi_machine or kind in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCE) else 1 / 3
                 fractions[c] = base * share
             elif p is Protocol.LL128:
-                per_gpu = max(1, len(topology.machines[0]) if topology.machines else topology.num_gpus)
                 fraction = base * (0.7 if per_gpu < 2 else 0.92)
-                cap = self.channels * NCCL_LL128_MAX_BW_PER_CHANNEL.get(kind, 18.3)
-                widest = _widest_gpu_link(topology, c)
+                cap = lanes * NCCL_LL128_MAX_BW_PER_CHANNEL.get(kind, 18.3)
                 if widest is not None and widest > 0:
                     fraction = min(fraction, cap / widest)
                 fractions[c] = fraction
@@ -219,7 +263,39 @@ class RuntimeModel:
         return TransferCosts(p, hops, fractions, self.launch_us[p], self.name)
 
 
-def _widest_gpu_link(topology: Topology, link_class: str) -> float | None:
+# tuning.cc: trees stop at maxTreeBw per GPU (more than two machines / at most two), LL128 on A100 a little higher
+NCCL_MAX_TREE_BW = {(True, Protocol.LL128): 105.0, (True, None): 80.0, (False, Protocol.LL128): 130.0,
+                    (False, None): 110.0}
+NCCL_TREE_CORRECTION = {
+    Protocol.LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0),
+    Protocol.LL128: (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7, .8, .9, .9, 1.0),
+    Protocol.SIMPLE: (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6, .7, .8, .9),
+}
+"""tuning.cc ``treeCorrectionFactor``: trees' bandwidth factor per power of two of the size, 64 B to 128 MB."""
+
+
+def _tree_share(p: Protocol, base: float, widest: float | None, lanes: float, kind: CollectiveKind, *,
+                multi_machine: bool, one_machine: bool, size_bytes: float | None) -> float:
+    """A link class's share for NCCL's tree (tuning.cc's tree refinements, per GPU link of the class).
+
+    ``widest`` None: no ``maxTreeBw`` cap (nor LL128's per-channel cap).
+    """
+    cap = NCCL_MAX_TREE_BW[(multi_machine, Protocol.LL128 if p is Protocol.LL128 else None)]
+    share = 0.9 * base if widest is None or widest <= 0 else min(0.9 * base, cap / widest)
+    if p is Protocol.LL:
+        share /= 3.8
+    elif p is Protocol.LL128:
+        share *= 7 / 9 if one_machine else 0.915
+        if widest is not None and widest > 0:
+            share = min(share, lanes * NCCL_LL128_MAX_BW_PER_CHANNEL.get(kind, 18.3) * 7 / 9 / widest)
+    if size_bytes is not None and size_bytes >= 64:
+        log_size = int(math.log2(size_bytes / 64))
+        if log_size < len(NCCL_TREE_CORRECTION[p]):
+            share *= NCCL_TREE_CORRECTION[p][log_size]
+    return share
+
+
+def widest_gpu_link(topology: Topology, link_class: str) -> float | None:
     """The largest bandwidth of a link of ``link_class`` that leaves a GPU (None when there is none)."""
     widest = None
     for link in topology.links:
@@ -235,16 +311,30 @@ _HDR = ("net: 24 GB/s per 200 Gb/s HDR NIC of 25 GB/s = 0.96 (S. Jeaugey, NVIDIA
 _NDR = ("net: 48-49 GB/s per 400 Gb/s NDR NIC of 50 GB/s, 48.5 / 50 = 0.97 (NVIDIA, "
         "https://github.com/NVIDIA/nccl-tests/issues/267)")
 
+_A100_FIT = ("nvlink (per-step latency per protocol, Simple efficiency, LL128 cap): fitted by `taccl profile fit "
+             "--runtime tests/data/nccl_tests/azure_nda100v4_all_reduce.csv --into "
+             "tests/data/nccl_tests/dgx-a100-start.json -o FILE` (from tuning.cc's figures) on the published "
+             "all_reduce_perf curve of Azure ND A100 v4 (8 x A100-SXM4-80GB, NCCL 2.18.5, 1 KB..8 GB: "
+             "https://github.com/Azure/AI-benchmarking-guide/blob/3f6a4d7c08c6fb1996437ff8d3aeb17a60d3ffd2/"
+             "Azure_Results/ND_A100_v4_results.md): 4.0 % rms over its 24 rows (worst 11.2 %); no row runs LL, whose "
+             "latency is only bounded (LL not faster than LL128 below 16 MB); the fitted launch offset of that "
+             "run (11.0 us, all_reduce_perf -g 8 in one process) is the harness's, not kept here")
+
 PRESETS: dict[str, RuntimeModel] = {
     "dgx-a100": RuntimeModel(
-        name="dgx-a100", efficiency={"nvlink": 230.0 / 300.0, "pci": 1.0, "net": 0.96}, channels=24,
-        sources=("nvlink: NCCL reaches about 230 of the 300 GB/s of 12 NVLink3 (20 GB/s effective per 25 GB/s "
-                 "link with 128-byte payloads, other GPU limits) (S. Jeaugey, NVIDIA, "
-                 "https://github.com/NVIDIA/nccl-tests/issues/149); tuning.cc caps A100 at 235", _HDR, _NCCL_SOURCE)),
+        name="dgx-a100", efficiency={"nvlink": 0.7629, "pci": 1.0, "net": 0.96}, channels=24,
+        hop_latency_us={"nvlink": {Protocol.LL: 1.968, Protocol.LL128: 1.512, Protocol.SIMPLE: 11.72},
+                        "pci": dict(NCCL_HOP_LATENCY_US["pci"]), "net": dict(NCCL_HOP_LATENCY_US["net"])},
+        ll128_channels=7.729, tree_caps=True,
+        sources=(_A100_FIT, _HDR, _NCCL_SOURCE)),
     "dgx-h100": RuntimeModel(
         name="dgx-h100", efficiency={"nvlink": 370.0 / 450.0, "pci": 1.0, "net": 0.97}, channels=32,
+        nvls_efficiency=0.623,
         sources=("nvlink: 'with the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s' "
-                 "of 450 (S. Jeaugey, NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/212)", _NDR, _NCCL_SOURCE)),
+                 "of 450 (S. Jeaugey, NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/212)",
+                 "nvls: 'On 8 GPUs, you should reach a peak busBw of ~480GB/s (algbw ~275GB/s)' (same thread): 0.623 "
+                 "is the NVLink share at which the nvls baseline on dgx-h100-nvls gives algbw 275 GB/s (busbw 481) "
+                 "at 8 GB", _NDR, _NCCL_SOURCE)),
 }
 """Calibrated runtime models of the shipped machine families (their clusters share them)."""
 
@@ -259,6 +349,12 @@ def runtime_to_dict(model: RuntimeModel) -> dict[str, Any]:
                                                for c, lat in model.hop_latency_us.items()},
                             "launch_us": {p.value: v for p, v in model.launch_us.items()},
                             "sources": list(model.sources)}
+    if model.ll128_channels is not None:
+        data["ll128_channels"] = model.ll128_channels
+    if model.nvls_efficiency is not None:
+        data["nvls_efficiency"] = model.nvls_efficiency
+    if model.tree_caps:
+        data["tree_caps"] = True
     if model.fitted is not None:
         data["fitted"] = dict(model.fitted)
     return data
@@ -277,7 +373,8 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
         if extra:
             raise InputError(f"a preset takes no other keys (got {sorted(extra)})", where=f"{where}: runtime")
         return PRESETS[name]
-    known = {"name", "efficiency", "channels", "hop_latency_us", "launch_us", "sources", "fitted"}
+    known = {"name", "efficiency", "channels", "ll128_channels", "nvls_efficiency", "tree_caps", "hop_latency_us",
+             "launch_us", "sources", "fitted"}
     unknown = set(raw) - known
     if unknown:
         raise InputError(f"unknown key(s) {sorted(unknown)}", where=f"{where}: runtime")
@@ -301,11 +398,21 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
     fitted = raw.get("fitted")
     if fitted is not None and not isinstance(fitted, dict):
         raise InputError("must be an object", where=f"{where}: runtime.fitted")
+    ll128 = raw.get("ll128_channels")
+    if ll128 is not None and (isinstance(ll128, bool) or not isinstance(ll128, (int, float)) or not 0.1 <= ll128 <= 256):
+        raise InputError(f"must be a number in 0.1..256 (got {ll128!r})", where=f"{where}: runtime.ll128_channels")
+    nvls = raw.get("nvls_efficiency")
+    if nvls is not None and (isinstance(nvls, bool) or not isinstance(nvls, (int, float)) or not 0 < nvls <= 1):
+        raise InputError(f"must be a number in (0, 1] (got {nvls!r})", where=f"{where}: runtime.nvls_efficiency")
+    tree_caps = raw.get("tree_caps", False)
+    if not isinstance(tree_caps, bool):
+        raise InputError(f"must be true or false (got {tree_caps!r})", where=f"{where}: runtime.tree_caps")
     name = raw.get("name", "custom")
     if not isinstance(name, str):
         raise InputError("must be a string", where=f"{where}: runtime.name")
     return RuntimeModel(name=name, efficiency=efficiency, channels=channels, hop_latency_us=hops, launch_us=launch,
-                        sources=tuple(sources), fitted=fitted)
+                        sources=tuple(sources), fitted=fitted, ll128_channels=None if ll128 is None else float(ll128),
+                        nvls_efficiency=None if nvls is None else float(nvls), tree_caps=tree_caps)
 
 
 def _class_numbers(raw: Any, where: str, *, upper: float) -> dict[str, float]:
@@ -334,12 +441,22 @@ def _protocol_numbers(raw: Any, where: str) -> dict[Protocol, float]:
     return out
 
 
-def with_fit(model: RuntimeModel, link_class: str, efficiency: float, simple_hop_us: float,
-             fitted: Mapping[str, Any]) -> RuntimeModel:
-    """``model`` with one link class re-calibrated: Simple's efficiency and per-hop latency."""
+def with_figures(model: RuntimeModel, link_class: str, *, efficiency: float | None = None,
+                 hop_latency_us: Mapping[Protocol, float] | None = None, launch_us: Mapping[Protocol, float] | None = None,
+                 channels: int | None = None, ll128_channels: float | None = None, name: str | None = None,
+                 fitted: Mapping[str, Any] | None = None, source: str | None = None) -> RuntimeModel:
+    """``model`` with the figures of one link class (and the launch overheads, channels) replaced."""
     eff = dict(model.efficiency)
-    eff[link_class] = efficiency
+    if efficiency is not None:
+        eff[link_class] = efficiency
     hops = {c: dict(v) for c, v in model.hop_latency_us.items()}
-    hops[link_class][Protocol.SIMPLE] = simple_hop_us
-    return replace(model, name=f"{model.name}+fit", efficiency=eff, hop_latency_us=hops, fitted=dict(fitted),
-                   sources=(*model.sources, f"{link_class}: fitted by taccl profile fit --runtime"))
+    if hop_latency_us is not None:
+        hops.setdefault(link_class, dict(NCCL_HOP_LATENCY_US[link_class])).update(hop_latency_us)
+    launch = dict(model.launch_us)
+    if launch_us is not None:
+        launch.update(launch_us)
+    sources = model.sources if source is None else (*model.sources, source)
+    return replace(model, name=name or model.name, efficiency=eff, hop_latency_us=hops, launch_us=launch,
+                   channels=model.channels if channels is None else channels,
+                   ll128_channels=model.ll128_channels if ll128_channels is None else ll128_channels,
+                   fitted=model.fitted if fitted is None else dict(fitted), sources=sources)
