@@ -301,7 +301,10 @@ def test_runtime_fit_recovers_the_model_that_made_the_log(tmp_path: Path,
     figures = report["fit"]["figures"]
     assert figures["launch"] == pytest.approx(12.0, abs=0.5)
     assert figures["hop LL"] == pytest.approx(0.9, abs=0.1)
-    assert figures["hop Simple"] == pytest.approx(6.0, abs=0.5)
+    assert figures["hop LL128"] == pytest.approx(2.5, abs=0.2)
+    # Simple runs only from 16 MB on, where its 14 steps are a fifth of the time: the weak pull toward the
+    # starting efficiency (0.9) is worth a little of it
+    assert figures["hop Simple"] == pytest.approx(6.0, abs=1.0)
     assert figures["efficiency"] == pytest.approx(0.7, rel=0.01)
     assert report["fit"]["rms_error"] < 0.01
     fitted = json.loads(out.read_text())["runtime"]
@@ -313,14 +316,14 @@ def test_runtime_fit_recovers_the_model_that_made_the_log(tmp_path: Path,
 
 @pytest.mark.slow
 def test_runtime_fit_on_a_published_log_improves_on_the_start() -> None:
-    """The Galvatron 8 x A100 log (every other row, two iterations): the fitted figures describe it better."""
+    """The Galvatron 8 x A100 log (every other row, one iteration): the fitted figures describe it better."""
     from taccl_py.profiler.runtime_fit import fit_runtime, read_timed_rows
 
     topo = resolve_topology("dgx-a100")
     rows, inputs, _ = read_timed_rows([str(FIXTURES / "galvatron_a100x8_all_reduce.log")], topo, rows_kept="even")
     assert [r.size_bytes for r in rows] == [1 << k for k in range(20, 31, 2)] and "8 ranks" in inputs[0]
     start = fit_runtime(topo, rows, max_iterations=0)
-    fitted = fit_runtime(topo, rows, max_iterations=2)
+    fitted = fit_runtime(topo, rows, max_iterations=1)
     assert fitted.rms_error < start.rms_error
     assert fitted.rms_error < 0.2 and 0.5 < fitted.figures["efficiency"] <= 1.0
 
