@@ -38,10 +38,16 @@ FAST_MIN_TRANSFERS = 100_000
 kernel's start-up)."""
 
 
+def _kernel_options(options: SimOptions) -> bool:
+    """The options the kernel covers: a step overhead and a runtime's protocol costs (per-route latency,
+    link capacities and a launch time, :class:`taccl_py.runtime.TransferCosts`)."""
+    return replace(options, step_overhead_us=0.0, endpoint=EndpointMode.GPU, costs=None) == SimOptions()
+
+
 def fast_error(schedule: CompactSchedule, topology: Topology, options: SimOptions | None = None) -> str | None:
     """Why the compiled kernel does not cover this run (None: it does)."""
-    if options is not None and replace(options, step_overhead_us=0.0, endpoint=EndpointMode.GPU) != SimOptions():
-        return "simulator options other than the step overhead are simulated in Python only"
+    if options is not None and not _kernel_options(options):
+        return "simulator options other than the step overhead and a runtime's costs are simulated in Python only"
     if topology.has_endpoint_limits:
         return "GPU memory or channels are declared (endpoint resources are simulated in Python only)"
     if schedule.collective.num_ranks > 0 and schedule.collective.num_ranks * schedule.collective.num_chunks > 2**31:
@@ -201,7 +207,7 @@ def simulate_large(topology: Topology, schedule: Schedule, size_bytes: float,
     options = options or SimOptions()
     transfers = schedule.transfers
     if (len(transfers) < FAST_MIN_TRANSFERS or topology.has_endpoint_limits
-            or replace(options, step_overhead_us=0.0, endpoint=EndpointMode.GPU) != SimOptions()
+            or not _kernel_options(options)
             or any(t.exchange is not None or t.group is not None for t in transfers)):
         return simulate(topology, schedule, size_bytes, options)
     return simulate_compact(topology, compact(schedule), size_bytes, options)
@@ -252,13 +258,16 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
     ep[fk.EP_COA] = coa_ptr + len(soc) + len(coc)
     ed = np.concatenate([soc, coc, coa]).astype(np.int32)
     del soc_ptr, coc_ptr, coa_ptr, soc, coc, coa
-    overhead = options.step_overhead_us
-    latency = np.array([topology.route_latency(r) + overhead for r in schedule.routes], np.float64)
+    overhead, costs = options.step_overhead_us, options.costs
+    latency = np.array([(topology.route_latency(r) if costs is None else costs.route_latency_us(topology, r))
+                        + overhead for r in schedule.routes], np.float64)
     chunk_bytes = coll.chunk_bytes(size_bytes)
     most = int(np.diff(schedule.chunk_ptr).max()) if count else 0
     bytes_by_count = np.array([k * chunk_bytes for k in range(most + 1)], np.float64)
     not_before = schedule.not_before_us if schedule.not_before_us is not None else np.zeros(0)
-    capacity = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links], np.float64)
+    capacity = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None
+                        else costs.link_capacity_us(topology), np.float64)
+    launch_us = 0.0 if costs is None else costs.launch_us
     res_ptr = np.zeros(len(schedule.routes) + 1, np.int64)
     res_ptr[1:] = np.cumsum([len(r) for r in schedule.routes])
     res = np.array([li for r in schedule.routes for li in r], np.int64)
@@ -277,7 +286,7 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
 
     def result(error: str | None, path: tuple[int, ...] = (), stuck: tuple[int, ...] = ()) -> SimResult:
         return SimResult(correct=error is None, error=error,
-                         time_us=(float(commit_at.max()) if count else 0.0) if error is None else None,
+                         time_us=(float(commit_at.max()) if count else 0.0) + launch_us if error is None else None,
                          size_bytes=size_bytes, collective=coll, start_us=start_at, arrive_us=arrive_at,
                          commit_us=commit_at, link_busy_us=tuple(float(x) for x in busy_us[:links]),
                          link_bytes=tuple(float(x) for x in carried[:links]), critical_path=path, stuck=stuck,

@@ -12,9 +12,11 @@ runtime model (or with ``--ideal``) every caller keeps :func:`taccl_py.simulator
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from taccl_py.collectives import CollectiveKind
+from taccl_py.compact import CompactSchedule
 from taccl_py.errors import NotApplicable
 from taccl_py.runtime import (
     PROTOCOLS,
@@ -26,12 +28,12 @@ from taccl_py.runtime import (
     widest_gpu_link,
 )
 from taccl_py.schedule import Schedule
-from taccl_py.simulator import SimOptions, SimResult, simulate
+from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["NCCL_ALGORITHMS", "Prediction", "best_protocol", "nccl_algorithms", "nccl_protocols", "predict_baseline",
-           "predict_nccl", "predict_program", "predict_schedule", "ring_step_latencies"]
+           "predict_nccl", "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 
@@ -64,20 +66,62 @@ def _better(a: SimResult, b: SimResult | None) -> bool:
     return a.time_us is not None and a.time_us < b.time_us
 
 
+PRUNE_MIN_TRANSFERS = 100_000
+"""From this many transfers a protocol is not simulated when its lower bound is already above the best time found
+(:func:`protocol_floor_us`): the three protocols' runs of a 1,024-GPU ring would cost minutes."""
+
+
+def protocol_floor_us(costs: TransferCosts, bandwidth_bound_us: float) -> float:
+    """A lower bound on any schedule's time under ``costs``: the launch, plus the raw-link bandwidth bound
+    (bytes over the binding cut at the full link rates) at the largest share of a link any class reaches."""
+    return costs.launch_us + bandwidth_bound_us / max(costs.fraction.values())
+
+
+def _floors(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int,
+            costs_of: Callable[[Protocol], TransferCosts], protocols: tuple[Protocol, ...]) -> dict[Protocol, float]:
+    from taccl_py.bounds import lower_bound
+
+    bandwidth_us = lower_bound(topology, kind, size_bytes, root=root).bandwidth_us
+    return {p: protocol_floor_us(costs_of(p), bandwidth_us) for p in protocols}
+
+
+def _simulate(topology: Topology, schedule: Schedule | CompactSchedule, size_bytes: float,
+              options: SimOptions) -> SimResult:
+    """Through the compiled kernel where the schedule is large enough for it to pay (the same times)."""
+    from taccl_py.fast_sim import simulate_compact, simulate_large
+
+    if isinstance(schedule, CompactSchedule):
+        return simulate_compact(topology, schedule, size_bytes, options)
+    return simulate_large(topology, schedule, size_bytes, options)
+
+
 def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, model: RuntimeModel, *,
                      protocols: tuple[Protocol, ...] = PROTOCOLS, step_overhead_us: float = 0.0) -> Prediction:
-    """``schedule`` under each protocol; the fastest wins (ties: the earlier in ``protocols``)."""
+    """``schedule`` under each protocol; the fastest wins (ties: the earlier in ``protocols``).
+
+    A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol whose floor is above the best time found
+    (it is then missing from ``times_us``).
+    """
+    kind = schedule.collective.kind
+    costs = {p: model.costs(p, kind, topology) for p in protocols}
+    order = protocols
+    floors: dict[Protocol, float] = {}
+    if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS:
+        floors = _floors(topology, kind, size_bytes, schedule.collective.root, costs.__getitem__, protocols)
+        order = tuple(sorted(protocols, key=floors.__getitem__))
     best: SimResult | None = None
-    chosen = protocols[0]
+    chosen = order[0]
     times: dict[str, float | None] = {}
-    for p in protocols:
-        costs = model.costs(p, schedule.collective.kind, topology)
-        sim = simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
+    for p in order:
+        if floors and best is not None and best.time_us is not None and floors[p] >= best.time_us:
+            continue
+        sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs[p]))
         times[p.value] = sim.time_us
-        if _better(sim, best):
+        if best is None or _better(sim, best) or (
+                sim.time_us == best.time_us and protocols.index(p) < protocols.index(chosen)):
             best, chosen = sim, p
     assert best is not None
-    return Prediction(best, chosen, schedule, times)
+    return Prediction(best, chosen, schedule, {p.value: times[p.value] for p in protocols if p.value in times})
 
 
 def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, size_bytes: int, model: RuntimeModel,
@@ -85,17 +129,32 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
                      protocols: tuple[Protocol, ...] = PROTOCOLS) -> Prediction:
     """The NCCL-style ``algorithm`` for ``kind`` at ``size_bytes``, built and timed per protocol.
 
+    A large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`) is built as arrays and
+    simulated by the compiled kernel (``schedule`` is then None), and a protocol whose floor
+    (:func:`protocol_floor_us`) is above the best time found is not simulated (missing from ``times_us``).
     Raises :class:`NotApplicable` as :func:`taccl_py.baselines.baseline` does.
     """
     from taccl_py.baselines import baseline
+    from taccl_py.baselines.ring_compact import large_ring_arrays
 
+    def costs_of(p: Protocol) -> TransferCosts:
+        return model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes)
+
+    pieced = algorithm == "ring" and kind in _PIECED_RINGS
+    plain: Schedule | CompactSchedule | None = large_ring_arrays(topology, kind, algorithm, channels) if pieced \
+        else None
+    large = plain is not None
+    floors = _floors(topology, kind, size_bytes, root, costs_of, protocols) if large else {}
+    order = tuple(sorted(protocols, key=floors.__getitem__)) if large else protocols
     best: Prediction | None = None
     times: dict[str, float | None] = {}
-    plain: Schedule | None = None
-    for p in protocols:
-        costs = model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes)
+    for p in order:
+        if floors and best is not None and best.sim.time_us is not None and floors[p] >= best.sim.time_us:
+            continue
+        costs = costs_of(p)
         hop = max(costs.hop_latency_us.values())
-        if algorithm == "ring" and kind in _PIECED_RINGS:
+        schedule: Schedule | CompactSchedule
+        if pieced:
             if plain is None:
                 plain = baseline(topology, kind, "ring", channels=channels, root=root, size_bytes=size_bytes)
             count = int(plain.notes.get("channels") or 1)
@@ -107,13 +166,16 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
         else:
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop)
-        sim = simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
+        sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
         times[p.value] = sim.time_us
-        if best is None or _better(sim, best.sim):
-            best = Prediction(sim, p, schedule, times)
+        kept = schedule if isinstance(schedule, Schedule) else None
+        if best is None or _better(sim, best.sim) or (
+                sim.time_us == best.sim.time_us and protocols.index(p) < protocols.index(best.protocol)):
+            best = Prediction(sim, p, kept, times)
     if best is None:
         raise NotApplicable("no protocol to try")
-    return Prediction(best.sim, best.protocol, best.schedule, times)
+    return Prediction(best.sim, best.protocol, best.schedule,
+                      {p.value: times[p.value] for p in protocols if p.value in times})
 
 
 def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: float, pieces: int,

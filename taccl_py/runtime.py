@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import InputError
+from taccl_py.units import gbps_to_bytes_per_us
 
 if TYPE_CHECKING:  # the topology module refers back to this one only for types
     from taccl_py.topology import Topology
@@ -173,8 +174,8 @@ class TransferCosts:
 
     ``hop_latency_us`` (per link class) replaces a transfer's route latency: the class of a route is
     ``net`` when any link on it is, else ``pci`` when any is, else ``nvlink``. ``fraction`` (per link
-    class) is the share of a link's rate the protocol reaches; a transfer uses each link with weight
-    ``1 / fraction`` of its class. ``launch_us`` is added once to the collective's time.
+    class) is the share of a link's rate the protocol reaches: the link's capacity is scaled by it
+    (:meth:`link_capacity_us`). ``launch_us`` is added once to the collective's time.
     """
 
     protocol: Protocol
@@ -194,10 +195,15 @@ class TransferCosts:
         """The runtime's per-step latency for a transfer along ``route``."""
         return self.hop_latency_us[self.route_class(topology, route)]
 
-    def route_weights(self, topology: Topology, route: Sequence[int]) -> tuple[float, ...] | None:
-        """Per link of ``route``, 1 / the fraction of its class (None when every weight is 1)."""
-        weights = tuple(1.0 / self.fraction[link_class_of(topology.links[i].kind)] for i in route)
-        return None if all(w == 1.0 for w in weights) else weights
+    def link_capacity_us(self, topology: Topology) -> list[float]:
+        """Every link's capacity (bytes/us) at the share of its class the protocol reaches.
+
+        The share depends only on the link's class, so every flow on a link sees the same
+        fraction of it: scaling the capacity gives exactly the max-min rates of a per-flow
+        consumption weight ``1 / fraction``, with no weights to carry through the fluid solve.
+        """
+        return [gbps_to_bytes_per_us(link.bandwidth) * self.fraction[link_class_of(link.kind)]
+                for link in topology.links]
 
 
 @dataclass(frozen=True)

@@ -370,26 +370,21 @@ class _Run(EventKernel):
                     costs.route_latency_us(topology, t.route)
             latency[i] = lat + overhead
             num_bytes[i] = len(t.chunks) * chunk_bytes if transfer_bytes is None else transfer_bytes[i]
-        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links]
+        # a runtime's protocol reaches a share of each link's rate (taccl_py.runtime): its capacity scaled
+        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None else \
+            costs.link_capacity_us(topology)
         self.memory: tuple[int, ...] = ()
         weights: list[tuple[float, ...] | None] | None = None
         if topology.has_endpoint_limits:  # memory and channels join the links as resources
+            if costs is not None:
+                raise InputError("a runtime model (protocol costs) and GPU memory / channel limits are not "
+                                 "simulated together; use --ideal or drop the endpoint limits", where="topology")
             layout = endpoint_layout(topology, len(capacities))
             resources, weights = endpoint_flows(topology, schedule, options.endpoint, layout)
             self.memory = layout.memory
             capacities = [*capacities, *layout.capacities]
         else:
             resources = [t.route for t in transfers]
-        if costs is not None:  # the protocol's share of each link as a consumption weight (taccl_py.runtime)
-            if weights is not None:
-                raise InputError("a runtime model (protocol costs) and GPU memory / channel limits are not "
-                                 "simulated together; use --ideal or drop the endpoint limits", where="topology")
-            by_route: dict[tuple[int, ...], tuple[float, ...] | None] = {}
-            weights = []
-            for t in transfers:
-                if t.route not in by_route:
-                    by_route[t.route] = costs.route_weights(topology, t.route)
-                weights.append(by_route[t.route])
         self.group_leader: list[int] | None = None
         """Per transfer, the first member of its network group (-1 outside one); None without groups."""
         self.group_members: dict[int, range] = {}

@@ -175,7 +175,7 @@ def test_large_schedules_go_through_the_kernel(monkeypatch: pytest.MonkeyPatch,
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
     topo = resolve_topology("dgx-a100x2")
-    command = ["simulate", "-t", "dgx-a100x2", "-c", "allreduce", "-s", "64MB", "-a", "ring", "--json"]
+    command = ["--ideal", "simulate", "-t", "dgx-a100x2", "-c", "allreduce", "-s", "64MB", "-a", "ring", "--json"]
     code, out, _ = run(command, capsys)
     before = only_json(out)
     monkeypatch.setattr(fast_sim, "FAST_MIN_TRANSFERS", 1)
@@ -187,3 +187,19 @@ def test_large_schedules_go_through_the_kernel(monkeypatch: pytest.MonkeyPatch,
     assert code == 0 and calls == [1, 1]
     after = only_json(out)
     assert after == before and math.isfinite(after["time_us"])
+
+
+@pytest.mark.parametrize("protocol", ["Simple", "LL", "LL128"])
+def test_a_runtime_models_costs_go_through_the_kernel_with_the_same_times(protocol: str) -> None:
+    """Per-route latency, link capacities at the protocol's share and the launch time: identical in both."""
+    topo = resolve_topology("dgx-a100x2")
+    model = topo.runtime
+    assert model is not None
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE):
+        costs = model.costs(protocol, kind, topo)
+        schedule = baseline(topo, kind, "ring")
+        options = SimOptions(costs=costs)
+        assert fast_error(compact(schedule), topo, options) is None
+        full = simulate(topo, schedule, 2**26, options)
+        _same(full, simulate_compact(topo, compact(schedule), 2**26, options))
+        assert full.time_us is not None and full.time_us > simulate(topo, schedule, 2**26).time_us + costs.launch_us

@@ -70,7 +70,7 @@ def test_costs_on_a_hand_computed_switch() -> None:
     model = RuntimeModel(name="t", efficiency={"nvlink": 0.5}, channels=24)
     costs = model.costs("Simple", CollectiveKind.ALLGATHER, topo)
     assert costs.route_latency_us(topo, topo.gpu_route(0, 1)) == 3.4  # tuning.cc NVLink ring Simple
-    assert costs.route_weights(topo, topo.gpu_route(0, 1)) == (2.0, 2.0)
+    assert costs.link_capacity_us(topo) == [50_000.0] * len(topo.links)  # half of 100 GB/s on every nvlink
     schedule = Schedule(Collective(CollectiveKind.ALLGATHER, 2), (Transfer(0, 1, (0,), topo.gpu_route(0, 1)),
                                                                   Transfer(1, 0, (1,), topo.gpu_route(1, 0))))
     sim = simulate(topo, schedule, 2_000_000, SimOptions(costs=costs))

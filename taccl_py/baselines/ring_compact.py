@@ -11,11 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from taccl_py.baselines.common import NotApplicable
-from taccl_py.baselines.layout import RingPlan
+from taccl_py.baselines.layout import RingPlan, ring_plan
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.compact import CompactSchedule
+from taccl_py.topology import Topology
 
-__all__ = ["ring_compact"]
+__all__ = ["large_ring_arrays", "ring_compact"]
+
+
+_RING_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 
 
 def ring_compact(kind: CollectiveKind, plan: RingPlan, topology_name: str = "") -> CompactSchedule:
@@ -26,7 +30,7 @@ def ring_compact(kind: CollectiveKind, plan: RingPlan, topology_name: str = "") 
     i - s - 1 (ReduceScatter, reduce); Allreduce is ReduceScatter then Allgather.
     Raises :class:`NotApplicable` for rings that relay through GPUs.
     """
-    if kind not in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+    if kind not in _RING_KINDS:
         raise NotApplicable(f"no compact ring {kind.value}")
     if plan.relays:
         raise NotApplicable("rings that relay through GPUs have no compact form here")
@@ -63,3 +67,18 @@ def ring_compact(kind: CollectiveKind, plan: RingPlan, topology_name: str = "") 
         np.tile(np.repeat(np.arange(c, dtype=np.int32), n), tile), reduce, np.arange(count + 1, dtype=np.int64),
         chunks, np.tile(route.ravel(), tile), tuple(routes), name="ring", topology=topology_name,
         notes={"algorithm": "ring", "channels": c, "pieces": 1})
+
+
+def large_ring_arrays(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None
+                      ) -> CompactSchedule | None:
+    """The ring baseline ``algorithm`` as arrays when it is a ring Allgather, ReduceScatter or Allreduce of at
+    least :data:`~taccl_py.fast_sim.FAST_MIN_TRANSFERS` transfers that does not relay; None otherwise."""
+    from taccl_py.fast_sim import FAST_MIN_TRANSFERS
+
+    n = topology.num_gpus
+    if algorithm != "ring" or kind not in _RING_KINDS or n * (n - 1) < FAST_MIN_TRANSFERS:
+        return None
+    try:
+        return ring_compact(kind, ring_plan(topology, channels), topology.name)
+    except NotApplicable:
+        return None

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from taccl_py.baselines.ring_compact import large_ring_arrays
 from taccl_py.bounds import Bound, lower_bound
 from taccl_py.cli.common import (
     check_output_file,
@@ -45,7 +46,6 @@ from taccl_py.cli.plot_hooks import (
     write_timeline,
 )
 from taccl_py.collectives import Collective, CollectiveKind
-from taccl_py.compact import CompactSchedule
 from taccl_py.endpoint import EndpointMode, memory_traffic
 from taccl_py.errors import Infeasible, InputError, ScheduleError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
@@ -400,29 +400,12 @@ def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str,
     fast = _by_representatives(topology, kind, algorithm, channels, size, options) if representatives else None
     if fast is not None:
         return fast[0]
-    arrays = _compact_ring(topology, kind, algorithm, channels)
+    arrays = large_ring_arrays(topology, kind, algorithm, channels)
     if arrays is not None:
         return simulate_compact(topology, arrays, size, options)
     schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
                         step_overhead_us=options.step_overhead_us)
     return simulate_large(topology, schedule, size, options)
-
-
-def _compact_ring(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None
-                  ) -> CompactSchedule | None:
-    """A large ring Allgather, ReduceScatter or Allreduce built as arrays (no object per transfer); None otherwise."""
-    from taccl_py.baselines import ring_plan
-    from taccl_py.baselines.common import NotApplicable
-    from taccl_py.baselines.ring_compact import ring_compact
-    from taccl_py.fast_sim import FAST_MIN_TRANSFERS
-
-    n = topology.num_gpus
-    if algorithm != "ring" or kind not in _SYMMETRIC_KINDS or n * (n - 1) < FAST_MIN_TRANSFERS:
-        return None
-    try:
-        return ring_compact(kind, ring_plan(topology, channels), topology.name)
-    except NotApplicable:
-        return None
 
 
 # ------------------------------------------------------------------- baseline
@@ -454,7 +437,7 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                     entry["channels"], entry["transfers"] = sym.collective.chunk_factor, sym.num_transfers
                     entries.append(entry)
                     continue
-                arrays = _compact_ring(topology, kind, name, channels)
+                arrays = large_ring_arrays(topology, kind, name, channels)
                 if arrays is not None:  # a large ring: built as arrays, simulated by the compiled kernel
                     sim = simulate_compact(topology, arrays, size, options)
                     entry = {"algorithm": name, **_row(size, sim, bound)}

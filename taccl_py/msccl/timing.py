@@ -138,7 +138,6 @@ class _Timing(EventKernel):
         routes: list[Route] = []
         latency: list[float] = []
         num_bytes: list[float] = []
-        weights: list[tuple[float, ...] | None] = []
         costs = options.costs  # the runtime's costs of the program's protocol (taccl_py.runtime), if any
         for t in machine.nodes:
             if t.type.sends:
@@ -150,14 +149,13 @@ class _Timing(EventKernel):
                 routes.append(route)
                 hop = topology.route_latency(route) if costs is None else costs.route_latency_us(topology, route)
                 latency.append(hop + options.step_overhead_us)
-                weights.append(None if costs is None else costs.route_weights(topology, route))
             else:
                 routes.append(())
                 latency.append(0.0)
-                weights.append(None)
             num_bytes.append(t.count * chunk_bytes)
-        super().__init__([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links], routes, latency,
-                         num_bytes, weights if costs is not None else None)
+        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None else \
+            costs.link_capacity_us(topology)  # the protocol's share of each link (taccl_py.runtime)
+        super().__init__(capacities, routes, latency, num_bytes)
 
     def start(self) -> None:
         """Transmissions that wait for nothing are ready at time 0 (chosen before any runs: running one releases others)."""
