@@ -54,7 +54,7 @@ from taccl_py.topology import (
 __all__ = ["atomic_write_bytes", "atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
            "topology_to_dict"]
 
-_TOP_KEYS = {"name", "source", "gpus", "machines", "dimensions", "switches", "links", "format", "endpoints"}
+_TOP_KEYS = {"name", "source", "gpus", "machines", "dimensions", "switches", "links", "format", "endpoints", "runtime"}
 _ENDPOINT_KEYS = ("gpus", "memory_bandwidth", "comm_channels", "channel_bandwidth")
 _DIMENSION_KEYS = {"kind", "size"}
 _LINK_KEYS = {"src", "dst", "bandwidth", "latency", "kind", "bidirectional", "provenance"}
@@ -178,8 +178,14 @@ def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: st
             first_entry[key] = i
             links.append(link)
     endpoints = _parse_endpoints(data.get("endpoints", []), num_gpus, where)
+    runtime = None
+    if "runtime" in data:  # calibrated runtime costs (taccl_py.runtime); the simulator's own model ignores them
+        from taccl_py.runtime import runtime_from_dict
+
+        runtime = runtime_from_dict(data["runtime"], where=where)
     topology = Topology(name=name, num_gpus=num_gpus, links=tuple(links), switches=switches,
-                        machines=machines, source=source, dimensions=dimensions, endpoints=endpoints)
+                        machines=machines, source=source, dimensions=dimensions, endpoints=endpoints,
+                        runtime=runtime)
     check_connected(topology, where=where)
     return topology
 
@@ -392,6 +398,10 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
     data["switches"] = switches
     if topology.has_endpoint_limits:
         data["endpoints"] = _endpoint_entries(topology)
+    if topology.runtime is not None:
+        from taccl_py.runtime import runtime_to_dict
+
+        data["runtime"] = runtime_to_dict(topology.runtime)
     data["links"] = links
     return data
 
