@@ -459,7 +459,7 @@ def test_synthesized_reduce_takes_its_time_as_xml() -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(topo=topologies(min_gpus=3, max_gpus=6), data=st.data())
 def test_random_tree_schedules_take_their_time_as_xml(topo: Topology, data: st.DataObject) -> None:
     """Random spanning-tree Allgathers (with redundant copies), ReduceScatters and Reduces: receives commit out
