@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from taccl_py.collectives import CollectiveKind, parse_collective
+from taccl_py.endpoint import EndpointMode
 from taccl_py.errors import InputError
 from taccl_py.tolerances import SEARCH_IMPROVEMENT_REL
 from taccl_py.topology import Topology, Vertex
@@ -126,13 +127,16 @@ class Bound:
 
 
 def lower_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: float, *, root: int = 0,
-                step_overhead_us: float = 0.0, offload: bool = True) -> Bound:
+                step_overhead_us: float = 0.0, offload: bool = True, endpoint: EndpointMode | None = None) -> Bound:
     """Lower bound on the time of ``kind`` for an nccl-tests ``size_bytes`` on ``topology``.
 
     ``step_overhead_us`` (the simulator option of the same name) is paid at
     least once by every transfer, so it is added to both latency terms.
     ``offload=False`` ignores the switches' multicast and reduce flags: the
-    bound of unicast algorithms (every transfer point to point).
+    bound of unicast algorithms (every transfer point to point). Where GPUs
+    declare endpoint limits (memory, channels), the bound also holds every
+    algorithm to them (:func:`taccl_py.endpoint.endpoint_bound`): in any mode
+    when ``endpoint`` is None, tighter for a GPU-driven ``endpoint``.
     """
     kind = kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
     if not size_bytes > 0:
@@ -150,16 +154,14 @@ def lower_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: floa
         text = f"{profile.reason}: {bandwidth_us:.6g} us of data after {cut_latency:.6g} us of latency"
     else:
         text = f"latency: the farthest destination is {latency:.6g} us away"
-    if topology.has_endpoint_limits:  # GPU memory (docs/workloads.md): every input read, every result written once
-        from taccl_py.endpoint import memory_bound
+    if topology.has_endpoint_limits:  # GPU memory and channels (docs/workloads.md)
+        from taccl_py.endpoint import endpoint_bound
 
-        memory = memory_bound(topology, kind, size_bytes, root)
-        if memory is not None and memory[0] > bound:
-            bound = memory[0]
-            bw = topology.endpoint(memory[1]).memory_bandwidth
-            text = (f"memory: GPU {memory[1]} must touch its memory for {memory[0]:.6g} us at {bw:g} GB/s "
-                    "(every input read once, every result written once)")
-            return Bound(kind, size_bytes, bound, bandwidth_us, cut_latency, latency, (), text, profile.assumes)
+        unicast = not offload or not (_capable(topology, "multicast") or _capable(topology, "reduce"))
+        term = endpoint_bound(topology, kind, size_bytes, root, endpoint, unicast=unicast)
+        if term is not None and term.time_us > bound:
+            return Bound(kind, size_bytes, term.time_us, bandwidth_us, cut_latency, latency, (), term.explanation,
+                         profile.assumes)
     return Bound(kind, size_bytes, bound, bandwidth_us, cut_latency, latency, profile.cut, text, profile.assumes)
 
 

@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from taccl_py.collectives import CollectiveKind
-from taccl_py.schedule import Op, Schedule
+from taccl_py.schedule import Op, Schedule, network_groups
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["EndpointLayout", "EndpointMode", "MemoryDemand", "MemoryTraffic", "endpoint_flows", "endpoint_layout",
-           "memory_bound", "memory_demand", "memory_traffic", "min_memory_bytes"]
+__all__ = ["EndpointBound", "EndpointLayout", "EndpointMode", "MemoryDemand", "MemoryTraffic", "endpoint_bound",
+           "endpoint_flows", "endpoint_layout", "memory_bound", "memory_demand", "memory_traffic", "min_memory_bytes",
+           "min_network_bytes"]
 
 
 class EndpointMode(StrEnum):
@@ -56,13 +57,17 @@ class MemoryDemand:
 
 
 def memory_demand(schedule: Schedule, mode: EndpointMode) -> MemoryDemand:
-    """What each transfer of ``schedule`` reads and writes in memory per byte it moves, in ``mode``."""
+    """What each transfer of ``schedule`` reads and writes in memory per byte it moves, in ``mode``.
+
+    A network group (switch multicast or in-network reduction) touches each GPU's
+    memory once for all its members: see :func:`_per_group`.
+    """
     transfers = schedule.transfers
     n = len(transfers)
     if mode is EndpointMode.GPU:
-        return MemoryDemand(src_read=(1.0,) * n,
-                            dst_read=tuple(2.0 if t.op is Op.REDUCE else 0.0 for t in transfers),
-                            dst_write=(1.0,) * n)
+        return _per_group(schedule, mode, MemoryDemand(
+            src_read=(1.0,) * n, dst_read=tuple(2.0 if t.op is Op.REDUCE else 0.0 for t in transfers),
+            dst_write=(1.0,) * n))
     collective = schedule.collective
     holds_input = {(rank, chunk) for rank, chunk, _ in collective.initial()}
     kept = set(collective.required())  # what must be in memory at the end
@@ -90,7 +95,38 @@ def memory_demand(schedule: Schedule, mode: EndpointMode) -> MemoryDemand:
         src_read.append(reads / k)
         dst_read.append(local / k)
         dst_write.append(writes / k)
-    return MemoryDemand(tuple(src_read), tuple(dst_read), tuple(dst_write))
+    return _per_group(schedule, mode, MemoryDemand(tuple(src_read), tuple(dst_read), tuple(dst_write)))
+
+
+def _per_group(schedule: Schedule, mode: EndpointMode, demand: MemoryDemand) -> MemoryDemand:
+    """Each network group's memory use at each GPU, on the first member that touches that GPU (0 on the rest).
+
+    A group moves its data once: a multicast's sender reads it once, an
+    in-network reduction's receiver gets the sum once. GPU-driven every member
+    asks the same of a GPU it shares (a reduce's receiver 2 reads and a write),
+    so the group needs the largest; in engine mode the one-time reads and writes
+    fall on single members, so the group needs their sum. Put on one member, the
+    simulator (one flow per group, each resource at its largest weight) and
+    :func:`memory_traffic` (the sum over transfers) both count it once.
+    """
+    groups = network_groups(schedule.transfers)
+    if not groups:
+        return demand
+    combine = max if mode is EndpointMode.GPU else (lambda a, b: a + b)
+    transfers = schedule.transfers
+    columns = [list(demand.src_read), list(demand.dst_read), list(demand.dst_write)]
+    for first, end in groups:
+        for side, column in enumerate(columns):
+            total: dict[int, float] = {}
+            holder: dict[int, int] = {}
+            for j in range(first, end):
+                gpu = transfers[j].src if side == 0 else transfers[j].dst
+                total[gpu] = combine(total[gpu], column[j]) if gpu in total else column[j]
+                holder.setdefault(gpu, j)
+            for j in range(first, end):
+                gpu = transfers[j].src if side == 0 else transfers[j].dst
+                column[j] = total[gpu] if holder[gpu] == j else 0.0
+    return MemoryDemand(tuple(columns[0]), tuple(columns[1]), tuple(columns[2]))
 
 
 @dataclass(frozen=True)
@@ -226,4 +262,83 @@ def memory_bound(topology: Topology, kind: CollectiveKind, size_bytes: float, ro
             us = need / gbps_to_bytes_per_us(bw)
             if best is None or us > best[0]:
                 best = (us, g)
+    return best
+
+
+def min_network_bytes(kind: CollectiveKind, num_ranks: int, size_bytes: float) -> tuple[float, float]:
+    """(bytes moved, bytes reduced on arrival) that any unicast algorithm needs in all, over every transfer.
+
+    Per element of the buffer: an Allgather (Broadcast) element must reach the
+    N - 1 GPUs that lack it, one transfer each; an Alltoall block crosses once;
+    a ReduceScatter (Reduce) result combines N contributions, so N - 1
+    transfers each reduce into their receiver (a reduce merges two disjoint
+    sets of contributions); an Allreduce needs 2(N - 1) transfers per element
+    (one-way gossip) of which N - 1 reduce. In bytes, over the nccl-tests size
+    S: Allgather, ReduceScatter, Alltoall, Broadcast, Reduce (N-1) S moved
+    (ReduceScatter and Reduce: all of it reduced); Allreduce 2 (N-1) S moved,
+    (N-1) S reduced. Switch multicast or in-network reduction can do with
+    less, so these hold for unicast algorithms only.
+    """
+    n, s = num_ranks, float(size_bytes)
+    if n < 2:
+        return 0.0, 0.0
+    moved = (n - 1) * s * (2 if kind is CollectiveKind.ALLREDUCE else 1)
+    reduced = (n - 1) * s if kind in (CollectiveKind.REDUCESCATTER, CollectiveKind.REDUCE,
+                                      CollectiveKind.ALLREDUCE) else 0.0
+    return moved, reduced
+
+
+@dataclass(frozen=True)
+class EndpointBound:
+    """The least time the GPUs' endpoints allow (us) and why (the bound's explanation)."""
+
+    time_us: float
+    explanation: str
+
+
+def endpoint_bound(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int = 0,
+                   mode: EndpointMode | None = None, *, unicast: bool = True) -> EndpointBound | None:
+    """The endpoint term of the lower bound; None when the topology declares no endpoint limit.
+
+    Always (any mode): every GPU touches at least :func:`min_memory_bytes` of
+    its memory (:func:`memory_bound`). GPU-driven (``mode`` GPU) and
+    ``unicast`` (no switch multicast or in-network reduction to use), with
+    every GPU declaring the resource: every transfer of b bytes reads b at its
+    sender and writes b at its receiver, a reduction reads 2b more, so the
+    GPUs together touch at least ``2 moved + 2 reduced`` bytes of
+    :func:`min_network_bytes`, at no more than the sum of their memory
+    bandwidths; and the channels of both ends carry every byte, ``2 moved`` at
+    the sum of the channel capacities. (Time T lets GPU g touch at most
+    ``T x bandwidth_g``; summing over g gives the bound.)
+    """
+    if not topology.has_endpoint_limits:
+        return None
+    best: EndpointBound | None = None
+    per_gpu = memory_bound(topology, kind, size_bytes, root)
+    if per_gpu is not None:
+        bw = topology.endpoint(per_gpu[1]).memory_bandwidth
+        best = EndpointBound(per_gpu[0], f"memory: GPU {per_gpu[1]} must touch its memory for {per_gpu[0]:.6g} us "
+                                         f"at {bw:g} GB/s (every input read once, every result written once)")
+    if mode is not EndpointMode.GPU or not unicast or topology.num_gpus < 2:
+        return best
+    moved, reduced = min_network_bytes(kind, topology.num_gpus, size_bytes)
+    ends = [topology.endpoint(g) for g in topology.gpus]
+    memory = [e.memory_bandwidth for e in ends]
+    channels = [e.channel_capacity for e in ends]
+    if all(bw is not None for bw in memory):
+        total = sum(gbps_to_bytes_per_us(bw) for bw in memory if bw is not None)
+        touched = 2 * moved + 2 * reduced
+        us = touched / total
+        if best is None or us > best.time_us:
+            best = EndpointBound(us, f"memory (GPU-driven): the GPUs must touch {touched:.6g} bytes of memory in all "
+                                     f"(each transfer reads b at its sender and writes b at its receiver, a reduce "
+                                     f"reads 2b more) at {sum(b for b in memory if b is not None):g} GB/s together: "
+                                     f"{us:.6g} us")
+    if all(cap is not None for cap in channels):
+        total = sum(gbps_to_bytes_per_us(cap) for cap in channels if cap is not None)
+        us = 2 * moved / total
+        if best is None or us > best.time_us:
+            best = EndpointBound(us, f"channels (GPU-driven): {2 * moved:.6g} bytes through the communication channels "
+                                     f"of both ends at {sum(c for c in channels if c is not None):g} GB/s together: "
+                                     f"{us:.6g} us")
     return best

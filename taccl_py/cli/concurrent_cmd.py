@@ -199,7 +199,7 @@ def synthesize_concurrent_row(topology: Topology, spec: str, size: int, options:
             pool.append(_Option(label, choice.schedule, choice.time_us))
         pools.append(pool)
         notes += [f"{kind.value}: {note}" for note in result.notes]
-    sim_options = SimOptions()
+    sim_options = SimOptions(endpoint=options.endpoint)
     tried = []
     best: tuple[float, tuple[_Option, ...], ConcurrentResult] | None = None
     for combination in itertools.product(*pools):

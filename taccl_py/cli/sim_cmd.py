@@ -260,7 +260,8 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
                 else:
                     results.append((size, _simulate_baseline(topology, kind, algorithm, channels, root, size, options,
                                                              representatives=timeline_path is None)))
-    rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us))
+    rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us,
+                                        endpoint=mode))
             for size, sim in results]
     endpoint_report = topology.has_endpoint_limits or mode is not EndpointMode.GPU
     if endpoint_report and schedules:
