@@ -165,6 +165,8 @@ def test_engine_memory_weights_of_trees() -> None:
     after = endpoint_use(topo, ENGINE, tasks, reduction=False, after_reduction=True)
     assert after is not None and after.uses == (((1, 10.0),), ((2, 10.0),))
     chain = [_task(0, 1, 0), _task(1, 2, 1, pred=0)]
+    path = endpoint_use(topo, ENGINE, chain, reduction=False, paths=True)  # an Alltoall relay keeps nothing
+    assert path is not None and path.uses == (((0, 10.0),), ((2, 10.0),))
     gpu = endpoint_use(topo, GPU, chain, reduction=True)
     assert gpu is not None and gpu.uses == (((0, 30.0), (1, 10.0)), ((1, 30.0), (2, 10.0)))
 

@@ -76,14 +76,15 @@ def gpu_resources(topology: Topology, mode: EndpointMode, *, reduction: bool) ->
 
 
 def endpoint_use(topology: Topology, mode: EndpointMode, tasks: Sequence[Task], *,
-                 reduction: bool, after_reduction: bool = False) -> EndpointUse | None:
+                 reduction: bool, after_reduction: bool = False, paths: bool = False) -> EndpointUse | None:
     """How long each task occupies its GPUs' memory and channels (None without limits).
 
     Resources: GPU g's memory is ``g``, its channels ``N + g``. GPU-driven, the
     weights of :func:`gpu_resources`. Engine (tasks of a tree phase): forward, a
     chunk's source reads it once (shared by the tasks that send it from there) and
     every receiver writes it (``after_reduction``: the Allgather half of an
-    Allreduce, whose chunks are already in the engine, reads nothing); played
+    Allreduce, whose chunks are already in the engine, reads nothing; ``paths``:
+    Alltoall paths, where only the last hop's receiver keeps the chunk); played
     backwards as reductions, every GPU reads its own contribution once (shared by
     the tasks that touch it there) and the chunk's owner writes the result once
     (shared likewise).
@@ -94,7 +95,7 @@ def endpoint_use(topology: Topology, mode: EndpointMode, tasks: Sequence[Task], 
     ends = [topology.endpoint(g) for g in topology.gpus]
     memory = [gbps_to_bytes_per_us(e.memory_bandwidth) if e.memory_bandwidth is not None else None for e in ends]
     channels = [gbps_to_bytes_per_us(e.channel_capacity) if e.channel_capacity is not None else None for e in ends]
-    src_w, dst_w = _memory_weights(mode, tasks, reduction, after_reduction)
+    src_w, dst_w = _memory_weights(mode, tasks, reduction, after_reduction, paths)
     uses = []
     for i, t in enumerate(tasks):
         use: list[tuple[int, float]] = []
@@ -110,8 +111,8 @@ def endpoint_use(topology: Topology, mode: EndpointMode, tasks: Sequence[Task], 
     return EndpointUse(tuple(uses), 2 * n)
 
 
-def _memory_weights(mode: EndpointMode, tasks: Sequence[Task], reduction: bool,
-                    after_reduction: bool) -> tuple[list[float], list[float]]:
+def _memory_weights(mode: EndpointMode, tasks: Sequence[Task], reduction: bool, after_reduction: bool,
+                    paths: bool = False) -> tuple[list[float], list[float]]:
     """Memory bytes per byte at each task's sender and receiver (in the phase's own direction)."""
     count = len(tasks)
     if mode is EndpointMode.GPU:
@@ -120,13 +121,14 @@ def _memory_weights(mode: EndpointMode, tasks: Sequence[Task], reduction: bool,
     leaving: dict[tuple[int, tuple[int, ...]], int] = {}  # tasks sending each chunk from each GPU
     for t in tasks:
         leaving[(t.src, t.chunks)] = leaving.get((t.src, t.chunks), 0) + 1
+    relays = {t.pred for t in tasks} if paths else set()  # a path task followed by another hop: a relay
     src_w, dst_w = [], []
-    for t in tasks:
+    for i, t in enumerate(tasks):
         share = 1.0 / leaving[(t.src, t.chunks)]
         root = t.pred < 0
         if not reduction:  # forward: the source reads once, every receiver writes what it keeps
             src_w.append(share if root and not after_reduction else 0.0)
-            dst_w.append(1.0)
+            dst_w.append(0.0 if i in relays else 1.0)
         else:
             # backwards t.dst sends its partial sum to t.src, which reduces it into its own contribution (read
             # once over its receives) and, as the chunk's owner (the root), writes the result once; t.dst reads

@@ -366,7 +366,7 @@ def phase_variants(run: Run, phase: Phase, chunk_factor: int, size_bytes: float,
                                lambda gpu, j: j if rooted else gpu * c + j)
     aware = run.knows_endpoint(d.topology)
     use = endpoint_use(d.topology, run.options.endpoint, tasks, reduction=phase.reversed,
-                       after_reduction=after_reduction) if aware else None
+                       after_reduction=after_reduction, paths=phase.kind is CollectiveKind.ALLTOALL) if aware else None
     found, order_stats = orderings(run, tasks, len(d.topology.links), use)
     with run.stage("ordering"):
         variants = _channel_variants(run, tasks, found,
