@@ -305,3 +305,25 @@ def test_synthesize_refuses_more_instances_than_channels(capsys: pytest.CaptureF
                           "--comm-channels", "2", "--channel-bandwidth", "20"], capsys)
     assert code == 2 and out == ""
     assert err.strip().count("\n") == 0 and "--instances" in err and "2" in err
+
+
+def test_a_network_group_touches_each_gpus_memory_once() -> None:
+    """NVLS ReduceScatter on 8 GPUs (every block reduced in the switch, 7 senders per group): each GPU reads its
+    input once (S) and, GPU-driven, reads its own block and the arriving sum and writes the result (3 S / 8);
+    the engine reads its input once and writes its block (S / 8): the minimum, so no faster than the bound."""
+    from taccl_py.baselines import baseline
+    from taccl_py.endpoint import memory_traffic
+    from taccl_py.library import resolve_topology
+
+    topo = resolve_topology("dgx-h100-nvls")
+    s = 16 * MB
+    schedule = baseline(topo, "reducescatter", "nvls", size_bytes=s)
+    gpu, engine = memory_traffic(schedule, s, GPU), memory_traffic(schedule, s, ENGINE)
+    assert gpu.read_bytes == pytest.approx([s * 7 / 8 + 2 * s / 8] * 8)
+    assert gpu.write_bytes == pytest.approx([s / 8] * 8)
+    assert engine.read_bytes == pytest.approx([s] * 8) and engine.write_bytes == pytest.approx([s / 8] * 8)
+    limited = topo.with_endpoints(Endpoint(50.0))
+    for mode in EndpointMode:
+        time_us = simulate(limited, schedule, s, SimOptions(endpoint=mode)).time_us
+        assert time_us is not None
+        assert time_us >= lower_bound(limited, "reducescatter", s, endpoint=mode).bound_us * (1 - 1e-9)
