@@ -131,10 +131,12 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
 
 
 def _channel_limit(run: Run, topology: Topology) -> int | None:
-    """The GPUs' communication channels, when the synthesizer counts them (:mod:`taccl_py.synthesis.endpoint`)."""
+    """The channels a schedule may use: the GPUs' communication channels over the XML's instances, when the
+    synthesizer counts them (:mod:`taccl_py.synthesis.endpoint`)."""
     from taccl_py.synthesis.endpoint import channel_limit
 
-    return channel_limit(topology, run.options.endpoint) if run.knows_endpoint(topology) else None
+    limit = channel_limit(topology, run.options.endpoint) if run.knows_endpoint(topology) else None
+    return None if limit is None else max(1, limit // run.options.instances)
 
 
 def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_bytes: float,

@@ -369,8 +369,10 @@ def phase_variants(run: Run, phase: Phase, chunk_factor: int, size_bytes: float,
                        after_reduction=after_reduction, paths=phase.kind is CollectiveKind.ALLTOALL) if aware else None
     found, order_stats = orderings(run, tasks, len(d.topology.links), use)
     with run.stage("ordering"):
+        limit = channel_limit(d.topology, run.options.endpoint) if aware else None
+        # the XML repeats the schedule's channels once per instance
         variants = _channel_variants(run, tasks, found,
-                                     channel_limit(d.topology, run.options.endpoint) if aware else None)
+                                     None if limit is None else max(1, limit // run.options.instances))
         if phase.reversed:
             variants = [(v, _reverse_to_reduction(ts)) for v, ts in variants]
     return PhaseVariants(tuple(variants), (plan.stats[1], *order_stats))
@@ -433,7 +435,7 @@ def streamed_variants(run: Run, topology: Topology, collective: Collective, base
     if options.chunk_factors or (options.sketch is not None and options.sketch.chunk_factor):
         return []
     limit = channel_limit(topology, options.endpoint) if run.knows_endpoint(topology) else None
-    if limit is not None and limit < 2:  # a streamed layout takes two channels
+    if limit is not None and limit // options.instances < 2:  # a streamed layout takes two channels per instance
         return []
     machine = topology.machine_of
     cross = [t for t in base.transfers if machine[t.src] != machine[t.dst]]
