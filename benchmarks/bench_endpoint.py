@@ -80,15 +80,18 @@ def _cost(quick: bool) -> dict[str, Any]:
     limited = topology.with_endpoints(Endpoint(A100_HBM_GBPS))
     runs = {"none": (topology, EndpointMode.GPU), "gpu": (limited, EndpointMode.GPU),
             "engine": (limited, EndpointMode.ENGINE)}
-    out: dict[str, Any] = {"topology": name, "transfers": len(schedule), "repeats": 1 if quick else 3}
-    for key, (topo, mode) in runs.items():
-        best = None
-        for _ in range(out["repeats"]):
+    out: dict[str, Any] = {"topology": name, "transfers": len(schedule), "repeats": 1 if quick else 7}
+    best: dict[str, float] = {}
+    times: dict[str, float | None] = {}
+    for _ in range(out["repeats"]):  # the three interleaved, so that a change of load hits them alike
+        for key, (topo, mode) in runs.items():
             started = time.perf_counter()
             result = simulate(topo, schedule, size, SimOptions(endpoint=mode))
             took = time.perf_counter() - started
-            best = took if best is None else min(best, took)
-        out[key] = {"simulate_s": best, "time_us": result.time_us}
+            best[key] = min(best.get(key, took), took)
+            times[key] = result.time_us
+    for key in runs:
+        out[key] = {"simulate_s": best[key], "time_us": times[key]}
     out["ratio"] = max(out["gpu"]["simulate_s"], out["engine"]["simulate_s"]) / out["none"]["simulate_s"]
     return out
 
@@ -237,13 +240,17 @@ def render(data: dict[str, Any], figures: Path) -> str:
                      "raising network utilization; and in these workloads communication is a small part of the "
                      "step (dgx-a100x2 has 200 GB/s of IB per machine)."), "",
               f"Endpoint model cost: simulating the ring Allgather on {cost['topology']} ({cost['transfers']:,} "
-              f"transfers, 1GB, best of {cost['repeats']}): {cost['none']['simulate_s']:.2f} s without declared "
+              f"transfers, 1GB, best of {cost['repeats']}, interleaved): {cost['none']['simulate_s']:.2f} s without declared "
               f"memory, {cost['gpu']['simulate_s']:.2f} s GPU-driven and {cost['engine']['simulate_s']:.2f} s "
               f"engine with it: **{cost['ratio']:.2f}x** (target within {COST_TARGET}x: "
               f"{'met' if cost['ratio'] <= COST_TARGET else '**not met**'})."]
     if "synthesis" in data:
         lines += ["", *_render_synthesis(data["synthesis"])]
     return "\n".join(lines) + "\n"
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f}"
 
 
 def _size(size: int) -> str:
@@ -261,24 +268,27 @@ def _render_synthesis(syn: dict[str, Any]) -> list[str]:
              f"`--time-limit {syn['time_limit_s']:g}`): memory at the A100's 1,555 GB/s and memory-starved at "
              f"{syn['starved_GBps']:g} GB/s (what is left to communication beside memory-bound kernels). "
              "*returned*: what synthesize returns (its own schedule, or a baseline when faster), simulated with the "
-             "endpoint in that mode; *best baseline*: the fastest NCCL-style baseline under the same model; "
+             "endpoint in that mode; *own*: the synthesizer's own best schedule; *best baseline*: the fastest "
+             "NCCL-style baseline under the same model; "
              "*bound*: the endpoint-aware lower bound (`taccl bound` plus the endpoint term, GPU-driven: the memory "
              "every transfer touches in all), with **m** where the endpoint term binds; *net. bound*: without "
              "endpoint limits; *mem/net*: memory bytes per network byte of the returned schedule"
-             + ("; *blind*: the synthesizer that only simulates with the endpoint (`endpoint_aware=False`, "
-                "multi-dimensional shortcut off), what synthesize did before." if blind else "."), "",
-             "| topology | memory GB/s | collective | size | mode | returned us | chosen | best baseline us | bound us "
-             "| efficiency | net. bound us | mem/net |" + (" blind us |" if blind else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if blind else "")]
+             + ("; *blind own*: the own schedule of the synthesizer that only simulates with the endpoint "
+                "(`endpoint_aware=False`, multi-dimensional shortcut off: what synthesize did before)." if blind
+                else "."), "",
+             "| topology | memory GB/s | collective | size | mode | returned us | chosen | own us | best baseline us "
+             "| bound us | efficiency | net. bound us | mem/net |" + (" blind own us |" if blind else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if blind else "")]
     for r in rows:
         eff = r["bound_us"] / r["time_us"] if r["time_us"] else None
         chosen = r["chosen"].replace("baseline ", "")
         lines.append(
             f"| {r['topology']} | {r['memory_GBps']:,.0f} | {r['kind']} | {_size(r['size_bytes'])} | {r['mode']} "
-            f"| {r['time_us']:,.2f} | {chosen} | {r['best_baseline_us']:,.2f} ({r['best_baseline']}) "
+            f"| {r['time_us']:,.2f} | {chosen} | {_us(r['synthesized_us'])} "
+            f"| {r['best_baseline_us']:,.2f} ({r['best_baseline']}) "
             f"| {r['bound_us']:,.2f}{' **m**' if r['endpoint_binds'] else ''} | {eff:.3f} "
             f"| {r['network_bound_us']:,.2f} | {r['memory_per_network_byte']:.3f} |"
-            + (f" {r['blind_us']:,.2f} |" if blind else ""))
+            + (f" {_us(r.get('blind_synthesized_us'))} |" if blind else ""))
     never_slower = sum(r["time_us"] <= r["best_baseline_us"] * (1 + 1e-9) for r in rows)
     own_faster = sum(r["synthesized_us"] is not None and r["synthesized_us"] < r["best_baseline_us"] for r in rows)
     binding = [r for r in rows if r["endpoint_binds"]]
@@ -294,13 +304,17 @@ def _render_synthesis(syn: dict[str, Any]) -> list[str]:
         lines.append(f"Memory bytes per network byte: GPU-driven {min(gpu):.2f}..{max(gpu):.2f}, engine "
                      f"{min(eng):.2f}..{max(eng):.2f}.")
     if blind:
-        compared = [r for r in rows if r.get("blind_us")]
-        better = [r for r in compared if r["time_us"] < r["blind_us"] * (1 - 1e-9)]
-        worse = [r for r in compared if r["time_us"] > r["blind_us"] * (1 + 1e-9)]
-        ratio = [r["blind_us"] / r["time_us"] for r in compared]
-        lines.append(f"Against the synthesizer that only simulates with the endpoint: faster at {len(better)}, "
-                     f"slower at {len(worse)}, equal at {len(compared) - len(better) - len(worse)} of {len(compared)} "
-                     f"points (blind / returned {min(ratio):.3f}..{max(ratio):.3f}x).")
+        compared = [r for r in rows if r.get("blind_synthesized_us") and r["synthesized_us"]]
+        better = [r for r in compared if r["synthesized_us"] < r["blind_synthesized_us"] * (1 - 1e-9)]
+        worse = [r for r in compared if r["synthesized_us"] > r["blind_synthesized_us"] * (1 + 1e-9)]
+        ratio = [r["blind_synthesized_us"] / r["synthesized_us"] for r in compared]
+        returned = sum(r["time_us"] < r["blind_us"] * (1 - 1e-9) for r in rows if r.get("blind_us"))
+        lines.append(f"The synthesizer's own schedule against the one it made when it only simulated with the "
+                     f"endpoint: faster at {len(better)}, slower at {len(worse)}, the same at "
+                     f"{len(compared) - len(better) - len(worse)} of {len(compared)} points (blind / aware "
+                     f"{min(ratio):.4f}..{max(ratio):.4f}x); what synthesize returns is faster at {returned}. On these "
+                     "machines every unicast spanning tree already touches the least memory, so routes rarely "
+                     "change; the endpoint shows mostly in the bound and the ranking.")
     lines += ["", "Where counting memory changes the routes (GPU-driven, 100 GB/s of memory per GPU; "
                   "tests/test_synthesis_endpoint.py has them by hand):", "",
               "| topology | collective | size | counting memory us | not counting it us | bound us | net. bound us |",

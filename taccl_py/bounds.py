@@ -648,7 +648,8 @@ def _traffic_totals(kind: CollectiveKind, size_bytes: float, n: int, multicast: 
 
 
 def joint_lower_bound(topology: Topology, parts: Sequence[tuple[CollectiveKind | str, float]], *, root: int = 0,
-                      step_overhead_us: float = 0.0, offload: bool = True) -> JointBound:
+                      step_overhead_us: float = 0.0, offload: bool = True,
+                      endpoint: EndpointMode | None = None) -> JointBound:
     """Lower bound on the makespan of ``parts`` (collective, nccl-tests size) started together on ``topology``.
 
     The largest of: each collective's own bound; for every vertex set S of a
@@ -660,13 +661,15 @@ def joint_lower_bound(topology: Topology, parts: Sequence[tuple[CollectiveKind |
     total bandwidth. Different collectives move different data, so their
     demands on a cut add (docs/simulator.md proves it). Every candidate gives a
     valid bound; the family makes it exact on the usual cases (FSDP's Allgather
-    + ReduceScatter of one size: every cut separating GPUs carries M).
+    + ReduceScatter of one size: every cut separating GPUs carries M). Where
+    GPUs declare endpoint limits, the collectives' memory and channel bytes add
+    up too (:func:`taccl_py.endpoint.joint_endpoint_bound`, in ``endpoint`` mode).
     """
     view = topology if offload else unicast_view(topology)
     kinds = [k if isinstance(k, CollectiveKind) else parse_collective(k) for k, _ in parts]
     sizes = [float(size) for _, size in parts]
-    singles = [lower_bound(topology, k, s, root=root, step_overhead_us=step_overhead_us, offload=offload)
-               for k, s in zip(kinds, sizes, strict=True)]
+    singles = [lower_bound(topology, k, s, root=root, step_overhead_us=step_overhead_us, offload=offload,
+                           endpoint=endpoint) for k, s in zip(kinds, sizes, strict=True)]
     n = topology.num_gpus
     multicast, reduce = bool(_capable(view, "multicast")), bool(_capable(view, "reduce"))
     flags = [name for name, on in (("switch multicast", multicast), ("in-network reduction", reduce)) if on]
@@ -715,6 +718,14 @@ def joint_lower_bound(topology: Topology, parts: Sequence[tuple[CollectiveKind |
             result = replace(result, bound_us=value, cut=(),
                              explanation=f"traffic bound: the GPUs {what} {total:.6g} bytes of all {len(parts)} "
                                          f"collectives in all over {bandwidth:.6g} GB/s")
+    if topology.has_endpoint_limits:
+        from taccl_py.endpoint import joint_endpoint_bound
+
+        term = joint_endpoint_bound(topology, list(zip(kinds, sizes, strict=True)), root, endpoint,
+                                    unicast=not (multicast or reduce))
+        if term is not None and term.time_us > result.bound_us * (1 + SEARCH_IMPROVEMENT_REL):
+            result = replace(result, bound_us=term.time_us, cut=(),
+                             explanation=f"{term.explanation} (all {len(parts)} collectives)")
     return result
 
 

@@ -25,6 +25,7 @@ the fields adds no resource, so without them every time is what it was.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -34,7 +35,7 @@ from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["EndpointBound", "EndpointLayout", "EndpointMode", "MemoryDemand", "MemoryTraffic", "endpoint_bound",
-           "endpoint_flows", "endpoint_layout", "memory_bound", "memory_demand", "memory_traffic", "min_memory_bytes",
+           "endpoint_flows", "endpoint_layout", "joint_endpoint_bound", "memory_bound", "memory_demand", "memory_traffic", "min_memory_bytes",
            "min_network_bytes"]
 
 
@@ -311,18 +312,31 @@ def endpoint_bound(topology: Topology, kind: CollectiveKind, size_bytes: float, 
     the sum of the channel capacities. (Time T lets GPU g touch at most
     ``T x bandwidth_g``; summing over g gives the bound.)
     """
-    if not topology.has_endpoint_limits:
+    return joint_endpoint_bound(topology, [(kind, size_bytes)], root, mode, unicast=unicast)
+
+
+def joint_endpoint_bound(topology: Topology, parts: Sequence[tuple[CollectiveKind, float]], root: int = 0,
+                         mode: EndpointMode | None = None, *, unicast: bool = True) -> EndpointBound | None:
+    """:func:`endpoint_bound` of collectives that run at once: their memory (and channel) bytes add up."""
+    if not topology.has_endpoint_limits or not parts:
         return None
-    best: EndpointBound | None = None
-    per_gpu = memory_bound(topology, kind, size_bytes, root)
-    if per_gpu is not None:
-        bw = topology.endpoint(per_gpu[1]).memory_bandwidth
-        best = EndpointBound(per_gpu[0], f"memory: GPU {per_gpu[1]} must touch its memory for {per_gpu[0]:.6g} us "
-                                         f"at {bw:g} GB/s (every input read once, every result written once)")
-    if mode is not EndpointMode.GPU or not unicast or topology.num_gpus < 2:
-        return best
-    moved, reduced = min_network_bytes(kind, topology.num_gpus, size_bytes)
+    n = topology.num_gpus
     ends = [topology.endpoint(g) for g in topology.gpus]
+    best: EndpointBound | None = None
+    needs = [min_memory_bytes(kind, n, size, root) for kind, size in parts]
+    for g, end in enumerate(ends):
+        need = sum(per_gpu[g] for per_gpu in needs)
+        if end.memory_bandwidth is not None and need > 0:
+            us = need / gbps_to_bytes_per_us(end.memory_bandwidth)
+            if best is None or us > best.time_us:
+                best = EndpointBound(us, f"memory: GPU {g} must touch its memory for {us:.6g} us at "
+                                         f"{end.memory_bandwidth:g} GB/s (every input read once, every result "
+                                         "written once)")
+    if mode is not EndpointMode.GPU or not unicast or n < 2:
+        return best
+    totals = [min_network_bytes(kind, n, size) for kind, size in parts]
+    moved = sum(m for m, _ in totals)
+    reduced = sum(r for _, r in totals)
     memory = [e.memory_bandwidth for e in ends]
     channels = [e.channel_capacity for e in ends]
     if all(bw is not None for bw in memory):
