@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from taccl_py.bounds import lower_bound
-from taccl_py.cli.common import emit_json, err_console, make_table, out_console, progress_line
+from taccl_py.cli.common import (
+    emit_json,
+    err_console,
+    make_table,
+    out_console,
+    progress_line,
+    switch_model_keys,
+)
 from taccl_py.collectives import CollectiveKind, parse_collective
 from taccl_py.concurrent import ConcurrentResult, endpoint_bytes, simulate_concurrent
 from taccl_py.errors import InputError
@@ -216,7 +223,7 @@ def synthesize_concurrent_row(topology: Topology, spec: str, size: int, options:
 
 def report_concurrent(topology: Topology, spec: str, rows: list[dict[str, Any]], as_json: bool) -> None:
     """Print the rows (a table per size, or one JSON object) and the errors."""
-    head = {"topology": topology.name, "collective": spec}
+    head = {"topology": topology.name, "collective": spec, **switch_model_keys(topology)}
     if as_json:
         emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "correct": all(r["correct"] for r in rows),
                                                                  "rows": rows})

@@ -33,6 +33,8 @@ from taccl_py.cli.common import (
     progress_line,
     size_option,
     sizes_from,
+    switch_model_keys,
+    switch_model_option,
     topology_option,
 )
 from taccl_py.cli.plot_hooks import (
@@ -112,6 +114,11 @@ def _row(size: int, sim: SimResult, bound: Bound) -> dict[str, Any]:
     if not sim.correct:
         row["error"] = sim.error
     return row
+
+
+def _switch_note(topology: Topology) -> str:
+    """`` (store-and-forward switches)`` for a table title when the switches are not cut-through."""
+    return f" ({topology.switch_model.value} switches)" if topology.store_and_forward else ""
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -203,20 +210,22 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
                    "the default).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
+@switch_model_option
 @endpoint_options
 @plot_option
 @timeline_options
 @json_option
 def simulate_command(topology_spec: str, collective_name: str | None, size_spec: str, algorithm: str | None,
-                     channels: int | None, root: int, step_overhead_us: float, endpoint_mode: str,
-                     memory_bandwidth: float | None, comm_channels: int | None, channel_bandwidth: float | None,
-                     plot_path: str | None, timeline_path: str | None, timeline_rows: str, as_json: bool) -> None:
+                     channels: int | None, root: int, step_overhead_us: float, switch_model: str | None,
+                     endpoint_mode: str, memory_bandwidth: float | None, comm_channels: int | None,
+                     channel_bandwidth: float | None, plot_path: str | None, timeline_path: str | None,
+                     timeline_rows: str, as_json: bool) -> None:
     """Simulate one algorithm (or several collectives at once): correct? how long? how close to the bound."""
     from taccl_py.baselines import baseline
     from taccl_py.cli.concurrent_cmd import is_concurrent, report_concurrent, simulate_concurrent_rows
 
     _check_overhead(step_overhead_us)
-    topology = apply_endpoint_options(load_topology_arg(topology_spec), memory_bandwidth, comm_channels,
+    topology = apply_endpoint_options(load_topology_arg(topology_spec, switch_model), memory_bandwidth, comm_channels,
                                       channel_bandwidth)
     sizes = sizes_from(size_spec)
     check_picture_path(plot_path, "--plot")
@@ -267,12 +276,12 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         for k, row in enumerate(rows):
             row["endpoint"] = mode.value
             row.update(_memory_keys(schedules[min(k, len(schedules) - 1)], row["size_bytes"]))
-    head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm}
+    head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm, **switch_model_keys(topology)}
     if as_json:
         emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "correct": all(r["correct"] for r in rows),
                                                                  "rows": rows})
     else:
-        title = f"{algorithm} {kind.value} on {topology.name}"
+        title = f"{algorithm} {kind.value} on {topology.name}{_switch_note(topology)}"
         table = make_table(title, ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "bound (us)",
                                    "efficiency"],
                            [[r["size_bytes"], _num(r["time_us"]), _num(r["algbw_GBps"]), _num(r["busbw_GBps"]),
@@ -433,6 +442,7 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
                    "-o, the one to write.")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
+@switch_model_option
 @click.option("-o", "--output", default=None, metavar="FILE.xml",
               help="Write the best baseline as MSCCL XML, with chunk and channel counts the runtime picks at --size.")
 @click.option("--dialect", type=click.Choice(["v2", "v1"]), default="v2", show_default=True,
@@ -442,14 +452,15 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
 @plot_option
 @json_option
 def baseline_command(topology_spec: str, collective_name: str, size_spec: str, only: str | None,
-                     channels: int | None, root: int, step_overhead_us: float, output: str | None, dialect: str,
-                     schedule_out: str | None, plot_path: str | None, as_json: bool) -> None:
+                     channels: int | None, root: int, step_overhead_us: float, switch_model: str | None,
+                     output: str | None, dialect: str, schedule_out: str | None, plot_path: str | None,
+                     as_json: bool) -> None:
     """Every applicable NCCL-style baseline side by side with the lower bound."""
     from taccl_py.baselines import ALGORITHMS, applicable_baselines
     from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS
 
     _check_overhead(step_overhead_us)
-    topology = load_topology_arg(topology_spec)
+    topology = load_topology_arg(topology_spec, switch_model)
     kind = collective_from(collective_name)
     sizes = sizes_from(size_spec)
     if not 0 <= root < topology.num_gpus:
@@ -504,7 +515,7 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
             raise Infeasible("no baseline was correct on this topology; nothing to write to --schedule-out")
         save_schedule(baseline(topology, kind, best, channels=channels, root=root, size_bytes=sizes[0],
                                step_overhead_us=step_overhead_us), topology, schedule_out)
-    head: dict[str, Any] = {"topology": topology.name, "collective": kind.value}
+    head: dict[str, Any] = {"topology": topology.name, "collective": kind.value, **switch_model_keys(topology)}
     if written:
         head["xml"] = written
     if schedule_out:
@@ -522,7 +533,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
             for e in r["baselines"]:
                 cells += [_num(e["time_us"]), _num(e["algbw_GBps"]), _num(e["busbw_GBps"]), _num(e["efficiency"], 3)]
             table_rows.append(cells)
-        title = f"NCCL-style baselines for {kind.value} on {topology.name} (times in us, bandwidth in GB/s)"
+        title = (f"NCCL-style baselines for {kind.value} on {topology.name}{_switch_note(topology)} (times in us, "
+                 "bandwidth in GB/s)")
         out_console.print(make_table(title, columns, table_rows))
         for r in rows:
             for e in r["baselines"]:

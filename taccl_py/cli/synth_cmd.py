@@ -26,6 +26,8 @@ from taccl_py.cli.common import (
     out_console,
     size_option,
     sizes_from,
+    switch_model_keys,
+    switch_model_option,
     topology_option,
 )
 from taccl_py.cli.jobs_cli import jobs_option
@@ -39,7 +41,7 @@ from taccl_py.simulator import SimResult
 from taccl_py.sketch import load_sketch
 from taccl_py.synthesis import STAGES, SynthesisOptions, SynthesisResult, WorkBudget, synthesize
 from taccl_py.synthesis.candidates import Choice
-from taccl_py.topology import Topology
+from taccl_py.topology import SwitchModel, Topology
 from taccl_py.units import algbw_gbps, format_bytes
 
 __all__ = ["synthesize_command"]
@@ -108,8 +110,9 @@ def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result
     return name, ring_time, lower_bound(topology, kind, size, root=root)
 
 
-def _resolve_topology(spec: str, sketch_nodes: int | None) -> Topology:
-    """A shipped name, a topology file, or a TACCL topology profile (machines from the sketch's nnodes)."""
+def _resolve_topology(spec: str, sketch_nodes: int | None, switch_model: str | None = None) -> Topology:
+    """A shipped name, a topology file, or a TACCL topology profile (machines from the sketch's nnodes); with
+    ``switch_model`` (``--switch-model``) its switches are of that model."""
     path = Path(spec)
     if path.suffix == ".json" and path.is_file():
         import json
@@ -121,8 +124,9 @@ def _resolve_topology(spec: str, sketch_nodes: int | None) -> Topology:
         except (OSError, ValueError, RecursionError):
             data = None
         if is_taccl_profile(data):
-            return topology_from_taccl_profile(data, nnodes=sketch_nodes or 1, where=spec)
-    return load_topology_arg(spec)
+            topology = topology_from_taccl_profile(data, nnodes=sketch_nodes or 1, where=spec)
+            return topology if switch_model is None else topology.with_switch_model(SwitchModel(switch_model))
+    return load_topology_arg(spec, switch_model)
 
 
 @dataclass
@@ -294,13 +298,15 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
         "solver_stages": [s.to_dict() for s in result.stats],
         "notes": notes,
         "best_overall": best_overall,
+        **switch_model_keys(topology),
     }
 
 
 def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any]) -> None:
     best = row.get("best_overall")
-    title = (f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs), size {format_bytes(row['size_bytes'])}: "
-             f"{row['algorithm']}")
+    switches = f", {topology.switch_model.value} switches" if topology.store_and_forward else ""
+    title = (f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs{switches}), size "
+             f"{format_bytes(row['size_bytes'])}: {row['algorithm']}")
     first = ["synthesized" if row["algorithm"] == "synthesized" else row["algorithm"], row["time_us"],
              row["algbw_GBps"], row["busbw_GBps"]]
     lines = [first]
@@ -440,13 +446,14 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
 @click.option("--chakra", "chakra_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Also write Chakra execution traces, DIR/<collective>-<topology>.<rank>.et (single size only).")
 @jobs_option(default=1)
+@switch_model_option
 @plot_option
 @json_option
 def synthesize_command(topology_spec: str, collective_name: str, size_spec: str, sketch_path: str | None,
                        output: str | None, time_limit: float, solver: str, threads: int, seed: int,
                        chunk_factors: tuple[int, ...], root: int, dialect: str, instances: int, proto: str,
                        no_baselines: bool, no_multidim_shortcut: bool, schedule_out: str | None, chakra_dir: str | None, jobs: int,
-                       plot_path: str | None, as_json: bool) -> None:
+                       switch_model: str | None, plot_path: str | None, as_json: bool) -> None:
     """Synthesize a collective algorithm, verify it by simulation and write MSCCL XML.
 
     Example: taccl synthesize --topology ndv2x2 --collective allgather --size 1GB -o ag.xml
@@ -458,7 +465,7 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
     kind = kinds[0]
     sizes = sizes_from(size_spec)
     sketch = load_sketch(sketch_path) if sketch_path else None
-    topology = _resolve_topology(topology_spec, sketch.num_machines if sketch else None)
+    topology = _resolve_topology(topology_spec, sketch.num_machines if sketch else None, switch_model)
     if concurrent:
         for given, where in ((output, "-o"), (schedule_out, "--schedule-out"), (chakra_dir, "--chakra"),
                              (plot_path, "--plot")):
