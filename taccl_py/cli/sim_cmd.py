@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -53,6 +53,9 @@ from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.symmetry import SymmetricSchedule
 from taccl_py.topology import MAX_COMM_CHANNELS, Endpoint, Topology
 from taccl_py.units import format_bytes
+
+if TYPE_CHECKING:
+    from taccl_py.baselines.selectable import Placement
 
 __all__ = ["COMMANDS", "baseline_command", "bound_command", "simulate_command"]
 
@@ -399,11 +402,14 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
 
     When the default channel count gives a program beyond the runtime's limits (more connections between two
     ranks than it has channels, too many steps), fewer channels are tried, halving down to one; an explicit
-    ``--channels`` is written as asked or not at all.
+    ``--channels`` is written as asked or not at all. A hierarchical baseline is planned again with fewer
+    splits instead (:func:`taccl_py.synthesis.loadable.fewer_splits`).
     """
-    from taccl_py.baselines.selectable import selectable_baseline
+    from taccl_py.baselines.selectable import placement, selectable_baseline
     from taccl_py.errors import LoweringError
-    from taccl_py.msccl import write_schedule_xml
+    from taccl_py.msccl import lower_schedule, write_schedule_xml
+    from taccl_py.msccl.lowering import write_program_xml
+    from taccl_py.synthesis.loadable import fewer_splits, hierarchical_splits
 
     placed = selectable_baseline(topology, kind, name, size, channels=channels, root=root,
                                  step_overhead_us=step_overhead_us)
@@ -413,6 +419,20 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
             write_schedule_xml(placed.schedule, topology, path, dialect=dialect)
             break
         except LoweringError as exc:
+            if hierarchical_splits(placed.schedule) is not None:  # fewer splits, not fewer channels
+                capped = fewer_splits(topology, kind, placed.schedule, size, exc,
+                                      lambda schedule: lower_schedule(schedule, topology, dialect=dialect))
+                if capped is None:
+                    raise
+                write_program_xml(capped.program, path, dialect=dialect)
+                refused += [why.split(":")[0] for why in capped.refused]
+                changed = f"{capped.splits} splits: with {', '.join(refused)} the program exceeds the runtime's " \
+                    f"limits ({capped.refused[0].split(': ', 1)[1]})"
+                keys = _placement_keys(placement(capped.schedule, size, placed.type_size), changed, refused)
+                sim = simulate(topology, capped.schedule, size, SimOptions(step_overhead_us=step_overhead_us))
+                keys["time_us"] = sim.time_us  # the file's own time: the table's is the schedule with more splits
+                keys["selection"] += f"; the file takes {sim.time_us:.6g} us" if sim.time_us is not None else ""
+                return keys
             have = int(placed.schedule.notes.get("channels") or 1)
             if channels is not None or have <= 1:
                 if refused:
@@ -426,6 +446,11 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
         fewer = f"{placed.schedule.notes.get('channels')} channels: with {', '.join(refused)} the program exceeds " \
                 "the runtime's limits"
         changed = f"{changed}; {fewer}" if changed else fewer
+    return _placement_keys(placed, changed, refused)
+
+
+def _placement_keys(placed: Placement, changed: str, refused: list[str]) -> dict[str, Any]:
+    """The ``xml`` keys of ``baseline -o``'s JSON for the schedule written."""
     return {"nchunksperloop": placed.nchunksperloop, "selected": placed.selected, "count": placed.count,
             "type_size": placed.type_size, "smallest_selected_bytes": placed.smallest_size,
             "changed": changed or None, "selection": placed.describe() if not refused else

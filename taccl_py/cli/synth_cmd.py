@@ -151,23 +151,46 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, diale
     """Lower the first ranked choice that fits the dialect, verify it, write it atomically.
 
     A choice that cannot be lowered (too many XML nodes or steps...) gives way to
-    the next one, and the notes say so. Nothing is written if no choice fits or
-    the lowered program fails verification.
+    the next one, and the notes say so; a hierarchical baseline that cannot is planned
+    again with fewer splits (:mod:`taccl_py.synthesis.loadable`), simulated, and joins
+    the fallbacks in order. Nothing is written if no choice fits or the lowered
+    program fails verification.
     """
     from taccl_py.msccl import lower_schedule, save_xml, verify_program
+    from taccl_py.synthesis.chunking import selectable_at
+    from taccl_py.synthesis.loadable import fewer_splits
+
+    def lower(schedule: Schedule) -> Program:
+        return lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=proto,
+                              min_bytes=min_bytes, max_bytes=max_bytes)
+
+    size = result.sim.size_bytes
+
+    def rank(choice: Choice) -> tuple[bool, float]:  # the ranking's order: what the runtime selects, then time
+        return not selectable_at(choice.schedule.collective, size, DEFAULT_TYPE_SIZE, instances), choice.time_us
 
     first = result.ranked[0] if result.ranked else None
     written = _Written(result.schedule, result.sim, result.chosen)
-    for choice in result.ranked or ():
+    pending = list(result.ranked)
+    lowered: dict[int, Program] = {}  # id(choice) -> program, for a capped choice lowered while it was found
+    while pending:
+        choice = pending.pop(0)
         started = time.perf_counter()
         progress("lowering", {"detail": choice.label})
         try:
-            program = lower_schedule(choice.schedule, topology, dialect=dialect, instances=instances, proto=proto,
-                                     min_bytes=min_bytes, max_bytes=max_bytes)
+            program = lowered.get(id(choice)) or lower(choice.schedule)
         except LoweringError as exc:
-            written.timed("lower", started)
             written.notes.append(f"{_describe(choice)} ({choice.time_us:.4g} us) cannot be "
                                  f"written as MSCCL XML: {exc}")
+            progress("lowering", {"detail": f"{choice.label} with fewer splits"})
+            capped = fewer_splits(topology, result.schedule.collective.kind, choice.schedule, size, exc, lower)
+            written.timed("lower", started)
+            fallback = capped.choice(topology, size) if capped is not None else None
+            if capped is not None and fallback is not None:
+                written.notes += [f"the {capped.name} baseline with {why}" for why in capped.refused[1:]]
+                lowered[id(fallback)] = capped.program
+                pending.append(fallback)
+                pending.sort(key=rank)  # stable: an equal earlier choice stays first
             continue
         written.timed("lower", started)
         written.schedule, written.sim, written.label, written.program = choice.schedule, choice.sim, choice.label, \
@@ -197,8 +220,13 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, diale
 
 
 def _describe(choice: Choice) -> str:
-    """``the ring baseline`` or ``the synthesized schedule (chunk factor 12)``."""
+    """``the ring baseline``, ``the hier-lb baseline (128 splits)`` or ``the synthesized schedule (chunk factor 12)``."""
+    from taccl_py.synthesis.loadable import hierarchical_splits
+
     if choice.is_baseline:
+        found = hierarchical_splits(choice.schedule)
+        if found is not None and "splits" not in choice.candidate.label:
+            return f"the {choice.candidate.label} baseline ({found[1]} splits)"
         return f"the {choice.candidate.label} baseline"
     return f"the synthesized schedule (chunk factor {choice.schedule.collective.chunk_factor})"
 
