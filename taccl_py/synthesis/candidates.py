@@ -147,9 +147,7 @@ def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: floa
     times: dict[str, float | None] = {}
     correct: list[Choice] = []
     notes: list[str] = []
-    for name in applicable_baselines(topology, kind):
-        if names is not None and name not in names:
-            continue
+    for name in applicable_baselines(topology, kind, only=names):
         schedule = baseline(topology, kind, name, root=root, size_bytes=size_bytes)
         nodes = min_nodes_per_rank(schedule.transfers, topology.num_gpus, instances)
         if nodes > MAX_NODES_PER_RANK:
