@@ -385,3 +385,15 @@ def test_times_are_finite_and_reproducible() -> None:
     assert list(first.commit_us) == list(second.commit_us)
     # a reduction's data is tracked hop by hop as before: every transfer commits once, the result is right
     assert first.correct and all(op in (Op.COPY, Op.REDUCE) for op in (t.op for t in schedule.transfers))
+
+
+def test_the_representative_simulation_refuses_store_and_forward_switches() -> None:
+    """Large symmetric rings fall back to the full simulation (the command line catches the refusal)."""
+    from taccl_py.baselines import ring_plan
+    from taccl_py.baselines.ring import symmetric_ring
+    from taccl_py.symmetry import symmetry_error
+
+    topo = resolve_topology("ring8")
+    sym = symmetric_ring(topo, ring_plan(topo, None), CollectiveKind.ALLGATHER)
+    assert sym is not None and symmetry_error(sym, topo) is None
+    assert "store-and-forward" in (symmetry_error(sym, _saf(topo)) or "")
