@@ -27,8 +27,12 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff check taccl_py solver_models tests benchmarks
 	$(BIN)/mypy
 
+# The suite runs on every core (at most 4, pytest-xdist), then the `serial` tests (live timings) alone.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+
 pytest: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal -m "not serial"
+	$(BIN)/python -m pytest -q -m serial
 
 test: lint pytest
 

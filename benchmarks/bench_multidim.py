@@ -124,7 +124,8 @@ def _xml(result: Any, topology: Topology, bound_us: float) -> dict[str, Any]:
     """What ``synthesize -o`` writes after this synthesis: the lowering with its fallbacks, verified."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        written = _write_xml(result, topology, Path(tmp) / "out.xml", dialect="v2", instances=1, proto="Simple",
+        written = _write_xml(result, topology, Path(tmp) / "out.xml", size=int(result.sim.size_bytes), dialect="v2",
+                             instances=1, proto="Simple",
                              min_bytes=0, max_bytes=0, progress=lambda stage, info: None)
     time_us = written.sim.time_us if written.path is not None else None
     return {"label": written.label, "time_us": time_us, "verified": written.verified,

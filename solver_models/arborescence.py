@@ -37,8 +37,9 @@ def _solve(c: np.ndarray, root: int) -> np.ndarray:
     best_in = np.argmin(c, axis=0)
     best_cost = c[best_in, np.arange(n)]
     best_in[root] = -1
-    unreachable = [v for v in range(n) if v != root and not np.isfinite(best_cost[v])]
-    if unreachable:
+    finite = np.isfinite(best_cost)
+    finite[root] = True
+    if not finite.all():
         # ids here may be contracted cycles, so the message names no vertex
         raise Infeasible("routing: a spanning tree cannot reach every GPU over the links the sketch allows")
     cycle = _find_cycle(best_in, root)

@@ -93,6 +93,16 @@ class Column:
             worst = max(worst, depth[v])
         return worst
 
+    def image_link_usage(self, graph: LogicalGraph, symmetry: Symmetry, g: int) -> dict[int, int]:
+        """How many times one piece on the image of this column under group element ``g`` crosses each link."""
+        perm = symmetry.perms[g]
+        usage: dict[int, int] = {}
+        for e in self.edges:
+            u, v = graph.edges[e]
+            for li in graph.routes[graph.index[(perm[u], perm[v])]]:
+                usage[li] = usage.get(li, 0) + 1
+        return usage
+
 
 @dataclass(frozen=True)
 class LinkModel:
@@ -298,8 +308,11 @@ def _path_pricer(graph: LogicalGraph) -> Callable[[Commodity, np.ndarray, float]
 
 def _column_generation(graph: LogicalGraph, model: LinkModel, commodities: list[Commodity],
                        price: Callable[[Commodity, np.ndarray, float], tuple[int, ...]],
-                       pricing_s: tuple[float, float], budget: ColumnBudget) -> tuple[dict[Commodity, list[Column]], dict[Commodity, list[float]],
-                                                      float, SolveStats]:
+                       pricing_s: tuple[float, float], budget: ColumnBudget,
+                       make_column: Callable[[Commodity, tuple[int, ...]], Column] | None = None,
+                       ) -> tuple[dict[Commodity, list[Column]], dict[Commodity, list[float]], float, SolveStats]:
+    """Master LP and pricing rounds; ``make_column`` turns priced edges into a column (default: a tree or path
+    of logical edges, :func:`_make_column`)."""
     started = time.perf_counter()
     columns: dict[Commodity, list[Column]] = {c: [] for c in commodities}
     seen: set[tuple[Commodity, tuple[int, ...]]] = set()
@@ -311,7 +324,8 @@ def _column_generation(graph: LogicalGraph, model: LinkModel, commodities: list[
         if key in seen:
             return False
         seen.add(key)
-        columns[c].append(_make_column(graph, model, c[0], c[1], edges))
+        columns[c].append(make_column(c, edges) if make_column is not None
+                          else _make_column(graph, model, c[0], c[1], edges))
         return True
 
     # start from the lowest-latency routes and from routes that avoid the slowest links
@@ -384,16 +398,6 @@ def _largest_remainder(weights: Sequence[float], pieces: int) -> list[int]:
     return counts
 
 
-def _image_link_usage(graph: LogicalGraph, symmetry: Symmetry, column: Column, g: int) -> dict[int, int]:
-    perm = symmetry.perms[g]
-    usage: dict[int, int] = {}
-    for e in column.edges:
-        u, v = graph.edges[e]
-        for li in graph.routes[graph.index[(perm[u], perm[v])]]:
-            usage[li] = usage.get(li, 0) + 1
-    return usage
-
-
 def _integer_master(pool: ColumnPool, pieces: int, piece_bytes: float, config: SolverConfig,
                     max_variables: int) -> tuple[dict[Commodity, tuple[Assignment, ...]], SolveStats]:
     """Split every GPU's pieces over the images of its representative's columns.
@@ -427,7 +431,7 @@ def _integer_master(pool: ColumnPool, pieces: int, piece_bytes: float, config: S
                 program.hint[n] = float(rounding[k])
                 program.add([(n, 1.0), (used, -float(pieces))], "<=", 0.0, f"use_{c[0]}_{c[1]}_{k}_{owner}")
                 if per_gpu:
-                    for li, times in _image_link_usage(graph, symmetry, col, g).items():
+                    for li, times in col.image_link_usage(graph, symmetry, g).items():
                         bw = model.link_bandwidth[li]
                         link_terms.setdefault(li, []).append((n, times * piece_bytes / gbps_to_bytes_per_us(bw)))
                 else:

@@ -58,7 +58,8 @@ from taccl_py.tolerances import SEARCH_IMPROVEMENT_REL
 from taccl_py.topology import Topology, Vertex
 from taccl_py.units import algbw_gbps, bytes_per_us_to_gbps, gbps_to_bytes_per_us
 
-__all__ = ["Bound", "BoundProfile", "bound_profile", "lower_bound", "unicast_view"]
+__all__ = ["Bound", "BoundProfile", "JointBound", "bound_profile", "joint_lower_bound", "leave_demand", "lower_bound",
+           "unicast_view"]
 
 _ECCENTRICITY_SOURCES = 64
 """Above this many GPUs the latency eccentricity is taken over this many evenly spaced sources (still valid)."""
@@ -576,3 +577,162 @@ def bound_profile(topology: Topology, kind: CollectiveKind, root: int = 0) -> Bo
     if kind is CollectiveKind.ALLREDUCE:
         return _allreduce_profile(topology, latency)
     return _rooted_profile(topology, kind, root, latency)
+
+
+# ------------------------------------------------------- several collectives at once
+@dataclass(frozen=True)
+class JointBound:
+    """A lower bound on the makespan of collectives that all start at time 0 on one topology (us)."""
+
+    bound_us: float
+    parts_us: tuple[float, ...]
+    """Each collective's own bound (:func:`lower_bound`); ``bound_us`` is at least the largest."""
+    explanation: str
+    cut: tuple[Vertex, ...]
+    """The binding vertex set when a summed cut binds, else empty."""
+    assumes: str
+
+    def efficiency(self, makespan_us: float | None) -> float | None:
+        """``bound_us / makespan_us`` (1.0 means no schedule of these collectives can end sooner)."""
+        if makespan_us is None or makespan_us <= 0:
+            return None
+        ratio = self.bound_us / makespan_us
+        return 1.0 if 1.0 < ratio <= 1.0 + _ROUNDING else ratio
+
+    def summary(self) -> dict[str, Any]:
+        return {"bound_us": self.bound_us, "parts_us": list(self.parts_us), "explanation": self.explanation,
+                "cut": list(self.cut), "assumes": self.assumes}
+
+
+def leave_demand(kind: CollectiveKind, size_bytes: float, n: int, inside: int, root_inside: bool) -> float:
+    """Bytes of one collective that must leave a vertex set holding ``inside`` of the ``n`` GPUs (0 < inside < n).
+
+    With or without switch multicast and in-network reduction: a block (or a
+    contribution, or a sum) needed outside the set crosses out of it at least once.
+    Allgather: the set's blocks; ReduceScatter: the set's contributions to the
+    blocks owned outside (one partial sum each); Allreduce: the whole buffer;
+    Alltoall (``size_bytes`` per rank): one piece per (inside, outside) pair;
+    Broadcast: the buffer if the root is inside; Reduce: if it is outside.
+    """
+    block = size_bytes / n
+    return {CollectiveKind.ALLGATHER: inside * block,
+            CollectiveKind.REDUCESCATTER: (n - inside) * block,
+            CollectiveKind.ALLREDUCE: size_bytes,
+            CollectiveKind.ALLTOALL: inside * (n - inside) * block,
+            CollectiveKind.BROADCAST: size_bytes if root_inside else 0.0,
+            CollectiveKind.REDUCE: 0.0 if root_inside else size_bytes}[kind]
+
+
+def _traffic_totals(kind: CollectiveKind, size_bytes: float, n: int, multicast: bool,
+                    reduce: bool) -> tuple[float, float]:
+    """(bytes all GPUs inject, bytes all GPUs receive), at least, for one collective.
+
+    Without multicast every reception is one injection; without in-network
+    reduction every combining of two partial sums is one reception.
+    Allgather/Broadcast: (N-1) M received, injected too unless switches
+    replicate (then M); ReduceScatter/Reduce: every contribution leaves its GPU,
+    (N-1) M injected, received too unless switches combine (then M); Allreduce:
+    one-way gossip needs 2(N-1) messages per element, or M per GPU each way where
+    the switches replicate or combine; Alltoall: (N-1) M each way.
+    """
+    total = (n - 1) * size_bytes
+    if kind in (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST):
+        return (size_bytes if multicast else total), total
+    if kind in (CollectiveKind.REDUCESCATTER, CollectiveKind.REDUCE):
+        return total, (size_bytes if reduce else total)
+    if kind is CollectiveKind.ALLREDUCE:
+        return (n * size_bytes, n * size_bytes) if multicast or reduce else (2 * total, 2 * total)
+    return total, total
+
+
+def joint_lower_bound(topology: Topology, parts: Sequence[tuple[CollectiveKind | str, float]], *, root: int = 0,
+                      step_overhead_us: float = 0.0, offload: bool = True) -> JointBound:
+    """Lower bound on the makespan of ``parts`` (collective, nccl-tests size) started together on ``topology``.
+
+    The largest of: each collective's own bound; for every vertex set S of a
+    candidate family (the single bounds' binding cuts and their complements,
+    single GPUs, machines, the minimum cuts between GPU 0 and every other GPU,
+    all with or without the switches), the bytes *all* collectives must move
+    out of S over the bandwidth leaving S, after the cheapest route latency
+    through the cut; and the GPUs' total injection and ejection over their
+    total bandwidth. Different collectives move different data, so their
+    demands on a cut add (docs/simulator.md proves it). Every candidate gives a
+    valid bound; the family makes it exact on the usual cases (FSDP's Allgather
+    + ReduceScatter of one size: every cut separating GPUs carries M).
+    """
+    view = topology if offload else unicast_view(topology)
+    kinds = [k if isinstance(k, CollectiveKind) else parse_collective(k) for k, _ in parts]
+    sizes = [float(size) for _, size in parts]
+    singles = [lower_bound(topology, k, s, root=root, step_overhead_us=step_overhead_us, offload=offload)
+               for k, s in zip(kinds, sizes, strict=True)]
+    n = topology.num_gpus
+    multicast, reduce = bool(_capable(view, "multicast")), bool(_capable(view, "reduce"))
+    flags = [name for name, on in (("switch multicast", multicast), ("in-network reduction", reduce)) if on]
+    assumes = ("with " + " and ".join(flags) if flags else "unicast") + "; the collectives' data add on every cut"
+    best = max(range(len(singles)), key=lambda k: singles[k].bound_us)
+    result = JointBound(singles[best].bound_us, tuple(b.bound_us for b in singles),
+                        f"collective {best + 1} ({kinds[best].value}) alone: {singles[best].explanation}", (), assumes)
+    if n < 2 or len(parts) < 2:
+        return result
+    graph = _Graph(view)
+    to_vertex = _switch_distances(view, forward=True)
+    from_vertex = _switch_distances(view, forward=False)
+    vid = view.vertex_id
+    links = [(vid[link.src], vid[link.dst], link.latency) for link in view.links]
+    considered: set[bytes] = set()
+    for side in _joint_candidates(view, graph, singles):
+        key = side.tobytes()
+        if key in considered:
+            continue
+        considered.add(key)
+        inside = int(side[:n].sum())
+        if inside in (0, n):
+            continue
+        out = graph.out_bandwidth(side)
+        demand = sum(leave_demand(k, s, n, inside, bool(side[root])) for k, s in zip(kinds, sizes, strict=True))
+        if out <= 0 or demand <= 0:
+            continue
+        latency = min((_route_latency_through(to_vertex[a], lat, from_vertex[b]) for a, b, lat in links
+                       if side[a] and not side[b]), default=math.inf)
+        value = demand / out + (0.0 if math.isinf(latency) else latency) + step_overhead_us
+        if value > result.bound_us * (1 + SEARCH_IMPROVEMENT_REL):
+            result = replace(result, bound_us=value, cut=graph.names(side),
+                             explanation=f"summed cut bound: {demand:.6g} bytes of all {len(parts)} collectives must "
+                                         f"leave {_describe(view, side)} over "
+                                         f"{bytes_per_us_to_gbps(out):.6g} GB/s")
+    injected = sum(_traffic_totals(k, s, n, multicast, reduce)[0] for k, s in zip(kinds, sizes, strict=True))
+    ejected = sum(_traffic_totals(k, s, n, multicast, reduce)[1] for k, s in zip(kinds, sizes, strict=True))
+    latency = _min_route_latency(view) + step_overhead_us
+    for what, total, bandwidth in (
+            ("inject", injected, sum(view.injection_bandwidth(g) for g in range(n))),
+            ("receive", ejected, sum(view.ejection_bandwidth(g) for g in range(n)))):
+        if bandwidth <= 0:
+            continue
+        value = latency + total / gbps_to_bytes_per_us(bandwidth)
+        if value > result.bound_us * (1 + SEARCH_IMPROVEMENT_REL):
+            result = replace(result, bound_us=value, cut=(),
+                             explanation=f"traffic bound: the GPUs {what} {total:.6g} bytes of all {len(parts)} "
+                                         f"collectives in all over {bandwidth:.6g} GB/s")
+    return result
+
+
+def _joint_candidates(topology: Topology, graph: _Graph, singles: Sequence[Bound]) -> Iterable[np.ndarray]:
+    """The vertex sets the joint bound tries (see :func:`joint_lower_bound`)."""
+    vid = topology.vertex_id
+    for bound in singles:
+        if bound.cut:
+            side = graph.mask(vid[v] for v in bound.cut)
+            yield side
+            yield ~side
+    yield from _seed_sets(graph)
+    n = graph.n
+    if n <= _JOINT_FLOW_GPUS:
+        for t in range(1, n):
+            for sources, sinks in (([0], [t]), ([t], [0])):
+                _, side = graph.max_flow(sources, sinks)
+                yield side
+                yield ~side
+
+
+_JOINT_FLOW_GPUS = 256
+"""Up to this many GPUs the joint bound also tries the minimum cuts between GPU 0 and every other GPU."""

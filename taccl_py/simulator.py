@@ -25,7 +25,9 @@ import numpy as np
 
 from taccl_py.collectives import Collective
 from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout, endpoint_sides
+from taccl_py.errors import InputError
 from taccl_py.event_kernel import EventKernel, Fault
+from taccl_py.runtime import TransferCosts
 from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
 from taccl_py.store_forward import LegPlan
 from taccl_py.topology import Topology
@@ -55,6 +57,9 @@ class SimOptions:
 
     step_overhead_us: float = 0.0
     endpoint: EndpointMode = EndpointMode.GPU
+    costs: TransferCosts | None = None
+    """A runtime's protocol costs (:mod:`taccl_py.runtime`): per-step latency instead of the route latency,
+    a weight on every link, a launch overhead added to the time. None: the raw-link model."""
 
 
 @dataclass(frozen=True)
@@ -303,11 +308,38 @@ class _Run(EventKernel):
     schedule raises :class:`Fault` from the step that finds it.
     """
 
-    __slots__ = ("arrive_at", "collective", "commit_at", "commit_cause", "commit_on_arrive", "commit_on_commit",
-                 "commit_pending", "commits", "committed", "conn_next", "conn_prev", "extra_latency", "group_leader",
-                 "group_members", "group_waiting", "hop_by_hop", "memory", "num_chunks", "schedule",
-                 "size_bytes", "snapshot", "space", "start_at", "start_cause", "start_on_commit", "start_pending",
-                 "state", "topology", "transfers")
+    __slots__ = (
+        "arrive_at",
+        "collective",
+        "commit_at",
+        "commit_cause",
+        "commit_on_arrive",
+        "commit_on_commit",
+        "commit_pending",
+        "commits",
+        "committed",
+        "conn_next",
+        "conn_prev",
+        "extra_latency",
+        "group_leader",
+        "group_members",
+        "group_waiting",
+        "hop_by_hop",
+        "launch_us",
+        "memory",
+        "num_chunks",
+        "schedule",
+        "size_bytes",
+        "snapshot",
+        "space",
+        "start_at",
+        "start_cause",
+        "start_on_commit",
+        "start_pending",
+        "state",
+        "topology",
+        "transfers",
+    )
 
     def __init__(self, topology: Topology, schedule: Schedule, size_bytes: float, options: SimOptions, *,
                  space: ChunkSpace | None = None, transfer_bytes: Sequence[float] | None = None) -> None:
@@ -332,17 +364,24 @@ class _Run(EventKernel):
         route_latency: dict[tuple[int, ...], float] = {}
         latency = [0.0] * n
         num_bytes = [0.0] * n
+        costs = options.costs
         for i, t in enumerate(transfers):
             lat = route_latency.get(t.route)
             if lat is None:
-                lat = route_latency[t.route] = topology.route_latency(t.route)
+                lat = route_latency[t.route] = topology.route_latency(t.route) if costs is None else \
+                    costs.route_latency_us(topology, t.route)
             latency[i] = lat + overhead
             num_bytes[i] = len(t.chunks) * chunk_bytes if transfer_bytes is None else transfer_bytes[i]
-        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links]
+        # a runtime's protocol reaches a share of each link's rate (taccl_py.runtime): its capacity scaled
+        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None else \
+            costs.link_capacity_us(topology)
         self.memory: tuple[int, ...] = ()
         weights: list[tuple[float, ...] | None] | None = None
         layout = None
         if topology.has_endpoint_limits:  # memory and channels join the links as resources
+            if costs is not None:
+                raise InputError("a runtime model (protocol costs) and GPU memory / channel limits are not "
+                                 "simulated together; use --ideal or drop the endpoint limits", where="topology")
             layout = endpoint_layout(topology, len(capacities))
             self.memory = layout.memory
             capacities = [*capacities, *layout.capacities]
@@ -365,6 +404,9 @@ class _Run(EventKernel):
         self.hop_by_hop = topology.store_and_forward
         """Store-and-forward switches: transfers (and groups) cross their routes leg by leg (:mod:`taccl_py.store_forward`)."""
         if self.hop_by_hop:
+            if costs is not None:
+                raise InputError("a runtime model (protocol costs) and store-and-forward switches are not simulated "
+                                 "together; use --ideal or cut-through switches", where="topology")
             sides = endpoint_sides(schedule, options.endpoint, layout) if layout is not None else None
             plan = LegPlan(n, [link.latency for link in topology.links])
             for i, t in enumerate(transfers):
@@ -402,6 +444,8 @@ class _Run(EventKernel):
                     weights[first] = None if all(w == 1.0 for w in used.values()) else tuple(used.values())
                 latency[first] = flow_latency
             super().__init__(capacities, resources, latency, num_bytes, weights)
+        self.launch_us = 0.0 if costs is None else costs.launch_us
+        """Added once to the collective's time (the runtime's launch overhead)."""
         nan = math.nan
         self.start_at = [nan] * n
         self.arrive_at = [nan] * n
@@ -562,7 +606,7 @@ class _Run(EventKernel):
     def result(self, error: str | None, path: tuple[int, ...] = (), stuck: tuple[int, ...] = ()) -> SimResult:
         links = len(self.topology.links)
         return SimResult(correct=error is None, error=error,
-                         time_us=max(self.commit_at, default=0.0) if error is None else None,
+                         time_us=max(self.commit_at, default=0.0) + self.launch_us if error is None else None,
                          size_bytes=self.size_bytes, collective=self.collective, start_us=np.array(self.start_at),
                          arrive_us=np.array(self.arrive_at), commit_us=np.array(self.commit_at),
                          link_busy_us=tuple(self.net.busy_us[:links]),

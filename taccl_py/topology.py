@@ -16,10 +16,13 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taccl_py.errors import TopologyError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MAX_GPUS, MAX_LATENCY_US, MIN_BANDWIDTH_GBPS, limit_text
+
+if TYPE_CHECKING:
+    from taccl_py.runtime import RuntimeModel
 
 __all__ = ["Dimension", "DimensionKind", "Endpoint", "Link", "Route", "Switch", "SwitchModel", "Topology", "Vertex",
            "check_dimensions", "check_endpoints", "check_topology"]
@@ -145,6 +148,8 @@ class Topology:
     """Per GPU (indexed by rank), its :class:`Endpoint`; empty when no GPU declares one (memory is free)."""
     switch_model: SwitchModel = SwitchModel.CUT_THROUGH
     """How transfers cross switches in the simulator (:class:`SwitchModel`)."""
+    runtime: RuntimeModel | None = field(default=None, compare=False)
+    """Calibrated runtime costs (protocols, overheads; :mod:`taccl_py.runtime`), None for the raw-link model only."""
 
     def __hash__(self) -> int:
         return self._hash

@@ -21,6 +21,8 @@ from cli_runner import run
 from taccl_py.profiler.measurements import read_measurements_csv
 from taccl_py.topology_io import load_topology
 
+pytestmark = pytest.mark.serial  # real ping-pong timings: never next to another test worker
+
 DATA = Path(__file__).parent / "data" / "profiler"
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 

@@ -320,3 +320,33 @@ def test_network_groups_match_simgrid(oracle: Oracle, case: int) -> None:
     assert schedule.uses_switch_offload
     assert_agrees(oracle, topo, schedule, size)
     assert_agrees(oracle, topo, schedule, size, step_overhead_us=0.5)
+
+
+def _synthesized_switch_cases() -> list[tuple[str, Topology, Schedule]]:
+    """Schedules the synthesizer routes through the switches (taccl_py/synthesis/multicast.py) on the two-level tree."""
+    from taccl_py.library.grids import switch_tree
+    from taccl_py.synthesis import SynthesisOptions
+    from taccl_py.synthesis.multicast import one_group_allreduce, split_by_latency, switch_candidates
+    from taccl_py.synthesis.options import Run
+    from taccl_py.synthesis.routes import prepare
+
+    tree = switch_tree(2, 2, 10.0, 1.0, uplink_bandwidth=5.0, uplink_latency=2.0, multicast=True, reduce=True)
+    cases = []
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+        run_ = Run.start(SynthesisOptions(chunk_factors=(2,)), None)
+        found = switch_candidates(run_, prepare(run_, tree, kind, 4 * 10**6), 4 * 10**6)
+        trees = next(c for c in found.choices if "trees" in c.label)
+        cases.append((f"synthesized {kind.value} trees", tree, trees.schedule))
+    whole = one_group_allreduce(tree)
+    assert whole is not None
+    cut = split_by_latency(tree, whole.transfers)
+    assert cut is not None
+    cases.append(("one-group allreduce split by latency", tree, whole.with_transfers(cut)))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(4), ids=["ag trees", "rs trees", "ar trees", "ar one group split"])
+def test_synthesized_switch_trees_match_simgrid(oracle: Oracle, case: int) -> None:
+    _, topo, schedule = _synthesized_switch_cases()[case]
+    assert schedule.uses_switch_offload
+    assert_agrees(oracle, topo, schedule, 4 * 10**6)

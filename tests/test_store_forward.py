@@ -343,10 +343,11 @@ def test_the_astra_network_yaml_keeps_the_switch_model(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ the command line
 def test_the_command_line_option_and_the_file_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """dgx-a100 carries a calibrated runtime model: store-and-forward asks for the raw-link model (--ideal)."""
     args = ["-c", "allgather", "-s", "8MB", "-a", "ring", "--json"]
 
     def simulate_json(*extra: str) -> dict[str, Any]:
-        code, out, err = run(["simulate", *extra, *args], capsys)
+        code, out, err = run(["--ideal", "simulate", *extra, *args], capsys)
         assert code == 0, err
         return only_json(out)
 
@@ -359,8 +360,13 @@ def test_the_command_line_option_and_the_file_field(tmp_path: Path, capsys: pyte
     assert simulate_json("-t", str(path))["time_us"] == saf["time_us"]
     overridden = simulate_json("-t", str(path), "--switch-model", "cut-through")
     assert overridden["time_us"] == cut["time_us"] and "switch_model" not in overridden
-    code, out, _ = run(["baseline", "-t", str(path), "-c", "allreduce", "-s", "1MB", "--json"], capsys)
+    code, out, _ = run(["--ideal", "baseline", "-t", str(path), "-c", "allreduce", "-s", "1MB", "--json"], capsys)
     assert code == 0 and only_json(out)["switch_model"] == "store-and-forward"
+    for command in (["simulate", "-t", "dgx-a100", *args], ["baseline", "-t", str(path), "-c", "allreduce", "-s",
+                                                            "1MB"]):
+        code, _, err = run([*command, "--switch-model", "store-and-forward"], capsys)
+        assert code == 2 and "store-and-forward switches are simulated on the raw-link model only" in err
+        assert "add taccl --ideal" in err
     code, _, err = run(["simulate", "-t", "dgx-a100", *args, "--switch-model", "wormhole"], capsys)
     assert code == 2 and "wormhole" in err
 

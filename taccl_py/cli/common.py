@@ -24,6 +24,7 @@ from rich.text import Text
 from taccl_py.collectives import CollectiveKind, parse_collective
 from taccl_py.errors import InputError, OutputError
 from taccl_py.limits import MAX_LATENCY_US, MAX_SOLVER_THREADS, limit_text
+from taccl_py.runtime import RuntimeModel
 from taccl_py.topology import SwitchModel, Topology
 from taccl_py.units import parse_size_range
 
@@ -420,3 +421,31 @@ def progress_line(enabled: bool) -> Iterator[Callable[[str], None]]:
     line = _DelayedLine()
     with Live(line, console=err_console, transient=True, refresh_per_second=4):
         yield line.update
+
+
+def ideal_requested() -> bool:
+    """True when ``taccl --ideal`` was given (the raw-link model, no calibrated runtime costs)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().params.get("ideal"))
+
+
+def runtime_model_for(topology: Topology) -> RuntimeModel | None:
+    """The topology's calibrated runtime model, unless ``--ideal`` (then None: the raw-link model).
+
+    Store-and-forward switches are a raw-link model of their own: with a runtime model too, one line
+    asks for ``--ideal`` (the calibrated costs are per step of a cut-through route).
+    """
+    model = None if ideal_requested() else topology.runtime
+    if model is not None and topology.store_and_forward:
+        raise InputError(f"store-and-forward switches are simulated on the raw-link model only, and topology "
+                         f"{topology.name!r} has the calibrated runtime model {model.name!r}: add taccl --ideal",
+                         where="--switch-model")
+    return model
+
+
+def model_note(model: RuntimeModel | None) -> str:
+    """One line saying which model the times are on (bounds always on the raw-link model)."""
+    if model is None:
+        return "times on the raw-link model (ideal); bounds on the raw-link model"
+    return (f"times on the calibrated runtime model {model.name!r} (protocol per size, per-step and launch overheads; "
+            "taccl --ideal for the raw-link model); bounds on the raw-link model")

@@ -12,9 +12,14 @@ the combination with the smallest makespan when they run together.
 The JSON contract: ``collectives`` (one object per collective: ``collective``,
 ``algorithm``, ``size_bytes``, ``correct``, ``time_us`` next to the others,
 ``alone_us``, ``slowdown``, ``algbw_GBps``, ``busbw_GBps``, ``bound_us``,
-``efficiency``), ``makespan_us``, ``makespan_bound_us`` (the largest of the
-collectives' bounds), ``correct``, ``injected_bytes`` and ``ejected_bytes``
-(bytes on GPU -> network and network -> GPU links, all collectives together).
+``efficiency``), ``makespan_us``, ``makespan_bound_us`` (the joint lower bound of
+the collectives running at once, :func:`taccl_py.bounds.joint_lower_bound`: at
+least the largest of their own bounds), ``makespan_efficiency`` (that bound over
+the makespan), ``makespan_bound`` (its explanation), ``correct``,
+``injected_bytes`` and ``ejected_bytes`` (bytes on GPU -> network and network ->
+GPU links, all collectives together). ``synthesize -o DIR`` adds ``files``: one
+object per collective (``collective``, ``algorithm``, ``path``, ``format``
+``xml`` or ``json``, ``why_not_xml``, ``xml_verified``).
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from taccl_py.bounds import lower_bound
+from taccl_py.bounds import joint_lower_bound, lower_bound
 from taccl_py.cli.common import (
     emit_json,
     err_console,
@@ -118,10 +124,8 @@ def _row(topology: Topology, kinds: list[CollectiveKind], names: list[str], size
          root: int, step_overhead_us: float) -> dict[str, Any]:
     """One size of a concurrent run, in the JSON contract of the module docstring."""
     parts = []
-    bounds = []
     for kind, name, part in zip(kinds, names, result.parts, strict=True):
         bound = lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us)
-        bounds.append(bound.bound_us)
         entry: dict[str, Any] = {"collective": kind.value, "algorithm": name, "size_bytes": size,
                                  "correct": part.correct, "time_us": part.time_us, "alone_us": part.alone_us,
                                  "slowdown": part.slowdown, "algbw_GBps": part.algbw_GBps,
@@ -131,9 +135,11 @@ def _row(topology: Topology, kinds: list[CollectiveKind], names: list[str], size
             entry["error"] = part.error
         parts.append(entry)
     injected, ejected = endpoint_bytes(topology, result.link_bytes)
-    known = [b for b in bounds if b is not None]
+    joint = joint_lower_bound(topology, [(kind, size) for kind in kinds], root=root, step_overhead_us=step_overhead_us)
     row: dict[str, Any] = {"size_bytes": size, "correct": result.correct, "makespan_us": result.makespan_us,
-                           "makespan_bound_us": max(known) if known else None,
+                           "makespan_bound_us": joint.bound_us,
+                           "makespan_efficiency": joint.efficiency(result.makespan_us),
+                           "makespan_bound": joint.explanation,
                            "injected_bytes": injected if result.correct else None,
                            "ejected_bytes": ejected if result.correct else None, "collectives": parts}
     if result.error:
@@ -168,11 +174,13 @@ class _Option:
     alone_us: float
 
 
-def synthesize_concurrent_row(topology: Topology, spec: str, size: int, options: Any,
-                              progress: Any = None) -> dict[str, Any]:
+def synthesize_concurrent_row(topology: Topology, spec: str, size: int, options: Any, progress: Any = None,
+                              out_dir: Path | None = None, dialect: str = "v2", instances: int = 1,
+                              proto: str | None = None) -> dict[str, Any]:
     """``taccl synthesize -c a+b``: each collective's best few choices, the combination with the smallest makespan.
 
-    Ties go to the combination listed first (each collective's choices fastest alone first).
+    Ties go to the combination listed first (each collective's choices fastest alone first). With ``out_dir``,
+    one file per collective of that combination (:func:`write_parts`).
     """
     from taccl_py.synthesis import synthesize
 
@@ -193,7 +201,7 @@ def synthesize_concurrent_row(topology: Topology, spec: str, size: int, options:
             if choice.schedule.transfers in seen:
                 continue
             seen.add(choice.schedule.transfers)
-            label = choice.label if choice.is_baseline else \
+            label = choice.label if choice.is_baseline or choice.candidate.switch else \
                 f"synthesized (chunk factor {choice.schedule.collective.chunk_factor})"
             pool.append(_Option(label, choice.schedule, choice.time_us))
         pools.append(pool)
@@ -218,7 +226,72 @@ def synthesize_concurrent_row(topology: Topology, spec: str, size: int, options:
     row["combinations"] = tried
     row["synthesis_s"] = round(synthesis_s, 3)
     row["notes"] = notes
+    if out_dir is not None:
+        row["files"] = write_parts(topology, [(o.label, o.schedule) for o in combination], size, out_dir,
+                                   dialect=dialect, instances=instances, proto=proto)
+        notes += [f"{f['collective']}: {f['why_not_xml']}" for f in row["files"] if f["why_not_xml"]]
     return row
+
+
+def part_file_names(topology: Topology, kinds: list[CollectiveKind]) -> list[str]:
+    """``allgather-dgx-h100`` per collective (``-2``, ``-3`` on a repeated collective), without extension."""
+    names = []
+    for k, kind in enumerate(kinds):
+        base = f"{kind.value}-{topology.name}".replace("/", "_")
+        repeat = sum(1 for other in kinds[:k] if other is kind)
+        names.append(base if not repeat else f"{base}-{repeat + 1}")
+    return names
+
+
+def write_parts(topology: Topology, chosen: list[tuple[str, Schedule]], size: int, out_dir: Path, *,
+                dialect: str, instances: int, proto: str | None) -> list[dict[str, Any]]:
+    """One file per collective of a joint result in ``out_dir``: MSCCL XML when the schedule is unicast, lowers and
+    passes ``taccl verify``'s checks, else its schedule JSON (which ``taccl simulate -a`` and the Python API read);
+    each entry says which and why. The files are the schedules the makespan was measured with: no other choice
+    is substituted (that would change the makespan). An XML's protocol is ``proto``, or the one the topology's
+    runtime model finds fastest for it (Simple without one), as for a single collective."""
+    from taccl_py.cli.common import runtime_model_for
+    from taccl_py.cli.synth_cmd import _choose_proto, _selection
+    from taccl_py.errors import LoweringError
+    from taccl_py.msccl import lower_schedule, save_xml, verify_program
+    from taccl_py.schedule import save_schedule
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runtime = runtime_model_for(topology)
+    files = []
+    names = part_file_names(topology, [schedule.collective.kind for _, schedule in chosen])
+    for (label, schedule), name in zip(chosen, names, strict=True):
+        kind = schedule.collective.kind.value
+        why: str | None = None
+        verified: bool | None = None
+        selection: dict[str, Any] | None = None
+        if schedule.uses_switch_offload:
+            why = ("it uses switch multicast or in-network reduction, which MSCCL XML cannot express: written as "
+                   "schedule JSON")
+        else:
+            try:
+                file_proto = _choose_proto(schedule, topology, size, proto, runtime)[0]
+                program = lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=file_proto)
+            except LoweringError as exc:
+                why = f"it cannot be MSCCL XML ({exc}): written as schedule JSON"
+            else:
+                report = verify_program(program, dialect)
+                verified = report.correct
+                if report.correct:
+                    path = out_dir / f"{name}.xml"
+                    save_xml(program, path, dialect)
+                    selection, _ = _selection(program, size, dialect)
+                    files.append({"collective": kind, "algorithm": label, "path": str(path), "format": "xml",
+                                  "why_not_xml": None, "xml_verified": True, "selection": selection,
+                                  "proto": file_proto})
+                    continue
+                why = (f"its MSCCL program did not pass taccl verify's checks ({'; '.join(str(e) for e in report.errors[:2])}): "
+                       "written as schedule JSON")
+        path = out_dir / f"{name}.json"
+        save_schedule(schedule, topology, path)
+        files.append({"collective": kind, "algorithm": label, "path": str(path), "format": "json",
+                      "why_not_xml": why, "xml_verified": verified, "selection": selection})
+    return files
 
 
 def report_concurrent(topology: Topology, spec: str, rows: list[dict[str, Any]], as_json: bool) -> None:
@@ -243,6 +316,13 @@ def report_concurrent(topology: Topology, spec: str, rows: list[dict[str, Any]],
                                   f"{row['ejected_bytes'] / n:,.0f}", markup=False)
             for note in row.get("notes", ()):
                 out_console.print(f"note: {note}", markup=False)
+            if row.get("makespan_efficiency") is not None:
+                out_console.print(f"makespan efficiency (joint bound / makespan): {row['makespan_efficiency']:.3f}; "
+                                  f"joint bound: {row['makespan_bound']}", markup=False)
+            for f in row.get("files", ()):
+                out_console.print(f"wrote {f['collective']} ({f['algorithm']}) as "
+                                  f"{'MSCCL XML' if f['format'] == 'xml' else 'schedule JSON'} to {f['path']}",
+                                  markup=False)
     for row in rows:
         for p in row["collectives"]:
             if not p["correct"] and not as_json:

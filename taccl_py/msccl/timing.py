@@ -80,7 +80,7 @@ def simulate_program(program: Program, topology: Topology, size_bytes: float,
     unfinished = [i for i, t in enumerate(timing.done_at) if math.isnan(t)]
     if unfinished:
         return failed(f"{len(unfinished)} step(s) never finish, e.g. {machine.describe(unfinished[0])}")
-    makespan = max(timing.done_at, default=0.0)
+    makespan = max(timing.done_at, default=0.0) + (options.costs.launch_us if options.costs is not None else 0.0)
     sends = [t.node for t in machine.nodes if t.type.sends]
     start = np.array([timing.start_at[s] for s in sends])
     arrive = np.array([timing.done_at[s] for s in sends])
@@ -88,6 +88,11 @@ def simulate_program(program: Program, topology: Topology, size_bytes: float,
                        for s in sends])
     notes: dict[str, Any] = {"transmissions": [machine.describe(i) for i in timing.critical_path()],
                              "chunk_bytes": size_bytes / program.nchunksperloop}
+    if options.costs is not None:
+        if options.costs.protocol.value != program.proto:
+            raise InputError(f"the program's proto is {program.proto!r} but the costs given are for "
+                             f"{options.costs.protocol.value!r}", where=program.source or "program")
+        notes["proto"] = program.proto
     lo, hi = program.min_bytes, program.max_bytes
     if lo is not None and (size_bytes < lo or (hi and size_bytes > hi)):
         notes["outside_size_range"] = f"the runtime selects this program only for {lo}..{hi or 'any'} bytes"
@@ -136,6 +141,7 @@ class _Timing(EventKernel):
         routes: list[Route] = []
         latency: list[float] = []
         num_bytes: list[float] = []
+        costs = options.costs  # the runtime's costs of the program's protocol (taccl_py.runtime), if any
         for t in machine.nodes:
             if t.type.sends:
                 peer = machine.tbs[t.tb][1].send
@@ -144,13 +150,18 @@ class _Timing(EventKernel):
                     raise TopologyError(f"ranks {t.rank} and {peer} communicate but topology {topology.name!r} has "
                                         "no route between them through switches only", where="topology")
                 routes.append(route)
-                latency.append(topology.route_latency(route) + options.step_overhead_us)
+                hop = topology.route_latency(route) if costs is None else costs.route_latency_us(topology, route)
+                latency.append(hop + options.step_overhead_us)
             else:
                 routes.append(())
                 latency.append(0.0)
             num_bytes.append(t.count * chunk_bytes)
-        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links]
+        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None else \
+            costs.link_capacity_us(topology)  # the protocol's share of each link (taccl_py.runtime)
         if topology.store_and_forward:  # every send crosses its route leg by leg (taccl_py.store_forward)
+            if costs is not None:
+                raise InputError("a runtime model (protocol costs) and store-and-forward switches are not simulated "
+                                 "together; use --ideal or cut-through switches", where="topology")
             plan = LegPlan(n, [link.latency for link in topology.links])
             for node, route in enumerate(routes):
                 plan.relay(node, route, options.step_overhead_us if route else 0.0, num_bytes[node])

@@ -40,6 +40,8 @@ class Candidate:
     """The synthesized variant; None for a baseline."""
     tuned: bool = False
     """A switch-offload schedule whose pipeline depth the synthesizer searched (:mod:`taccl_py.synthesis.offload`)."""
+    switch: bool = False
+    """Routed by the synthesizer through multicast or reduce switches (:mod:`taccl_py.synthesis.multicast`)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class Choice:
         """How the report names it: ``synthesized``, ``baseline <name>`` or ``tuned <offload schedule>``."""
         if self.candidate.tuned:
             return f"tuned {self.candidate.label}"
+        if self.candidate.switch:
+            return f"synthesized {self.candidate.label}"
         return f"baseline {self.candidate.label}" if self.is_baseline else "synthesized"
 
 
@@ -181,7 +185,9 @@ def rank_choices(synthesized: Sequence[Choice], baselines: BaselineComparison, s
     more than :data:`_BASELINE_MARGIN`.
     """
     def selectable(choice: Choice) -> bool:
-        return selectable_at(choice.schedule.collective, size_bytes, element_bytes, instances)
+        # a schedule using the switches is never an XML file, so the runtime's file selection does not apply to it
+        return choice.schedule.uses_switch_offload or selectable_at(choice.schedule.collective, size_bytes,
+                                                                    element_bytes, instances)
 
     def key(choice: Choice) -> tuple[bool, float]:
         return (not selectable(choice), choice.time_us * (1 + _BASELINE_MARGIN) if choice.is_baseline

@@ -18,6 +18,7 @@ from taccl_py.synthesis.candidates import (
     simulate_candidates,
 )
 from taccl_py.synthesis.chunking import chunk_factors
+from taccl_py.synthesis.multicast import switch_candidates
 from taccl_py.synthesis.multidim import Shortcut, hierarchical_shortcut
 from taccl_py.synthesis.offload import tuned_offload
 from taccl_py.synthesis.options import STAGES, ProgressFn, Run, SynthesisOptions
@@ -68,8 +69,6 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
     if shortcut is not None:
         return _baselines_only(run, topology, kind, size_bytes, shortcut)
     prepared = prepare(run, topology, kind, size_bytes)
-    pools = route_pools(run, prepared)
-    stats: list[SolveStats] = list(pools.stats)
     notes: list[str] = []
     candidates: list[Candidate] = []
     best_per_factor: list[Choice] = []
@@ -78,6 +77,13 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
     tuned, tuned_notes = tuned_offload(run, topology, kind, size_bytes, options.root) if options.compare_baselines \
         else ([], [])
     notes += tuned_notes
+    # trees of the synthesizer's own through multicast / reduce switches, within the same half
+    switched = switch_candidates(run, prepared, size_bytes)
+    notes += switched.notes
+    candidates += switched.candidates
+    best_per_factor += switched.choices
+    pools = route_pools(run, prepared)
+    stats: list[SolveStats] = [*switched.stats, *pools.stats]
     for k, c in enumerate(chunk_factors(options, prepared)):
         if candidates and run.out_of_time():
             notes.append(f"time limit reached before chunk factor {c} was tried")
