@@ -403,3 +403,18 @@ def test_the_representative_simulation_refuses_store_and_forward_switches() -> N
     sym = symmetric_ring(topo, ring_plan(topo, None), CollectiveKind.ALLGATHER)
     assert sym is not None and symmetry_error(sym, topo) is None
     assert "store-and-forward" in (symmetry_error(sym, _saf(topo)) or "")
+
+
+def test_the_compiled_simulator_leaves_store_and_forward_to_python() -> None:
+    """The compiled kernel streams every transfer over its whole route: it refuses, and the result is Python's."""
+    from taccl_py.compact import compact
+    from taccl_py.fast_sim import fast_error, simulate_compact
+
+    topo = _saf(switch_star(4, 100, 1.0))
+    schedule = baseline(topo, CollectiveKind.ALLGATHER, "ring", size_bytes=1 << 20)
+    arrays = compact(schedule)
+    assert "store-and-forward" in (fast_error(arrays, topo) or "")
+    assert fast_error(arrays, topo.with_switch_model(CT)) is None
+    fast, python = simulate_compact(topo, arrays, 1 << 20), simulate(topo, schedule, 1 << 20)
+    assert fast.time_us == python.time_us and python.time_us != simulate(topo.with_switch_model(CT), schedule,
+                                                                         1 << 20).time_us
