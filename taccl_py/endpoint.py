@@ -35,8 +35,8 @@ from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["EndpointBound", "EndpointLayout", "EndpointMode", "MemoryDemand", "MemoryTraffic", "endpoint_bound",
-           "endpoint_flows", "endpoint_layout", "joint_endpoint_bound", "memory_bound", "memory_demand", "memory_traffic", "min_memory_bytes",
-           "min_network_bytes"]
+           "endpoint_flows", "endpoint_layout", "endpoint_sides", "joint_endpoint_bound", "memory_bound",
+           "memory_demand", "memory_traffic", "min_memory_bytes", "min_network_bytes"]
 
 
 class EndpointMode(StrEnum):
@@ -203,27 +203,47 @@ def endpoint_layout(topology: Topology, base: int) -> EndpointLayout:
 def endpoint_flows(topology: Topology, schedule: Schedule, mode: EndpointMode, layout: EndpointLayout,
                    ) -> tuple[list[tuple[int, ...]], list[tuple[float, ...] | None]]:
     """Per transfer, its resources (route, then endpoint resources) and their weights (None: all 1)."""
-    demand = memory_demand(schedule, mode)
-    memory, channels = layout.memory, layout.channels
     resources: list[tuple[int, ...]] = []
     weights: list[tuple[float, ...] | None] = []
-    gpu_driven = mode is EndpointMode.GPU
-    for i, t in enumerate(schedule.transfers):
-        extra: list[tuple[int, float]] = []
-        src_weight = demand.src_read[i]
-        dst_weight = demand.dst_read[i] + demand.dst_write[i]
-        if memory[t.src] >= 0 and src_weight > 0:
-            extra.append((memory[t.src], src_weight))
-        if memory[t.dst] >= 0 and dst_weight > 0:
-            extra.append((memory[t.dst], dst_weight))
-        if gpu_driven:
-            for end in (t.src, t.dst):
-                if channels[end] >= 0:
-                    extra.append((channels[end], 1.0))
+    channels = {c for c in layout.channels if c >= 0}
+    for t, (src_side, dst_side) in zip(schedule.transfers, endpoint_sides(schedule, mode, layout), strict=True):
+        # the memories (sender's, receiver's), then the channels: the order the fluid network has always seen
+        both = (*src_side, *dst_side)
+        extra = [e for e in both if e[0] not in channels] + [e for e in both if e[0] in channels]
         resources.append(t.route + tuple(r for r, _ in extra))
         plain = all(w == 1.0 for _, w in extra)
         weights.append(None if plain else (1.0,) * len(t.route) + tuple(w for _, w in extra))
     return resources, weights
+
+
+def endpoint_sides(schedule: Schedule, mode: EndpointMode, layout: EndpointLayout,
+                   ) -> list[tuple[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]]]:
+    """Per transfer, the endpoint resources it uses at its sender and at its receiver, as (resource, weight) pairs.
+
+    The sender's side holds its memory (what the transfer reads there) and, GPU-driven, its
+    channels; the receiver's its memory (reads and writes) and channels. Store-and-forward
+    switches (:mod:`taccl_py.store_forward`) put each side on the leg that touches that GPU.
+    """
+    demand = memory_demand(schedule, mode)
+    memory, channels = layout.memory, layout.channels
+    gpu_driven = mode is EndpointMode.GPU
+    sides: list[tuple[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]]] = []
+    for i, t in enumerate(schedule.transfers):
+        src: list[tuple[int, float]] = []
+        dst: list[tuple[int, float]] = []
+        src_weight = demand.src_read[i]
+        dst_weight = demand.dst_read[i] + demand.dst_write[i]
+        if memory[t.src] >= 0 and src_weight > 0:
+            src.append((memory[t.src], src_weight))
+        if memory[t.dst] >= 0 and dst_weight > 0:
+            dst.append((memory[t.dst], dst_weight))
+        if gpu_driven:
+            if channels[t.src] >= 0:
+                src.append((channels[t.src], 1.0))
+            if channels[t.dst] >= 0:
+                dst.append((channels[t.dst], 1.0))
+        sides.append((tuple(src), tuple(dst)))
+    return sides
 
 
 def min_memory_bytes(kind: CollectiveKind, num_ranks: int, size_bytes: float, root: int = 0) -> list[float]:

@@ -24,9 +24,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from taccl_py.collectives import Collective
-from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout
+from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout, endpoint_sides
+from taccl_py.errors import InputError
 from taccl_py.event_kernel import EventKernel, Fault
+from taccl_py.runtime import TransferCosts
 from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
+from taccl_py.store_forward import LegPlan
 from taccl_py.topology import Topology
 from taccl_py.units import algbw_gbps, gbps_to_bytes_per_us
 
@@ -54,6 +57,9 @@ class SimOptions:
 
     step_overhead_us: float = 0.0
     endpoint: EndpointMode = EndpointMode.GPU
+    costs: TransferCosts | None = None
+    """A runtime's protocol costs (:mod:`taccl_py.runtime`): per-step latency instead of the route latency,
+    a weight on every link, a launch overhead added to the time. None: the raw-link model."""
 
 
 @dataclass(frozen=True)
@@ -302,11 +308,38 @@ class _Run(EventKernel):
     schedule raises :class:`Fault` from the step that finds it.
     """
 
-    __slots__ = ("arrive_at", "collective", "commit_at", "commit_cause", "commit_on_arrive", "commit_on_commit",
-                 "commit_pending", "commits", "committed", "conn_next", "conn_prev", "extra_latency", "group_leader",
-                 "group_members", "group_waiting", "memory", "num_chunks", "schedule",
-                 "size_bytes", "snapshot", "space", "start_at", "start_cause", "start_on_commit", "start_pending",
-                 "state", "topology", "transfers")
+    __slots__ = (
+        "arrive_at",
+        "collective",
+        "commit_at",
+        "commit_cause",
+        "commit_on_arrive",
+        "commit_on_commit",
+        "commit_pending",
+        "commits",
+        "committed",
+        "conn_next",
+        "conn_prev",
+        "extra_latency",
+        "group_leader",
+        "group_members",
+        "group_waiting",
+        "hop_by_hop",
+        "launch_us",
+        "memory",
+        "num_chunks",
+        "schedule",
+        "size_bytes",
+        "snapshot",
+        "space",
+        "start_at",
+        "start_cause",
+        "start_on_commit",
+        "start_pending",
+        "state",
+        "topology",
+        "transfers",
+    )
 
     def __init__(self, topology: Topology, schedule: Schedule, size_bytes: float, options: SimOptions, *,
                  space: ChunkSpace | None = None, transfer_bytes: Sequence[float] | None = None) -> None:
@@ -331,43 +364,73 @@ class _Run(EventKernel):
         route_latency: dict[tuple[int, ...], float] = {}
         latency = [0.0] * n
         num_bytes = [0.0] * n
+        costs = options.costs
         for i, t in enumerate(transfers):
             lat = route_latency.get(t.route)
             if lat is None:
-                lat = route_latency[t.route] = topology.route_latency(t.route)
+                lat = route_latency[t.route] = topology.route_latency(t.route) if costs is None else \
+                    costs.route_latency_us(topology, t.route)
             latency[i] = lat + overhead
             num_bytes[i] = len(t.chunks) * chunk_bytes if transfer_bytes is None else transfer_bytes[i]
-        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links]
+        # a runtime's protocol reaches a share of each link's rate (taccl_py.runtime): its capacity scaled
+        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None else \
+            costs.link_capacity_us(topology)
         self.memory: tuple[int, ...] = ()
         weights: list[tuple[float, ...] | None] | None = None
+        layout = None
         if topology.has_endpoint_limits:  # memory and channels join the links as resources
+            if costs is not None:
+                raise InputError("a runtime model (protocol costs) and GPU memory / channel limits are not "
+                                 "simulated together; use --ideal or drop the endpoint limits", where="topology")
             layout = endpoint_layout(topology, len(capacities))
-            resources, weights = endpoint_flows(topology, schedule, options.endpoint, layout)
             self.memory = layout.memory
             capacities = [*capacities, *layout.capacities]
-        else:
-            resources = [t.route for t in transfers]
         self.group_leader: list[int] | None = None
         """Per transfer, the first member of its network group (-1 outside one); None without groups."""
         self.group_members: dict[int, range] = {}
         self.group_waiting: dict[int, int] = {}
         """Per group leader, how many members have not yet met their start conditions."""
         self.extra_latency: list[float] = []
-        """Per group member, how long after the group's bytes are through its receiver gets them."""
+        """Per group member, how long after the group's bytes are through its receiver gets them (cut-through)."""
         groups = network_groups(transfers)
         if groups:
             leader = self.group_leader = [-1] * n
-            extra = self.extra_latency = [0.0] * n
             for first, end in groups:
                 members = range(first, end)
                 self.group_members[first] = members
                 self.group_waiting[first] = len(members)
+                for j in members:
+                    leader[j] = first
+        self.hop_by_hop = topology.store_and_forward
+        """Store-and-forward switches: transfers (and groups) cross their routes leg by leg (:mod:`taccl_py.store_forward`)."""
+        if self.hop_by_hop:
+            if costs is not None:
+                raise InputError("a runtime model (protocol costs) and store-and-forward switches are not simulated "
+                                 "together; use --ideal or cut-through switches", where="topology")
+            sides = endpoint_sides(schedule, options.endpoint, layout) if layout is not None else None
+            plan = LegPlan(n, [link.latency for link in topology.links])
+            for i, t in enumerate(transfers):
+                if self.group_leader is None or self.group_leader[i] < 0:
+                    plan.relay(i, t.route, overhead, num_bytes[i], *(sides[i] if sides is not None else ((), ())))
+            for first, end in groups:
+                plan.relay_group(first, [transfers[j].route for j in range(first, end)], overhead, num_bytes[first],
+                                 None if sides is None else sides[first:end])
+            super().__init__(capacities, plan.resources, plan.latency_us, plan.num_bytes, plan.weights,
+                             plan.relays())
+        else:
+            if layout is not None:
+                resources, weights = endpoint_flows(topology, schedule, options.endpoint, layout)
+            else:
+                resources = [t.route for t in transfers]
+            if groups:
+                extra = self.extra_latency = [0.0] * n
+            for first, end in groups:
+                members = range(first, end)
                 # the group is one flow over the union of its members' resources; a resource several members
                 # share (a link, the sender's memory) carries the bytes once, at the largest weight asked of it
                 used: dict[int, float] = {}
                 to_receiver: dict[int, float] = {}
                 for j in members:
-                    leader[j] = first
                     mine = weights[j] if weights is not None else None
                     for k, r in enumerate(resources[j]):
                         used[r] = max(used.get(r, 0.0), mine[k] if mine is not None else 1.0)
@@ -380,7 +443,9 @@ class _Run(EventKernel):
                 if weights is not None:
                     weights[first] = None if all(w == 1.0 for w in used.values()) else tuple(used.values())
                 latency[first] = flow_latency
-        super().__init__(capacities, resources, latency, num_bytes, weights)
+            super().__init__(capacities, resources, latency, num_bytes, weights)
+        self.launch_us = 0.0 if costs is None else costs.launch_us
+        """Added once to the collective's time (the runtime's launch overhead)."""
         nan = math.nan
         self.start_at = [nan] * n
         self.arrive_at = [nan] * n
@@ -459,9 +524,12 @@ class _Run(EventKernel):
             self.begin(i, now)
 
     def arrive(self, i: int, now: float) -> None:
-        """Transfer i's bytes are through the network (a group's: each member's receiver its extra latency later)."""
+        """Transfer i's bytes are through the network (a group's: each member's receiver its extra latency later).
+
+        With store-and-forward switches every group member arrives on its own (its route's last leg).
+        """
         leader = self.group_leader
-        if leader is not None and leader[i] >= 0:
+        if leader is not None and leader[i] >= 0 and not self.hop_by_hop:
             extra = self.extra_latency
             for j in self.group_members[i]:
                 if extra[j] > 0:
@@ -538,7 +606,7 @@ class _Run(EventKernel):
     def result(self, error: str | None, path: tuple[int, ...] = (), stuck: tuple[int, ...] = ()) -> SimResult:
         links = len(self.topology.links)
         return SimResult(correct=error is None, error=error,
-                         time_us=max(self.commit_at, default=0.0) if error is None else None,
+                         time_us=max(self.commit_at, default=0.0) + self.launch_us if error is None else None,
                          size_bytes=self.size_bytes, collective=self.collective, start_us=np.array(self.start_at),
                          arrive_us=np.array(self.arrive_at), commit_us=np.array(self.commit_at),
                          link_busy_us=tuple(self.net.busy_us[:links]),

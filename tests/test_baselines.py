@@ -218,7 +218,7 @@ def test_dgx_a100x2_baseline_table_ring_matches_formula(capsys: pytest.CaptureFi
     topology = shipped("dgx-a100x2")
     _, _, nics = dgx_a100x2_ring_parameters(topology)
     with pytest.raises(SystemExit) as done:
-        main(["baseline", "-t", "dgx-a100x2", "-c", "allreduce", "-s", size_spec, "-a", "ring", "--json"])
+        main(["--ideal", "baseline", "-t", "dgx-a100x2", "-c", "allreduce", "-s", size_spec, "-a", "ring", "--json"])
     out = capsys.readouterr().out
     assert done.value.code == 0
     data: dict[str, Any] = json.loads(out)

@@ -20,7 +20,7 @@ def test_tiny_scaling_run_measures_and_renders(tmp_path: Path) -> None:
     spec.loader.exec_module(module)
     data = module.run_tiny()
     rows = data["rows"]
-    assert {(r["stage"], r["gpus"]) for r in rows} == {(s, n) for s in module.STAGES[:2] for n in (8, 16)}
+    assert {(r["stage"], r["gpus"]) for r in rows} == {(s, n) for s in module.STAGES[:3] for n in (8, 16)}
     for row in rows:
         assert row["exit"] == 0 and row["wall_s"] > 0 and row["peak_rss_mib"] > 10 and row["time_us"] > 0
     text = module.render(data, tmp_path)

@@ -61,7 +61,7 @@ def test_verify_unreadable_files_exit_2(tmp_path: Path, capsys: pytest.CaptureFi
 def test_simulate_an_xml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "ring.xml"
     shutil.copy(VECTORS / "azure-allreduce-ring-n8-ch4-i1-ll128.xml", path)
-    code, out, _ = run(["simulate", "--topology", "dgx-a100", "--algorithm", str(path), "--size", "1MB",
+    code, out, _ = run(["--ideal", "simulate", "--topology", "dgx-a100", "--algorithm", str(path), "--size", "1MB",
                         "--json"], capsys)
     assert code == 0
     data = only_json(out)
@@ -74,8 +74,8 @@ def test_simulate_an_xml_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 @pytest.mark.slow
 def test_baseline_writes_xml_that_verifies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "ring.xml"
-    code, out, _ = run(["baseline", "--topology", "dgx-a100x2", "--collective", "allreduce", "--size", "64MB",
-                        "-a", "ring", "-o", str(path), "--json"], capsys)
+    code, out, _ = run(["--ideal", "baseline", "--topology", "dgx-a100x2", "--collective", "allreduce", "--size",
+                        "64MB", "-a", "ring", "-o", str(path), "--json"], capsys)
     assert code == 0 and path.exists()
     data = only_json(out)
     assert data["xml"]["algorithm"] == "ring"

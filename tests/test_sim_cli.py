@@ -277,8 +277,8 @@ def test_done_when_dgx_a100x2_allreduce_table(capsys: pytest.CaptureFixture[str]
     ring figures on the alpha-beta formula, every efficiency <= 1. On the leaf-spine fabric every GPU reaches
     every GPU, so direct and rd run too, and the 2-D hierarchical baselines (GPUs in a machine x machines):
     more columns than a table's numbers can be read back from, so they are read from --json (the same rows)."""
-    code, out, err = run(["baseline", "--topology", "dgx-a100x2", "--collective", "allreduce", "--size", "1KB:1GB",
-                          "--json"], capsys)
+    code, out, err = run(["--ideal", "baseline", "--topology", "dgx-a100x2", "--collective", "allreduce",
+                          "--size", "1KB:1GB", "--json"], capsys)
     assert code == 0 and err == ""
     rows = only_json(out)["rows"]
     assert [r["size_bytes"] for r in rows] == [1 << k for k in range(10, 31)]

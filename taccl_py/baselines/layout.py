@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import networkx as nx
+
 from taccl_py.baselines.common import (
     Leg,
     NotApplicable,
@@ -26,7 +28,7 @@ from taccl_py.baselines.common import (
 )
 from taccl_py.topology import Topology
 
-__all__ = ["Ring", "RingPlan", "SearchSpace", "groups_of", "hamiltonian_path", "ring_plan"]
+__all__ = ["Ring", "RingPlan", "SearchSpace", "gpu_reachability", "groups_of", "hamiltonian_path", "ring_plan"]
 
 MAX_CHANNELS = 16
 """Most rings a plan considers (NCCL allows 32 channels; 16 already saturate every shipped machine)."""
@@ -102,34 +104,59 @@ class SearchSpace:
     def reachable(self, src: int) -> list[int]:
         """GPUs with a direct route from ``src`` (through switches only), in id order."""
         if src not in self._reach:
-            topology = self.topology
-            vid = topology.vertex_id
-            n = topology.num_gpus
-            seen = {src}
-            found = []
-            stack = [src]
-            while stack:
-                u = stack.pop()
-                for li in topology.out_links[u]:
-                    w = vid[topology.links[li].dst]
-                    if w in seen:
-                        continue
-                    seen.add(w)
-                    if w < n:
-                        found.append(w)
-                    else:
-                        stack.append(w)
-            found.sort()
-            self._reach[src] = found
+            self._reach[src] = list(gpu_reachability(self.topology)[0][src])
         return self._reach[src]
 
     def reaching(self, dst: int) -> list[int]:
         """GPUs with a direct route to ``dst``, in id order."""
-        if not self._reaching:
-            for g in range(self.topology.num_gpus):
-                for h in self.reachable(g):
-                    self._reaching.setdefault(h, []).append(g)
-        return self._reaching.get(dst, [])
+        if dst not in self._reaching:
+            self._reaching[dst] = list(gpu_reachability(self.topology)[1][dst])
+        return self._reaching[dst]
+
+
+@lru_cache(maxsize=16)
+def gpu_reachability(topology: Topology) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+    """Per GPU, the GPUs it has a direct route to (through switches only), and those with one to it; in id order.
+
+    Computed once per topology over the strongly connected components of the switches (every switch
+    of a component reaches the same GPUs), not by a search from every GPU: on a 1,024-GPU fabric
+    the searches took seconds, and every ring or tree channel's search space repeated them.
+    """
+    n = topology.num_gpus
+    vid = topology.vertex_id
+    links = topology.links
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(n, len(topology.vertices)))
+    direct: dict[int, set[int]] = {}  # a switch's GPU out-neighbours
+    for link in links:
+        u, w = vid[link.src], vid[link.dst]
+        if u >= n and w >= n:
+            graph.add_edge(u, w)
+        elif u >= n:
+            direct.setdefault(u, set()).add(w)
+    dag = nx.condensation(graph)
+    reached: dict[int, frozenset[int]] = {}
+    for c in reversed(list(nx.topological_sort(dag))):
+        found: set[int] = set()
+        for u in dag.nodes[c]["members"]:
+            found |= direct.get(u, set())
+        for d in dag.successors(c):
+            found |= reached[d]
+        reached[c] = frozenset(found)
+    component = dag.graph["mapping"]
+    out: list[tuple[int, ...]] = []
+    for g in range(n):
+        found = set()
+        for li in topology.out_links[g]:
+            w = vid[links[li].dst]
+            found |= {w} if w < n else reached[component[w]]
+        found.discard(g)
+        out.append(tuple(sorted(found)))
+    into: list[list[int]] = [[] for _ in range(n)]
+    for g in range(n):
+        for h in out[g]:
+            into[h].append(g)
+    return tuple(out), tuple(tuple(x) for x in into)
 
 
 def hamiltonian_path(members: Sequence[int], start: int, space: SearchSpace, *, end: int | None = None,

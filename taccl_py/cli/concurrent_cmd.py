@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from taccl_py.bounds import joint_lower_bound, lower_bound
-from taccl_py.cli.common import emit_json, err_console, make_table, out_console, progress_line
+from taccl_py.cli.common import (
+    emit_json,
+    err_console,
+    make_table,
+    out_console,
+    progress_line,
+    switch_model_keys,
+)
 from taccl_py.collectives import CollectiveKind, parse_collective
 from taccl_py.concurrent import ConcurrentResult, endpoint_bytes, simulate_concurrent
 from taccl_py.endpoint import EndpointMode
@@ -171,7 +178,7 @@ class _Option:
 
 def synthesize_concurrent_row(topology: Topology, spec: str, size: int, options: Any, progress: Any = None,
                               out_dir: Path | None = None, dialect: str = "v2", instances: int = 1,
-                              proto: str = "Simple") -> dict[str, Any]:
+                              proto: str | None = None) -> dict[str, Any]:
     """``taccl synthesize -c a+b``: each collective's best few choices, the combination with the smallest makespan.
 
     Ties go to the combination listed first (each collective's choices fastest alone first). With ``out_dir``,
@@ -239,17 +246,20 @@ def part_file_names(topology: Topology, kinds: list[CollectiveKind]) -> list[str
 
 
 def write_parts(topology: Topology, chosen: list[tuple[str, Schedule]], size: int, out_dir: Path, *,
-                dialect: str, instances: int, proto: str) -> list[dict[str, Any]]:
+                dialect: str, instances: int, proto: str | None) -> list[dict[str, Any]]:
     """One file per collective of a joint result in ``out_dir``: MSCCL XML when the schedule is unicast, lowers and
     passes ``taccl verify``'s checks, else its schedule JSON (which ``taccl simulate -a`` and the Python API read);
     each entry says which and why. The files are the schedules the makespan was measured with: no other choice
-    is substituted (that would change the makespan)."""
-    from taccl_py.cli.synth_cmd import _selection
+    is substituted (that would change the makespan). An XML's protocol is ``proto``, or the one the topology's
+    runtime model finds fastest for it (Simple without one), as for a single collective."""
+    from taccl_py.cli.common import runtime_model_for
+    from taccl_py.cli.synth_cmd import _choose_proto, _selection
     from taccl_py.errors import LoweringError
     from taccl_py.msccl import lower_schedule, save_xml, verify_program
     from taccl_py.schedule import save_schedule
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    runtime = runtime_model_for(topology)
     files = []
     names = part_file_names(topology, [schedule.collective.kind for _, schedule in chosen])
     for (label, schedule), name in zip(chosen, names, strict=True):
@@ -262,7 +272,8 @@ def write_parts(topology: Topology, chosen: list[tuple[str, Schedule]], size: in
                    "schedule JSON")
         else:
             try:
-                program = lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=proto)
+                file_proto = _choose_proto(schedule, topology, size, proto, runtime)[0]
+                program = lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=file_proto)
             except LoweringError as exc:
                 why = f"it cannot be MSCCL XML ({exc}): written as schedule JSON"
             else:
@@ -273,7 +284,8 @@ def write_parts(topology: Topology, chosen: list[tuple[str, Schedule]], size: in
                     save_xml(program, path, dialect)
                     selection, _ = _selection(program, size, dialect)
                     files.append({"collective": kind, "algorithm": label, "path": str(path), "format": "xml",
-                                  "why_not_xml": None, "xml_verified": True, "selection": selection})
+                                  "why_not_xml": None, "xml_verified": True, "selection": selection,
+                                  "proto": file_proto})
                     continue
                 why = (f"its MSCCL program did not pass taccl verify's checks ({'; '.join(str(e) for e in report.errors[:2])}): "
                        "written as schedule JSON")
@@ -286,7 +298,7 @@ def write_parts(topology: Topology, chosen: list[tuple[str, Schedule]], size: in
 
 def report_concurrent(topology: Topology, spec: str, rows: list[dict[str, Any]], as_json: bool) -> None:
     """Print the rows (a table per size, or one JSON object) and the errors."""
-    head = {"topology": topology.name, "collective": spec}
+    head = {"topology": topology.name, "collective": spec, **switch_model_keys(topology)}
     if as_json:
         emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "correct": all(r["correct"] for r in rows),
                                                                  "rows": rows})

@@ -68,7 +68,10 @@ class _Commands(click.Group):
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="taccl")
-def cli() -> None:
+@click.option("--ideal", is_flag=True, default=False,
+              help="The raw-link model only: ignore a topology's calibrated runtime costs (protocols, per-step and "
+                   "launch overheads; shipped DGX A100 / H100 carry them). Bounds are always on the raw-link model.")
+def cli(ideal: bool) -> None:
     """Synthesize, verify and time collective algorithms for multi-GPU topologies.
 
     Units: time in microseconds, sizes in bytes (K/M/G binary, as nccl-tests),

@@ -113,9 +113,16 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
                    "topology (default with --into).")
 @click.option("--class", "class_name", metavar="NAME", help="Link class of --into to re-calibrate.")
 @click.option("--name", metavar="NAME", help="Name of a new topology (default: the first file's stem).")
+@click.option("--runtime", "runtime", is_flag=True,
+              help="Calibrate the runtime model of --into (launch overhead, per-step latency per protocol, "
+                   "efficiency and LL128 cap of one link class) from collective logs or published timing tables, "
+                   "instead of its links; --class picks the class (nvlink, pci, net).")
+@click.option("--rows", "rows_kept", type=click.Choice(["all", "even", "odd"]), default="all", show_default=True,
+              help="With --runtime: fit every row, or every other one (the rest held out to check the fit).")
 @json_option
 def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
-            ranks: int | None, group: str | None, class_name: str | None, name: str | None, as_json: bool) -> None:
+            ranks: int | None, group: str | None, class_name: str | None, name: str | None, runtime: bool,
+            rows_kept: str, as_json: bool) -> None:
     """Fit alpha (us) and bandwidth (GB/s) per link from nccl-tests logs or CSVs.
 
     FILE is an nccl-tests log (sendrecv_perf, all_gather_perf, all_reduce_perf,
@@ -124,6 +131,11 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
     topology (a ring, fully connected or measured-pairs topology); with --into
     the fitted values replace the links of the measured pairs or link classes.
     """
+    if rows_kept != "all" and not runtime:
+        raise ProfileInputError("--rows applies to --runtime fits only", where="--rows")
+    if runtime:
+        _fit_runtime_cmd(files, output, into, collective, class_name, rows_kept, as_json)
+        return
     base = None
     if into is not None:
         if not Path(into).is_file() and not into.lower().endswith(".json") and output is None:
@@ -139,6 +151,51 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
     if target is not None:
         save_topology(outcome.topology, target)
     _report_fit(outcome, target, as_json)
+
+
+_RUNTIME_COLUMNS = ("size", "measured us", "predicted us", "error", "algorithm", "proto")
+
+
+def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
+                     class_name: str | None, rows_kept: str, as_json: bool) -> None:
+    """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
+    from dataclasses import replace
+
+    from taccl_py.profiler.runtime_fit import fit_runtime, read_timed_rows
+
+    if into is None:
+        raise ProfileInputError("--runtime calibrates the runtime model of a topology: give --into TOPO", where="--runtime")
+    if not Path(into).is_file() and not into.lower().endswith(".json") and output is None:
+        raise ProfileInputError(f"{into!r} is not a file; to re-calibrate a shipped topology give -o FILE "
+                                "for the re-calibrated copy", where="--into")
+    base = _load_base(into, "--into")
+    target = output or into
+    check_output_file(target, "-o" if output else "--into")
+    rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept)
+    fit = fit_runtime(base, rows, link_class=class_name)
+    record = {**fit.as_dict(), "files": list(files), "rows_kept": rows_kept}
+    label = ", ".join(Path(f).name for f in files)
+    model = replace(fit.model, name=f"{fit.model.name.removesuffix('+fit')}+fit", fitted=record,
+                    sources=(*fit.model.sources, f"{fit.link_class}: fitted by taccl profile fit --runtime from {label}"))
+    save_topology(replace(base, runtime=model), target)
+    all_warnings = [*warnings, *fit.warnings]
+    if as_json:
+        emit_json({"command": "profile fit", "mode": "runtime", "inputs": inputs, "output": target,
+                   "fit": record, "warnings": all_warnings,
+                   "rows": [{"size_bytes": r.row.size_bytes, "measured_us": r.row.time_us,
+                             "predicted_us": r.predicted_us, "error": r.error, "algorithm": r.algorithm,
+                             "proto": r.protocol} for r in fit.rows]})
+        return
+    _warn(all_warnings)
+    for line in inputs:
+        out_console.print(f"read {line}", markup=False)
+    figures = ", ".join(f"{k} {v:.4g}" for k, v in fit.figures.items())
+    out_console.print(f"fitted {fit.link_class}: {figures} (fitted: {', '.join(fit.fitted)})", markup=False)
+    out_console.print(make_table(f"rows: rms error {fit.rms_error:.1%}, worst {fit.max_error:.1%}",
+                                 _RUNTIME_COLUMNS,
+                                 [[format_bytes(r.row.size_bytes), float(r.row.time_us), float(r.predicted_us),
+                                   f"{r.error:+.1%}", r.algorithm, r.protocol] for r in fit.rows]))
+    out_console.print(f"wrote {target}: runtime model {model.name!r}", markup=False)
 
 
 @profile.command("run")

@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from taccl_py.baselines.ring_compact import large_ring_arrays
 from taccl_py.bounds import Bound, lower_bound
 from taccl_py.cli.common import (
     check_output_file,
@@ -28,11 +29,15 @@ from taccl_py.cli.common import (
     json_option,
     load_topology_arg,
     make_table,
+    model_note,
     out_console,
     progress_enabled,
     progress_line,
+    runtime_model_for,
     size_option,
     sizes_from,
+    switch_model_keys,
+    switch_model_option,
     topology_option,
 )
 from taccl_py.cli.plot_hooks import (
@@ -51,6 +56,9 @@ from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.symmetry import SymmetricSchedule
 from taccl_py.topology import MAX_COMM_CHANNELS, Endpoint, Topology
 from taccl_py.units import format_bytes
+
+if TYPE_CHECKING:
+    from taccl_py.baselines.selectable import Placement
 
 __all__ = ["COMMANDS", "baseline_command", "bound_command", "simulate_command"]
 
@@ -114,6 +122,11 @@ def _row(size: int, sim: SimResult, bound: Bound) -> dict[str, Any]:
     return row
 
 
+def _switch_note(topology: Topology) -> str:
+    """`` (store-and-forward switches)`` for a table title when the switches are not cut-through."""
+    return f" ({topology.switch_model.value} switches)" if topology.store_and_forward else ""
+
+
 def _num(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -164,12 +177,13 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
     """
     time_at: Callable[[int], SimResult]
     if _is_json(path):
+        from taccl_py.fast_sim import simulate_large
         from taccl_py.schedule import load_schedule
 
         schedule = load_schedule(path, topology)
         file_kind, what = schedule.collective.kind, "schedule"
         schedules.append(schedule)
-        time_at = partial(simulate, topology, schedule, options=options)
+        time_at = partial(simulate_large, topology, schedule, options=options)
     else:
         from taccl_py.msccl import load_program, simulate_program
 
@@ -203,21 +217,24 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
                    "the default).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
+@switch_model_option
 @endpoint_options
 @plot_option
 @timeline_options
 @json_option
 def simulate_command(topology_spec: str, collective_name: str | None, size_spec: str, algorithm: str | None,
-                     channels: int | None, root: int, step_overhead_us: float, endpoint_mode: str,
-                     memory_bandwidth: float | None, comm_channels: int | None, channel_bandwidth: float | None,
-                     plot_path: str | None, timeline_path: str | None, timeline_rows: str, as_json: bool) -> None:
+                     channels: int | None, root: int, step_overhead_us: float, switch_model: str | None,
+                     endpoint_mode: str, memory_bandwidth: float | None, comm_channels: int | None,
+                     channel_bandwidth: float | None, plot_path: str | None, timeline_path: str | None,
+                     timeline_rows: str, as_json: bool) -> None:
     """Simulate one algorithm (or several collectives at once): correct? how long? how close to the bound."""
     from taccl_py.baselines import baseline
     from taccl_py.cli.concurrent_cmd import is_concurrent, report_concurrent, simulate_concurrent_rows
 
     _check_overhead(step_overhead_us)
-    topology = apply_endpoint_options(load_topology_arg(topology_spec), memory_bandwidth, comm_channels,
+    topology = apply_endpoint_options(load_topology_arg(topology_spec, switch_model), memory_bandwidth, comm_channels,
                                       channel_bandwidth)
+    runtime_model_for(topology)  # store-and-forward with a calibrated runtime model: refused before any work
     sizes = sizes_from(size_spec)
     check_picture_path(plot_path, "--plot")
     check_picture_path(timeline_path, "--timeline")
@@ -240,7 +257,17 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         raise InputError("is required (a baseline name, an XML or a schedule JSON file)", where="--algorithm")
     kind = collective_from(collective_name) if collective_name else None
     schedules: list[Schedule] = []  # per size (or the one of a schedule file), for the memory report
-    if _is_json(algorithm) or _is_xml(algorithm):
+    model = runtime_model_for(topology)
+    if model is not None and (topology.has_endpoint_limits or mode is not EndpointMode.GPU):
+        raise InputError("GPU memory / channel limits are simulated on the raw-link model only; add taccl --ideal",
+                         where="--endpoint")
+    protos: list[str] = []
+    if model is not None:
+        if channels is not None and (_is_json(algorithm) or _is_xml(algorithm)):
+            raise InputError("applies to baselines only, not to a file", where="--channels")
+        kind, results, protos = _simulate_calibrated(algorithm, topology, kind, sizes, channels, root,
+                                                     step_overhead_us, model, progress_enabled(as_json))
+    elif _is_json(algorithm) or _is_xml(algorithm):
         if channels is not None:
             raise InputError("applies to baselines only, not to a file", where="--channels")
         kind, results = _simulate_file(algorithm, topology, kind, sizes, options, progress_enabled(as_json),
@@ -263,22 +290,29 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
     rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us,
                                         endpoint=mode))
             for size, sim in results]
+    for row, proto in zip(rows, protos, strict=False):
+        row["proto"] = proto
     endpoint_report = topology.has_endpoint_limits or mode is not EndpointMode.GPU
     if endpoint_report and schedules:
         for k, row in enumerate(rows):
             row["endpoint"] = mode.value
             row.update(_memory_keys(schedules[min(k, len(schedules) - 1)], row["size_bytes"]))
-    head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm}
+    head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm,
+            "model": "ideal" if model is None else model.name, **switch_model_keys(topology)}
     if as_json:
         emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "correct": all(r["correct"] for r in rows),
                                                                  "rows": rows})
     else:
-        title = f"{algorithm} {kind.value} on {topology.name}"
-        table = make_table(title, ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "bound (us)",
-                                   "efficiency"],
-                           [[r["size_bytes"], _num(r["time_us"]), _num(r["algbw_GBps"]), _num(r["busbw_GBps"]),
-                             _num(r["bound_us"]), _num(r["efficiency"], 3)] for r in rows])
-        out_console.print(table)
+        title = f"{algorithm} {kind.value} on {topology.name}{_switch_note(topology)}"
+        columns = ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "bound (us)", "efficiency"]
+        cells = [[r["size_bytes"], _num(r["time_us"]), _num(r["algbw_GBps"]), _num(r["busbw_GBps"]),
+                  _num(r["bound_us"]), _num(r["efficiency"], 3)] for r in rows]
+        if protos:
+            columns.append("proto")
+            for c, r in zip(cells, rows, strict=True):
+                c.append(r.get("proto", "-"))
+        out_console.print(make_table(title, columns, cells))
+        out_console.print(model_note(model), markup=False)
         if endpoint_report and schedules:
             ratio = rows[0]["memory_bytes_per_network_byte"]
             out_console.print(f"endpoint {mode.value}; memory bytes per network byte: gpu-driven {ratio['gpu']:.3f}, "
@@ -296,6 +330,51 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         write_timeline(timeline_path, topology, drawn, results[0][1], timeline_rows)
     _report_errors(rows, as_json)
     _fail_if_incorrect(rows)
+
+
+def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
+                         channels: int | None, root: int, step_overhead_us: float, model: Any, show: bool
+                         ) -> tuple[CollectiveKind, list[tuple[int, SimResult]], list[str]]:
+    """Every size under the runtime model: an XML file with its own ``proto``, anything else with the fastest."""
+    from taccl_py.predict import predict_baseline, predict_program, predict_schedule
+
+    results: list[tuple[int, SimResult]] = []
+    protos: list[str] = []
+    if _is_json(algorithm) or _is_xml(algorithm):
+        if _is_json(algorithm):
+            from taccl_py.schedule import load_schedule
+
+            schedule = load_schedule(algorithm, topology)
+            file_kind, what = schedule.collective.kind, "schedule"
+            run = partial(predict_schedule, topology, schedule, model=model, step_overhead_us=step_overhead_us)
+        else:
+            from taccl_py.msccl import load_program
+
+            program = load_program(algorithm)
+            if program.kind is None:
+                raise InputError(f"coll={program.coll!r} is not a collective taccl can time", where=algorithm)
+            file_kind, what = program.kind, "program"
+            run = partial(predict_program, program, topology, model=model)
+        if kind is not None and kind is not file_kind:
+            raise InputError(f"the {what} is for {file_kind.value}, not {kind.value}", where="--collective")
+        kind = file_kind
+        with progress_line(show) as say:
+            for k, size in enumerate(sizes):
+                say(_step_text(f"simulating {os.path.basename(algorithm)}", k, sizes))
+                pred = run(size_bytes=size)
+                results.append((size, pred.sim))
+                protos.append(pred.protocol.value)
+        return kind, results, protos
+    if kind is None:
+        raise InputError("is required unless --algorithm is an XML or JSON file", where="--collective")
+    with progress_line(show) as say:
+        for k, size in enumerate(sizes):
+            say(_step_text(f"simulating {algorithm}", k, sizes))
+            pred = predict_baseline(topology, kind, algorithm, size, model, channels=channels, root=root,
+                                    step_overhead_us=step_overhead_us)
+            results.append((size, pred.sim))
+            protos.append(pred.protocol.value)
+    return kind, results, protos
 
 
 SYMMETRIC_MIN_GPUS = 256
@@ -330,13 +409,17 @@ def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str,
     ``representatives`` False: always the full schedule (a timeline draws its transfers in their order).
     """
     from taccl_py.baselines import baseline
+    from taccl_py.fast_sim import simulate_compact, simulate_large
 
     fast = _by_representatives(topology, kind, algorithm, channels, size, options) if representatives else None
     if fast is not None:
         return fast[0]
+    arrays = large_ring_arrays(topology, kind, algorithm, channels)
+    if arrays is not None:
+        return simulate_compact(topology, arrays, size, options)
     schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size,
                         step_overhead_us=options.step_overhead_us)
-    return simulate(topology, schedule, size, options)
+    return simulate_large(topology, schedule, size, options)
 
 
 # ------------------------------------------------------------------- baseline
@@ -344,7 +427,9 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                    channels: int | None, root: int, step_overhead_us: float, show: bool) -> list[dict[str, Any]]:
     from taccl_py.baselines import baseline
     from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS
+    from taccl_py.fast_sim import simulate_compact, simulate_large
 
+    model = runtime_model_for(topology)
     options = SimOptions(step_overhead_us=step_overhead_us)
     out = []
     with progress_line(show) as say:
@@ -354,6 +439,10 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
             entries = []
             for name in names:
                 say(_step_text(f"simulating {name}", k, sizes))
+                if model is not None:  # calibrated: the protocol the runtime model finds fastest at this size
+                    entries.append(_calibrated_entry(topology, kind, name, size, model, channels, root,
+                                                     step_overhead_us, bound))
+                    continue
                 fast = _by_representatives(topology, kind, name, channels, size, options)
                 if fast is not None:  # a large symmetric ring: the same figures from its representatives
                     sim, sym = fast
@@ -362,9 +451,17 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                     entry["channels"], entry["transfers"] = sym.collective.chunk_factor, sym.num_transfers
                     entries.append(entry)
                     continue
+                arrays = large_ring_arrays(topology, kind, name, channels)
+                if arrays is not None:  # a large ring: built as arrays, simulated by the compiled kernel
+                    sim = simulate_compact(topology, arrays, size, options)
+                    entry = {"algorithm": name, **_row(size, sim, bound)}
+                    del entry["size_bytes"]
+                    entry["channels"], entry["transfers"] = arrays.notes["channels"], len(arrays)
+                    entries.append(entry)
+                    continue
                 schedule = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
                                     step_overhead_us=step_overhead_us)
-                sim = simulate(topology, schedule, size, options)
+                sim = simulate_large(topology, schedule, size, options)
                 entry = {"algorithm": name, **_row(size, sim, bound)}
                 del entry["size_bytes"]
                 entry["channels"] = schedule.notes.get("channels")
@@ -385,26 +482,63 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
     return out
 
 
+def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size: int, model: Any,
+                      channels: int | None, root: int, step_overhead_us: float, bound: Bound) -> dict[str, Any]:
+    """One baseline's table entry under the runtime model: its fastest protocol and the time with it."""
+    from taccl_py.predict import predict_baseline
+
+    pred = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
+                            step_overhead_us=step_overhead_us)
+    entry = {"algorithm": name, **_row(size, pred.sim, bound)}
+    del entry["size_bytes"]
+    schedule = pred.schedule
+    entry["proto"] = pred.protocol.value
+    entry["proto_times_us"] = pred.times_us
+    entry["channels"] = schedule.notes.get("channels") if schedule is not None else None
+    entry["transfers"] = len(schedule) if schedule is not None else None
+    if schedule is not None and "parameters" in schedule.notes:
+        entry["parameters"] = schedule.notes["parameters"]
+        entry["description"] = schedule.notes.get("description")
+    return entry
+
+
 def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, channels: int | None, root: int,
-               step_overhead_us: float, path: str, dialect: str) -> dict[str, Any]:
+               step_overhead_us: float, path: str, dialect: str, proto: str = "Simple") -> dict[str, Any]:
     """Write the baseline as XML, with chunk and channel counts the runtime picks at ``size`` where it can.
 
     When the default channel count gives a program beyond the runtime's limits (more connections between two
     ranks than it has channels, too many steps), fewer channels are tried, halving down to one; an explicit
-    ``--channels`` is written as asked or not at all.
+    ``--channels`` is written as asked or not at all. A hierarchical baseline is planned again with fewer
+    splits instead (:func:`taccl_py.synthesis.loadable.fewer_splits`).
     """
-    from taccl_py.baselines.selectable import selectable_baseline
+    from taccl_py.baselines.selectable import placement, selectable_baseline
     from taccl_py.errors import LoweringError
-    from taccl_py.msccl import write_schedule_xml
+    from taccl_py.msccl import lower_schedule, write_schedule_xml
+    from taccl_py.msccl.lowering import write_program_xml
+    from taccl_py.synthesis.loadable import fewer_splits, hierarchical_splits
 
     placed = selectable_baseline(topology, kind, name, size, channels=channels, root=root,
                                  step_overhead_us=step_overhead_us)
     refused: list[str] = []
     while True:
         try:
-            write_schedule_xml(placed.schedule, topology, path, dialect=dialect)
+            write_schedule_xml(placed.schedule, topology, path, dialect=dialect, proto=proto)
             break
         except LoweringError as exc:
+            if hierarchical_splits(placed.schedule) is not None:  # fewer splits, not fewer channels
+                capped = fewer_splits(topology, kind, placed.schedule, size, exc,
+                                      lambda schedule: lower_schedule(schedule, topology, dialect=dialect, proto=proto))
+                if capped is None:
+                    raise
+                write_program_xml(capped.program, path, dialect=dialect)
+                refused += [why.split(":")[0] for why in capped.refused]
+                changed = f"{capped.splits} splits: with {', '.join(refused)} the program exceeds the runtime's " \
+                    f"limits ({capped.refused[0].split(': ', 1)[1]})"
+                keys = _placement_keys(placement(capped.schedule, size, placed.type_size), changed, refused)
+                time_us = _file_time(topology, capped.schedule, size, step_overhead_us, proto)
+                keys["time_us"] = time_us  # the file's own time: the table's is the schedule with more splits
+                keys["selection"] += f"; the file takes {time_us:.6g} us" if time_us is not None else ""
+                return keys
             have = int(placed.schedule.notes.get("channels") or 1)
             if channels is not None or have <= 1:
                 if refused:
@@ -418,6 +552,24 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
         fewer = f"{placed.schedule.notes.get('channels')} channels: with {', '.join(refused)} the program exceeds " \
                 "the runtime's limits"
         changed = f"{changed}; {fewer}" if changed else fewer
+    return _placement_keys(placed, changed, refused)
+
+
+def _file_time(topology: Topology, schedule: Schedule, size: int, step_overhead_us: float, proto: str
+               ) -> float | None:
+    """The written schedule's time on the model the table uses (the runtime model with the file's protocol)."""
+    model = runtime_model_for(topology)
+    if model is None:
+        return simulate(topology, schedule, size, SimOptions(step_overhead_us=step_overhead_us)).time_us
+    from taccl_py.predict import predict_schedule
+    from taccl_py.runtime import Protocol
+
+    return predict_schedule(topology, schedule, size, model, protocols=(Protocol(proto),),
+                            step_overhead_us=step_overhead_us).sim.time_us
+
+
+def _placement_keys(placed: Placement, changed: str, refused: list[str]) -> dict[str, Any]:
+    """The ``xml`` keys of ``baseline -o``'s JSON for the schedule written."""
     return {"nchunksperloop": placed.nchunksperloop, "selected": placed.selected, "count": placed.count,
             "type_size": placed.type_size, "smallest_selected_bytes": placed.smallest_size,
             "changed": changed or None, "selection": placed.describe() if not refused else
@@ -434,6 +586,7 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
                    "-o, the one to write.")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
+@switch_model_option
 @click.option("-o", "--output", default=None, metavar="FILE.xml",
               help="Write the best baseline as MSCCL XML, with chunk and channel counts the runtime picks at --size.")
 @click.option("--dialect", type=click.Choice(["v2", "v1"]), default="v2", show_default=True,
@@ -443,14 +596,16 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
 @plot_option
 @json_option
 def baseline_command(topology_spec: str, collective_name: str, size_spec: str, only: str | None,
-                     channels: int | None, root: int, step_overhead_us: float, output: str | None, dialect: str,
-                     schedule_out: str | None, plot_path: str | None, as_json: bool) -> None:
+                     channels: int | None, root: int, step_overhead_us: float, switch_model: str | None,
+                     output: str | None, dialect: str, schedule_out: str | None, plot_path: str | None,
+                     as_json: bool) -> None:
     """Every applicable NCCL-style baseline side by side with the lower bound."""
     from taccl_py.baselines import ALGORITHMS, applicable_baselines
     from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS
 
     _check_overhead(step_overhead_us)
-    topology = load_topology_arg(topology_spec)
+    topology = load_topology_arg(topology_spec, switch_model)
+    runtime_model_for(topology)  # store-and-forward with a calibrated runtime model: refused before any work
     kind = collective_from(collective_name)
     sizes = sizes_from(size_spec)
     if not 0 <= root < topology.num_gpus:
@@ -492,8 +647,10 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
             not_xml = (f"the best baseline, {chosen}, uses switch multicast or in-network reduction, which MSCCL XML "
                        f"cannot express (write it with --schedule-out); -o gets the best unicast baseline, {unicast}")
             chosen = unicast
-        placed = _write_xml(topology, kind, sizes[0], chosen, channels, root, step_overhead_us, output, dialect)
-        written = {"path": output, "algorithm": chosen, "dialect": dialect, **placed}
+        proto = next((e.get("proto") for e in rows[0]["baselines"] if e["algorithm"] == chosen), None) or "Simple"
+        placed = _write_xml(topology, kind, sizes[0], chosen, channels, root, step_overhead_us, output, dialect,
+                            proto)
+        written = {"path": output, "algorithm": chosen, "dialect": dialect, "proto": proto, **placed}
         if not_xml:
             written["note"] = not_xml
     if schedule_out:
@@ -505,7 +662,9 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
             raise Infeasible("no baseline was correct on this topology; nothing to write to --schedule-out")
         save_schedule(baseline(topology, kind, best, channels=channels, root=root, size_bytes=sizes[0],
                                step_overhead_us=step_overhead_us), topology, schedule_out)
-    head: dict[str, Any] = {"topology": topology.name, "collective": kind.value}
+    model = runtime_model_for(topology)
+    head: dict[str, Any] = {"topology": topology.name, "collective": kind.value,
+                            "model": "ideal" if model is None else model.name, **switch_model_keys(topology)}
     if written:
         head["xml"] = written
     if schedule_out:
@@ -517,14 +676,20 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         columns = ["size (B)", "bound (us)", "bound algbw"]
         for name in names:
             columns += [f"{name} (us)", f"{name} algbw", f"{name} busbw", f"{name} eff"]
+            if model is not None:
+                columns.append(f"{name} proto")
         table_rows = []
         for r in rows:
             cells: list[Any] = [r["size_bytes"], _num(r["bound_us"]), _num(r["bound_algbw_GBps"])]
             for e in r["baselines"]:
                 cells += [_num(e["time_us"]), _num(e["algbw_GBps"]), _num(e["busbw_GBps"]), _num(e["efficiency"], 3)]
+                if model is not None:
+                    cells.append(e.get("proto") or "-")
             table_rows.append(cells)
-        title = f"NCCL-style baselines for {kind.value} on {topology.name} (times in us, bandwidth in GB/s)"
+        title = (f"NCCL-style baselines for {kind.value} on {topology.name}{_switch_note(topology)} (times in us, "
+                 "bandwidth in GB/s)")
         out_console.print(make_table(title, columns, table_rows))
+        out_console.print(model_note(model), markup=False)
         for r in rows:
             for e in r["baselines"]:
                 if e.get("description"):

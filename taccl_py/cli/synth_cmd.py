@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,11 @@ from taccl_py.cli.common import (
     load_topology_arg,
     make_table,
     out_console,
+    runtime_model_for,
     size_option,
     sizes_from,
+    switch_model_keys,
+    switch_model_option,
     topology_option,
 )
 from taccl_py.cli.jobs_cli import jobs_option
@@ -36,13 +40,15 @@ from taccl_py.endpoint import EndpointMode
 from taccl_py.errors import InputError, LoweringError, OutputError
 from taccl_py.msccl.ir import Program
 from taccl_py.msccl.selection import DEFAULT_TYPE_SIZE, band_sizes, falls_back
+from taccl_py.predict import Prediction
+from taccl_py.runtime import PROTOCOLS, RuntimeModel
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimResult
 from taccl_py.sketch import load_sketch
 from taccl_py.synthesis import STAGES, SynthesisOptions, SynthesisResult, WorkBudget, synthesize
 from taccl_py.synthesis.candidates import Choice
 from taccl_py.synthesis.endpoint import channel_limit
-from taccl_py.topology import Topology
+from taccl_py.topology import SwitchModel, Topology
 from taccl_py.units import algbw_gbps, format_bytes
 
 __all__ = ["synthesize_command"]
@@ -129,8 +135,9 @@ def _endpoint_keys(topology: Topology, kind: CollectiveKind, size: int, schedule
             "network_efficiency": network.efficiency(time_us)}
 
 
-def _resolve_topology(spec: str, sketch_nodes: int | None) -> Topology:
-    """A shipped name, a topology file, or a TACCL topology profile (machines from the sketch's nnodes)."""
+def _resolve_topology(spec: str, sketch_nodes: int | None, switch_model: str | None = None) -> Topology:
+    """A shipped name, a topology file, or a TACCL topology profile (machines from the sketch's nnodes); with
+    ``switch_model`` (``--switch-model``) its switches are of that model."""
     path = Path(spec)
     if path.suffix == ".json" and path.is_file():
         import json
@@ -142,8 +149,9 @@ def _resolve_topology(spec: str, sketch_nodes: int | None) -> Topology:
         except (OSError, ValueError, RecursionError):
             data = None
         if is_taccl_profile(data):
-            return topology_from_taccl_profile(data, nnodes=sketch_nodes or 1, where=spec)
-    return load_topology_arg(spec)
+            topology = topology_from_taccl_profile(data, nnodes=sketch_nodes or 1, where=spec)
+            return topology if switch_model is None else topology.with_switch_model(SwitchModel(switch_model))
+    return load_topology_arg(spec, switch_model)
 
 
 @dataclass
@@ -158,37 +166,94 @@ class _Written:
     verified: bool | None = None
     notes: list[str] = field(default_factory=list)
     stages_s: dict[str, float] = field(default_factory=dict)
+    proto: str | None = None
+    proto_source: str = ""
+    calibrated: Prediction | None = None
+    """The written schedule under the runtime model with the XML's protocol (None without a runtime model)."""
 
     def timed(self, stage: str, started: float) -> None:
         self.stages_s[stage] = self.stages_s.get(stage, 0.0) + time.perf_counter() - started
 
 
-def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, dialect: str, instances: int, proto: str,
-               min_bytes: int, max_bytes: int, progress: Callable[[str, dict[str, Any]], None]) -> _Written:
+def _choose_proto(schedule: Schedule, topology: Topology, size: int, proto: str | None,
+                  runtime: RuntimeModel | None) -> tuple[str, str, Prediction | None]:
+    """The XML's protocol, why, and the calibrated prediction of ``schedule`` (None without a runtime model).
+
+    ``--proto`` wins; otherwise the protocol the runtime model finds fastest for this schedule at this size
+    (the runtime picks its protocol per size the same way); without a runtime model, Simple (the raw-link
+    model does not tell the protocols apart).
+    """
+    from taccl_py.predict import predict_schedule
+    from taccl_py.runtime import Protocol
+
+    prediction = None
+    why_not = ""
+    if runtime is not None:
+        protocols = (Protocol(proto),) if proto is not None else PROTOCOLS
+        try:
+            prediction = predict_schedule(topology, schedule, size, runtime, protocols=protocols)
+        except InputError as exc:  # e.g. GPU memory / channel limits, simulated on the raw-link model only
+            why_not = f"; the runtime model does not apply: {exc}"
+    if proto is not None:
+        return proto, "--proto" + why_not, prediction
+    if prediction is None:
+        return Protocol.SIMPLE.value, "default (raw-link model" + why_not + ")", None
+    return prediction.protocol.value, f"fastest under the runtime model {runtime.name!r}" if runtime else "", \
+        prediction
+
+
+def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size: int, dialect: str, instances: int,
+               proto: str | None, min_bytes: int, max_bytes: int, progress: Callable[[str, dict[str, Any]], None],
+               runtime: RuntimeModel | None = None) -> _Written:
     """Lower the first ranked choice that fits the dialect, verify it, write it atomically.
 
     A choice that cannot be lowered (too many XML nodes or steps...) gives way to
-    the next one, and the notes say so. Nothing is written if no choice fits or
-    the lowered program fails verification.
+    the next one, and the notes say so; a hierarchical baseline that cannot is planned
+    again with fewer splits (:mod:`taccl_py.synthesis.loadable`), simulated, and joins
+    the fallbacks in order. Nothing is written if no choice fits or the lowered
+    program fails verification.
     """
     from taccl_py.msccl import lower_schedule, save_xml, verify_program
+    from taccl_py.synthesis.chunking import selectable_at
+    from taccl_py.synthesis.loadable import fewer_splits
+
+    def lower(schedule: Schedule, proto: str) -> Program:
+        return lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=proto,
+                              min_bytes=min_bytes, max_bytes=max_bytes)
+
+    def rank(choice: Choice) -> tuple[bool, float]:  # the ranking's order: what the runtime selects, then time
+        return not selectable_at(choice.schedule.collective, size, DEFAULT_TYPE_SIZE, instances), choice.time_us
 
     first = result.ranked[0] if result.ranked else None
     written = _Written(result.schedule, result.sim, result.chosen)
-    for choice in result.ranked or ():
+    pending = list(result.ranked)
+    lowered: dict[int, tuple[str, Program]] = {}  # id(choice) -> (proto, program): a capped choice lowered when found
+    while pending:
+        choice = pending.pop(0)
         started = time.perf_counter()
         progress("lowering", {"detail": choice.label})
+        chosen_proto, why, prediction = _choose_proto(choice.schedule, topology, size, proto, runtime)
         try:
-            program = lower_schedule(choice.schedule, topology, dialect=dialect, instances=instances, proto=proto,
-                                     min_bytes=min_bytes, max_bytes=max_bytes)
+            done = lowered.get(id(choice))
+            program = done[1] if done is not None and done[0] == chosen_proto else lower(choice.schedule, chosen_proto)
         except LoweringError as exc:
-            written.timed("lower", started)
             written.notes.append(f"{_describe(choice)} ({choice.time_us:.4g} us) cannot be "
                                  f"written as MSCCL XML: {exc}")
+            progress("lowering", {"detail": f"{choice.label} with fewer splits"})
+            capped = fewer_splits(topology, result.schedule.collective.kind, choice.schedule, size, exc,
+                                  partial(lower, proto=chosen_proto))
+            written.timed("lower", started)
+            fallback = capped.choice(topology, size) if capped is not None else None
+            if capped is not None and fallback is not None:
+                written.notes += [f"the {capped.name} baseline with {reason}" for reason in capped.refused[1:]]
+                lowered[id(fallback)] = (chosen_proto, capped.program)
+                pending.append(fallback)
+                pending.sort(key=rank)  # stable: an equal earlier choice stays first
             continue
         written.timed("lower", started)
         written.schedule, written.sim, written.label, written.program = choice.schedule, choice.sim, choice.label, \
             program
+        written.proto, written.proto_source, written.calibrated = chosen_proto, why, prediction
         if choice is not first:
             written.notes.append(f"wrote {_describe(choice)} instead ({choice.time_us:.4g} us), "
                                  "the fastest that fits the runtime's limits")
@@ -214,8 +279,13 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, diale
 
 
 def _describe(choice: Choice) -> str:
-    """``the ring baseline`` or ``the synthesized schedule (chunk factor 12)``."""
+    """``the ring baseline``, ``the hier-lb baseline (128 splits)`` or ``the synthesized schedule (chunk factor 12)``."""
+    from taccl_py.synthesis.loadable import hierarchical_splits
+
     if choice.is_baseline:
+        found = hierarchical_splits(choice.schedule)
+        if found is not None and "splits" not in choice.candidate.label:
+            return f"the {choice.candidate.label} baseline ({found[1]} splits)"
         return f"the {choice.candidate.label} baseline"
     return f"the synthesized schedule (chunk factor {choice.schedule.collective.chunk_factor})"
 
@@ -319,13 +389,32 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
         "notes": notes,
         "best_overall": best_overall,
         **({"endpoint": endpoint} if endpoint is not None else {}),
+        **switch_model_keys(topology),
     }
+
+
+RAW_LINK_NOTE = ("synthesis, the bound and the efficiency are on the raw-link model (the solvers optimize link "
+                 "time); the calibrated line is the runtime model's prediction of what was written")
+
+
+def _calibrated_fields(proto: str, why: str, calibrated: Prediction | None,
+                       runtime: RuntimeModel | None) -> dict[str, Any]:
+    """The protocol of the XML and, with a runtime model, the calibrated prediction of the written schedule."""
+    block: dict[str, Any] | None = None
+    if calibrated is not None and runtime is not None:
+        block = {"model": runtime.name, "proto": calibrated.protocol.value, "time_us": calibrated.sim.time_us,
+                 "algbw_GBps": calibrated.sim.algbw_GBps, "busbw_GBps": calibrated.sim.busbw_GBps,
+                 "proto_times_us": {p.value: calibrated.times_us.get(p.value) for p in PROTOCOLS
+                                    if p.value in calibrated.times_us},
+                 "note": RAW_LINK_NOTE}
+    return {"proto": proto, "proto_source": why, "calibrated": block}
 
 
 def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any]) -> None:
     best = row.get("best_overall")
-    title = (f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs), size {format_bytes(row['size_bytes'])}: "
-             f"{row['algorithm']}")
+    switches = f", {topology.switch_model.value} switches" if topology.store_and_forward else ""
+    title = (f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs{switches}), size "
+             f"{format_bytes(row['size_bytes'])}: {row['algorithm']}")
     first = ["synthesized" if row["algorithm"] == "synthesized" else row["algorithm"], row["time_us"],
              row["algbw_GBps"], row["busbw_GBps"]]
     lines = [first]
@@ -342,6 +431,12 @@ def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any])
          None],
     ])
     out_console.print(table)
+    calibrated = row.get("calibrated")
+    if calibrated:
+        out_console.print(f"calibrated ({calibrated['model']}, proto {calibrated['proto']}): "
+                          f"{fmt(calibrated['time_us'], 4)} us, busbw {fmt(calibrated['busbw_GBps'], 4)} GB/s "
+                          f"(raw-link: {fmt(row['time_us'], 4)} us); {RAW_LINK_NOTE}", markup=False)
+    out_console.print(f"protocol: {row['proto']} ({row['proto_source']})", markup=False)
     out_console.print(f"correct: {'yes' if row['correct'] else 'NO'}   efficiency (bound/time): "
                       f"{fmt(row['efficiency'], 3)}   speedup vs {row['ring_algorithm'] or 'ring'}: "
                       f"{fmt(row['speedup_vs_ring'], 3)}x{' (the XML written)' if best else ''}   synthesis: "
@@ -390,13 +485,17 @@ class _Band:
     hi: int
     dialect: str
     instances: int
-    proto: str
+    proto: str | None
+    """The XML's protocol: --proto, or None to choose it per band (the runtime model's fastest, else Simple)."""
     schedule_out: str | None
     time_limit: float
     live_label: str = ""
     """Show the live status line with this label while solving (only when run in this process)."""
     chakra_dir: str | None = None
     """Also write Chakra execution traces into this directory."""
+    runtime: RuntimeModel | None = None
+    """The topology's calibrated runtime model (None with --ideal or without one): picks ``proto`` when it is None
+    and gives the calibrated prediction of what is written."""
 
 
 def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -407,8 +506,9 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
         result = synthesize(band.topology, band.kind, band.size, band.options, report)
         written: _Written | None = None
         if band.xml_path is not None:
-            written = _write_xml(result, band.topology, band.xml_path, dialect=band.dialect, instances=band.instances,
-                                 proto=band.proto, min_bytes=band.lo, max_bytes=band.hi, progress=report)
+            written = _write_xml(result, band.topology, band.xml_path, size=band.size, dialect=band.dialect,
+                                 instances=band.instances, proto=band.proto, min_bytes=band.lo, max_bytes=band.hi,
+                                 progress=report, runtime=band.runtime)
     if band.schedule_out:
         from taccl_py.schedule import save_schedule
 
@@ -416,8 +516,13 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
         offload = result.schedule.uses_switch_offload
         save_schedule(written.schedule if written and not offload else result.schedule, band.topology,
                       band.schedule_out)
+    if written is not None and written.proto is not None:
+        proto, why, calibrated = written.proto, written.proto_source, written.calibrated
+    else:  # no XML written: what -o would write
+        proto, why, calibrated = _choose_proto(result.schedule, band.topology, band.size, band.proto, band.runtime)
     row = _row(band.topology, band.kind, band.size, result, band.root, written, started, band.time_limit,
                band.dialect, band.options.endpoint)
+    row.update(_calibrated_fields(proto, why, calibrated, band.runtime))
     if band.chakra_dir:
         from taccl_py.cli.export_cmd import write_chakra
 
@@ -464,7 +569,9 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
 @click.option("--dialect", type=click.Choice(["v2", "v1"]), default="v2", show_default=True)
 @click.option("--instances", type=click.IntRange(min=1), default=1, show_default=True,
               help="Replicate the algorithm over this many channels in the XML.")
-@click.option("--proto", type=click.Choice(["Simple", "LL", "LL128"]), default="Simple", show_default=True)
+@click.option("--proto", type=click.Choice(["Simple", "LL", "LL128"]), default=None,
+              help="The XML's protocol. Default: per size band, the one the topology's runtime model finds fastest "
+                   "for the schedule written (Simple without a runtime model, or with taccl --ideal).")
 @click.option("--no-baselines", is_flag=True, help="Do not compare with (or fall back to) NCCL-style baselines.")
 @click.option("--no-multidim-shortcut", is_flag=True,
               help="On a network with dimensions, run the solver stages even when hier-lb is modelled near the bound.")
@@ -474,14 +581,16 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
               help="Also write Chakra execution traces, DIR/<collective>-<topology>.<rank>.et (single size only).")
 @endpoint_options
 @jobs_option(default=1)
+@switch_model_option
 @plot_option
 @json_option
 def synthesize_command(topology_spec: str, collective_name: str, size_spec: str, sketch_path: str | None,
                        output: str | None, time_limit: float, solver: str, threads: int, seed: int,
-                       chunk_factors: tuple[int, ...], root: int, dialect: str, instances: int, proto: str,
+                       chunk_factors: tuple[int, ...], root: int, dialect: str, instances: int, proto: str | None,
                        no_baselines: bool, no_multidim_shortcut: bool, schedule_out: str | None, chakra_dir: str | None,
                        endpoint_mode: str, memory_bandwidth: float | None, comm_channels: int | None,
-                       channel_bandwidth: float | None, jobs: int, plot_path: str | None, as_json: bool) -> None:
+                       channel_bandwidth: float | None, jobs: int, switch_model: str | None, plot_path: str | None,
+                       as_json: bool) -> None:
     """Synthesize a collective algorithm, verify it by simulation and write MSCCL XML.
 
     Example: taccl synthesize --topology ndv2x2 --collective allgather --size 1GB -o ag.xml
@@ -493,8 +602,10 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
     kind = kinds[0]
     sizes = sizes_from(size_spec)
     sketch = load_sketch(sketch_path) if sketch_path else None
-    topology = apply_endpoint_options(_resolve_topology(topology_spec, sketch.num_machines if sketch else None),
+    topology = apply_endpoint_options(_resolve_topology(topology_spec, sketch.num_machines if sketch else None,
+                                                        switch_model),
                                       memory_bandwidth, comm_channels, channel_bandwidth)
+    runtime_model_for(topology)  # store-and-forward with a calibrated runtime model: refused before any work
     mode = EndpointMode(endpoint_mode)
     limit = channel_limit(topology, mode)
     if limit is not None and instances > limit:
@@ -543,6 +654,7 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
             raise InputError("must be a directory when --size is a range", where=str(out_dir))
         out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    runtime = runtime_model_for(topology)
     bands = []
     for k, size in enumerate(sizes):
         xml_path = (out_dir / _band_name(kind, topology, size) if out_dir is not None else
@@ -552,7 +664,7 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
         live = f"size {k + 1}/{len(sizes)} {format_bytes(size)}" if len(sizes) > 1 and jobs == 1 and not as_json \
             else ""
         bands.append(_Band(topology, kind, size, options, root, xml_path, band_lo, band_hi, dialect, instances,
-                           proto, schedule_out, time_limit, live, chakra_dir))
+                           proto, schedule_out, time_limit, live, chakra_dir, runtime))
     if len(bands) == 1:
         with _Progress(not as_json) as progress:
             rows = [_synthesize_band(bands[0], progress)[0]]
@@ -576,10 +688,13 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
             out_console.print(make_table(
                 f"{kind.value} on {topology.name}: synthesized per size band",
                 ["size", "time us", "algbw", "busbw", "ring us", "bound us", "efficiency", "speedup", "algorithm",
-                 "xml"],
+                 "proto", "calibrated us", "xml"],
                 [[format_bytes(r["size_bytes"]), r["time_us"], r["algbw_GBps"], r["busbw_GBps"], r["ring_time_us"],
-                  r["bound_us"], r["efficiency"], r["speedup_vs_ring"], r["algorithm"],
+                  r["bound_us"], r["efficiency"], r["speedup_vs_ring"], r["algorithm"], r["proto"],
+                  r["calibrated"]["time_us"] if r["calibrated"] else "-",
                   os.path.basename(r["xml"]) if r["xml"] else "-"] for r in rows]))
+            if runtime is not None:
+                out_console.print(f"proto: {rows[0]['proto_source']}; {RAW_LINK_NOTE}", markup=False)
     elif as_json:
         emit_json(rows[0])
     if not all(r["correct"] for r in rows):  # a file that could not be written or did not verify

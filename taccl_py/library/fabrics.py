@@ -12,6 +12,7 @@ Units: bandwidth in GB/s (1e9 B/s) per direction, latency in us per link.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import StrEnum
 
 from taccl_py.errors import TopologyError
@@ -24,6 +25,7 @@ from taccl_py.library.machines import (
     add_mi250_machine,
     add_nvswitch_machine,
 )
+from taccl_py.runtime import PRESETS
 from taccl_py.topology import Dimension, DimensionKind, Topology
 
 __all__ = [
@@ -218,8 +220,8 @@ def _nic_cluster(family: str, machines: int, fabric: Fabric | str, nvswitch_gbps
 
 def dgx_a100_cluster(machines: int, fabric: Fabric | str = Fabric.LEAF_SPINE) -> Topology:
     """DGX A100 x K: NVSwitch 300 GB/s, one 200 Gb/s NIC per GPU (25 GB/s), IB as ``fabric``."""
-    return _nic_cluster("dgx-a100", machines, fabric, A100_NVSWITCH_GBPS, IB_HDR_GBPS, nvls=False,
-                        hardware="NVIDIA DGX A100")
+    return replace(_nic_cluster("dgx-a100", machines, fabric, A100_NVSWITCH_GBPS, IB_HDR_GBPS, nvls=False,
+                                hardware="NVIDIA DGX A100"), runtime=PRESETS["dgx-a100"])
 
 
 def dgx_h100_cluster(machines: int, fabric: Fabric | str = Fabric.LEAF_SPINE, *, nvls: bool = False,
@@ -228,8 +230,8 @@ def dgx_h100_cluster(machines: int, fabric: Fabric | str = Fabric.LEAF_SPINE, *,
 
     ``nvls`` flags the NVSwitches, ``sharp`` the InfiniBand switches, multicast + reduce (a SuperPOD with SHARP).
     """
-    return _nic_cluster("dgx-h100", machines, fabric, H100_NVSWITCH_GBPS, IB_NDR_GBPS, nvls=nvls, sharp=sharp,
-                        hardware="NVIDIA DGX H100")
+    return replace(_nic_cluster("dgx-h100", machines, fabric, H100_NVSWITCH_GBPS, IB_NDR_GBPS, nvls=nvls,
+                                sharp=sharp, hardware="NVIDIA DGX H100"), runtime=PRESETS["dgx-h100"])
 
 
 def mi250_cluster(machines: int) -> Topology:

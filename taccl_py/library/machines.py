@@ -10,7 +10,10 @@ Units: bandwidth in GB/s (1e9 B/s) per direction, latency in us per link.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from taccl_py.library.builder import TopologyBuilder
+from taccl_py.runtime import PRESETS
 from taccl_py.topology import Topology
 
 __all__ = [
@@ -130,7 +133,7 @@ def dgx_a100() -> Topology:
     """NVIDIA DGX A100: 8 A100 <-> NVSwitch at 300 GB/s, 0.35 us."""
     builder = TopologyBuilder("dgx-a100", 8)
     add_nvswitch_machine(builder, "nvswitch", 0, 8, A100_NVSWITCH_GBPS)
-    return builder.build(source=A100_SOURCE, machines=_one_machine(8))
+    return replace(builder.build(source=A100_SOURCE, machines=_one_machine(8)), runtime=PRESETS["dgx-a100"])
 
 
 def dgx_h100(*, nvls: bool = False) -> Topology:
@@ -142,7 +145,7 @@ def dgx_h100(*, nvls: bool = False) -> Topology:
     builder = TopologyBuilder(name, 8)
     add_nvswitch_machine(builder, "nvswitch", 0, 8, H100_NVSWITCH_GBPS, nvls=nvls)
     source = H100_SOURCE + ("; NVSwitch flagged multicast + reduce (NVLS)" if nvls else "")
-    return builder.build(source=source, machines=_one_machine(8))
+    return replace(builder.build(source=source, machines=_one_machine(8)), runtime=PRESETS["dgx-h100"])
 
 
 def mi250() -> Topology:

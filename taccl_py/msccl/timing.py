@@ -5,7 +5,9 @@ threadblock reaches it and its waits are met; a send-type step (``s``, and the
 sending half of ``rcs``/``rrs``/``rrcs``) then waits the route latency, moves
 ``cnt`` chunks through the links (shared max-min fairly with every other flow,
 :class:`taccl_py.fluid.FluidNetwork`) and completes when the data arrives. The
-event loop is the schedule simulator's (:mod:`taccl_py.event_kernel`).
+event loop is the schedule simulator's (:mod:`taccl_py.event_kernel`); with
+store-and-forward switches a send crosses its route hop by hop
+(:mod:`taccl_py.store_forward`), as a schedule's transfer does.
 Sends are buffered like NCCL's FIFOs: they never wait for the receiver. A
 receive completes as soon as its threadblock reaches it and the matching send
 has arrived; ``cpy``, ``re`` and ``nop`` take no time. A schedule and its
@@ -31,6 +33,7 @@ from taccl_py.msccl.ir import Program
 from taccl_py.msccl.machine import Machine, build_machine
 from taccl_py.msccl.verify import verify_program
 from taccl_py.simulator import SimOptions, SimResult
+from taccl_py.store_forward import LegPlan
 from taccl_py.topology import Route, Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
@@ -77,7 +80,7 @@ def simulate_program(program: Program, topology: Topology, size_bytes: float,
     unfinished = [i for i, t in enumerate(timing.done_at) if math.isnan(t)]
     if unfinished:
         return failed(f"{len(unfinished)} step(s) never finish, e.g. {machine.describe(unfinished[0])}")
-    makespan = max(timing.done_at, default=0.0)
+    makespan = max(timing.done_at, default=0.0) + (options.costs.launch_us if options.costs is not None else 0.0)
     sends = [t.node for t in machine.nodes if t.type.sends]
     start = np.array([timing.start_at[s] for s in sends])
     arrive = np.array([timing.done_at[s] for s in sends])
@@ -85,6 +88,11 @@ def simulate_program(program: Program, topology: Topology, size_bytes: float,
                        for s in sends])
     notes: dict[str, Any] = {"transmissions": [machine.describe(i) for i in timing.critical_path()],
                              "chunk_bytes": size_bytes / program.nchunksperloop}
+    if options.costs is not None:
+        if options.costs.protocol.value != program.proto:
+            raise InputError(f"the program's proto is {program.proto!r} but the costs given are for "
+                             f"{options.costs.protocol.value!r}", where=program.source or "program")
+        notes["proto"] = program.proto
     lo, hi = program.min_bytes, program.max_bytes
     if lo is not None and (size_bytes < lo or (hi and size_bytes > hi)):
         notes["outside_size_range"] = f"the runtime selects this program only for {lo}..{hi or 'any'} bytes"
@@ -133,6 +141,7 @@ class _Timing(EventKernel):
         routes: list[Route] = []
         latency: list[float] = []
         num_bytes: list[float] = []
+        costs = options.costs  # the runtime's costs of the program's protocol (taccl_py.runtime), if any
         for t in machine.nodes:
             if t.type.sends:
                 peer = machine.tbs[t.tb][1].send
@@ -141,13 +150,24 @@ class _Timing(EventKernel):
                     raise TopologyError(f"ranks {t.rank} and {peer} communicate but topology {topology.name!r} has "
                                         "no route between them through switches only", where="topology")
                 routes.append(route)
-                latency.append(topology.route_latency(route) + options.step_overhead_us)
+                hop = topology.route_latency(route) if costs is None else costs.route_latency_us(topology, route)
+                latency.append(hop + options.step_overhead_us)
             else:
                 routes.append(())
                 latency.append(0.0)
             num_bytes.append(t.count * chunk_bytes)
-        super().__init__([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links], routes, latency,
-                         num_bytes)
+        capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None else \
+            costs.link_capacity_us(topology)  # the protocol's share of each link (taccl_py.runtime)
+        if topology.store_and_forward:  # every send crosses its route leg by leg (taccl_py.store_forward)
+            if costs is not None:
+                raise InputError("a runtime model (protocol costs) and store-and-forward switches are not simulated "
+                                 "together; use --ideal or cut-through switches", where="topology")
+            plan = LegPlan(n, [link.latency for link in topology.links])
+            for node, route in enumerate(routes):
+                plan.relay(node, route, options.step_overhead_us if route else 0.0, num_bytes[node])
+            super().__init__(capacities, plan.resources, plan.latency_us, plan.num_bytes, plan.weights, plan.relays())
+        else:
+            super().__init__(capacities, routes, latency, num_bytes)
 
     def start(self) -> None:
         """Transmissions that wait for nothing are ready at time 0 (chosen before any runs: running one releases others)."""

@@ -154,9 +154,7 @@ def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: floa
     times: dict[str, float | None] = {}
     correct: list[Choice] = []
     notes: list[str] = []
-    for name in applicable_baselines(topology, kind):
-        if names is not None and name not in names:
-            continue
+    for name in applicable_baselines(topology, kind, only=names):
         schedule = baseline(topology, kind, name, root=root, size_bytes=size_bytes)
         if channel_limit is not None and schedule.num_channels > channel_limit:
             schedule, note = _within_channels(topology, kind, name, root, size_bytes, schedule, channel_limit)

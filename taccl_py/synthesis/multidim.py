@@ -12,7 +12,7 @@ first (milliseconds to seconds) and, when its modelled efficiency reaches :data:
 baseline comparison, which simulates it. Above :data:`LARGE_GPUS` GPUs that comparison simulates one
 hierarchical baseline only: the flat ones (ring, direct, recursive doubling, one-shot trees) send across
 every dimension from every GPU and take minutes each to simulate there, and a 1,024-GPU hierarchical
-schedule itself takes about three minutes and 10 GB. Of ``hier`` and ``hier-lb`` the one whose model
+schedule itself takes 70 to 100 s of CPU and 5 to 12 GB. Of ``hier`` and ``hier-lb`` the one whose model
 makespan is lower is simulated; on ASTRA-sim networks whose dimensions run ring, bidirectional-ring or
 direct phases the model is the simulator's time (tested), so the other one is not faster. Where the
 GPUs declare endpoint limits (memory, channels) the plan's model does not see them, so up to

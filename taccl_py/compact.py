@@ -1,0 +1,209 @@
+"""A schedule as arrays: the form millions of transfers take without one Python object each.
+
+A :class:`CompactSchedule` holds what :class:`taccl_py.schedule.Schedule` holds for
+schedules without exchanges or network groups, column by column (numpy arrays
+indexed by transfer id, in program order): ``src``, ``dst``, ``channel``, ``reduce``
+(True for ``op`` reduce), the chunks as a CSR list (``chunk_ptr``, ``chunks``), each
+route as an index into a table of distinct routes (``route``; ``routes[k]`` is a
+tuple of link indices), ``after`` as a CSR list and ``not_before_us`` (NaN: none).
+Its semantics are the schedule's (docs/simulator.md); :func:`compact` converts a
+schedule, :meth:`CompactSchedule.transfer` gives one transfer back, and
+:mod:`taccl_py.fast_sim` simulates it.
+
+A 1,024-GPU ring Allgather with 8 channels (8.4 million transfers) takes about
+240 MB in this form instead of several GB of ``Transfer`` objects.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from taccl_py.collectives import Collective
+from taccl_py.schedule import Op, Schedule, Transfer
+from taccl_py.topology import Topology
+
+__all__ = ["CompactSchedule", "compact", "compact_error"]
+
+
+@dataclass(frozen=True, eq=False)
+class CompactSchedule:
+    """A schedule without exchanges or network groups, as arrays (see the module)."""
+
+    collective: Collective
+    src: np.ndarray
+    dst: np.ndarray
+    channel: np.ndarray
+    reduce: np.ndarray
+    chunk_ptr: np.ndarray
+    chunks: np.ndarray
+    route: np.ndarray
+    routes: tuple[tuple[int, ...], ...]
+    after_ptr: np.ndarray | None = None
+    after: np.ndarray | None = None
+    not_before_us: np.ndarray | None = None
+    name: str = ""
+    topology: str = ""
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def transfer(self, i: int) -> Transfer:
+        """Transfer ``i`` as a :class:`Transfer` (for messages and checks)."""
+        chunks = tuple(int(c) for c in self.chunks[self.chunk_ptr[i]:self.chunk_ptr[i + 1]])
+        after: tuple[int, ...] = ()
+        if self.after_ptr is not None and self.after is not None:
+            after = tuple(int(a) for a in self.after[self.after_ptr[i]:self.after_ptr[i + 1]])
+        nb = None if self.not_before_us is None or math.isnan(self.not_before_us[i]) else \
+            float(self.not_before_us[i])
+        return Transfer(int(self.src[i]), int(self.dst[i]), chunks, self.routes[int(self.route[i])],
+                        Op.REDUCE if self.reduce[i] else Op.COPY, int(self.channel[i]), after, nb)
+
+    def to_schedule(self) -> Schedule:
+        """The same schedule as :class:`Schedule` (small cases: one object per transfer)."""
+        return Schedule(self.collective, tuple(self.transfer(i) for i in range(len(self))), name=self.name,
+                        topology=self.topology, notes=dict(self.notes))
+
+
+def compact(schedule: Schedule) -> CompactSchedule:
+    """``schedule`` as arrays; it must have no exchanges or network groups (``ValueError`` otherwise)."""
+    transfers = schedule.transfers
+    n = len(transfers)
+    src = np.empty(n, np.int32)
+    dst = np.empty(n, np.int32)
+    channel = np.empty(n, np.int32)
+    reduce = np.empty(n, np.bool_)
+    route = np.empty(n, np.int32)
+    chunk_ptr = np.empty(n + 1, np.int64)
+    chunk_ptr[0] = 0
+    chunks: list[int] = []
+    route_id: dict[tuple[int, ...], int] = {}
+    after_ptr = np.zeros(n + 1, np.int64)
+    after: list[int] = []
+    not_before = np.full(n, math.nan)
+    timed = False
+    for i, t in enumerate(transfers):
+        if t.exchange is not None or t.group is not None:
+            raise ValueError(f"transfer {i}: exchanges and network groups have no compact form")
+        src[i], dst[i], channel[i] = t.src, t.dst, t.channel
+        reduce[i] = t.op is Op.REDUCE
+        r = route_id.get(t.route)
+        if r is None:
+            r = route_id[t.route] = len(route_id)
+        route[i] = r
+        chunks.extend(t.chunks)
+        chunk_ptr[i + 1] = len(chunks)
+        after.extend(t.after)
+        after_ptr[i + 1] = len(after)
+        if t.not_before_us is not None:
+            not_before[i] = t.not_before_us
+            timed = True
+    return CompactSchedule(schedule.collective, src, dst, channel, reduce, chunk_ptr, np.array(chunks, np.int32),
+                           route, tuple(route_id), after_ptr if after else None,
+                           np.array(after, np.int32) if after else None, not_before if timed else None,
+                           name=schedule.name, topology=schedule.topology, notes=dict(schedule.notes))
+
+
+def _route_check(topology: Topology, route: tuple[int, ...]) -> tuple[object, object, str | None]:
+    """(where the route starts, where it ends, the first problem after hop 0's start) of one route.
+
+    The start is None when the route is empty or its first link does not exist
+    (the problem then says so); the transfer's own check adds the start and the end.
+    """
+    links = topology.links
+    if not route:
+        return None, None, "empty route"
+    if not 0 <= route[0] < len(links):
+        return None, None, f"route names link {route[0]}, which does not exist"
+    at: object = links[route[0]].src
+    start = at
+    for k, li in enumerate(route):
+        if not 0 <= li < len(links):
+            return start, None, f"route names link {li}, which does not exist"
+        link = links[li]
+        if link.src != at:
+            return start, None, f"route is not connected at hop {k} ({at!r} then link {link.src!r}->{link.dst!r})"
+        at = link.dst
+        if k < len(route) - 1 and topology.is_gpu(at):
+            return start, None, f"route passes through GPU {at}; relaying through a GPU takes two transfers"
+    return start, at, None
+
+
+def compact_error(schedule: CompactSchedule, topology: Topology) -> str | None:
+    """The first reason the schedule cannot run on ``topology`` (as :meth:`Schedule.structural_error` words it).
+
+    Checked column by column: the first failing transfer of each check is found
+    with array operations, and the earliest of them is reported with the
+    message the transfer-by-transfer check gives it.
+    """
+    coll = schedule.collective
+    n = coll.num_ranks
+    if n != topology.num_gpus:
+        return f"collective has {n} ranks but topology {topology.name!r} has {topology.num_gpus} GPUs"
+    count = len(schedule)
+    if count == 0:
+        return None
+    nchunks = coll.num_chunks
+    found: list[tuple[int, int, str]] = []  # (transfer, order of the check inside it, message)
+
+    def first(bad: np.ndarray, order: int, message: Any) -> None:
+        hit = np.flatnonzero(bad)
+        if len(hit):
+            i = int(hit[0])
+            found.append((i, order, message(i)))
+
+    src, dst = schedule.src, schedule.dst
+    first((src < 0) | (src >= n) | (dst < 0) | (dst >= n), 0,
+          lambda i: f"transfer {i}: ranks {src[i]} -> {dst[i]} out of range 0..{n - 1}")
+    first(src == dst, 1, lambda i: f"transfer {i}: sends from rank {src[i]} to itself")
+    ptr = schedule.chunk_ptr
+    first(ptr[1:] == ptr[:-1], 2, lambda i: f"transfer {i}: carries no chunk")
+    bad_chunk = np.flatnonzero((schedule.chunks < 0) | (schedule.chunks >= nchunks))
+    if len(bad_chunk):
+        k = int(bad_chunk[0])
+        i = int(np.searchsorted(ptr, k, side="right")) - 1
+        found.append((i, 3, f"transfer {i}: chunk {schedule.chunks[k]} out of range 0..{nchunks - 1}"))
+    multi = np.flatnonzero(ptr[1:] - ptr[:-1] > 1) if len(schedule.chunks) > count else np.zeros(0, np.int64)
+    for m in multi:
+        part = schedule.chunks[ptr[m]:ptr[m + 1]]
+        if len(np.unique(part)) != len(part):
+            found.append((int(m), 4, f"transfer {m}: lists a chunk twice"))
+            break
+    first(schedule.channel < 0, 5, lambda i: f"transfer {i}: negative channel {schedule.channel[i]}")
+    if schedule.after is not None and schedule.after_ptr is not None:
+        owner = np.repeat(np.arange(count), np.diff(schedule.after_ptr))
+        a = schedule.after
+        bad = np.flatnonzero((a == owner) | (a < 0) | (a >= count))
+        if len(bad):
+            k = int(bad[0])
+            i = int(owner[k])
+            found.append((i, 6, f"transfer {i}: 'after' refers to itself (a transfer cannot wait for its own commit)"
+                          if a[k] == i else f"transfer {i}: 'after' names transfer {a[k]}, which does not exist"))
+    # routes: each distinct route checked once, then its ends against every transfer's ranks
+    checks = [_route_check(topology, route) for route in schedule.routes]
+    route = schedule.route
+
+    def per_route(values: list[int]) -> np.ndarray:
+        return np.array(values, np.int32)[route]
+
+    def gpu(v: object) -> int:
+        return v if isinstance(v, int) and not isinstance(v, bool) else -1
+
+    known = np.array([s is not None for s, _, _ in checks])[route]
+    moved = known & (per_route([gpu(s) for s, _, _ in checks]) != src)  # hop 0 leaves another vertex
+    first(moved, 8, lambda i: f"transfer {i}: route is not connected at hop 0 ({int(src[i])!r} then link "
+          f"{topology.links[schedule.routes[int(route[i])][0]].src!r}->"
+          f"{topology.links[schedule.routes[int(route[i])][0]].dst!r})")
+    problem = np.array([p is not None for _, _, p in checks])[route]
+    first(problem & ~moved, 8, lambda i: f"transfer {i}: {checks[int(route[i])][2]}")
+    ok = ~problem & ~moved
+    del problem, moved, known
+    ok &= per_route([gpu(e) for _, e, _ in checks]) != dst
+    first(ok, 8, lambda i: f"transfer {i}: route ends at {checks[int(route[i])][1]!r}, not at rank {dst[i]}")
+    if not found:
+        return None
+    return min(found)[2]

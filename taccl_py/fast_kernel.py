@@ -1,0 +1,813 @@
+"""The simulator's event loop, fluid network and rules, compiled (numba) over arrays: millions of transfers.
+
+This is :class:`taccl_py.simulator._Run` on :class:`taccl_py.event_kernel.EventKernel` and
+:class:`taccl_py.fluid.FluidNetwork`, written again over arrays for schedules without
+exchanges, network groups and endpoint limits, with every floating-point operation in
+the same order and every tie broken the same way, so the times are the same (the tests
+compare them to the Python simulator's, exactly). What each piece mirrors:
+
+* the heap of events ``(time, seq, kind, transfer, group)`` with ``seq`` counting pushes
+  (FIFO ties), batches of :func:`taccl_py.event_kernel.batch_end` width, one finish event
+  per flow group and its ``NONE``/``QUEUED``/``LATE`` state;
+* flow groups (one per distinct route), their members in a heap by (target, join number)
+  (one fixed segment of an array per group), ``groups_on`` per link as a doubly linked
+  list in insertion order, the touched set in insertion order, the selective max-min
+  re-solve with frozen groups (``FluidNetwork._solve``) and the lone-group shortcut;
+* start, arrival and commit rules with the dependency lists of
+  :func:`taccl_py.simulator._dependencies` (built here too, in the same order);
+* the data: every (rank, chunk) holds the id of a contribution mask; masks are rows of
+  64-bit words in a pool, ids 1..N are the single ranks' masks, others are reference
+  counted and reused when dropped. A copy moves an id, a reduction checks the overlap
+  and writes the union into a new row.
+
+A fault stops the run where the Python simulator would raise; :mod:`taccl_py.fast_sim`
+turns its code into the same message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+from numba.typed import List
+
+from taccl_py.tolerances import SAME_INSTANT_REL
+
+__all__ = ["COMMITTED", "EVENTS", "FAULT_CHUNK", "FAULT_DOUBLE", "FAULT_HELD", "FAULT_KIND", "FAULT_MASK", "FAULT_MISSING",
+           "FAULT_TRANSFER", "SOLVES", "VISITED_GROUPS", "VISITED_RESOURCES", "build_dependencies", "run"]
+
+_SAME_RATE = 1e-12
+_FROZEN_MARGIN = 1e-9
+_KEEP = 1 - _FROZEN_MARGIN
+_GROW = 1 + 1e-12
+_NO_DEMAND = 1e-9
+_HORIZON = SAME_INSTANT_REL
+_ENTER, _FINISH, _TIMER = 0, 1, 2
+_NONE, _QUEUED, _LATE = 0, 1, 2
+FAULT_MISSING = 1
+"""A transfer starts but its sender does not hold a chunk (``info``: transfer, chunk)."""
+FAULT_DOUBLE = 2
+"""A reduction adds a contribution twice (``info``: transfer, chunk, held mask id, incoming mask id)."""
+
+# The counters (one int64 array that run returns): next event seq, next join seq, re-solves, transfers committed,
+# the fault (kind, transfer, chunk, held mask id, incoming mask id), pool rows used, free rows, the lengths of the
+# event queue, the touched and moved groups and the commit stack, and the work the re-solves did (resources and
+# groups visited).
+(EVENTS, _JOIN, SOLVES, COMMITTED, FAULT_KIND, FAULT_TRANSFER, FAULT_CHUNK, FAULT_HELD, FAULT_MASK, _USED, _NFREE, _QN,
+ _TN, _MN, _CN, VISITED_RESOURCES, VISITED_GROUPS) = range(17)
+
+
+# ---------------------------------------------------------------------------------------------- dependencies
+@njit(cache=True)
+def build_dependencies(src: Any, dst: Any, chunk_ptr: Any, chunks: Any, after_ptr: Any, after: Any,
+                       num_chunks: int, num_keys: int) -> Any:
+    """Start and commit dependencies, as ``simulator._dependencies`` derives them (no exchanges or groups).
+
+    Returns start_pending, commit_pending and three CSR lists (pointer, waiters):
+    start_on_commit, commit_on_commit, commit_on_arrive; each waiter list in increasing order.
+    """
+    n = len(src)
+    total = len(chunks)
+    last_writer = np.full(num_keys, -1, np.int32)
+    rd_head = np.full(num_keys, -1, np.int32)
+    rd_tail = np.full(num_keys, -1, np.int32)
+    nd_tr = np.empty(max(total, 1), np.int32)
+    nd_next = np.empty(max(total, 1), np.int32)
+    nodes = 0
+    start_pending = np.zeros(n, np.int32)
+    commit_pending = np.ones(n, np.int32)
+    s_on = np.empty(total + len(after), np.int32)
+    s_by = np.empty(total + len(after), np.int32)
+    c_on = np.empty(max(total, 1), np.int32)
+    c_by = np.empty(max(total, 1), np.int32)
+    a_on = np.empty(max(total, 1), np.int32)
+    a_by = np.empty(max(total, 1), np.int32)
+    ns = nc = na = 0
+    scratch = np.empty(64, np.int64)
+    for i in range(n):
+        p0, p1 = chunk_ptr[i], chunk_ptr[i + 1]
+        sb = src[i] * num_chunks
+        db = dst[i] * num_chunks
+        # start: the writers of what it reads, and 'after'
+        k = 0
+        need = (p1 - p0) * 2 + (after_ptr[i + 1] - after_ptr[i])
+        if need > len(scratch):
+            scratch = np.empty(need, np.int64)
+        for q in range(after_ptr[i], after_ptr[i + 1]):
+            scratch[k] = after[q]
+            k += 1
+        for p in range(p0, p1):
+            key = sb + chunks[p]
+            w = last_writer[key]
+            if w >= 0:
+                scratch[k] = w
+                k += 1
+            nd_tr[nodes] = i
+            nd_next[nodes] = -1
+            if rd_head[key] < 0:
+                rd_head[key] = nodes
+            else:
+                nd_next[rd_tail[key]] = nodes
+            rd_tail[key] = nodes
+            nodes += 1
+        if k:
+            deps = np.unique(scratch[:k])
+            for w in deps:
+                s_on[ns] = w
+                s_by[ns] = i
+                ns += 1
+            start_pending[i] = len(deps)
+        # commit: earlier writers there, earlier readers of it there
+        k = 0
+        for p in range(p0, p1):
+            key = db + chunks[p]
+            w = last_writer[key]
+            if w >= 0:
+                scratch[k] = w
+                k += 1
+            last_writer[key] = i
+        extra = 0
+        if k:
+            deps = np.unique(scratch[:k])
+            for w in deps:
+                c_on[nc] = w
+                c_by[nc] = i
+                nc += 1
+            extra += len(deps)
+        k = 0
+        for p in range(p0, p1):
+            key = db + chunks[p]
+            node = rd_head[key]
+            while node >= 0:
+                if k >= len(scratch):
+                    grown = np.empty(2 * len(scratch), np.int64)
+                    grown[:k] = scratch[:k]
+                    scratch = grown
+                scratch[k] = nd_tr[node]
+                k += 1
+                node = nd_next[node]
+            rd_head[key] = -1
+            rd_tail[key] = -1
+        if k:
+            deps = np.unique(scratch[:k])
+            for r in deps:
+                a_on[na] = r
+                a_by[na] = i
+                na += 1
+            extra += len(deps)
+        commit_pending[i] += extra
+    return (start_pending, commit_pending, *_csr(s_on[:ns], s_by[:ns], n), *_csr(c_on[:nc], c_by[:nc], n),
+            *_csr(a_on[:na], a_by[:na], n))
+
+
+@njit(cache=True)
+def _csr(on: Any, by: Any, n: int) -> Any:
+    """Waiters grouped by what they wait on, each group in the order given (a stable counting sort)."""
+    ptr = np.zeros(n + 1, np.int32)
+    for w in on:
+        ptr[w + 1] += 1
+    for i in range(n):
+        ptr[i + 1] += ptr[i]
+    fill = ptr[:-1].copy()
+    out = np.empty(len(on), np.int32)
+    for k in range(len(on)):
+        w = on[k]
+        out[fill[w]] = by[k]
+        fill[w] += 1
+    return ptr, out
+
+
+# ---------------------------------------------------------------------------------------------- array layout
+# Every table is a 2-D array whose rows are fields (columns: transfer, resource, group, ...), so the compiled
+# functions take a few arrays rather than tuples of many (each array argument costs reference counting).
+# per transfer, int32 (T)
+T_SRC, T_DST, T_ROUTE, T_SP, T_CP, T_NEXT, T_SC, T_CC, T_RED, T_ACT = range(10)
+# per transfer, float (F): start, arrival, commit times (NaN: never)
+F_START, F_ARRIVE, F_COMMIT = range(3)
+# per chunk slot of a transfer, int32 (CS): the chunk, the mask id read at the start
+CS_CHUNK, CS_SNAP = range(2)
+# dependency lists (EP pointers into ED): start on commit, commit on commit, commit on arrival
+EP_SOC, EP_COC, EP_COA = range(3)
+# per resource, float (RF) and int64 (RI)
+RF_CAPACITY, RF_LEVEL, RF_LEFT, RF_COUNT, RF_SINCE, RF_BUSY, RF_CARRIED = range(7)
+RI_LOAD, RI_REACHED, RI_HEAD, RI_TAIL, RI_COUNT = range(5)
+# per (group, resource) node of the groups_on lists, int64 (NI)
+NI_RES, NI_PREV, NI_NEXT, NI_GROUP = range(4)
+# per group, float (GF) and int64 (GI)
+GF_RATE, GF_DRAINED, GF_UPDATED, GF_DUE, GF_LATENCY = range(5)
+GI_SIZE, GI_SOLVED, GI_SEEN, GI_FIXED, GI_LINKED, GI_HLEN, GI_HBASE, GI_EVENT, GI_FINISH, GI_TOUCHED = range(10)
+# member heap slots: target (HK, float) and join number, flow (HI, int32)
+HI_SEQ, HI_FLOW = range(2)
+# work lists per group (WG): touched, moved
+WG_TOUCHED, WG_MOVED = range(2)
+
+
+@njit(cache=True)
+def _solve(seeds: Any, num_seeds: int, now: float, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: Any,
+           wg: Any, stack: Any, hshare: Any, hres: Any, cnt: Any) -> None:
+    """``FluidNetwork._solve`` (no weights): max-min rates where groups changed size, frozen groups kept."""
+    cnt[SOLVES] += 1
+    solve = cnt[SOLVES]
+    floor = np.inf
+    depth = 0
+    for k in range(num_seeds):
+        r = seeds[k]
+        if ri[RI_REACHED, r] != solve:
+            ri[RI_REACHED, r] = solve
+            stack[depth] = r
+            depth += 1
+            if rf[RF_LEVEL, r] < floor:
+                floor = rf[RF_LEVEL, r]
+            demand = ri[RI_LOAD, r] + 0.0
+            if rf[RF_CAPACITY, r] < floor * demand:
+                floor = rf[RF_CAPACITY, r] / demand
+    floor *= _KEEP
+    size = 0
+    while depth:
+        depth -= 1
+        r = stack[depth]
+        cnt[VISITED_RESOURCES] += 1
+        left = rf[RF_CAPACITY, r]
+        n = 0
+        p = ri[RI_HEAD, r]
+        while p >= 0:
+            g = ni[NI_GROUP, p]
+            p = ni[NI_NEXT, p]
+            cnt[VISITED_GROUPS] += 1
+            m = gi[GI_SIZE, g]
+            rate = gf[GF_RATE, g]
+            if rate < floor and m == gi[GI_SOLVED, g]:
+                left -= rate * m
+                continue
+            n += m
+            if gi[GI_SEEN, g] != solve:
+                gi[GI_SEEN, g] = solve
+                for q in range(res_ptr[g], res_ptr[g + 1]):
+                    r2 = ni[NI_RES, q]
+                    if ri[RI_REACHED, r2] != solve:
+                        ri[RI_REACHED, r2] = solve
+                        stack[depth] = r2
+                        depth += 1
+        rf[RF_LEVEL, r] = np.inf
+        if n:
+            rf[RF_LEFT, r] = left
+            rf[RF_COUNT, r] = n
+            size = _h_push(hshare, hres, size, (left if left > 0 else 0.0) / n, r)
+    while size:
+        share, r = hshare[0], hres[0]
+        size = _h_pop(hshare, hres, size)
+        nf = rf[RF_COUNT, r]
+        if nf < _NO_DEMAND:
+            continue
+        left = rf[RF_LEFT, r]
+        current = left / nf if left > 0 else 0.0
+        if current > share * _GROW + 1e-300:
+            size = _h_push(hshare, hres, size, current, r)
+            continue
+        rf[RF_LEVEL, r] = current
+        p = ri[RI_HEAD, r]
+        while p >= 0:
+            g = ni[NI_GROUP, p]
+            p = ni[NI_NEXT, p]
+            if gi[GI_SEEN, g] != solve or gi[GI_FIXED, g] == solve:
+                continue
+            gi[GI_FIXED, g] = solve
+            m = gi[GI_SIZE, g]
+            gi[GI_SOLVED, g] = m
+            used = current * m
+            for q in range(res_ptr[g], res_ptr[g + 1]):
+                r2 = ni[NI_RES, q]
+                rf[RF_LEFT, r2] -= used
+                rf[RF_COUNT, r2] -= m
+            old = gf[GF_RATE, g]
+            if current - old > _SAME_RATE * old or old - current > _SAME_RATE * old:
+                gf[GF_DRAINED, g] += old * (now - gf[GF_UPDATED, g])
+                gf[GF_UPDATED, g] = now
+                gf[GF_RATE, g] = current
+                if not gi[GI_TOUCHED, g]:
+                    wg[WG_MOVED, cnt[_MN]] = g
+                    cnt[_MN] += 1
+
+
+@njit(cache=True, inline="always")
+def _h_push(share: Any, res: Any, size: int, value: float, r: int) -> int:
+    """Push (value, r) on the solve's heap of ``size`` entries ordered by (share, resource); the new size."""
+    j = size
+    while j > 0:
+        parent = (j - 1) >> 1
+        if value < share[parent] or (value == share[parent] and r < res[parent]):
+            share[j] = share[parent]
+            res[j] = res[parent]
+            j = parent
+        else:
+            break
+    share[j] = value
+    res[j] = r
+    return size + 1
+
+
+@njit(cache=True, inline="always")
+def _h_pop(share: Any, res: Any, size: int) -> int:
+    """Drop the least entry of the solve's heap; the new size."""
+    m = size - 1
+    if m > 0:
+        value, r = share[m], res[m]
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= m:
+                break
+            if c + 1 < m and (share[c + 1] < share[c] or (share[c + 1] == share[c] and res[c + 1] < res[c])):
+                c += 1
+            if share[c] < value or (share[c] == value and res[c] < r):
+                share[j] = share[c]
+                res[j] = res[c]
+                j = c
+            else:
+                break
+        share[j] = value
+        res[j] = r
+    return m
+
+
+@njit(cache=True)
+def _reshare(now: float, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: Any, wg: Any, seeds: Any,
+             stack: Any, hshare: Any, hres: Any, cnt: Any) -> None:
+    """``FluidNetwork.reshare_groups``: re-solve where sizes changed; WG_MOVED gets the groups to re-time."""
+    num_seeds = 0
+    for k in range(cnt[_TN]):
+        g = wg[WG_TOUCHED, k]
+        if gi[GI_SIZE, g]:
+            wg[WG_MOVED, cnt[_MN]] = g
+            cnt[_MN] += 1
+            if gi[GI_SIZE, g] != gi[GI_SOLVED, g]:
+                shared = False
+                for q in range(res_ptr[g], res_ptr[g + 1]):
+                    if ri[RI_COUNT, ni[NI_RES, q]] > 1:
+                        shared = True
+                        break
+                if shared:
+                    for q in range(res_ptr[g], res_ptr[g + 1]):
+                        seeds[num_seeds] = ni[NI_RES, q]
+                        num_seeds += 1
+                else:  # _solve_alone
+                    m = gi[GI_SIZE, g]
+                    gi[GI_SOLVED, g] = m
+                    least = np.inf
+                    for q in range(res_ptr[g], res_ptr[g + 1]):
+                        c = rf[RF_CAPACITY, ni[NI_RES, q]]
+                        if c < least:
+                            least = c
+                    new = least / m
+                    for q in range(res_ptr[g], res_ptr[g + 1]):
+                        r = ni[NI_RES, q]
+                        rf[RF_LEVEL, r] = new if rf[RF_CAPACITY, r] == least else np.inf
+                    old = gf[GF_RATE, g]
+                    if abs(new - old) > _SAME_RATE * old:
+                        gf[GF_DRAINED, g] += old * (now - gf[GF_UPDATED, g])
+                        gf[GF_UPDATED, g] = now
+                        gf[GF_RATE, g] = new
+        elif gi[GI_LINKED, g]:
+            gi[GI_LINKED, g] = 0
+            for q in range(res_ptr[g], res_ptr[g + 1]):
+                r = ni[NI_RES, q]
+                a, b = ni[NI_PREV, q], ni[NI_NEXT, q]  # unlink from groups_on[r]
+                if a < 0:
+                    ri[RI_HEAD, r] = b
+                else:
+                    ni[NI_NEXT, a] = b
+                if b < 0:
+                    ri[RI_TAIL, r] = a
+                else:
+                    ni[NI_PREV, b] = a
+                ri[RI_COUNT, r] -= 1
+                if not ri[RI_LOAD, r]:
+                    rf[RF_LEVEL, r] = np.inf
+                elif gi[GI_SOLVED, g]:
+                    seeds[num_seeds] = r
+                    num_seeds += 1
+            gi[GI_HLEN, g] = 0
+            gi[GI_SOLVED, g] = 0
+            gf[GF_RATE, g] = 0.0
+            gf[GF_DRAINED, g] = 0.0
+            gf[GF_UPDATED, g] = now
+    if num_seeds:
+        _solve(seeds, num_seeds, now, rf, ri, ni, res_ptr, gf, gi, wg, stack, hshare, hres, cnt)
+    for k in range(cnt[_TN]):
+        gi[GI_TOUCHED, wg[WG_TOUCHED, k]] = 0
+    cnt[_TN] = 0
+
+
+# ---------------------------------------------------------------------------------------------- the run
+@njit(cache=True, inline="always")
+def _less(ka: float, sa: int, kb: float, sb: int) -> bool:
+    """(key a, seq a) < (key b, seq b): the order of a group's members (target, then join number)."""
+    return ka < kb or (ka == kb and sa < sb)
+
+
+@njit(cache=True)
+def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: Any, bytes_by_count: Any,
+        capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, state: Any, words: Any,
+        num_chunks: int, n_ranks: int) -> Any:
+    """Run every transfer of the tables (see the layout above; ``t`` and ``f`` are updated in place).
+
+    ``capacity`` per resource, ``latency`` per route (with the step overhead), ``res_ptr``/``res`` the
+    resources of each route, ``route_count`` the transfers on each route, ``state`` the mask id of every
+    (rank, chunk) key (updated in place), ``words`` the mask pool. Returns (busy_us, bytes carried,
+    counters, pool words, fault time); ``counters[FAULT_KIND]`` is a fault code (0: none).
+
+    The steps are closures over the tables (numba inlines them), so the hot path passes no arrays.
+    """
+    n = t.shape[1]
+    num_res = len(capacity)
+    num_groups = len(res_ptr) - 1
+    slots = len(res)
+    rf = np.zeros((7, num_res))
+    rf[RF_CAPACITY] = capacity
+    rf[RF_LEVEL] = np.inf
+    ri = np.zeros((5, num_res), np.int64)
+    ri[RI_HEAD] = -1
+    ri[RI_TAIL] = -1
+    ni = np.full((4, slots), -1, np.int64)
+    ni[NI_RES] = res
+    for g in range(num_groups):
+        for q in range(res_ptr[g], res_ptr[g + 1]):
+            ni[NI_GROUP, q] = g
+    gf = np.zeros((5, num_groups))
+    gf[GF_DUE] = np.inf
+    gf[GF_LATENCY] = latency
+    gi = np.zeros((10, num_groups), np.int64)
+    base = 0
+    for g in range(num_groups):
+        gi[GI_HBASE, g] = base
+        base += route_count[g]
+    hk = np.empty(max(n, 1))
+    hi = np.empty((2, max(n, 1)), np.int32)
+    wg = np.empty((2, num_groups), np.int64)
+    seeds = np.empty(slots + 1, np.int64)
+    stack = np.empty(num_res, np.int64)
+    hshare = np.empty(num_res)
+    hres = np.empty(num_res, np.int64)
+    cm = np.empty((2, max(n, 1)), np.int32)
+    cnt = np.zeros(20, np.int64)
+    cnt[EVENTS] = 1
+    cnt[_USED] = n_ranks + 1
+    fl = np.zeros(1)
+    pi = List([np.zeros(words.shape[0], np.int64), np.zeros(words.shape[0], np.int64)])  # free rows, counts
+    words_box = List([words])
+    queue = List([np.empty((1024, 5))])
+    timed = len(not_before) > 0
+
+    # ------------------------------------------------------------------ the event heap: (time, seq, kind, item, group)
+    def push(time: float, kind: int, item: int, group: int) -> int:
+        q = queue[0]
+        size = cnt[_QN]
+        if size == q.shape[0]:
+            grown = np.empty((2 * size, 5))
+            grown[:size] = q
+            queue[0] = grown
+            q = grown
+        seq = cnt[EVENTS]
+        cnt[EVENTS] += 1
+        fseq = float(seq)
+        j = size
+        while j > 0:
+            parent = (j - 1) >> 1
+            pt = q[parent, 0]
+            if time < pt or (time == pt and fseq < q[parent, 1]):
+                for c in range(5):
+                    q[j, c] = q[parent, c]
+                j = parent
+            else:
+                break
+        q[j, 0] = time
+        q[j, 1] = fseq
+        q[j, 2] = kind
+        q[j, 3] = item
+        q[j, 4] = group
+        cnt[_QN] = size + 1
+        return seq
+
+    def pop(q: Any) -> Any:
+        top = (q[0, 0], int(q[0, 1]), int(q[0, 2]), int(q[0, 3]), int(q[0, 4]))
+        m = cnt[_QN] - 1
+        cnt[_QN] = m
+        if m > 0:
+            time, fseq, kind, item, group = q[m, 0], q[m, 1], q[m, 2], q[m, 3], q[m, 4]
+            j = 0
+            while True:
+                c = 2 * j + 1
+                if c >= m:
+                    break
+                if c + 1 < m and (q[c + 1, 0] < q[c, 0] or (q[c + 1, 0] == q[c, 0] and q[c + 1, 1] < q[c, 1])):
+                    c += 1
+                if q[c, 0] < time or (q[c, 0] == time and q[c, 1] < fseq):
+                    for k in range(5):
+                        q[j, k] = q[c, k]
+                    j = c
+                else:
+                    break
+            q[j, 0] = time
+            q[j, 1] = fseq
+            q[j, 2] = kind
+            q[j, 3] = item
+            q[j, 4] = group
+        return top
+
+    # ------------------------------------------------------------------ flow groups
+    def member_pop(at: int, length: int) -> None:
+        """Drop the root of the member heap at ``at`` of ``length`` entries (the caller shortens it)."""
+        m = length - 1
+        if m == 0:
+            return
+        key, seq, flow = hk[at + m], hi[HI_SEQ, at + m], hi[HI_FLOW, at + m]
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= m:
+                break
+            if c + 1 < m and _less(hk[at + c + 1], hi[HI_SEQ, at + c + 1], hk[at + c], hi[HI_SEQ, at + c]):
+                c += 1
+            if _less(hk[at + c], hi[HI_SEQ, at + c], key, seq):
+                hk[at + j] = hk[at + c]
+                hi[HI_SEQ, at + j] = hi[HI_SEQ, at + c]
+                hi[HI_FLOW, at + j] = hi[HI_FLOW, at + c]
+                j = c
+            else:
+                break
+        hk[at + j] = key
+        hi[HI_SEQ, at + j] = seq
+        hi[HI_FLOW, at + j] = flow
+
+    def first_finish(g: int) -> Any:
+        """``FlowGroup.next_finish``: skip departed members; (time, flow) of the first to finish."""
+        at = gi[GI_HBASE, g]
+        while not t[T_ACT, hi[HI_FLOW, at]]:
+            member_pop(at, gi[GI_HLEN, g])
+            gi[GI_HLEN, g] -= 1
+        rate = gf[GF_RATE, g]
+        time = gf[GF_UPDATED, g] + (hk[at] - gf[GF_DRAINED, g]) / rate if rate > 0 else np.inf
+        return time, int(hi[HI_FLOW, at])
+
+    def queue_finish(g: int, time: float, flow: int) -> None:
+        gf[GF_DUE, g] = time
+        gi[GI_EVENT, g] = push(time, _FINISH, flow, g)
+        gi[GI_FINISH, g] = _QUEUED
+
+    def touch(g: int) -> None:
+        if not gi[GI_TOUCHED, g]:
+            gi[GI_TOUCHED, g] = 1
+            wg[WG_TOUCHED, cnt[_TN]] = g
+            cnt[_TN] += 1
+
+    def net_add(i: int, g: int, nbytes: float, now: float) -> None:
+        """``FluidNetwork.add``: flow i joins group g (its route) with ``nbytes`` to move."""
+        if not gi[GI_LINKED, g]:
+            gi[GI_LINKED, g] = 1
+            for p in range(res_ptr[g], res_ptr[g + 1]):  # append to groups_on of each resource
+                r = ni[NI_RES, p]
+                tail = ri[RI_TAIL, r]
+                ni[NI_PREV, p] = tail
+                ni[NI_NEXT, p] = -1
+                if tail < 0:
+                    ri[RI_HEAD, r] = p
+                else:
+                    ni[NI_NEXT, tail] = p
+                ri[RI_TAIL, r] = p
+                ri[RI_COUNT, r] += 1
+        target = gf[GF_DRAINED, g] + gf[GF_RATE, g] * (now - gf[GF_UPDATED, g]) + nbytes
+        seq = cnt[_JOIN]
+        cnt[_JOIN] += 1
+        t[T_ACT, i] = 1
+        at, j = gi[GI_HBASE, g], gi[GI_HLEN, g]  # push (target, seq, i) on the member heap
+        while j > 0:
+            parent = (j - 1) >> 1
+            if _less(target, seq, hk[at + parent], hi[HI_SEQ, at + parent]):
+                hk[at + j] = hk[at + parent]
+                hi[HI_SEQ, at + j] = hi[HI_SEQ, at + parent]
+                hi[HI_FLOW, at + j] = hi[HI_FLOW, at + parent]
+                j = parent
+            else:
+                break
+        hk[at + j] = target
+        hi[HI_SEQ, at + j] = seq
+        hi[HI_FLOW, at + j] = i
+        gi[GI_HLEN, g] += 1
+        gi[GI_SIZE, g] += 1
+        touch(g)
+        for p in range(res_ptr[g], res_ptr[g + 1]):
+            r = ni[NI_RES, p]
+            if not ri[RI_LOAD, r]:
+                rf[RF_SINCE, r] = now
+            ri[RI_LOAD, r] += 1
+            rf[RF_CARRIED, r] += nbytes
+
+    # ------------------------------------------------------------------ the rules
+    def begin(i: int, now: float) -> bool:
+        """``_Run.begin``: read the sender's masks (a missing chunk is a fault: False) and send."""
+        at = t[T_SRC, i] * num_chunks
+        p0, p1 = chunk_ptr[i], chunk_ptr[i + 1]
+        for p in range(p0, p1):
+            if state[at + cs[CS_CHUNK, p]] == 0:
+                cnt[FAULT_KIND] = FAULT_MISSING
+                cnt[FAULT_TRANSFER] = i
+                cnt[FAULT_CHUNK] = cs[CS_CHUNK, p]
+                fl[0] = now
+                return False
+        for p in range(p0, p1):
+            mid = state[at + cs[CS_CHUNK, p]]
+            cs[CS_SNAP, p] = mid
+            if mid > n_ranks:
+                pi[1][mid] += 1
+        f[F_START, i] = now
+        g = t[T_ROUTE, i]  # send: the latency, then the bytes
+        lat = gf[GF_LATENCY, g]
+        nb = bytes_by_count[p1 - p0]
+        if lat > 0 or not nb > 0:
+            push(now + lat, _ENTER, i, -1)
+        else:
+            net_add(i, g, nb, now)
+        return True
+
+    def release(j: int, now: float, cause: int) -> bool:
+        """``_Run.release``: one of j's start conditions is met; it starts when it was the last."""
+        t[T_SP, j] -= 1
+        if t[T_SP, j]:
+            return True
+        t[T_SC, j] = cause
+        if timed and not_before[j] > now:  # NaN (none) is never greater
+            push(not_before[j], _TIMER, j, -1)
+            return True
+        return begin(j, now)
+
+    def drop(mid: int) -> None:
+        """One reference less to mask ``mid`` (single-rank masks are permanent)."""
+        if mid > n_ranks:
+            refc = pi[1]
+            refc[mid] -= 1
+            if refc[mid] == 0:
+                pi[0][cnt[_NFREE]] = mid
+                cnt[_NFREE] += 1
+
+    def commit_ready(j: int, cause: int) -> None:
+        cm[0, cnt[_CN]] = j
+        cm[1, cnt[_CN]] = cause
+        cnt[_CN] += 1
+
+    def deliver(i: int, now: float) -> bool:
+        """``_Run.delivered`` then ``settle``: i's bytes are at its receiver; commit what may. False on a fault."""
+        f[F_ARRIVE, i] = now
+        j = t[T_NEXT, i]
+        if j >= 0 and not release(j, now, i):
+            return False
+        for q in range(ep[EP_COA, i], ep[EP_COA, i + 1]):
+            j = ed[q]
+            t[T_CP, j] -= 1
+            if not t[T_CP, j]:
+                commit_ready(j, i)
+        t[T_CP, i] -= 1
+        if not t[T_CP, i]:
+            commit_ready(i, i)
+        while cnt[_CN]:
+            cnt[_CN] -= 1
+            k, cause = cm[0, cnt[_CN]], cm[1, cnt[_CN]]
+            t[T_CC, k] = cause
+            at = t[T_DST, k] * num_chunks
+            if not t[T_RED, k]:
+                for p in range(chunk_ptr[k], chunk_ptr[k + 1]):
+                    key = at + cs[CS_CHUNK, p]
+                    old = state[key]
+                    state[key] = cs[CS_SNAP, p]
+                    drop(old)
+            else:
+                for p in range(chunk_ptr[k], chunk_ptr[k + 1]):
+                    key = at + cs[CS_CHUNK, p]
+                    held = state[key]
+                    mid = cs[CS_SNAP, p]
+                    if held == 0:
+                        state[key] = mid
+                        continue
+                    pool = words_box[0]
+                    for w in range(pool.shape[1]):
+                        if pool[held, w] & pool[mid, w]:
+                            cnt[FAULT_KIND] = FAULT_DOUBLE
+                            cnt[FAULT_TRANSFER] = k
+                            cnt[FAULT_CHUNK] = cs[CS_CHUNK, p]
+                            cnt[FAULT_HELD] = held
+                            cnt[FAULT_MASK] = mid
+                            return False
+                    if cnt[_NFREE]:
+                        cnt[_NFREE] -= 1
+                        new = pi[0][cnt[_NFREE]]
+                    else:
+                        if cnt[_USED] == pool.shape[0]:  # grow the pool, its free list and its counts
+                            rows = pool.shape[0]
+                            grown = np.zeros((2 * rows, pool.shape[1]), np.uint64)
+                            grown[:rows] = pool
+                            words_box[0] = grown
+                            pool = grown
+                            for b in range(2):
+                                bigger = np.zeros(2 * rows, np.int64)
+                                bigger[:rows] = pi[b]
+                                pi[b] = bigger
+                        new = cnt[_USED]
+                        cnt[_USED] += 1
+                    for w in range(pool.shape[1]):
+                        pool[new, w] = pool[held, w] | pool[mid, w]
+                    pi[1][new] = 1
+                    state[key] = new
+                    drop(held)
+                    drop(mid)
+            f[F_COMMIT, k] = now
+            cnt[COMMITTED] += 1
+            for q in range(ep[EP_SOC, k], ep[EP_SOC, k + 1]):
+                if not release(ed[q], now, k):
+                    return False
+            for q in range(ep[EP_COC, k], ep[EP_COC, k + 1]):
+                j = ed[q]
+                t[T_CP, j] -= 1
+                if not t[T_CP, j]:
+                    commit_ready(j, k)
+        return True
+
+    # ------------------------------------------------------------------ the loop
+    now = 0.0
+    ok = True
+    for i in range(n):  # start: transfers that wait for nothing
+        if t[T_SP, i] == 0:
+            if timed and not_before[i] > 0:
+                push(not_before[i], _TIMER, i, -1)
+            elif not begin(i, 0.0):
+                ok = False
+                break
+    while ok:
+        if cnt[_TN]:
+            _reshare(now, rf, ri, ni, res_ptr, gf, gi, wg, seeds, stack, hshare, hres, cnt)
+            for k in range(cnt[_MN]):  # where rates changed, the first finish may have moved
+                g = wg[WG_MOVED, k]
+                time, flow = first_finish(g)
+                if gi[GI_FINISH, g] == _NONE or time < gf[GF_DUE, g]:
+                    queue_finish(g, time, flow)
+                elif gi[GI_FINISH, g] == _QUEUED:
+                    gi[GI_FINISH, g] = _LATE
+            cnt[_MN] = 0
+        q = queue[0]
+        while cnt[_QN] and int(q[0, 2]) == _FINISH:  # void and late finish events must not open a batch
+            seq, g = int(q[0, 1]), int(q[0, 4])
+            if gi[GI_EVENT, g] == seq and gi[GI_FINISH, g] == _QUEUED:
+                break
+            pop(q)
+            if gi[GI_EVENT, g] == seq:  # late: move it to the actual finish
+                time, flow = first_finish(g)
+                queue_finish(g, time, flow)
+                q = queue[0]
+        if not cnt[_QN]:
+            break
+        now = q[0, 0]
+        horizon = now + _HORIZON * max(1.0, abs(now))
+        while cnt[_QN] and q[0, 0] <= horizon:
+            time, seq, kind, i, g = pop(q)
+            arrived = -1  # the transfer whose bytes are now at its receiver, if any
+            if kind == _FINISH:
+                if gi[GI_EVENT, g] != seq:
+                    continue  # void: a later event replaced it
+                if gi[GI_FINISH, g] == _LATE:
+                    time, i = first_finish(g)
+                    if time > horizon:
+                        queue_finish(g, time, i)
+                        q = queue[0]
+                        continue
+                t[T_ACT, i] = 0  # net.remove(i, now)
+                gi[GI_SIZE, g] -= 1
+                touch(g)
+                for p in range(res_ptr[g], res_ptr[g + 1]):
+                    r = ni[NI_RES, p]
+                    ri[RI_LOAD, r] -= 1
+                    if not ri[RI_LOAD, r]:
+                        rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
+                if gi[GI_SIZE, g]:
+                    time, flow = first_finish(g)
+                    queue_finish(g, time, flow)
+                else:
+                    gi[GI_FINISH, g] = _NONE
+                    gi[GI_EVENT, g] = 0
+                arrived, time = i, now
+            elif kind == _ENTER:
+                nb = bytes_by_count[chunk_ptr[i + 1] - chunk_ptr[i]]
+                if nb > 0:
+                    net_add(i, t[T_ROUTE, i], nb, now)
+                else:
+                    arrived = i  # at the event's time
+            else:
+                ok = begin(i, time)
+            if arrived >= 0:
+                ok = deliver(arrived, time)
+            if not ok:
+                break
+            q = queue[0]
+    for r in range(num_res):  # finish_busy
+        if ri[RI_LOAD, r]:
+            rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
+            rf[RF_SINCE, r] = now
+    return rf[RF_BUSY].copy(), rf[RF_CARRIED].copy(), cnt, words_box[0], fl[0]

@@ -1,0 +1,315 @@
+"""Simulate a :class:`~taccl_py.compact.CompactSchedule` with the compiled kernel: the same result, far faster.
+
+:func:`simulate_compact` gives the :class:`~taccl_py.simulator.SimResult` that
+:func:`taccl_py.simulator.simulate` gives the same schedule (times, verdict, message,
+link figures, critical path), computed by :mod:`taccl_py.fast_kernel`, which runs the
+same steps over arrays. It covers schedules without exchanges and network groups on
+topologies without endpoint limits (GPU memory, channels); :func:`fast_error` says
+why another one is not covered, and :func:`simulate_compact` then runs the Python
+simulator on it. The first call in a fresh environment compiles the kernel (numba
+caches it next to the module).
+
+The post-condition is checked over arrays: a single rank's contribution is mask id
+``rank + 1``, and a reduction's union always has two ranks or more, so a copy-only
+collective is complete exactly where the id is its source's, a reduction where the
+mask's row has every bit.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from taccl_py.collectives import CollectiveKind
+from taccl_py.compact import CompactSchedule, compact, compact_error
+from taccl_py.endpoint import EndpointMode
+from taccl_py.schedule import Schedule
+from taccl_py.simulator import SimOptions, SimResult, simulate
+from taccl_py.topology import Topology
+from taccl_py.units import gbps_to_bytes_per_us
+
+__all__ = ["FAST_MIN_TRANSFERS", "fast_error", "simulate_compact", "simulate_large"]
+
+FAST_MIN_TRANSFERS = 100_000
+"""From this many transfers :func:`simulate_large` uses the compiled kernel (below it, Python is as quick as the
+kernel's start-up)."""
+
+
+def _kernel_options(options: SimOptions) -> bool:
+    """The options the kernel covers: a step overhead and a runtime's protocol costs (per-route latency,
+    link capacities and a launch time, :class:`taccl_py.runtime.TransferCosts`)."""
+    return replace(options, step_overhead_us=0.0, endpoint=EndpointMode.GPU, costs=None) == SimOptions()
+
+
+def fast_error(schedule: CompactSchedule, topology: Topology, options: SimOptions | None = None) -> str | None:
+    """Why the compiled kernel does not cover this run (None: it does)."""
+    if options is not None and not _kernel_options(options):
+        return "simulator options other than the step overhead and a runtime's costs are simulated in Python only"
+    if topology.has_endpoint_limits:
+        return "GPU memory or channels are declared (endpoint resources are simulated in Python only)"
+    if topology.store_and_forward:
+        return "store-and-forward switches (transfers relayed hop by hop are simulated in Python only)"
+    if schedule.collective.num_ranks > 0 and schedule.collective.num_ranks * schedule.collective.num_chunks > 2**31:
+        return "more (rank, chunk) pairs than the kernel indexes"
+    return None
+
+
+def _describe(schedule: CompactSchedule, i: int) -> str:
+    t = schedule.transfer(i)
+    return f"transfer {i} (rank {t.src} -> rank {t.dst}, chunks {list(t.chunks)})"
+
+
+def _mask_ranks(mask: int) -> list[int]:
+    return [r for r in range(mask.bit_length()) if mask >> r & 1]
+
+
+def _row_int(words: np.ndarray, row: int) -> int:
+    return int.from_bytes(np.ascontiguousarray(words[row]).astype("<u8").tobytes(), "little")
+
+
+def _initial(schedule: CompactSchedule, num_keys: int) -> np.ndarray:
+    """Mask id per (rank, chunk) key at the start: ``Collective.initial`` as arrays."""
+    coll = schedule.collective
+    n, c, nc = coll.num_ranks, coll.chunk_factor, coll.num_chunks
+    state = np.zeros(num_keys, np.int32)
+    ranks = np.arange(n, dtype=np.int64)
+    if coll.kind is CollectiveKind.ALLGATHER:
+        keys = (ranks * nc + ranks * c)[:, None] + np.arange(c)
+        state[keys.ravel()] = np.repeat(ranks + 1, c)
+    elif coll.kind is CollectiveKind.ALLTOALL:
+        keys = (ranks * nc + ranks * n * c)[:, None] + np.arange(n * c)
+        state[keys.ravel()] = np.repeat(ranks + 1, n * c)
+    elif coll.kind is CollectiveKind.BROADCAST:
+        state[coll.root * nc + np.arange(c)] = coll.root + 1
+    else:
+        state[:] = np.repeat(ranks + 1, nc)
+    return state
+
+
+def _postcondition(schedule: CompactSchedule, state: np.ndarray, words: np.ndarray) -> str | None:
+    """The first (rank, chunk) of ``Collective.required`` without its complete contribution set (None: all do)."""
+    coll = schedule.collective
+    n, c, nc = coll.num_ranks, coll.chunk_factor, coll.num_chunks
+    chunk = np.arange(nc, dtype=np.int64)
+    if coll.kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST):
+        have = state.reshape(n, nc)  # every rank, every chunk, rank-major
+        rank_of = None
+    else:
+        if coll.kind is CollectiveKind.ALLTOALL:
+            rank_of = (chunk // c) % n
+        elif coll.kind is CollectiveKind.REDUCESCATTER:
+            rank_of = chunk // c
+        else:
+            rank_of = np.full(nc, coll.root, np.int64)
+        have = state[rank_of * nc + chunk][None, :]
+    if coll.is_reduction:
+        full = np.zeros(words.shape[1], np.uint64)
+        for r in range(n):
+            full[r // 64] |= np.uint64(1) << np.uint64(r % 64)
+        complete = np.array([i for i in np.unique(have) if i > 0 and np.array_equal(words[i], full)], np.int64)
+        bad = ~np.isin(have, complete)
+    else:
+        if coll.kind is CollectiveKind.ALLTOALL:
+            source = chunk // (n * c)
+        elif coll.kind is CollectiveKind.BROADCAST:
+            source = np.full(nc, coll.root, np.int64)
+        else:
+            source = chunk // c
+        bad = have != (source + 1)[None, :]
+    hit = np.flatnonzero(bad)
+    if not len(hit):
+        return None
+    row, x = divmod(int(hit[0]), bad.shape[1])
+    r = row if rank_of is None else int(rank_of[x])
+    mid = int(have[row, x])
+    if mid == 0:
+        why = f"rank {r} never receives {coll.describe_chunk(x)}"
+    elif coll.is_reduction:
+        missing = _mask_ranks(coll.complete_mask(x) & ~_row_int(words, mid))
+        why = (f"rank {r} ends with {coll.describe_chunk(x)} missing the contribution of "
+               f"rank(s) {missing[:8]}{'...' if len(missing) > 8 else ''}")
+    else:
+        why = f"rank {r} ends with the wrong data for {coll.describe_chunk(x)}"
+    return f"post-condition violated: {why}"
+
+
+def _critical_path(commit_at: np.ndarray, start_cause: np.ndarray, commit_cause: np.ndarray) -> tuple[int, ...]:
+    if not len(commit_at):
+        return ()
+    current = int(np.argmax(commit_at))
+    path: list[int] = []
+    seen: set[int] = set()
+    while current >= 0 and current not in seen:
+        seen.add(current)
+        path.append(current)
+        cause = int(commit_cause[current])
+        current = cause if cause >= 0 and cause != current else int(start_cause[current])
+    return tuple(reversed(path))
+
+
+def _deadlock_message(schedule: CompactSchedule, start_at: np.ndarray, commit_at: np.ndarray,
+                      conn_prev: np.ndarray) -> str:
+    never_started = np.flatnonzero(np.isnan(start_at))
+    stuck = never_started if len(never_started) else np.flatnonzero(np.isnan(commit_at))
+    first = int(stuck[0])
+    t = schedule.transfer(first)
+    waits = [a for a in t.after if math.isnan(commit_at[a])]
+    prev = int(conn_prev[first])
+    if prev >= 0 and math.isnan(commit_at[prev]):
+        waits.append(prev)
+    detail = f"; it waits for transfer(s) {sorted(set(waits))[:5]}" if waits else ""
+    return (f"deadlock: {len(stuck)} transfer(s) can never {'start' if len(never_started) else 'commit'}, "
+            f"e.g. {_describe(schedule, first)}{detail}")
+
+
+def _connections(schedule: CompactSchedule) -> tuple[np.ndarray, np.ndarray]:
+    """(next, previous) transfer on the same (src, dst, channel) connection, in program order (-1: none)."""
+    count = len(schedule)
+    n = schedule.collective.num_ranks
+    width = int(schedule.channel.max()) + 1 if count else 1
+    key = (schedule.src.astype(np.int64) * n + schedule.dst) * width + schedule.channel
+    order = np.argsort(key, kind="stable").astype(np.int32)
+    key = key[order]
+    same = key[1:] == key[:-1]
+    del key
+    nxt = np.full(count, -1, np.int32)
+    prev = np.full(count, -1, np.int32)
+    first, second = order[:-1][same], order[1:][same]
+    nxt[first] = second
+    prev[second] = first
+    return nxt, prev
+
+
+def simulate_compact(topology: Topology, schedule: CompactSchedule, size_bytes: float,
+                     options: SimOptions | None = None) -> SimResult:
+    """:func:`taccl_py.simulator.simulate` for a compact schedule (see the module)."""
+    options = options or SimOptions()
+    if fast_error(schedule, topology, options):
+        return simulate(topology, schedule.to_schedule(), size_bytes, options)
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate(topology, schedule, size_bytes, options)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def simulate_large(topology: Topology, schedule: Schedule, size_bytes: float,
+                   options: SimOptions | None = None) -> SimResult:
+    """:func:`taccl_py.simulator.simulate`, through the compiled kernel for a large schedule it covers.
+
+    The result is the same either way; from :data:`FAST_MIN_TRANSFERS` transfers, without exchanges,
+    network groups, endpoint limits or options other than the step overhead, the schedule is turned
+    into arrays (:func:`taccl_py.compact.compact`) and run by :mod:`taccl_py.fast_kernel`.
+    """
+    options = options or SimOptions()
+    transfers = schedule.transfers
+    if (len(transfers) < FAST_MIN_TRANSFERS or topology.has_endpoint_limits or topology.store_and_forward
+            or not _kernel_options(options)
+            or any(t.exchange is not None or t.group is not None for t in transfers)):
+        return simulate(topology, schedule, size_bytes, options)
+    return simulate_compact(topology, compact(schedule), size_bytes, options)
+
+
+def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, options: SimOptions) -> SimResult:
+    from taccl_py import fast_kernel
+
+    coll = schedule.collective
+    count = len(schedule)
+    problem = compact_error(schedule, topology)
+    links = len(topology.links)
+    if problem:
+        nan = np.full(count, math.nan)
+        empty = (0.0,) * links
+        return SimResult(correct=False, error=problem, time_us=None, size_bytes=size_bytes, collective=coll,
+                         start_us=nan, arrive_us=nan.copy(), commit_us=nan.copy(), link_busy_us=empty,
+                         link_bytes=empty, critical_path=())
+    n, nc = coll.num_ranks, coll.num_chunks
+    num_keys = n * nc
+    fk = fast_kernel
+    no_after = np.zeros(count + 1, np.int64)
+    after_ptr = schedule.after_ptr if schedule.after_ptr is not None else no_after
+    after = schedule.after if schedule.after is not None else np.zeros(0, np.int32)
+    sp, cp, soc_ptr, soc, coc_ptr, coc, coa_ptr, coa = fk.build_dependencies(
+        schedule.src, schedule.dst, schedule.chunk_ptr, schedule.chunks, after_ptr, after, nc, num_keys)
+    del no_after
+    conn_next, conn_prev = _connections(schedule)
+    t = np.empty((10, count), np.int32)
+    t[fk.T_SRC], t[fk.T_DST], t[fk.T_ROUTE] = schedule.src, schedule.dst, schedule.route
+    t[fk.T_SP] = sp
+    t[fk.T_SP] += conn_prev >= 0
+    t[fk.T_CP] = cp
+    del sp, cp
+    t[fk.T_NEXT] = conn_next
+    del conn_next
+
+    t[fk.T_SC] = -1
+    t[fk.T_CC] = -1
+    t[fk.T_RED] = schedule.reduce
+    t[fk.T_ACT] = 0
+    f = np.full((3, count), math.nan)
+    cs = np.zeros((2, len(schedule.chunks)), np.int32)
+    cs[fk.CS_CHUNK] = schedule.chunks
+    ep = np.empty((3, count + 1), np.int32)
+    ep[fk.EP_SOC] = soc_ptr
+    ep[fk.EP_COC] = coc_ptr + len(soc)
+    ep[fk.EP_COA] = coa_ptr + len(soc) + len(coc)
+    ed = np.concatenate([soc, coc, coa]).astype(np.int32)
+    del soc_ptr, coc_ptr, coa_ptr, soc, coc, coa
+    overhead, costs = options.step_overhead_us, options.costs
+    latency = np.array([(topology.route_latency(r) if costs is None else costs.route_latency_us(topology, r))
+                        + overhead for r in schedule.routes], np.float64)
+    chunk_bytes = coll.chunk_bytes(size_bytes)
+    most = int(np.diff(schedule.chunk_ptr).max()) if count else 0
+    bytes_by_count = np.array([k * chunk_bytes for k in range(most + 1)], np.float64)
+    not_before = schedule.not_before_us if schedule.not_before_us is not None else np.zeros(0)
+    capacity = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None
+                        else costs.link_capacity_us(topology), np.float64)
+    launch_us = 0.0 if costs is None else costs.launch_us
+    res_ptr = np.zeros(len(schedule.routes) + 1, np.int64)
+    res_ptr[1:] = np.cumsum([len(r) for r in schedule.routes])
+    res = np.array([li for r in schedule.routes for li in r], np.int64)
+    route_count = np.bincount(schedule.route, minlength=len(schedule.routes)).astype(np.int64)
+    width = (n + 63) // 64
+    rows = n + 1 + max(64, min(int(schedule.reduce.sum()), 1 << 16))
+    words = np.zeros((rows, width), np.uint64)
+    ranks = np.arange(n)
+    words[ranks + 1, ranks // 64] = np.uint64(1) << (ranks % 64).astype(np.uint64)
+    state = _initial(schedule, num_keys)
+    busy_us, carried, cnt, words, fault_time = fk.run(
+        t, f, schedule.chunk_ptr, cs, ep, ed, not_before, bytes_by_count, capacity, latency, res_ptr, res,
+        route_count, state, words, nc, n)
+    start_at, arrive_at, commit_at = f[fk.F_START], f[fk.F_ARRIVE], f[fk.F_COMMIT]
+    start_cause, commit_cause = t[fk.T_SC], t[fk.T_CC]
+
+    def result(error: str | None, path: tuple[int, ...] = (), stuck: tuple[int, ...] = ()) -> SimResult:
+        return SimResult(correct=error is None, error=error,
+                         time_us=(float(commit_at.max()) if count else 0.0) + launch_us if error is None else None,
+                         size_bytes=size_bytes, collective=coll, start_us=start_at, arrive_us=arrive_at,
+                         commit_us=commit_at, link_busy_us=tuple(float(x) for x in busy_us[:links]),
+                         link_bytes=tuple(float(x) for x in carried[:links]), critical_path=path, stuck=stuck,
+                         notes={"simulator": "compiled", "events": int(cnt[fk.EVENTS]) - 1,
+                                "re_solves": int(cnt[fk.SOLVES])})
+
+    fault = int(cnt[fast_kernel.FAULT_KIND])
+    if fault:
+        i, x = int(cnt[fast_kernel.FAULT_TRANSFER]), int(cnt[fast_kernel.FAULT_CHUNK])
+        faulty = schedule.transfer(i)
+        if fault == fast_kernel.FAULT_MISSING:
+            return result(f"{_describe(schedule, i)} starts at {float(fault_time):.6g} us but rank {faulty.src} does "
+                          f"not hold {coll.describe_chunk(x)}")
+        held = _row_int(words, int(cnt[fast_kernel.FAULT_HELD]))
+        mask = _row_int(words, int(cnt[fast_kernel.FAULT_MASK]))
+        return result(f"{_describe(schedule, i)} reduces the contribution of rank(s) {_mask_ranks(held & mask)} into "
+                      f"{coll.describe_chunk(x)} at rank {faulty.dst} a second time")
+    if int(cnt[fast_kernel.COMMITTED]) < count:
+        return result(_deadlock_message(schedule, start_at, commit_at, conn_prev),
+                      stuck=tuple(int(i) for i in np.flatnonzero(np.isnan(commit_at))))
+    problem = _postcondition(schedule, state, words)
+    if problem:
+        return result(problem)
+    return result(None, path=_critical_path(commit_at, start_cause, commit_cause))

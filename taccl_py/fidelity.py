@@ -1,0 +1,229 @@
+"""Predicted versus published nccl-tests busbw: the fidelity check of the calibrated runtime model.
+
+A *case* is a published run kept under ``tests/data/nccl_tests/`` (its source in ``manifest.json``
+there): an nccl-tests log (``log``) or a published table of sizes and busbw or times (``table``,
+:mod:`taccl_py.profiler.tables`), the topology that models the machines it ran on (a file there or
+a shipped name), the collective, the ranks, how nccl-tests was launched (``harness``) and its role:
+
+* ``calibration``: rows the runtime figures were fitted on (``taccl profile fit --runtime``);
+* ``held-out``: rows no figure was fitted on.
+
+``harness``: ``per-rank`` (one GPU per process, MPI or torchrun: what applications run) or
+``one-process`` (``all_reduce_perf -g 8``: one thread launches every GPU's kernel in turn, a fixed
+host cost per collective). The manifest's ``harness`` object gives the launch offset of each
+harness, fitted on a declared calibration case; it is added to the model's launch overheads.
+
+For every row NCCL's choice is simulated (:func:`taccl_py.predict.predict_nccl`: the fastest of
+its algorithms and protocols) under the topology's runtime model, and the predicted busbw is
+compared with the published one (a log's out-of-place time as busbw, a table's published figure).
+
+Targets (issue 17): within 10 % at sizes >= 1 MB, within 25 % below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from taccl_py.collectives import Collective, CollectiveKind, parse_collective
+from taccl_py.errors import InputError
+from taccl_py.predict import predict_nccl
+from taccl_py.profiler.nccl_tests import BINARY_MODELS, parse_nccl_tests_log
+from taccl_py.profiler.tables import read_timing_table
+from taccl_py.runtime import PROTOCOLS, RuntimeModel, with_figures
+from taccl_py.topology import Topology
+from taccl_py.units import algbw_gbps
+
+__all__ = ["HARNESSES", "LARGE_BYTES", "LARGE_TARGET", "ROLES", "SMALL_TARGET", "FidelityCase", "FidelityRow",
+           "PublishedRow", "harness_offsets", "load_cases", "predict_case", "published_rows"]
+
+LARGE_BYTES = 1 << 20
+"""Sizes from 1 MB on are held to :data:`LARGE_TARGET`."""
+LARGE_TARGET = 0.10
+SMALL_TARGET = 0.25
+ROLES = ("calibration", "held-out")
+HARNESSES = ("per-rank", "one-process")
+
+
+@dataclass(frozen=True)
+class FidelityCase:
+    """One published run and what it ran on."""
+
+    name: str
+    source: Path
+    source_kind: str  # "log" or "table"
+    topology: str
+    collective: str
+    ranks: int
+    url: str
+    role: str
+    harness: str = "per-rank"
+    hardware: str = ""
+    note: str = ""
+    select: dict[str, str] = field(default_factory=dict)
+    """Table rows whose extra columns have these values (a table holding several runs)."""
+    rows: str = "all"
+    """``all``, or ``even`` / ``odd``: every other row (a log split into calibration and held-out rows)."""
+    algorithms: tuple[str, ...] | None = None
+    """The algorithms the run allowed (its ``NCCL_ALGO``); None: NCCL's own choice."""
+
+    @property
+    def kind(self) -> CollectiveKind:
+        return parse_collective(self.collective)
+
+    def load_topology(self, directory: Path) -> Topology:
+        from taccl_py.library import resolve_topology
+
+        path = directory / self.topology
+        return resolve_topology(str(path) if path.is_file() else self.topology)
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    """A published size with its busbw (GB/s) and where it was read."""
+
+    size_bytes: int
+    busbw_GBps: float
+    origin: str
+
+
+@dataclass(frozen=True)
+class FidelityRow:
+    """One size of a case: published and predicted busbw, the relative error and whether it meets its target."""
+
+    size_bytes: int
+    published_busbw: float
+    predicted_busbw: float | None
+    algorithm: str | None
+    proto: str | None
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted_busbw is None or self.published_busbw <= 0:
+            return None
+        return self.predicted_busbw / self.published_busbw - 1.0
+
+    @property
+    def target(self) -> float:
+        return LARGE_TARGET if self.size_bytes >= LARGE_BYTES else SMALL_TARGET
+
+    @property
+    def met(self) -> bool:
+        return self.error is not None and abs(self.error) <= self.target
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"size_bytes": self.size_bytes, "published_busbw_GBps": self.published_busbw,
+                "predicted_busbw_GBps": self.predicted_busbw, "error": self.error, "target": self.target,
+                "met": self.met, "algorithm": self.algorithm, "proto": self.proto}
+
+
+def _manifest(directory: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
+    root = Path(directory)
+    manifest = root / "manifest.json"
+    try:
+        raw = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read the fidelity manifest ({exc})", where=str(manifest)) from None
+    if not isinstance(raw, dict):
+        raise InputError("must be an object", where=str(manifest))
+    return root, raw
+
+
+def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
+    """The cases of ``directory/manifest.json``."""
+    root, raw = _manifest(directory)
+    where = str(root / "manifest.json")
+    cases = []
+    for k, entry in enumerate(raw.get("cases", [])):
+        at = f"{where}: cases[{k}]"
+        try:
+            has_log, has_table = "log" in entry, "table" in entry
+            if has_log == has_table:
+                raise InputError("give exactly one of log and table", where=at)
+            case = FidelityCase(
+                name=entry["name"], source=root / (entry["log"] if has_log else entry["table"]),
+                source_kind="log" if has_log else "table", topology=entry["topology"],
+                collective=entry["collective"], ranks=int(entry["ranks"]), url=entry["url"], role=entry["role"],
+                harness=entry.get("harness", "per-rank"), hardware=entry.get("hardware", ""),
+                note=entry.get("note", ""), select={str(a): str(b) for a, b in entry.get("select", {}).items()},
+                rows=entry.get("rows", "all"),
+                algorithms=tuple(entry["algorithms"]) if "algorithms" in entry else None)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"bad entry ({exc})", where=at) from None
+        if case.role not in ROLES:
+            raise InputError(f"role must be one of {', '.join(ROLES)} (got {case.role!r})", where=at)
+        if case.harness not in HARNESSES:
+            raise InputError(f"harness must be one of {', '.join(HARNESSES)} (got {case.harness!r})", where=at)
+        if case.rows not in ("all", "even", "odd"):
+            raise InputError(f"rows must be all, even or odd (got {case.rows!r})", where=at)
+        cases.append(case)
+    return cases
+
+
+def harness_offsets(directory: str | os.PathLike[str]) -> dict[str, float]:
+    """Launch offset (us) of each harness, from the manifest's ``harness`` object (0 when absent)."""
+    root, raw = _manifest(directory)
+    out = dict.fromkeys(HARNESSES, 0.0)
+    for name, entry in raw.get("harness", {}).items():
+        if name not in HARNESSES or not isinstance(entry, dict) or "launch_offset_us" not in entry:
+            raise InputError(f"harness {name!r}: expected one of {', '.join(HARNESSES)} with launch_offset_us",
+                             where=str(root / "manifest.json"))
+        out[name] = float(entry["launch_offset_us"])
+    return out
+
+
+def published_rows(case: FidelityCase) -> list[PublishedRow]:
+    """The case's published rows (the first run of a log; a table's selected rows), every other one if asked."""
+    kind = case.kind
+    factor = Collective(kind, case.ranks).busbw_factor
+    out: list[PublishedRow] = []
+    if case.source_kind == "log":
+        run = parse_nccl_tests_log(case.source)[0]
+        if run.binary is not None and BINARY_MODELS[run.binary].collective != kind.value:
+            raise InputError(f"the log is {run.binary}, not {kind.value}", where=str(case.source))
+        for row in run.rows:
+            if row.size_bytes < case.ranks * 4:  # fewer elements than ranks: not a collective in nccl-tests' sense
+                continue
+            out.append(PublishedRow(row.size_bytes, algbw_gbps(row.size_bytes, row.time_us_out) * factor,
+                                    f"{case.source}: line {row.line}"))
+    else:
+        for trow in read_timing_table(case.source):
+            if trow.kind is not kind or any(trow.extra.get(k) != v for k, v in case.select.items()):
+                continue
+            out.append(PublishedRow(trow.size_bytes, trow.busbw(case.ranks), trow.origin))
+    if case.rows != "all":
+        out = out[0 if case.rows == "even" else 1::2]
+    return out
+
+
+def case_model(case: FidelityCase, topology: Topology, offsets: dict[str, float]) -> RuntimeModel:
+    """The topology's runtime model with the case's harness launch offset added."""
+    model = topology.runtime
+    if model is None:
+        raise InputError("the topology has no runtime model to predict with", where=case.topology)
+    offset = offsets.get(case.harness, 0.0)
+    if offset == 0.0:
+        return model
+    return with_figures(model, "nvlink", launch_us={p: model.launch_us[p] + offset for p in PROTOCOLS})
+
+
+def predict_case(case: FidelityCase, directory: str | os.PathLike[str], *,
+                 max_rows: int | None = None) -> list[FidelityRow]:
+    """Every published row of the case, predicted with the topology's runtime model."""
+    root = Path(directory)
+    topology = case.load_topology(root)
+    if topology.num_gpus != case.ranks:
+        raise InputError(f"{case.ranks} ranks but the topology has {topology.num_gpus} GPUs", where=case.name)
+    model = case_model(case, topology, harness_offsets(root))
+    rows: list[FidelityRow] = []
+    for pub in published_rows(case)[:max_rows]:
+        best = predict_nccl(topology, case.kind, pub.size_bytes, model, algorithms=case.algorithms)
+        if best is None:
+            rows.append(FidelityRow(pub.size_bytes, pub.busbw_GBps, None, None, None))
+            continue
+        name, pred = best
+        rows.append(FidelityRow(pub.size_bytes, pub.busbw_GBps, pred.sim.busbw_GBps, name, pred.protocol.value))
+    return rows

@@ -1,0 +1,256 @@
+"""Calibrated predictions: a baseline, schedule or MSCCL program timed with a runtime model's protocol costs.
+
+The runtime (NCCL, MSCCL) picks a protocol per size from its own cost model; here the
+protocol is the one the simulator finds fastest under the topology's
+:class:`~taccl_py.runtime.RuntimeModel` (an XML file keeps the ``proto`` it names). NCCL's
+ring Allgather, ReduceScatter and Allreduce move a buffer in chunk loops
+(:func:`taccl_py.runtime.nccl_ring_pieces`), so the calibrated ring baselines are emitted
+with that many pieces per channel; pipelined baselines (trees, chains) pick their depth
+with the protocol's per-step latency. Nothing here changes the raw-link model: without a
+runtime model (or with ``--ideal``) every caller keeps :func:`taccl_py.simulator.simulate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from taccl_py.collectives import CollectiveKind
+from taccl_py.compact import CompactSchedule
+from taccl_py.errors import NotApplicable
+from taccl_py.runtime import (
+    PROTOCOLS,
+    Protocol,
+    RuntimeModel,
+    TransferCosts,
+    nccl_ring_pieces,
+    simple_step_latency,
+    widest_gpu_link,
+)
+from taccl_py.schedule import Schedule
+from taccl_py.simulator import SimOptions, SimResult
+from taccl_py.topology import Topology
+from taccl_py.units import gbps_to_bytes_per_us
+
+__all__ = ["NCCL_ALGORITHMS", "Prediction", "best_protocol", "nccl_algorithms", "nccl_protocols", "predict_baseline",
+           "predict_nccl", "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies"]
+
+_PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
+
+NCCL_ALGORITHMS: dict[CollectiveKind, tuple[str, ...]] = {
+    CollectiveKind.ALLREDUCE: ("ring", "tree", "nvls"),
+    CollectiveKind.ALLGATHER: ("ring",),
+    CollectiveKind.REDUCESCATTER: ("ring", "nvls"),
+    CollectiveKind.ALLTOALL: ("direct",),
+    CollectiveKind.BROADCAST: ("ring",),
+    CollectiveKind.REDUCE: ("ring",),
+}
+"""What NCCL itself runs per collective (without CollNet): rings and trees, NVLink SHARP where the NVSwitches
+reduce (its ``nvls`` algorithm, Simple only), and point-to-point sends for Alltoall."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A calibrated simulation: the result under the chosen protocol, and the schedule it ran."""
+
+    sim: SimResult
+    protocol: Protocol
+    schedule: Schedule | None
+    times_us: dict[str, float | None]
+    """Per protocol tried, its time (None when incorrect)."""
+
+
+def _better(a: SimResult, b: SimResult | None) -> bool:
+    if b is None or b.time_us is None:
+        return True
+    return a.time_us is not None and a.time_us < b.time_us
+
+
+PRUNE_MIN_TRANSFERS = 100_000
+"""From this many transfers a protocol is not simulated when its lower bound is already above the best time found
+(:func:`protocol_floor_us`): the three protocols' runs of a 1,024-GPU ring would cost minutes."""
+
+
+def protocol_floor_us(costs: TransferCosts, bandwidth_bound_us: float) -> float:
+    """A lower bound on any schedule's time under ``costs``: the launch, plus the raw-link bandwidth bound
+    (bytes over the binding cut at the full link rates) at the largest share of a link any class reaches."""
+    return costs.launch_us + bandwidth_bound_us / max(costs.fraction.values())
+
+
+def _floors(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int,
+            costs_of: Callable[[Protocol], TransferCosts], protocols: tuple[Protocol, ...]) -> dict[Protocol, float]:
+    from taccl_py.bounds import lower_bound
+
+    bandwidth_us = lower_bound(topology, kind, size_bytes, root=root).bandwidth_us
+    return {p: protocol_floor_us(costs_of(p), bandwidth_us) for p in protocols}
+
+
+def _simulate(topology: Topology, schedule: Schedule | CompactSchedule, size_bytes: float,
+              options: SimOptions) -> SimResult:
+    """Through the compiled kernel where the schedule is large enough for it to pay (the same times)."""
+    from taccl_py.fast_sim import simulate_compact, simulate_large
+
+    if isinstance(schedule, CompactSchedule):
+        return simulate_compact(topology, schedule, size_bytes, options)
+    return simulate_large(topology, schedule, size_bytes, options)
+
+
+def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, model: RuntimeModel, *,
+                     protocols: tuple[Protocol, ...] = PROTOCOLS, step_overhead_us: float = 0.0) -> Prediction:
+    """``schedule`` under each protocol; the fastest wins (ties: the earlier in ``protocols``).
+
+    A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol whose floor is above the best time found
+    (it is then missing from ``times_us``).
+    """
+    kind = schedule.collective.kind
+    costs = {p: model.costs(p, kind, topology) for p in protocols}
+    order = protocols
+    floors: dict[Protocol, float] = {}
+    if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS:
+        floors = _floors(topology, kind, size_bytes, schedule.collective.root, costs.__getitem__, protocols)
+        order = tuple(sorted(protocols, key=floors.__getitem__))
+    best: SimResult | None = None
+    chosen = order[0]
+    times: dict[str, float | None] = {}
+    for p in order:
+        if floors and best is not None and best.time_us is not None and floors[p] >= best.time_us:
+            continue
+        sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs[p]))
+        times[p.value] = sim.time_us
+        if best is None or _better(sim, best) or (
+                sim.time_us == best.time_us and protocols.index(p) < protocols.index(chosen)):
+            best, chosen = sim, p
+    assert best is not None
+    return Prediction(best, chosen, schedule, {p.value: times[p.value] for p in protocols if p.value in times})
+
+
+def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, size_bytes: int, model: RuntimeModel,
+                     *, channels: int | None = None, root: int = 0, step_overhead_us: float = 0.0,
+                     protocols: tuple[Protocol, ...] = PROTOCOLS) -> Prediction:
+    """The NCCL-style ``algorithm`` for ``kind`` at ``size_bytes``, built and timed per protocol.
+
+    A large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`) is built as arrays and
+    simulated by the compiled kernel (``schedule`` is then None), and a protocol whose floor
+    (:func:`protocol_floor_us`) is above the best time found is not simulated (missing from ``times_us``).
+    Raises :class:`NotApplicable` as :func:`taccl_py.baselines.baseline` does.
+    """
+    from taccl_py.baselines import baseline
+    from taccl_py.baselines.ring_compact import large_ring_arrays
+
+    def costs_of(p: Protocol) -> TransferCosts:
+        return model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes)
+
+    pieced = algorithm == "ring" and kind in _PIECED_RINGS
+    plain: Schedule | CompactSchedule | None = large_ring_arrays(topology, kind, algorithm, channels) if pieced \
+        else None
+    large = plain is not None
+    floors = _floors(topology, kind, size_bytes, root, costs_of, protocols) if large else {}
+    order = tuple(sorted(protocols, key=floors.__getitem__)) if large else protocols
+    best: Prediction | None = None
+    times: dict[str, float | None] = {}
+    for p in order:
+        if floors and best is not None and best.sim.time_us is not None and floors[p] >= best.sim.time_us:
+            continue
+        costs = costs_of(p)
+        hop = max(costs.hop_latency_us.values())
+        schedule: Schedule | CompactSchedule
+        if pieced:
+            if plain is None:
+                plain = baseline(topology, kind, "ring", channels=channels, root=root, size_bytes=size_bytes)
+            count = int(plain.notes.get("channels") or 1)
+            pieces = nccl_ring_pieces(p, size_bytes, topology.num_gpus, count)
+            schedule = plain if pieces == 1 else baseline(topology, kind, "ring", channels=channels, root=root,
+                                                          chunk_factor=count * pieces, size_bytes=size_bytes)
+            costs = replace(costs, hop_latency_us=ring_step_latencies(topology, costs, size_bytes, pieces,
+                                                                      model.channels))
+        else:
+            schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
+                                step_overhead_us=step_overhead_us + hop)
+        sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
+        times[p.value] = sim.time_us
+        kept = schedule if isinstance(schedule, Schedule) else None
+        if best is None or _better(sim, best.sim) or (
+                sim.time_us == best.sim.time_us and protocols.index(p) < protocols.index(best.protocol)):
+            best = Prediction(sim, p, kept, times)
+    if best is None:
+        raise NotApplicable("no protocol to try")
+    return Prediction(best.sim, best.protocol, best.schedule,
+                      {p.value: times[p.value] for p in protocols if p.value in times})
+
+
+def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: float, pieces: int,
+                        runtime_channels: int) -> dict[str, float]:
+    """Per link class, the per-step latency a transfer of the calibrated ring carries (its share of the hop).
+
+    On GPU links (NVLink, PCI) the step's work is the threadblock's own (it copies the data), so the ring pays
+    ``nsteps x`` the hop latency once per collective, as tuning.cc charges it (``baseLat + nsteps x hwLat``):
+    the chunk loops overlap in the connection's NCCL_STEPS slots and each of the ring's ``pieces`` carries
+    ``1 / pieces`` of it. Every protocol but Simple is charged so on the network too. A Simple step over
+    the network pipelines its slices through the NIC (:func:`taccl_py.runtime.simple_step_latency`): it
+    hides the hop latency behind the slices after its first, computed for NCCL's own ``runtime_channels``
+    channels, each moving ``size / (ranks x channels x loops)`` per step at the NIC's rate x the share /
+    ``runtime_channels`` (the baseline's channel count only shapes the simulated schedule).
+    """
+    out = {c: v / pieces for c, v in costs.hop_latency_us.items()}
+    if costs.protocol is not Protocol.SIMPLE or "net" not in costs.hop_latency_us:
+        return out
+    n = max(topology.num_gpus, 1)
+    channels = max(runtime_channels, 1)
+    loops = nccl_ring_pieces(Protocol.SIMPLE, size_bytes, n, channels)
+    chunk = size_bytes / (n * channels * loops)
+    widest = widest_gpu_link(topology, "net")
+    rate = 0.0 if widest is None else gbps_to_bytes_per_us(widest) * costs.fraction["net"] / channels
+    out["net"] = simple_step_latency(costs.hop_latency_us["net"], chunk, rate) / pieces
+    return out
+
+
+def nccl_protocols(kind: CollectiveKind, algorithm: str) -> tuple[Protocol, ...]:
+    """The protocols NCCL runs ``algorithm`` with: Simple only for NVLS and for Alltoall (point-to-point sends)."""
+    if algorithm == "nvls" or kind is CollectiveKind.ALLTOALL:
+        return (Protocol.SIMPLE,)
+    return PROTOCOLS
+
+
+def nccl_algorithms(topology: Topology, kind: CollectiveKind) -> list[str]:
+    """The algorithms of :data:`NCCL_ALGORITHMS` that can run ``kind`` on ``topology``."""
+    from taccl_py.baselines import applicable_baselines
+
+    usable = set(applicable_baselines(topology, kind))
+    return [a for a in NCCL_ALGORITHMS.get(kind, ("ring",)) if a in usable]
+
+
+def predict_nccl(topology: Topology, kind: CollectiveKind, size_bytes: int, model: RuntimeModel, *,
+                 algorithms: tuple[str, ...] | list[str] | None = None) -> tuple[str, Prediction] | None:
+    """What NCCL would run at ``size_bytes``: the fastest of its algorithms and protocols under ``model``.
+
+    Returns (algorithm, prediction), or None when no algorithm applies or none completes.
+    """
+    best: tuple[str, Prediction] | None = None
+    for name in nccl_algorithms(topology, kind) if algorithms is None else algorithms:
+        protocols = nccl_protocols(kind, name)
+        try:
+            pred = predict_baseline(topology, kind, name, size_bytes, model, protocols=protocols)
+        except NotApplicable:
+            continue
+        if pred.sim.time_us is not None and (best is None or best[1].sim.time_us is None
+                                              or pred.sim.time_us < best[1].sim.time_us):
+            best = (name, pred)
+    return best
+
+
+def predict_program(program: object, topology: Topology, size_bytes: float, model: RuntimeModel) -> Prediction:
+    """An MSCCL program timed with the costs of the protocol its ``proto`` names."""
+    from taccl_py.msccl import simulate_program
+    from taccl_py.msccl.ir import Program
+
+    assert isinstance(program, Program)
+    kind = program.kind
+    assert kind is not None
+    p = Protocol(program.proto)
+    sim = simulate_program(program, topology, size_bytes, SimOptions(costs=model.costs(p, kind, topology)))
+    return Prediction(sim, p, None, {p.value: sim.time_us})
+
+
+def best_protocol(topology: Topology, schedule: Schedule, size_bytes: float, model: RuntimeModel) -> Protocol:
+    """The protocol under which ``schedule`` is fastest at ``size_bytes`` (what an XML for that size should name)."""
+    return predict_schedule(topology, schedule, size_bytes, model).protocol

@@ -1,0 +1,441 @@
+"""Calibrate a runtime model's figures from collective timings (``taccl profile fit --runtime``).
+
+The runtime model (:mod:`taccl_py.runtime`) predicts a collective's time as what NCCL runs:
+the fastest of its algorithms and protocols (:func:`taccl_py.predict.predict_nccl`), simulated
+with the protocol's per-step latency, its share of each link's rate and its launch overhead.
+This module fits those figures for one link class to measured times (nccl-tests rows):
+
+* ``launch``: one offset (us) added to every protocol's launch overhead (what the harness and the
+  host add per collective: ``-g 8`` in one process costs more than one GPU per MPI rank);
+* ``hop LL``, ``hop LL128``, ``hop Simple``: the class's per-step latency of each protocol (fitted
+  when at least :data:`MIN_ROWS_PER_PROTOCOL` rows run fastest with it; otherwise the rows only bound
+  it: that protocol must not beat the ones they ran);
+* ``efficiency``: Simple's share of the class's link rate (LL and LL128 follow by tuning.cc's factors);
+* ``ll128 channels``: how many channels' worth of LL128 bandwidth a GPU drives (when LL128 rows exist).
+
+Method: least squares on relative residuals ``(predicted - measured) / measured``. Each iteration
+simulates every row under every algorithm and protocol at the current figures, with the protocol's
+hop latency raised by 1 us and with its link share halved, which gives per choice a launch + latency
++ bandwidth surrogate (the bandwidth part scaling with 1 / share); Nelder-Mead minimizes the
+surrogate, each row taking its fastest choice as the runtime does, within a trust region; the
+step is kept when the full simulation agrees it lowers the cost, else the region shrinks. A weak
+pull toward the starting figures (:data:`PRIOR_WEIGHT`) keeps figures no row constrains where
+they were; figures stay in their bounds. Units: us, bytes, GB/s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from taccl_py.collectives import CollectiveKind
+from taccl_py.errors import ProfileInputError
+from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline
+from taccl_py.profiler.nccl_tests import BINARY_MODELS, binary_from_name, parse_nccl_tests_log, resolve_binary
+from taccl_py.profiler.tables import is_timing_table, read_timing_table
+from taccl_py.runtime import (
+    LINK_CLASSES,
+    NCCL_LL128_MAX_BW_PER_CHANNEL,
+    PROTOCOLS,
+    Protocol,
+    RuntimeModel,
+    link_class_of,
+    widest_gpu_link,
+    with_figures,
+)
+from taccl_py.topology import Topology
+
+__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "PRIOR_WEIGHT", "RuntimeFit", "RuntimeFitRow", "TimedRow",
+           "default_link_class", "fit_runtime", "read_timed_rows"]
+
+MIN_ROWS_PER_PROTOCOL = 2
+"""A protocol's per-step latency is fitted only when at least this many rows run with it."""
+PRIOR_WEIGHT = 1e-4
+"""Weight of the pull toward the starting figures (relative to one row's squared relative residual)."""
+MAX_ITERATIONS = 8
+FIT_METHOD = ("least squares on relative residuals: simulated launch + latency + bandwidth surrogate per row, algorithm "
+              f"and protocol, minimized by Nelder-Mead in a trust region, pull {PRIOR_WEIGHT:g} toward the starting figures")
+
+_PARAMS = ("launch", "hop LL", "hop LL128", "hop Simple", "efficiency", "ll128 channels")
+_HOP = {Protocol.LL: 1, Protocol.LL128: 2, Protocol.SIMPLE: 3}
+
+
+@dataclass(frozen=True)
+class TimedRow:
+    """One measured collective: kind, size (bytes), time (us) and where it was read."""
+
+    kind: CollectiveKind
+    size_bytes: int
+    time_us: float
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class RuntimeFitRow:
+    """A row with the fitted prediction: what NCCL is predicted to run and the relative error."""
+
+    row: TimedRow
+    predicted_us: float
+    algorithm: str
+    protocol: str
+
+    @property
+    def error(self) -> float:
+        return self.predicted_us / self.row.time_us - 1.0
+
+
+@dataclass(frozen=True)
+class RuntimeFit:
+    """The fitted model, the figures (fitted or kept), the rows and how well they are described."""
+
+    model: RuntimeModel
+    link_class: str
+    figures: dict[str, float]
+    fitted: tuple[str, ...]
+    rows: tuple[RuntimeFitRow, ...]
+    iterations: int
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def rms_error(self) -> float:
+        return math.sqrt(sum(r.error ** 2 for r in self.rows) / len(self.rows)) if self.rows else 0.0
+
+    @property
+    def max_error(self) -> float:
+        return max((abs(r.error) for r in self.rows), default=0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"link_class": self.link_class, "figures": {k: round(v, 6) for k, v in self.figures.items()},
+                "fitted": list(self.fitted), "method": FIT_METHOD, "iterations": self.iterations,
+                "rows": len(self.rows), "rms_error": round(self.rms_error, 6), "max_error": round(self.max_error, 6)}
+
+
+def default_link_class(topology: Topology) -> str:
+    """The class a collective's time depends on most: ``net`` across machines, else the GPUs' widest class."""
+    classes = {link_class_of(link.kind) for link in topology.links if topology.is_gpu(link.src)}
+    if len(topology.machines) > 1 and "net" in {link_class_of(link.kind) for link in topology.links}:
+        return "net"
+    for c in ("nvlink", "pci", "net"):
+        if c in classes:
+            return c
+    return "nvlink"
+
+
+class _Problem:
+    """Figures <-> model, and cached predictions of a row under one algorithm and protocol."""
+
+    def __init__(self, topology: Topology, base: RuntimeModel, link_class: str, rows: Sequence[TimedRow]) -> None:
+        self.topology = topology
+        self.base = base
+        self.link_class = link_class
+        self.rows = list(rows)
+        self.base_launch = {p: base.launch_us[p] for p in PROTOCOLS}
+        hops = base.hop_latency_us.get(link_class, {})
+        lanes = base.channels if base.ll128_channels is None else base.ll128_channels
+        self.start = np.array([0.0, hops.get(Protocol.LL, 0.0), hops.get(Protocol.LL128, 0.0),
+                               hops.get(Protocol.SIMPLE, 0.0), base.efficiency.get(link_class, 1.0), float(lanes)])
+        self.lower = np.array([-min(self.base_launch.values()), 0.0, 0.0, 0.0, 0.02, 0.5])
+        self.upper = np.array([1e4, 1e3, 1e3, 1e3, 1.0, 256.0])
+        self.scale = np.array([10.0, 1.0, 2.0, 4.0, 0.5, max(8.0, float(lanes))])
+        self.algorithms = {kind: nccl_algorithms(topology, kind) for kind in {r.kind for r in rows}}
+        for kind, names in self.algorithms.items():
+            if not names:
+                raise ProfileInputError(f"no NCCL algorithm applies to {kind.value} on {topology.name!r}",
+                                        where="taccl profile fit --runtime")
+        widest = widest_gpu_link(topology, link_class)
+        self.ll128_per_lane = 0.0 if not widest else NCCL_LL128_MAX_BW_PER_CHANNEL[CollectiveKind.ALLREDUCE] / widest
+        """LL128's share per channel of the cap (Allreduce's per-channel rate over the widest link; the cap's scale)."""
+        self._cache: dict[tuple[int, str, Protocol, tuple[float, ...]], float] = {}
+
+    def model(self, x: np.ndarray) -> RuntimeModel:
+        launch = {p: self.base_launch[p] + float(x[0]) for p in PROTOCOLS}
+        hops = {Protocol.LL: float(x[1]), Protocol.LL128: float(x[2]), Protocol.SIMPLE: float(x[3])}
+        return with_figures(self.base, self.link_class, efficiency=float(x[4]), hop_latency_us=hops,
+                            launch_us=launch, ll128_channels=float(x[5]))
+
+    def time(self, i: int, algorithm: str, protocol: Protocol, x: np.ndarray) -> float:
+        """Predicted time of row ``i`` with ``algorithm`` and ``protocol`` (inf when it cannot run)."""
+        key = (i, algorithm, protocol, tuple(float(v) for v in x[1:]))
+        if key not in self._cache:
+            row = self.rows[i]
+            pred = predict_baseline(self.topology, row.kind, algorithm, row.size_bytes, self.model(x),
+                                    protocols=(protocol,))
+            t = pred.sim.time_us
+            # the launch offset is added outside the cache key: it shifts every prediction by itself
+            self._cache[key] = math.inf if t is None else t - float(x[0])
+        return self._cache[key] + float(x[0])
+
+    def choose(self, i: int, x: np.ndarray) -> tuple[str, Protocol, float]:
+        """The fastest algorithm and protocol for row ``i`` under ``x`` (NCCL's choice as the model sees it)."""
+        best: tuple[str, Protocol, float] | None = None
+        for name in self.algorithms[self.rows[i].kind]:
+            for p in nccl_protocols(self.rows[i].kind, name):
+                t = self.time(i, name, p, x)
+                if best is None or t < best[2]:
+                    best = (name, p, t)
+        assert best is not None
+        return best
+
+
+def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel | None = None,
+                link_class: str | None = None, fit_launch: bool = True,
+                max_iterations: int = MAX_ITERATIONS) -> RuntimeFit:
+    """Fit ``base``'s figures of ``link_class`` (default :func:`default_link_class`) to ``rows``.
+
+    ``base`` defaults to the topology's runtime model, else NCCL's published figures with efficiency 1.
+
+    Raises
+    ------
+    ProfileInputError
+        No rows, a row that is not a positive time, an unknown link class, fewer than two sizes.
+    """
+    where = "taccl profile fit --runtime"
+    if not rows:
+        raise ProfileInputError("no collective timings to fit", where=where)
+    for r in rows:
+        if not (math.isfinite(r.time_us) and r.time_us > 0) or r.size_bytes <= 0:
+            raise ProfileInputError(f"size and time must be positive (got {r.size_bytes} B, {r.time_us} us)",
+                                    where=r.origin or where)
+    if len({r.size_bytes for r in rows}) < 2:
+        raise ProfileInputError("every row has one size; the figures need several sizes (ideally 1 KB to 1 GB)",
+                                where=where)
+    model0 = base or topology.runtime or RuntimeModel(name="nccl", efficiency={})
+    cls = link_class or default_link_class(topology)
+    if cls not in LINK_CLASSES:
+        raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net)", where="--class")
+    problem = _Problem(topology, model0, cls, rows)
+    measured = np.array([r.time_us for r in rows])
+    x = problem.start.copy()
+    free = np.array([fit_launch, True, True, True, True, True])
+    radius = 1.0
+    iterations = 0
+    cost = _true_cost(problem, x, measured)
+    for iterations in range(1, max_iterations + 1):
+        surrogate = _Surrogate(problem, x, measured)
+        lo = np.maximum(problem.lower, x - radius * (np.abs(x) + problem.scale))
+        hi = np.minimum(problem.upper, x + radius * (np.abs(x) + problem.scale))
+        lo[~free], hi[~free] = x[~free], x[~free]
+        starts = [x] if iterations > 1 else _starts(x, problem)
+        candidates = [_nelder_mead(surrogate.cost, start, lo if iterations > 1 else problem.lower,
+                                   hi if iterations > 1 else problem.upper, fixed=~free) for start in starts]
+        trial = min(candidates, key=surrogate.cost)
+        trial_cost = _true_cost(problem, trial, measured)
+        if trial_cost < cost - 1e-9:
+            step = float(np.max(np.abs(trial - x) / problem.scale))
+            x, cost = trial, trial_cost
+            if step < 1e-3:
+                break
+        else:
+            radius /= 4
+            if radius < 1e-3:
+                break
+    choice = [problem.choose(i, x) for i in range(len(rows))]
+    fitted_rows = tuple(RuntimeFitRow(r, c[2], c[0], c[1].value) for r, c in zip(rows, choice, strict=True))
+    names = tuple(_PARAMS[j] for j in _active(choice, fit_launch))
+    counts = {p: sum(1 for c in choice if c[1] is p) for p in PROTOCOLS}
+    warnings: list[str] = []
+    for p in PROTOCOLS:
+        if counts[p] < MIN_ROWS_PER_PROTOCOL:
+            warnings.append(f"{counts[p]} row(s) run fastest with {p.value}: its {cls} per-step latency "
+                            f"({x[_HOP[p]]:.4g} us) is only bounded by these rows (no faster than what they ran)")
+    if counts[Protocol.LL128] < MIN_ROWS_PER_PROTOCOL:
+        warnings.append(f"the LL128 bandwidth cap ({x[5]:.4g} channels) is only bounded by these rows")
+    figures = dict(zip(_PARAMS, (float(v) for v in x), strict=True))
+    fit = RuntimeFit(problem.model(x), cls, figures, names, fitted_rows, iterations)
+    if fit.rms_error > 0.15:
+        warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
+                        f"{fit.max_error:.0%}): the runtime model does not describe this run well")
+    return RuntimeFit(fit.model, cls, figures, names, fitted_rows, iterations, tuple(warnings))
+
+
+class _Surrogate:
+    """Around ``x``: each row's time per algorithm and protocol as launch + latency + bandwidth parts.
+
+    Per (row, algorithm, protocol) three simulations give the time at ``x``, its change for +1 us of the
+    protocol's hop latency (``a``) and its bandwidth part ``b`` (the time added when the protocol's share of
+    the class halves); away from ``x`` the bandwidth part scales with 1 / share, the latency part linearly.
+    The row's predicted time is the fastest choice, as in the full model.
+    """
+
+    def __init__(self, problem: _Problem, x: np.ndarray, measured: np.ndarray) -> None:
+        self.problem = problem
+        self.x = x
+        self.measured = measured
+        self.terms: list[list[tuple[Protocol, float, float, float]]] = []
+        half = x.copy()
+        half[4] /= 2  # the efficiency halves the share of LL and Simple ...
+        half[5] /= 2  # ... and, with the LL128 cap, of LL128
+        for i in range(len(problem.rows)):
+            options = []
+            for name in problem.algorithms[problem.rows[i].kind]:
+                for p in nccl_protocols(problem.rows[i].kind, name):
+                    t0 = problem.time(i, name, p, x)
+                    if not math.isfinite(t0):
+                        continue
+                    bumped = x.copy()
+                    bumped[_HOP[p]] += 1.0
+                    a = problem.time(i, name, p, bumped) - t0
+                    b = problem.time(i, name, p, half) - t0
+                    options.append((p, t0, max(a, 0.0), max(b, 0.0)))
+            self.terms.append(options)
+
+    def share(self, p: Protocol, v: np.ndarray) -> float:
+        """The protocol's share of the class's link rate under figures ``v`` (up to the LL128 cap's scale)."""
+        if p is Protocol.LL128:
+            return min(0.92 * v[4], v[5] * self.problem.ll128_per_lane)
+        return float(v[4])
+
+    def cost(self, v: np.ndarray) -> float:
+        total = 0.0
+        for i, options in enumerate(self.terms):
+            best = math.inf
+            for p, t0, a, b in options:
+                t = t0 + (v[0] - self.x[0]) + a * (v[_HOP[p]] - self.x[_HOP[p]]) \
+                    + b * (self.share(p, self.x) / max(self.share(p, v), 1e-9) - 1.0)
+                best = min(best, t)
+            r = best / self.measured[i] - 1.0
+            total += r * r
+        prior = (v - self.problem.start) / self.problem.scale
+        return total + PRIOR_WEIGHT * len(self.terms) * float(prior @ prior)
+
+
+def _starts(x: np.ndarray, problem: _Problem) -> list[np.ndarray]:
+    """Starting points of the first, global search: ``x`` and variants with a lower LL128 cap and longer steps.
+
+    The fastest-choice structure makes the cost non-convex (a protocol that is never the fastest has no
+    say); starting also where LL128 is capped, or Simple's and LL128's steps cost more, lets the search
+    find a band where another protocol describes the rows.
+    """
+    out = []
+    for lanes in (x[5], x[5] / 2, x[5] / 4):
+        for simple in (x[3], 4 * x[3] + 4):
+            for ll128 in (x[2], 2 * x[2] + 1):
+                v = x.copy()
+                v[5], v[3], v[2] = lanes, simple, ll128
+                out.append(np.clip(v, problem.lower, problem.upper))
+    return out
+
+
+def _true_cost(problem: _Problem, x: np.ndarray, measured: np.ndarray) -> float:
+    pred = np.array([problem.choose(i, x)[2] for i in range(len(problem.rows))])
+    return _cost(pred / measured - 1.0, x, problem)
+
+
+def _nelder_mead(f: Any, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, fixed: np.ndarray,
+                 iterations: int = 600) -> np.ndarray:
+    """Minimize ``f`` over the box [lo, hi] by Nelder-Mead on the coordinates that are not ``fixed``."""
+    free = np.flatnonzero((hi > lo) & ~fixed)
+    if free.size == 0:
+        return x0.copy()
+
+    def full(z: np.ndarray) -> np.ndarray:
+        v = x0.copy()
+        v[free] = np.clip(z, lo[free], hi[free])
+        return v
+
+    start = x0[free].astype(float)
+    simplex = [start]
+    for k in range(free.size):
+        point = start.copy()
+        span = hi[free][k] - lo[free][k]
+        point[k] = point[k] + 0.25 * span if point[k] + 0.25 * span <= hi[free][k] else point[k] - 0.25 * span
+        simplex.append(point)
+    values = [f(full(z)) for z in simplex]
+    for _ in range(iterations):
+        order = np.argsort(values)
+        simplex = [simplex[k] for k in order]
+        values = [values[k] for k in order]
+        if abs(values[-1] - values[0]) <= 1e-12 * (1 + abs(values[0])):
+            break
+        centre = np.mean(simplex[:-1], axis=0)
+        worst = simplex[-1]
+        reflected = centre + (centre - worst)
+        fr = f(full(reflected))
+        if fr < values[0]:
+            expanded = centre + 2 * (centre - worst)
+            fe = f(full(expanded))
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centre + 0.5 * (worst - centre)
+            fc = f(full(contracted))
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                simplex = [simplex[0] + 0.5 * (z - simplex[0]) for z in simplex]
+                values = [f(full(z)) for z in simplex]
+    return full(simplex[int(np.argmin(values))])
+
+
+def _active(choice: Sequence[tuple[str, Protocol, float]], fit_launch: bool) -> list[int]:
+    counts = {p: sum(1 for c in choice if c[1] is p) for p in PROTOCOLS}
+    active = [0] if fit_launch else []
+    active += [_HOP[p] for p in PROTOCOLS if counts[p] >= MIN_ROWS_PER_PROTOCOL]
+    active.append(4)
+    if counts[Protocol.LL128] >= MIN_ROWS_PER_PROTOCOL:
+        active.append(5)
+    return sorted(active)
+
+
+def _cost(resid: np.ndarray, x: np.ndarray, problem: _Problem) -> float:
+    prior = (x - problem.start) / problem.scale
+    return float(resid @ resid + PRIOR_WEIGHT * len(resid) * (prior @ prior))
+
+
+def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str | None = None,
+                    rows_kept: str = "all") -> tuple[list[TimedRow], list[str], list[str]]:
+    """Rows to fit from nccl-tests logs (every run; out-of-place time) and published timing tables.
+
+    ``rows_kept``: ``all``, or ``even`` / ``odd`` to keep every other row of each run or table (the rest
+    held out to check the fit). Returns the rows, one line per input (what was read) and warnings. A
+    log whose ranks differ from the topology's GPUs is an error: the fit simulates every GPU of it.
+    """
+    if rows_kept not in ("all", "even", "odd"):
+        raise ProfileInputError(f"must be all, even or odd (got {rows_kept!r})", where="--rows")
+    start = 1 if rows_kept == "odd" else 0
+    step = 1 if rows_kept == "all" else 2
+
+    rows: list[TimedRow] = []
+    inputs: list[str] = []
+    warnings: list[str] = []
+    n = topology.num_gpus
+    for path in files:
+        if not Path(path).is_file():
+            raise ProfileInputError("no such file", where=path)
+        if is_timing_table(path):
+            table = read_timing_table(path)[start::step]
+            rows.extend(TimedRow(r.kind, r.size_bytes, r.time(n), r.origin) for r in table)
+            inputs.append(f"{path}: published table, {len(table)} rows")
+            continue
+        for run in parse_nccl_tests_log(path):
+            at = f"{path}: line {run.first_line}"
+            if collective is not None:
+                binary = resolve_binary(collective)
+            elif run.binary is not None:
+                binary = resolve_binary(run.binary, where=at)
+            else:
+                guessed = binary_from_name(Path(path).name)
+                if guessed is None:
+                    raise ProfileInputError("cannot tell which collective this log ran; pass --collective", where=at)
+                binary = guessed
+            name = BINARY_MODELS[binary].collective
+            if name == "sendrecv":
+                raise ProfileInputError("sendrecv_perf is point-to-point: fit links with it (without --runtime)",
+                                        where=at)
+            kind = CollectiveKind(name)
+            if run.nranks != n:
+                raise ProfileInputError(f"the run has {run.nranks} ranks but the topology has {n} GPUs", where=at)
+            used = [r for r in run.rows if not r.wrong and r.size_bytes >= 4 * n]
+            if len(used) < len(run.rows):
+                warnings.append(f"{at}: {len(run.rows) - len(used)} row(s) skipped (wrong results, or fewer "
+                                "elements than ranks)")
+            used = used[start::step]
+            rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}") for r in used)
+            inputs.append(f"{path}: {binary}, {run.nranks} ranks, {len(used)} sizes")
+    return rows, inputs, warnings

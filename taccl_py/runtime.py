@@ -1,0 +1,468 @@
+"""What a real runtime adds to the raw-link model: protocols, per-step and launch overheads, channels.
+
+The simulator's own model (docs/simulator.md) is the raw link: a transfer waits its
+route latency and moves its bytes at the link rate. NCCL (and the MSCCL runtime on
+top of it) does not reach that rate and pays more per step. This module describes
+those costs and turns them into what the simulator already understands, outside
+the event kernel:
+
+* a per-transfer **latency** (the runtime's per-hop step latency of the protocol
+  and the link type, replacing the route latency),
+* a per-link **weight** (the fluid model's consumption weight, ``1 / fraction``:
+  a protocol that reaches a fraction f of a link's rate uses 1/f of the link per
+  payload byte; :mod:`taccl_py.fluid`),
+* a **launch** overhead added once to the collective's time.
+
+Protocols (NCCL's, as MSCCL XML's ``proto`` names them):
+
+==========  ===========================================  =================
+protocol    what moves                                   payload per line
+==========  ===========================================  =================
+``Simple``  plain stores, a flag per step                all of it
+``LL``      8-byte lines: 4 data bytes + 4 flag bytes    1/2
+``LL128``   128-byte lines: 120 data bytes + 8 flag      120/128
+==========  ===========================================  =================
+
+The figures that are not calibrated come from NCCL's own tuning model,
+``src/graph/tuning.cc`` in NVIDIA/nccl (commit 01afd20a77b5804e0ecf1042509dd9d20ebf9e93):
+the ring base latencies (``baseLat``: LL 3.6, LL128 10.0, Simple 8.4 us), the
+per-hop latencies (``hwLat``, ring: NVLink 0.47 / 1.9 / 3.4, PCI 1.0 / 2.5 / 5.7,
+NET 2.7 / 4.0 / 9.6 us for LL / LL128 / Simple), LL's bandwidth factor (1/4 for
+Allreduce and multi-machine runs, else 1/3), LL128's (0.92, or 0.7 with one GPU per
+machine) and its per-channel cap (``ll128MaxBwPerCh``: 18.8 Broadcast, 12.0 Reduce,
+18.3 Allgather, 15.2 ReduceScatter, 16.7 Allreduce GB/s). The calibrated figures
+(Simple's achievable share of each link type) carry their sources in
+:data:`PRESETS`. Units: us, bytes, GB/s of 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from taccl_py.collectives import CollectiveKind
+from taccl_py.errors import InputError
+from taccl_py.units import gbps_to_bytes_per_us
+
+if TYPE_CHECKING:  # the topology module refers back to this one only for types
+    from taccl_py.topology import Topology
+
+__all__ = ["LINK_CLASSES", "PRESETS", "Protocol", "RuntimeModel", "TransferCosts", "link_class_of", "nccl_ring_pieces",
+           "payload_fraction", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
+           "wire_bytes", "with_figures"]
+
+
+class Protocol(StrEnum):
+    """NCCL's protocols, spelled as MSCCL XML's ``proto`` attribute."""
+
+    SIMPLE = "Simple"
+    LL = "LL"
+    LL128 = "LL128"
+
+
+PROTOCOLS: tuple[Protocol, ...] = (Protocol.LL, Protocol.LL128, Protocol.SIMPLE)
+"""In NCCL's order (its tables index protocols LL, LL128, Simple)."""
+
+LINE_BYTES = {Protocol.LL: 8, Protocol.LL128: 128}
+"""Bytes of one line on the wire (Simple has no lines)."""
+LINE_PAYLOAD_BYTES = {Protocol.LL: 4, Protocol.LL128: 120}
+"""Data bytes in one line: LL carries a 4-byte flag per 4 data bytes, LL128 an 8-byte flag per 120."""
+
+LINK_CLASSES = ("nvlink", "pci", "net")
+"""NCCL's hardware classes of a hop (its ``NCCL_HW_NVLINK``, ``NCCL_HW_PCI``, ``NCCL_HW_NET``)."""
+
+_KIND_CLASS = {"nvlink": "nvlink", "xgmi": "nvlink", "nvswitch": "nvlink", "pcie": "pci", "pci": "pci",
+               "nic": "net", "ib": "net", "net": "net", "ethernet": "net", "roce": "net", "efa": "net"}
+
+# NCCL tuning.cc (commit 01afd20a): ring base latency per protocol and per-hop latency per hardware class
+NCCL_BASE_LATENCY_US = {Protocol.LL: 3.6, Protocol.LL128: 10.0, Protocol.SIMPLE: 8.4}
+NCCL_HOP_LATENCY_US = {
+    "nvlink": {Protocol.LL: 0.47, Protocol.LL128: 1.9, Protocol.SIMPLE: 3.4},
+    "pci": {Protocol.LL: 1.0, Protocol.LL128: 2.5, Protocol.SIMPLE: 5.7},
+    "net": {Protocol.LL: 2.7, Protocol.LL128: 4.0, Protocol.SIMPLE: 9.6},
+}
+NCCL_LL128_MAX_BW_PER_CHANNEL = {CollectiveKind.BROADCAST: 18.8, CollectiveKind.REDUCE: 12.0,
+                                 CollectiveKind.ALLGATHER: 18.3, CollectiveKind.REDUCESCATTER: 15.2,
+                                 CollectiveKind.ALLREDUCE: 16.7, CollectiveKind.ALLTOALL: 18.3}
+"""GB/s one channel moves with LL128 (tuning.cc ``ll128MaxBwPerCh``; Alltoall, which the table lacks, as Allgather)."""
+
+# NCCL's buffer sizes (src/include/devcomm.h): NCCL_STEPS slots per connection
+NCCL_STEPS = 8
+SIMPLE_BUFFER_BYTES = 1 << 22
+"""DEFAULT_BUFFSIZE: 4 MiB per connection, NCCL_STEPS steps of 512 KiB."""
+LL_BUFFER_BYTES = 8 * 512 * NCCL_STEPS * 16
+"""NCCL_LL_LINES_PER_THREAD x NCCL_LL_MAX_NTHREADS x NCCL_STEPS x a 16-byte FIFO line (two LL lines)."""
+LL128_BUFFER_BYTES = 120 * 640 * NCCL_STEPS * 8
+"""NCCL_LL128_ELEMS_PER_THREAD x NCCL_LL128_MAX_NTHREADS x NCCL_STEPS x 8 bytes."""
+RING_CHUNK_STEPS = NCCL_STEPS // 2
+"""ALLREDUCE_CHUNKSTEPS (= ALLGATHER_CHUNKSTEPS = REDUCESCATTER_CHUNKSTEPS): a chunk is 4 steps."""
+RING_SLICE_STEPS = NCCL_STEPS // 4
+"""ALLREDUCE_SLICESTEPS: a slice is 2 steps; a chunk is pipelined as 2 slices."""
+MAX_RING_PIECES = 16
+"""Deepest chunk pipelining the calibrated ring baselines emit per channel (beyond it the latency share is < 1%)."""
+SLICES_PER_CHUNK = RING_CHUNK_STEPS // RING_SLICE_STEPS
+"""Simple sends a ring chunk as this many slices (ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS)."""
+SIMPLE_MIN_SLICE_BYTES = SIMPLE_BUFFER_BYTES // NCCL_STEPS * RING_SLICE_STEPS // 32
+"""Smallest Simple slice (prims_simple.h: at least 1/32 of a full slice of 2 steps, 32 KiB)."""
+
+
+def payload_fraction(protocol: Protocol | str) -> float:
+    """Share of the bytes on the wire that are data: 1 for Simple, 1/2 for LL, 120/128 for LL128."""
+    p = Protocol(protocol)
+    if p is Protocol.SIMPLE:
+        return 1.0
+    return LINE_PAYLOAD_BYTES[p] / LINE_BYTES[p]
+
+
+def wire_bytes(protocol: Protocol | str, payload: float) -> float:
+    """Bytes a protocol puts on the wire for ``payload`` data bytes (whole lines for LL and LL128)."""
+    p = Protocol(protocol)
+    if p is Protocol.SIMPLE or payload <= 0:
+        return float(max(payload, 0.0))
+    lines = math.ceil(payload / LINE_PAYLOAD_BYTES[p])
+    return float(lines * LINE_BYTES[p])
+
+
+def chunk_bytes(protocol: Protocol | str) -> float:
+    """Data bytes of one ring chunk per channel (NCCL: buffer / NCCL_STEPS x chunk steps, payload share)."""
+    p = Protocol(protocol)
+    buffer = {Protocol.SIMPLE: SIMPLE_BUFFER_BYTES, Protocol.LL: LL_BUFFER_BYTES,
+              Protocol.LL128: LL128_BUFFER_BYTES}[p]
+    return buffer / NCCL_STEPS * RING_CHUNK_STEPS * payload_fraction(p)
+
+
+def nccl_ring_pieces(protocol: Protocol | str, size_bytes: float, num_ranks: int, channels: int) -> int:
+    """How many chunk loops NCCL's ring makes per channel for ``size_bytes`` (at most :data:`MAX_RING_PIECES`).
+
+    Each loop moves one chunk per rank per channel; a buffer that needs more loops is pipelined
+    through the connection's FIFO, so the per-step latency is paid once per loop and step.
+    """
+    per_loop = chunk_bytes(protocol) * max(num_ranks, 1) * max(channels, 1)
+    return max(1, min(MAX_RING_PIECES, math.ceil(size_bytes / per_loop)))
+
+
+def simple_slice_bytes(chunk: float) -> float:
+    """Bytes of the first slice of a Simple ring step of ``chunk`` bytes (the whole step when it is one slice)."""
+    return min(chunk, max(chunk / SLICES_PER_CHUNK, SIMPLE_MIN_SLICE_BYTES))
+
+
+def simple_step_latency(hop_us: float, chunk: float, rate_bytes_per_us: float) -> float:
+    """The part of a Simple step's latency a pipelined ring does not hide.
+
+    Simple moves a step as slices and posts a slice's flag when the slice is written; the next
+    rank forwards a slice as soon as its flag arrives. A ring step that sends ``chunk`` bytes at
+    ``rate_bytes_per_us`` therefore hides the hop latency behind the slices after the first:
+    the step costs ``max(chunk / rate, hop + slice / rate)``, i.e. ``chunk / rate`` plus
+    ``max(0, hop - (chunk - slice) / rate)``, which this returns. A one-slice step pays the hop in full.
+    """
+    if rate_bytes_per_us <= 0 or chunk <= 0:
+        return hop_us
+    return max(0.0, hop_us - (chunk - simple_slice_bytes(chunk)) / rate_bytes_per_us)
+
+
+def link_class_of(kind: str) -> str:
+    """NCCL hardware class of a link kind: nvlink, pci or net (unknown kinds count as nvlink)."""
+    return _KIND_CLASS.get(kind.lower(), "nvlink")
+
+
+@dataclass(frozen=True)
+class TransferCosts:
+    """A protocol's costs on one topology, as the simulator applies them (per transfer, per link, once).
+
+    ``hop_latency_us`` (per link class) replaces a transfer's route latency: the class of a route is
+    ``net`` when any link on it is, else ``pci`` when any is, else ``nvlink``. ``fraction`` (per link
+    class) is the share of a link's rate the protocol reaches: the link's capacity is scaled by it
+    (:meth:`link_capacity_us`). ``launch_us`` is added once to the collective's time.
+    """
+
+    protocol: Protocol
+    hop_latency_us: Mapping[str, float]
+    fraction: Mapping[str, float]
+    launch_us: float
+    model: str = ""
+
+    def route_class(self, topology: Topology, route: Sequence[int]) -> str:
+        classes = {link_class_of(topology.links[i].kind) for i in route}
+        for c in ("net", "pci"):
+            if c in classes:
+                return c
+        return "nvlink"
+
+    def route_latency_us(self, topology: Topology, route: Sequence[int]) -> float:
+        """The runtime's per-step latency for a transfer along ``route``."""
+        return self.hop_latency_us[self.route_class(topology, route)]
+
+    def link_capacity_us(self, topology: Topology) -> list[float]:
+        """Every link's capacity (bytes/us) at the share of its class the protocol reaches.
+
+        The share depends only on the link's class, so every flow on a link sees the same
+        fraction of it: scaling the capacity gives exactly the max-min rates of a per-flow
+        consumption weight ``1 / fraction``, with no weights to carry through the fluid solve.
+        """
+        return [gbps_to_bytes_per_us(link.bandwidth) * self.fraction[link_class_of(link.kind)]
+                for link in topology.links]
+
+
+@dataclass(frozen=True)
+class RuntimeModel:
+    """A runtime's costs on a machine family: the calibrated figures plus NCCL's published ones.
+
+    ``efficiency`` (per link class, 0 < e <= 1): the share of the raw link rate the Simple protocol
+    reaches (calibrated, see ``sources``). ``hop_latency_us`` and ``launch_us`` (per protocol) default
+    to NCCL's tuning model. ``channels``: the channels (threadblocks) the runtime gives a collective on
+    each GPU; with LL128 they cap what one GPU drives at ``channels x ll128MaxBwPerCh``.
+    """
+
+    name: str
+    efficiency: Mapping[str, float]
+    channels: int = 24
+    hop_latency_us: Mapping[str, Mapping[Protocol, float]] = field(default_factory=lambda: NCCL_HOP_LATENCY_US)
+    launch_us: Mapping[Protocol, float] = field(default_factory=lambda: dict(NCCL_BASE_LATENCY_US))
+    sources: tuple[str, ...] = ()
+    fitted: Mapping[str, Any] | None = None
+    """What ``taccl profile fit --runtime`` fitted (files, figures, residuals), None when nothing was fitted."""
+    ll128_channels: float | None = None
+    """Channels' worth of LL128 bandwidth one GPU drives (the cap is this x ``ll128MaxBwPerCh``); None: ``channels``."""
+    nvls_efficiency: float | None = None
+    """Share of the NVLink rate NCCL's NVLS algorithm reaches (NVLink SHARP); None: the NVLink efficiency."""
+    tree_caps: bool = False
+    """Cap trees at tuning.cc's ``maxTreeBw`` per GPU (figures of the NCCL of the A100 era; later NCCLs raised them)."""
+
+    def costs(self, protocol: Protocol | str, kind: CollectiveKind, topology: Topology, *,
+              algorithm: str | None = None, size_bytes: float | None = None) -> TransferCosts:
+        """The per-transfer costs of ``protocol`` for ``kind`` on ``topology``.
+
+        ``algorithm`` ``tree`` applies tuning.cc's tree refinements (90 % of the share, at most ``maxTreeBw``
+        per GPU when :attr:`tree_caps`, LL at 1/3.8, LL128 at 7/9 on one machine, and the correction factor
+        of ``size_bytes``);
+        ``nvls`` uses the NVLS efficiency on NVLink when the model has one.
+        """
+        p = Protocol(protocol)
+        multi_machine = len(topology.machines) > 1
+        per_gpu = max(1, len(topology.machines[0]) if topology.machines else topology.num_gpus)
+        lanes = self.channels if self.ll128_channels is None else self.ll128_channels
+        fractions: dict[str, float] = {}
+        for c in LINK_CLASSES:
+            base = self.efficiency.get(c, 1.0)
+            if algorithm == "nvls" and c == "nvlink" and self.nvls_efficiency is not None:
+                base = self.nvls_efficiency
+            widest = widest_gpu_link(topology, c)
+            if algorithm == "tree":
+                fractions[c] = _tree_share(p, base, widest if self.tree_caps else None, lanes, kind,
+                                           multi_machine=len(topology.machines) > 2, one_machine=not multi_machine,
+                                           size_bytes=size_bytes)
+            elif p is Protocol.LL:
+                share = 0.25 if multi_machine or kind in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCE) else 1 / 3
+                fractions[c] = base * share
+            elif p is Protocol.LL128:
+                fraction = base * (0.7 if per_gpu < 2 else 0.92)
+                cap = lanes * NCCL_LL128_MAX_BW_PER_CHANNEL.get(kind, 18.3)
+                if widest is not None and widest > 0:
+                    fraction = min(fraction, cap / widest)
+                fractions[c] = fraction
+            else:
+                fractions[c] = base
+        hops = {c: self.hop_latency_us.get(c, NCCL_HOP_LATENCY_US[c])[p] for c in LINK_CLASSES}
+        return TransferCosts(p, hops, fractions, self.launch_us[p], self.name)
+
+
+# tuning.cc: trees stop at maxTreeBw per GPU (more than two machines / at most two), LL128 on A100 a little higher
+NCCL_MAX_TREE_BW = {(True, Protocol.LL128): 105.0, (True, None): 80.0, (False, Protocol.LL128): 130.0,
+                    (False, None): 110.0}
+NCCL_TREE_CORRECTION = {
+    Protocol.LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0),
+    Protocol.LL128: (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .5, .6, .6, .7, .7, .8, .9, .9, 1.0),
+    Protocol.SIMPLE: (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .5, .5, .6, .6, .7, .8, .9),
+}
+"""tuning.cc ``treeCorrectionFactor``: trees' bandwidth factor per power of two of the size, 64 B to 128 MB."""
+
+
+def _tree_share(p: Protocol, base: float, widest: float | None, lanes: float, kind: CollectiveKind, *,
+                multi_machine: bool, one_machine: bool, size_bytes: float | None) -> float:
+    """A link class's share for NCCL's tree (tuning.cc's tree refinements, per GPU link of the class).
+
+    ``widest`` None: no ``maxTreeBw`` cap (nor LL128's per-channel cap).
+    """
+    cap = NCCL_MAX_TREE_BW[(multi_machine, Protocol.LL128 if p is Protocol.LL128 else None)]
+    share = 0.9 * base if widest is None or widest <= 0 else min(0.9 * base, cap / widest)
+    if p is Protocol.LL:
+        share /= 3.8
+    elif p is Protocol.LL128:
+        share *= 7 / 9 if one_machine else 0.915
+        if widest is not None and widest > 0:
+            share = min(share, lanes * NCCL_LL128_MAX_BW_PER_CHANNEL.get(kind, 18.3) * 7 / 9 / widest)
+    if size_bytes is not None and size_bytes >= 64:
+        log_size = int(math.log2(size_bytes / 64))
+        if log_size < len(NCCL_TREE_CORRECTION[p]):
+            share *= NCCL_TREE_CORRECTION[p][log_size]
+    return share
+
+
+def widest_gpu_link(topology: Topology, link_class: str) -> float | None:
+    """The largest bandwidth of a link of ``link_class`` that leaves a GPU (None when there is none)."""
+    widest = None
+    for link in topology.links:
+        if topology.is_gpu(link.src) and link_class_of(link.kind) == link_class:
+            widest = link.bandwidth if widest is None else max(widest, link.bandwidth)
+    return widest
+
+
+_NCCL_SOURCE = ("per-hop and launch latencies, LL / LL128 factors: NVIDIA/nccl src/graph/tuning.cc "
+                "(commit 01afd20a77b5804e0ecf1042509dd9d20ebf9e93)")
+_HDR = ("net: 24 GB/s per 200 Gb/s HDR NIC of 25 GB/s = 0.96 (S. Jeaugey, NVIDIA, "
+        "https://github.com/NVIDIA/nccl-tests/issues/119)")
+_NDR = ("net: 48-49 GB/s per 400 Gb/s NDR NIC of 50 GB/s, 48.5 / 50 = 0.97 (NVIDIA, "
+        "https://github.com/NVIDIA/nccl-tests/issues/267)")
+
+_A100_FIT = ("nvlink (per-step latency per protocol, Simple efficiency, LL128 cap): fitted by `taccl profile fit "
+             "--runtime tests/data/nccl_tests/azure_nda100v4_all_reduce.csv --into "
+             "tests/data/nccl_tests/dgx-a100-start.json -o FILE` (from tuning.cc's figures) on the published "
+             "all_reduce_perf curve of Azure ND A100 v4 (8 x A100-SXM4-80GB, NCCL 2.18.5, 1 KB..8 GB: "
+             "https://github.com/Azure/AI-benchmarking-guide/blob/3f6a4d7c08c6fb1996437ff8d3aeb17a60d3ffd2/"
+             "Azure_Results/ND_A100_v4_results.md): 4.0 % rms over its 24 rows (worst 11.2 %); no row runs LL, whose "
+             "latency is only bounded (LL not faster than LL128 below 16 MB); the fitted launch offset of that "
+             "run (11.0 us, all_reduce_perf -g 8 in one process) is the harness's, not kept here")
+
+PRESETS: dict[str, RuntimeModel] = {
+    "dgx-a100": RuntimeModel(
+        name="dgx-a100", efficiency={"nvlink": 0.7629, "pci": 1.0, "net": 0.96}, channels=24,
+        hop_latency_us={"nvlink": {Protocol.LL: 1.968, Protocol.LL128: 1.512, Protocol.SIMPLE: 11.72},
+                        "pci": dict(NCCL_HOP_LATENCY_US["pci"]), "net": dict(NCCL_HOP_LATENCY_US["net"])},
+        ll128_channels=7.729, tree_caps=True,
+        sources=(_A100_FIT, _HDR, _NCCL_SOURCE)),
+    "dgx-h100": RuntimeModel(
+        name="dgx-h100", efficiency={"nvlink": 370.0 / 450.0, "pci": 1.0, "net": 0.97}, channels=32,
+        nvls_efficiency=0.623,
+        sources=("nvlink: 'with the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s' "
+                 "of 450 (S. Jeaugey, NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/212)",
+                 "nvls: 'On 8 GPUs, you should reach a peak busBw of ~480GB/s (algbw ~275GB/s)' (same thread): 0.623 "
+                 "is the NVLink share at which the nvls baseline on dgx-h100-nvls gives algbw 275 GB/s (busbw 481) "
+                 "at 8 GB", _NDR, _NCCL_SOURCE)),
+}
+"""Calibrated runtime models of the shipped machine families (their clusters share them)."""
+
+
+def runtime_to_dict(model: RuntimeModel) -> dict[str, Any]:
+    """The ``runtime`` object of a topology file: a preset by name, or every figure."""
+    preset = PRESETS.get(model.name)
+    if preset is not None and preset == model:
+        return {"preset": model.name}
+    data: dict[str, Any] = {"name": model.name, "efficiency": dict(model.efficiency), "channels": model.channels,
+                            "hop_latency_us": {c: {p.value: v for p, v in lat.items()}
+                                               for c, lat in model.hop_latency_us.items()},
+                            "launch_us": {p.value: v for p, v in model.launch_us.items()},
+                            "sources": list(model.sources)}
+    if model.ll128_channels is not None:
+        data["ll128_channels"] = model.ll128_channels
+    if model.nvls_efficiency is not None:
+        data["nvls_efficiency"] = model.nvls_efficiency
+    if model.tree_caps:
+        data["tree_caps"] = True
+    if model.fitted is not None:
+        data["fitted"] = dict(model.fitted)
+    return data
+
+
+def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
+    """Read a topology file's ``runtime`` object (see :func:`runtime_to_dict`); bad input names the field."""
+    if not isinstance(raw, dict):
+        raise InputError(f"must be an object (got {type(raw).__name__})", where=f"{where}: runtime")
+    if "preset" in raw:
+        name = raw["preset"]
+        if name not in PRESETS:
+            raise InputError(f"unknown preset {name!r} (known: {', '.join(sorted(PRESETS))})",
+                             where=f"{where}: runtime.preset")
+        extra = set(raw) - {"preset"}
+        if extra:
+            raise InputError(f"a preset takes no other keys (got {sorted(extra)})", where=f"{where}: runtime")
+        return PRESETS[name]
+    known = {"name", "efficiency", "channels", "ll128_channels", "nvls_efficiency", "tree_caps", "hop_latency_us",
+             "launch_us", "sources", "fitted"}
+    unknown = set(raw) - known
+    if unknown:
+        raise InputError(f"unknown key(s) {sorted(unknown)}", where=f"{where}: runtime")
+    efficiency = _class_numbers(raw.get("efficiency", {}), f"{where}: runtime.efficiency", upper=1.0)
+    channels = raw.get("channels", 24)
+    if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= 256:
+        raise InputError(f"must be an integer in 1..256 (got {channels!r})", where=f"{where}: runtime.channels")
+    hops: dict[str, dict[Protocol, float]] = {c: dict(v) for c, v in NCCL_HOP_LATENCY_US.items()}
+    raw_hops = raw.get("hop_latency_us", {})
+    if not isinstance(raw_hops, dict):
+        raise InputError("must be an object", where=f"{where}: runtime.hop_latency_us")
+    for c, per in raw_hops.items():
+        if c not in LINK_CLASSES:
+            raise InputError(f"unknown link class {c!r} (nvlink, pci, net)", where=f"{where}: runtime.hop_latency_us")
+        hops[c].update(_protocol_numbers(per, f"{where}: runtime.hop_latency_us.{c}"))
+    launch = dict(NCCL_BASE_LATENCY_US)
+    launch.update(_protocol_numbers(raw.get("launch_us", {}), f"{where}: runtime.launch_us"))
+    sources = raw.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        raise InputError("must be a list of strings", where=f"{where}: runtime.sources")
+    fitted = raw.get("fitted")
+    if fitted is not None and not isinstance(fitted, dict):
+        raise InputError("must be an object", where=f"{where}: runtime.fitted")
+    ll128 = raw.get("ll128_channels")
+    if ll128 is not None and (isinstance(ll128, bool) or not isinstance(ll128, (int, float)) or not 0.1 <= ll128 <= 256):
+        raise InputError(f"must be a number in 0.1..256 (got {ll128!r})", where=f"{where}: runtime.ll128_channels")
+    nvls = raw.get("nvls_efficiency")
+    if nvls is not None and (isinstance(nvls, bool) or not isinstance(nvls, (int, float)) or not 0 < nvls <= 1):
+        raise InputError(f"must be a number in (0, 1] (got {nvls!r})", where=f"{where}: runtime.nvls_efficiency")
+    tree_caps = raw.get("tree_caps", False)
+    if not isinstance(tree_caps, bool):
+        raise InputError(f"must be true or false (got {tree_caps!r})", where=f"{where}: runtime.tree_caps")
+    name = raw.get("name", "custom")
+    if not isinstance(name, str):
+        raise InputError("must be a string", where=f"{where}: runtime.name")
+    return RuntimeModel(name=name, efficiency=efficiency, channels=channels, hop_latency_us=hops, launch_us=launch,
+                        sources=tuple(sources), fitted=fitted, ll128_channels=None if ll128 is None else float(ll128),
+                        nvls_efficiency=None if nvls is None else float(nvls), tree_caps=tree_caps)
+
+
+def _class_numbers(raw: Any, where: str, *, upper: float) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        raise InputError("must be an object", where=where)
+    out: dict[str, float] = {}
+    for c, v in raw.items():
+        if c not in LINK_CLASSES:
+            raise InputError(f"unknown link class {c!r} (nvlink, pci, net)", where=where)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= upper:
+            raise InputError(f"must be a number in (0, {upper:g}] (got {v!r})", where=f"{where}.{c}")
+        out[c] = float(v)
+    return out
+
+
+def _protocol_numbers(raw: Any, where: str) -> dict[Protocol, float]:
+    if not isinstance(raw, dict):
+        raise InputError("must be an object", where=where)
+    out: dict[Protocol, float] = {}
+    for p, v in raw.items():
+        if p not in {q.value for q in Protocol}:
+            raise InputError(f"unknown protocol {p!r} (Simple, LL, LL128)", where=where)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e6 or not math.isfinite(v):
+            raise InputError(f"must be a latency in 0..1e6 us (got {v!r})", where=f"{where}.{p}")
+        out[Protocol(p)] = float(v)
+    return out
+
+
+def with_figures(model: RuntimeModel, link_class: str, *, efficiency: float | None = None,
+                 hop_latency_us: Mapping[Protocol, float] | None = None, launch_us: Mapping[Protocol, float] | None = None,
+                 channels: int | None = None, ll128_channels: float | None = None, name: str | None = None,
+                 fitted: Mapping[str, Any] | None = None, source: str | None = None) -> RuntimeModel:
+    """``model`` with the figures of one link class (and the launch overheads, channels) replaced."""
+    eff = dict(model.efficiency)
+    if efficiency is not None:
+        eff[link_class] = efficiency
+    hops = {c: dict(v) for c, v in model.hop_latency_us.items()}
+    if hop_latency_us is not None:
+        hops.setdefault(link_class, dict(NCCL_HOP_LATENCY_US[link_class])).update(hop_latency_us)
+    launch = dict(model.launch_us)
+    if launch_us is not None:
+        launch.update(launch_us)
+    sources = model.sources if source is None else (*model.sources, source)
+    return replace(model, name=name or model.name, efficiency=eff, hop_latency_us=hops, launch_us=launch,
+                   channels=model.channels if channels is None else channels,
+                   ll128_channels=model.ll128_channels if ll128_channels is None else ll128_channels,
+                   fitted=model.fitted if fitted is None else dict(fitted), sources=sources)

@@ -1,0 +1,205 @@
+"""The compiled simulator (taccl_py.fast_sim, fast_kernel) against the Python one: the same result, exactly.
+
+Every start, arrival and commit time, link figure, critical path, verdict and message must be
+identical (not close: the kernel does the same floating-point operations in the same order).
+Schedules: every baseline on small shipped topologies, random spanning-tree Allgathers and
+reductions with random waits on random topologies, random symmetric schedules, random
+mutations (faults, deadlocks, broken structure), and the ring baselines built as arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from cli_runner import only_json, run
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_symmetry import _cases as symmetric_cases
+
+from taccl_py.baselines import applicable_baselines, baseline, ring_plan
+from taccl_py.baselines.ring_compact import ring_compact
+from taccl_py.collectives import CollectiveKind
+from taccl_py.compact import compact, compact_error
+from taccl_py.fast_sim import fast_error, simulate_compact, simulate_large
+from taccl_py.library import resolve_topology
+from taccl_py.schedule import Op, Schedule, Transfer
+from taccl_py.simulator import SimOptions, SimResult, simulate
+from taccl_py.symmetry import SymmetricSchedule, expand
+from taccl_py.testing import spanning_tree_allgathers, spanning_tree_reductions, topologies, with_waits
+from taccl_py.topology import Endpoint, Topology
+
+
+def _same(a: SimResult, b: SimResult) -> None:
+    assert (a.correct, a.error, a.time_us) == (b.correct, b.error, b.time_us)
+    for field in ("start_us", "arrive_us", "commit_us"):
+        assert np.array_equal(getattr(a, field), getattr(b, field), equal_nan=True), field
+    assert a.link_busy_us == b.link_busy_us
+    assert a.link_bytes == b.link_bytes
+    assert a.critical_path == b.critical_path
+    assert a.stuck == b.stuck
+
+
+def _both(topology: Topology, schedule: Schedule, size: float, overhead: float = 0.0) -> SimResult:
+    options = SimOptions(step_overhead_us=overhead)
+    full = simulate(topology, schedule, size, options)
+    fast = simulate_compact(topology, compact(schedule), size, options)
+    _same(full, fast)
+    return fast
+
+
+@pytest.mark.parametrize("name", [pytest.param("dgx-a100x2", marks=pytest.mark.slow),
+                                  pytest.param("ndv2x2", marks=pytest.mark.slow), "ring8"])
+def test_every_baseline_times_exactly_as_in_python(name: str) -> None:
+    topo = resolve_topology(name)
+    for kind in CollectiveKind:
+        for algorithm in applicable_baselines(topo, kind):
+            schedule = baseline(topo, kind, algorithm, size_bytes=2**26)
+            if any(t.exchange is not None or t.group is not None for t in schedule.transfers):
+                continue  # exchanges and network groups stay in Python
+            for size in (1000, 2**26):
+                assert _both(topo, schedule, size, overhead=0.5 if size == 1000 else 0.0).correct
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_random_schedules_time_exactly_as_in_python(data: st.DataObject) -> None:
+    topo = data.draw(topologies(max_gpus=6))
+    kind = data.draw(st.sampled_from(["allgather", "reducescatter", "reduce"]))
+    schedule = data.draw(spanning_tree_allgathers(topo) if kind == "allgather" else
+                         spanning_tree_reductions(topo, CollectiveKind(kind)))
+    if data.draw(st.booleans()):
+        schedule = data.draw(with_waits(schedule))
+    size = data.draw(st.sampled_from([0, 1000, 3 * 2**20]))
+    _both(topo, schedule, size, overhead=data.draw(st.sampled_from([0.0, 0.25])))
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_broken_schedules_fail_as_in_python(data: st.DataObject) -> None:
+    """Dropped, duplicated, retargeted or reordered transfers: the same fault, deadlock or post-condition."""
+    topo = resolve_topology("dgx-a100x2")
+    kind = data.draw(st.sampled_from(["allgather", "allreduce", "reducescatter", "alltoall"]))
+    schedule = baseline(topo, kind, "ring" if kind != "alltoall" else "direct")
+    transfers = list(schedule.transfers)
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(transfers) - 1))
+        how = data.draw(st.sampled_from(["drop", "twice", "swap", "wait", "op"]))
+        t = transfers[i]
+        if how == "drop":
+            del transfers[i]
+        elif how == "twice":
+            transfers.insert(data.draw(st.integers(0, len(transfers))), t)
+        elif how == "swap" and i + 1 < len(transfers):
+            transfers[i], transfers[i + 1] = transfers[i + 1], t
+        elif how == "wait":
+            j = data.draw(st.integers(0, len(transfers) - 1))
+            if j != i:
+                transfers[i] = Transfer(t.src, t.dst, t.chunks, t.route, t.op, t.channel, (j,))
+        else:
+            transfers[i] = Transfer(t.src, t.dst, t.chunks, t.route,
+                                    Op.COPY if t.op is Op.REDUCE else Op.REDUCE, t.channel)
+    _both(topo, schedule.with_transfers(transfers), 2**20)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(symmetric_cases(), st.sampled_from([1.0, 4096.0, 2.0**20]), st.sampled_from([0.0, 1.5]))
+def test_random_symmetric_schedules_time_exactly_as_in_python(case: tuple[Topology, SymmetricSchedule],
+                                                              size: float, overhead: float) -> None:
+    """The symmetric schedules of test_symmetry, expanded (valid or not): the kernel gives Python's result."""
+    topo, sym = case
+    _both(topo, expand(sym, topo), size, overhead)
+
+
+def test_structural_errors_are_worded_as_in_python() -> None:
+    topo = resolve_topology("dgx-a100x2")
+    good = baseline(topo, "allgather", "ring")
+    t = good.transfers[5]
+    other = good.transfers[200].route
+    for bad in (Transfer(t.src, t.src, t.chunks, t.route), Transfer(t.src, 99, t.chunks, t.route),
+                Transfer(t.src, t.dst, (), t.route), Transfer(t.src, t.dst, (10_000,), t.route),
+                Transfer(t.src, t.dst, (1, 1), t.route), Transfer(t.src, t.dst, t.chunks, t.route, channel=-1),
+                Transfer(t.src, t.dst, t.chunks, t.route, after=(5,)), Transfer(t.src, t.dst, t.chunks, t.route,
+                                                                                after=(10**6,)),
+                Transfer(t.src, t.dst, t.chunks, ()), Transfer(t.src, t.dst, t.chunks, other),
+                Transfer(t.src, t.dst, t.chunks, (len(topo.links),)), Transfer(t.src, t.dst, t.chunks, t.route[:1])):
+        transfers = list(good.transfers)
+        transfers[5] = bad
+        broken = good.with_transfers(transfers)
+        want = broken.structural_error(topo)
+        assert want is not None
+        assert compact_error(compact(broken), topo) == want
+        assert simulate_compact(topo, compact(broken), 2**20).error == want
+
+
+@pytest.mark.parametrize("name", ["dgx-a100x2", "ring8", "dgx-a100x2-forestcoll"])
+def test_rings_built_as_arrays_are_the_ring_baselines(name: str) -> None:
+    topo = resolve_topology(name)
+    plan = ring_plan(topo, None)
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+        arrays = ring_compact(kind, plan, topo.name)
+        full = baseline(topo, kind, "ring")
+        rebuilt = arrays.to_schedule()
+        assert rebuilt.transfers == full.transfers
+        assert (rebuilt.collective, rebuilt.notes) == (full.collective, full.notes)
+        _same(simulate(topo, full, 2**30), simulate_compact(topo, arrays, 2**30))
+
+
+def test_what_the_kernel_does_not_cover_is_simulated_in_python() -> None:
+    topo = resolve_topology("dgx-a100x2")
+    schedule = baseline(topo, "allgather", "ring")
+    arrays = compact(schedule)
+    assert fast_error(arrays, topo) is None
+    with_memory = topo.with_endpoints(Endpoint(1555.0, None, None))
+    assert "memory" in (fast_error(arrays, with_memory) or "")
+    _same(simulate(with_memory, schedule, 2**20), simulate_compact(with_memory, arrays, 2**20))
+    one_shot = baseline(topo, "allreduce", "oneshot")  # exchanges: never compacted
+    assert any(t.exchange is not None for t in one_shot.transfers)
+    with pytest.raises(ValueError, match="exchanges"):
+        compact(one_shot)
+    _same(simulate(topo, one_shot, 2**20), simulate_large(topo, one_shot, 2**20))
+
+
+def test_large_schedules_go_through_the_kernel(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """simulate_large and the CLI take the kernel from FAST_MIN_TRANSFERS on; the figures do not change."""
+    import taccl_py.fast_sim as fast_sim
+
+    calls: list[int] = []
+    real = fast_sim.simulate_compact
+
+    def counting(*args: object, **kwargs: object) -> SimResult:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    topo = resolve_topology("dgx-a100x2")
+    command = ["--ideal", "simulate", "-t", "dgx-a100x2", "-c", "allreduce", "-s", "64MB", "-a", "ring", "--json"]
+    code, out, _ = run(command, capsys)
+    before = only_json(out)
+    monkeypatch.setattr(fast_sim, "FAST_MIN_TRANSFERS", 1)
+    monkeypatch.setattr(fast_sim, "simulate_compact", counting)
+    schedule = baseline(topo, "allgather", "direct")
+    _same(simulate(topo, schedule, 2**20), simulate_large(topo, schedule, 2**20))
+    assert calls == [1]
+    code, out, _ = run(command, capsys)
+    assert code == 0 and calls == [1, 1]
+    after = only_json(out)
+    assert after == before and math.isfinite(after["time_us"])
+
+
+@pytest.mark.parametrize("protocol", ["Simple", "LL", "LL128"])
+def test_a_runtime_models_costs_go_through_the_kernel_with_the_same_times(protocol: str) -> None:
+    """Per-route latency, link capacities at the protocol's share and the launch time: identical in both."""
+    topo = resolve_topology("dgx-a100x2")
+    model = topo.runtime
+    assert model is not None
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE):
+        costs = model.costs(protocol, kind, topo)
+        schedule = baseline(topo, kind, "ring")
+        options = SimOptions(costs=costs)
+        assert fast_error(compact(schedule), topo, options) is None
+        full = simulate(topo, schedule, 2**26, options)
+        _same(full, simulate_compact(topo, compact(schedule), 2**26, options))
+        assert full.time_us is not None and full.time_us > simulate(topo, schedule, 2**26).time_us + costs.launch_us

@@ -1,0 +1,370 @@
+"""Issue 17: protocols, runtime overheads, calibrated presets, --ideal, and the published nccl-tests fixtures."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from taccl_py.baselines import baseline
+from taccl_py.cli.main import main
+from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.errors import InputError
+from taccl_py.fidelity import load_cases, predict_case, published_rows
+from taccl_py.library import resolve_topology
+from taccl_py.library.grids import switch_star
+from taccl_py.runtime import (
+    PRESETS,
+    Protocol,
+    RuntimeModel,
+    TransferCosts,
+    nccl_ring_pieces,
+    payload_fraction,
+    runtime_from_dict,
+    runtime_to_dict,
+    wire_bytes,
+)
+from taccl_py.schedule import Schedule, Transfer
+from taccl_py.simulator import SimOptions, simulate
+from taccl_py.topology_io import topology_from_dict, topology_to_dict
+
+FIXTURES = Path(__file__).parent / "data" / "nccl_tests"
+
+
+# ------------------------------------------------------------------ protocol arithmetic, by hand
+def test_payload_fractions_are_the_line_formats() -> None:
+    assert payload_fraction("Simple") == 1.0
+    assert payload_fraction("LL") == 0.5  # 4 data + 4 flag bytes per 8-byte line
+    assert payload_fraction("LL128") == 120 / 128
+
+
+def test_wire_bytes_round_up_to_whole_lines() -> None:
+    assert wire_bytes("Simple", 1000) == 1000
+    assert wire_bytes("LL", 1000) == 2000  # 250 lines of 8 bytes
+    assert wire_bytes("LL", 1001) == 2008  # 251 lines
+    assert wire_bytes("LL128", 120) == 128
+    assert wire_bytes("LL128", 121) == 256
+
+
+@given(st.integers(min_value=1, max_value=1 << 30), st.sampled_from(list(Protocol)))
+def test_wire_bytes_never_below_payload_over_fraction(payload: int, protocol: Protocol) -> None:
+    wire = wire_bytes(protocol, payload)
+    assert wire >= payload / payload_fraction(protocol) - 1e-9
+    assert wire < payload / payload_fraction(protocol) + 128
+
+
+def test_ring_pieces_follow_nccl_chunks() -> None:
+    # Simple: 4 MiB buffer / 8 steps x 4 chunk steps = 2 MiB per chunk; 8 ranks x 1 channel = 16 MiB a loop
+    assert nccl_ring_pieces("Simple", 16 << 20, 8, 1) == 1
+    assert nccl_ring_pieces("Simple", (16 << 20) + 1, 8, 1) == 2
+    assert nccl_ring_pieces("Simple", 1 << 40, 8, 1) == 16  # capped
+
+
+def test_costs_on_a_hand_computed_switch() -> None:
+    """Two GPUs on a switch (nvlink, 100 GB/s): Simple at efficiency 0.5 moves 1e6 bytes in 3.4 + 8.4 + 20 us."""
+    topo = switch_star(2, 100.0, 1.0)
+    model = RuntimeModel(name="t", efficiency={"nvlink": 0.5}, channels=24)
+    costs = model.costs("Simple", CollectiveKind.ALLGATHER, topo)
+    assert costs.route_latency_us(topo, topo.gpu_route(0, 1)) == 3.4  # tuning.cc NVLink ring Simple
+    assert costs.link_capacity_us(topo) == [50_000.0] * len(topo.links)  # half of 100 GB/s on every nvlink
+    schedule = Schedule(Collective(CollectiveKind.ALLGATHER, 2), (Transfer(0, 1, (0,), topo.gpu_route(0, 1)),
+                                                                  Transfer(1, 0, (1,), topo.gpu_route(1, 0))))
+    sim = simulate(topo, schedule, 2_000_000, SimOptions(costs=costs))
+    assert sim.time_us == pytest.approx(3.4 + 1e6 / 50_000 + 8.4, rel=1e-12)  # hop + bytes at half rate + launch
+    ll = model.costs("LL", CollectiveKind.ALLGATHER, topo)
+    assert ll.fraction["nvlink"] == pytest.approx(0.5 / 3)  # LL: 1/3 of Simple for Allgather on one machine
+    assert simulate(topo, schedule, 2_000_000, SimOptions(costs=ll)).time_us == pytest.approx(
+        0.47 + 1e6 / (100_000 * 0.5 / 3) + 3.6, rel=1e-12)
+
+
+def test_ll128_is_capped_by_its_channels() -> None:
+    topo = resolve_topology("dgx-a100")
+    model = RuntimeModel(name="t", efficiency={"nvlink": 1.0}, channels=2)
+    costs = model.costs("LL128", CollectiveKind.ALLREDUCE, topo)
+    assert costs.fraction["nvlink"] == pytest.approx(2 * 16.7 / 300)  # 2 channels x 16.7 GB/s of a 300 GB/s port
+
+
+def test_simple_hides_the_hop_behind_the_slices_after_the_first() -> None:
+    from taccl_py.runtime import simple_step_latency
+
+    # 1 MiB step in two 512 KiB slices at 1000 B/us: the second slice (524.288 us) hides a 10 us hop
+    assert simple_step_latency(10.0, 1 << 20, 1000.0) == 0.0
+    # 40 KiB: the first slice is the 32 KiB minimum, 8 KiB after it (8.192 us) hide that much of the hop
+    assert simple_step_latency(10.0, 40 * 1024, 1000.0) == pytest.approx(10.0 - 8.192)
+    assert simple_step_latency(10.0, 16 * 1024, 1000.0) == 10.0  # one slice: the hop in full
+
+
+def test_tree_and_nvls_shares_follow_tuning_cc() -> None:
+    topo = resolve_topology("dgx-a100")  # one machine, 300 GB/s NVSwitch ports
+    model = RuntimeModel(name="t", efficiency={"nvlink": 0.8}, channels=24, nvls_efficiency=0.5, tree_caps=True)
+    tree = model.costs("Simple", CollectiveKind.ALLREDUCE, topo, algorithm="tree", size_bytes=1 << 30)
+    assert tree.fraction["nvlink"] == pytest.approx(110 / 300)  # min(0.9 x 0.8, maxTreeBw 110 / 300)
+    mid = model.costs("Simple", CollectiveKind.ALLREDUCE, topo, algorithm="tree", size_bytes=1 << 20)
+    assert mid.fraction["nvlink"] == pytest.approx(110 / 300 * 0.5)  # treeCorrectionFactor[Simple][log2(1M/64)=14]
+    ll = model.costs("LL", CollectiveKind.ALLREDUCE, topo, algorithm="tree", size_bytes=1 << 30)
+    assert ll.fraction["nvlink"] == pytest.approx(110 / 300 / 3.8)
+    uncapped = replace(model, tree_caps=False).costs("Simple", CollectiveKind.ALLREDUCE, topo, algorithm="tree")
+    assert uncapped.fraction["nvlink"] == pytest.approx(0.9 * 0.8)
+    assert model.costs("Simple", CollectiveKind.ALLREDUCE, topo, algorithm="nvls").fraction["nvlink"] == 0.5
+    assert model.costs("Simple", CollectiveKind.ALLREDUCE, topo).fraction["nvlink"] == 0.8
+
+
+def test_nccl_runs_point_to_point_and_nvls_with_simple_only() -> None:
+    from taccl_py.predict import nccl_protocols
+
+    assert nccl_protocols(CollectiveKind.ALLTOALL, "direct") == (Protocol.SIMPLE,)
+    assert nccl_protocols(CollectiveKind.ALLREDUCE, "nvls") == (Protocol.SIMPLE,)
+    assert len(nccl_protocols(CollectiveKind.ALLREDUCE, "ring")) == 3
+
+
+# ------------------------------------------------------------------ --ideal and the Python API stay exact
+def test_simulate_without_costs_is_the_raw_link_model() -> None:
+    topo = resolve_topology("ring8")
+    sim = simulate(topo, baseline(topo, "allgather", "ring", channels=1), 8 << 20)
+    assert sim.time_us == 140.21875  # the brief's golden value
+
+
+def test_ideal_flag_reproduces_the_raw_link_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    topo = resolve_topology("dgx-a100")
+    expected = simulate(topo, baseline(topo, "allreduce", "ring", size_bytes=1 << 20), 1 << 20).time_us
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--ideal", "baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1MB", "-a", "ring", "--json"])
+    assert exit_info.value.code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"] == "ideal"
+    assert data["baselines"][0]["time_us"] == expected
+    with pytest.raises(SystemExit):
+        main(["baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1MB", "-a", "ring", "--json"])
+    calibrated = json.loads(capsys.readouterr().out)
+    assert calibrated["model"] == "dgx-a100"
+    assert calibrated["baselines"][0]["proto"] in ("LL", "LL128", "Simple")
+    assert calibrated["baselines"][0]["time_us"] > expected
+    assert calibrated["bound_us"] == data["bound_us"]  # bounds stay on the raw-link model
+
+
+def test_xml_proto_is_honoured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "ring.xml"
+    with pytest.raises(SystemExit):
+        main(["baseline", "-t", "dgx-a100", "-c", "allgather", "-s", "64KB", "-a", "ring", "-o", str(path), "--json"])
+    written = json.loads(capsys.readouterr().out)["xml"]
+    assert f'proto="{written["proto"]}"' in path.read_text()
+    with pytest.raises(SystemExit):
+        main(["simulate", "-t", "dgx-a100", "-s", "64KB", "-a", str(path), "--json"])
+    assert json.loads(capsys.readouterr().out)["proto"] == written["proto"]
+
+
+# ------------------------------------------------------------------ presets and files
+def test_shipped_machines_carry_presets_with_sources() -> None:
+    assert resolve_topology("dgx-a100").runtime is PRESETS["dgx-a100"]
+    assert resolve_topology("dgx-h100x2").runtime is PRESETS["dgx-h100"]
+    assert resolve_topology("ndv2x2").runtime is None
+    for model in PRESETS.values():
+        assert any("tuning.cc" in s for s in model.sources) and any("github.com" in s for s in model.sources)
+
+
+def test_runtime_round_trips_through_a_topology_file() -> None:
+    topo = resolve_topology("dgx-a100")
+    assert topology_to_dict(topo)["runtime"] == {"preset": "dgx-a100"}
+    custom = RuntimeModel(name="mine", efficiency={"nvlink": 0.8, "net": 0.9}, channels=16)
+    data = runtime_to_dict(custom)
+    back = runtime_from_dict(json.loads(json.dumps(data)), where="t.json")
+    assert back.efficiency == custom.efficiency and back.channels == 16
+
+
+@pytest.mark.parametrize("runtime, field", [
+    ({"preset": "dgx-z"}, "runtime.preset"),
+    ({"efficiency": {"nvlink": 1.5}}, "runtime.efficiency.nvlink"),
+    ({"efficiency": {"wifi": 0.5}}, "runtime.efficiency"),
+    ({"channels": 0}, "runtime.channels"),
+    ({"launch_us": {"LL": -1}}, "runtime.launch_us.LL"),
+    ({"colour": 1}, "runtime"),
+])
+def test_bad_runtime_objects_name_the_field(runtime: object, field: str) -> None:
+    data = topology_to_dict(switch_star(2, 100.0, 1.0))
+    data["runtime"] = runtime
+    with pytest.raises(InputError, match=field.replace(".", r"\.")):
+        topology_from_dict(data, where="t.json")
+
+
+def test_xml_timing_refuses_costs_of_another_protocol() -> None:
+    from taccl_py.msccl import load_program, simulate_program
+
+    program = load_program(Path(__file__).parent / "vectors" / "msccl" / "azure-allreduce-ring-n8-ch4-i1-ll128.xml")
+    topo = resolve_topology("dgx-a100")
+    model = PRESETS["dgx-a100"]
+    with pytest.raises(InputError, match="proto is 'LL128'"):
+        simulate_program(program, topo, 1 << 20, SimOptions(costs=model.costs("Simple", CollectiveKind.ALLREDUCE,
+                                                                              topo)))
+    costs = model.costs("LL128", CollectiveKind.ALLREDUCE, topo)
+    assert isinstance(costs, TransferCosts)
+    timed = simulate_program(program, topo, 1 << 20, SimOptions(costs=costs))
+    raw = simulate_program(program, topo, 1 << 20)
+    assert timed.time_us is not None and raw.time_us is not None and timed.time_us > raw.time_us + costs.launch_us
+
+
+# ------------------------------------------------------------------ the published logs
+def test_every_cited_run_parses_with_its_source() -> None:
+    cases = load_cases(FIXTURES)
+    assert {c.role for c in cases} == {"calibration", "held-out"}
+    readme = (FIXTURES / "README.md").read_text()
+    for case in cases:
+        rows = published_rows(case)
+        assert rows and all(r.busbw_GBps > 0 for r in rows)
+        assert case.url.startswith("https://") and case.url.split("/blob/")[0] in readme and case.hardware
+        assert case.load_topology(FIXTURES).num_gpus == case.ranks
+
+
+def test_even_and_odd_rows_split_a_log() -> None:
+    cases = {c.name: c for c in load_cases(FIXTURES)}
+    even = published_rows(cases["A3 Mega 2 x 8 H100 all_reduce, even rows (calibration)"])
+    odd = published_rows(cases["A3 Mega 2 x 8 H100 all_reduce, odd rows"])
+    assert {r.size_bytes for r in even}.isdisjoint({r.size_bytes for r in odd})
+    assert even[0].size_bytes == 64 and odd[0].size_bytes == 128  # 16 ranks: rows below 64 B are skipped
+
+
+def test_published_tables_give_busbw_or_time(tmp_path: Path) -> None:
+    from taccl_py.errors import ProfileInputError
+    from taccl_py.profiler.tables import read_timing_table
+
+    rows = read_timing_table(FIXTURES / "mscclpp_ndmv4.csv")
+    first = rows[0]  # 1 node allgather, latency at 1 KB: busbw = 1024 B / 12.53 us x 7/8
+    assert first.extra["machines"] == "1" and first.busbw(8) == pytest.approx(1024 / 12.53e3 * 7 / 8)
+    bad = tmp_path / "t.csv"
+    bad.write_text("collective,size_bytes,placement,time_us,busbw_GBps\nallreduce,1024,in-place,,\n")
+    with pytest.raises(ProfileInputError, match=r"line 2.*neither"):
+        read_timing_table(bad)
+
+
+@pytest.mark.slow
+def test_published_runs_stay_where_they_were_measured() -> None:
+    """Regression: the predicted/published ratio of cited runs, as benchmarks/RESULTS.md reports it."""
+    cases = {c.name: c for c in load_cases(FIXTURES)}
+    rows = predict_case(cases["nccl-tests#119 3 x 8 A100 all_reduce"], FIXTURES, max_rows=1)
+    assert rows[0].error == pytest.approx(-0.001, abs=0.01) and rows[0].proto == "Simple"
+    p4dn = predict_case(cases["nccl#527 p4dn 8 x A100 all_reduce"], FIXTURES)
+    assert p4dn[0].met and p4dn[0].error == pytest.approx(-0.029, abs=0.01)
+    nvls = predict_case(cases["Azure ND H100 v5 all_reduce (NVLS)"], FIXTURES)
+    assert all(r.met for r in nvls if r.size_bytes >= 64 << 20) and all(r.algorithm == "nvls" for r in nvls)
+    assert not all(r.met for r in nvls)  # 32 KB..32 MB: NCCL's NVLS chunking is not modelled (docs/runtime.md)
+
+
+# ------------------------------------------------------------------------ taccl profile fit --runtime
+def _nccl_tests_text(times: list[tuple[int, float]], ranks: int) -> str:
+    """An all_reduce_perf log (nccl-tests' layout) with the given out-of-place times (us)."""
+    lines = ["# Collective test starting: all_reduce_perf",
+             f"# nThread 1 nGpus 1 minBytes {times[0][0]} maxBytes {times[-1][0]} step: 2(factor) warmup iters: 5 "
+             "iters: 20 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
+    lines += [f"#  Rank {r:2d} Group  0 Pid {100 + r} on host device {r} [0x{r:02x}] NVIDIA Test GPU"
+              for r in range(ranks)]
+    lines += ["#", "#       size         count      type   redop    root     time   algbw   busbw #wrong     time "
+              "  algbw   busbw #wrong"]
+    for size, t in times:
+        algbw = size / t / 1e3
+        busbw = algbw * 2 * (ranks - 1) / ranks
+        lines.append(f"{size:12d} {size // 4:13d}     float     sum      -1 {t:8.2f} {algbw:7.2f} {busbw:7.2f}      0 "
+                     f"{t:8.2f} {algbw:7.2f} {busbw:7.2f}      0")
+    lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 1.0", "#"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.slow
+def test_runtime_fit_recovers_the_model_that_made_the_log(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A log simulated from a known runtime model is fitted back to that model's figures (hand-set truth)."""
+    from taccl_py.predict import predict_nccl
+    from taccl_py.runtime import NCCL_HOP_LATENCY_US
+
+    topo = switch_star(4, 100.0, 0.5)
+    hops = {c: dict(v) for c, v in NCCL_HOP_LATENCY_US.items()}
+    hops["nvlink"] = {Protocol.LL: 0.9, Protocol.LL128: 2.5, Protocol.SIMPLE: 6.0}
+    truth = RuntimeModel(name="truth", efficiency={"nvlink": 0.7}, channels=8, hop_latency_us=hops,
+                         launch_us={Protocol.LL: 15.6, Protocol.LL128: 22.0, Protocol.SIMPLE: 20.4})  # tuning.cc + 12
+    times = []
+    for e in range(10, 29):
+        found = predict_nccl(topo, CollectiveKind.ALLREDUCE, 1 << e, truth)
+        assert found is not None and found[1].sim.time_us is not None
+        times.append((1 << e, round(found[1].sim.time_us, 2)))  # nccl-tests prints 2 decimals
+    log = tmp_path / "all_reduce.log"
+    log.write_text(_nccl_tests_text(times, 4))
+    start = tmp_path / "star.json"
+    start.write_text(json.dumps({**topology_to_dict(topo), "runtime": {"name": "start", "efficiency": {"nvlink": 0.9},
+                                                                       "channels": 8}}))
+    out = tmp_path / "fitted.json"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", "fit", "--runtime", str(log), "--into", str(start), "-o", str(out), "--json"])
+    assert exit_info.value.code == 0
+    report = json.loads(capsys.readouterr().out)
+    figures = report["fit"]["figures"]
+    assert figures["launch"] == pytest.approx(12.0, abs=0.5)
+    assert figures["hop LL"] == pytest.approx(0.9, abs=0.1)
+    assert figures["hop LL128"] == pytest.approx(2.5, abs=0.2)
+    # Simple runs only from 16 MB on, where its 14 steps are a fifth of the time: the weak pull toward the
+    # starting efficiency (0.9) is worth a little of it
+    assert figures["hop Simple"] == pytest.approx(6.0, abs=1.0)
+    assert figures["efficiency"] == pytest.approx(0.7, rel=0.01)
+    assert report["fit"]["rms_error"] < 0.01
+    fitted = json.loads(out.read_text())["runtime"]
+    assert fitted["efficiency"]["nvlink"] == pytest.approx(0.7, rel=0.01)
+    assert fitted["fitted"]["files"] == [str(log)] and fitted["name"] == "start+fit"
+    back = runtime_from_dict(fitted, where="fitted.json")  # the written object loads again
+    assert back.launch_us[Protocol.SIMPLE] == pytest.approx(20.4, abs=0.5)
+
+
+@pytest.mark.slow
+def test_runtime_fit_on_a_published_log_improves_on_the_start() -> None:
+    """The Galvatron 8 x A100 log (every other row, one iteration): the fitted figures describe it better."""
+    from taccl_py.profiler.runtime_fit import fit_runtime, read_timed_rows
+
+    topo = resolve_topology("dgx-a100")
+    rows, inputs, _ = read_timed_rows([str(FIXTURES / "galvatron_a100x8_all_reduce.log")], topo, rows_kept="even")
+    assert [r.size_bytes for r in rows] == [1 << k for k in range(20, 31, 2)] and "8 ranks" in inputs[0]
+    start = fit_runtime(topo, rows, max_iterations=0)
+    fitted = fit_runtime(topo, rows, max_iterations=1)
+    assert fitted.rms_error < start.rms_error
+    assert fitted.rms_error < 0.2 and 0.5 < fitted.figures["efficiency"] <= 1.0
+
+
+def test_runtime_fit_refuses_what_it_cannot_fit(tmp_path: Path) -> None:
+    from taccl_py.errors import ProfileInputError
+    from taccl_py.profiler.runtime_fit import TimedRow, fit_runtime, read_timed_rows
+
+    topo = switch_star(4, 100.0, 0.5)
+    with pytest.raises(ProfileInputError, match="several sizes"):
+        fit_runtime(topo, [TimedRow(CollectiveKind.ALLREDUCE, 1024, 10.0)] * 3)
+    log = tmp_path / "all_reduce.log"
+    log.write_text(_nccl_tests_text([(1024, 10.0), (2048, 11.0)], 8))
+    with pytest.raises(ProfileInputError, match="8 ranks but the topology has 4 GPUs"):
+        read_timed_rows([str(log)], topo)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", "fit", "--runtime", str(log)])
+    assert exit_info.value.code == 2
+
+
+# ------------------------------------------------------------------------ synthesize: protocol per band
+@pytest.mark.slow
+def test_synthesize_picks_the_protocol_and_reports_the_calibrated_time(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_runner import only_json, run
+
+    xml = tmp_path / "ag.xml"
+    args = ["synthesize", "-t", "dgx-a100", "-c", "allgather", "-s", "1KB", "-o", str(xml), "--time-limit", "5",
+            "--json"]
+    code, out, _ = run(args, capsys)
+    auto = only_json(out)
+    assert code == 0 and auto["proto"] == "LL" and auto["proto_source"].startswith("fastest under the runtime model")
+    assert f'proto="{auto["proto"]}"' in xml.read_text()
+    calibrated = auto["calibrated"]
+    assert calibrated["proto"] == "LL" and calibrated["time_us"] == min(calibrated["proto_times_us"].values())
+    assert calibrated["time_us"] > auto["time_us"]  # the runtime's costs come on top of the raw-link time
+    code, out, _ = run([*args, "--proto", "Simple"], capsys)
+    forced = only_json(out)
+    assert forced["proto"] == "Simple" and forced["proto_source"] == "--proto" and 'proto="Simple"' in xml.read_text()
+    assert forced["calibrated"]["time_us"] == pytest.approx(calibrated["proto_times_us"]["Simple"])
+    assert forced["time_us"] == auto["time_us"]  # the synthesis itself stays on the raw-link model
+    code, out, _ = run(["--ideal", *args], capsys)
+    ideal = only_json(out)
+    assert ideal["proto"] == "Simple" and ideal["calibrated"] is None and ideal["time_us"] == auto["time_us"]
