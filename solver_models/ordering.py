@@ -10,6 +10,12 @@ rules are offered because none wins everywhere; the synthesizer simulates each:
 * ``list``: event-driven list scheduling, at each event the ready task whose
   links have the most work left goes first (keeps the critical links busy);
 * ``pipeline``: piece by piece down the trees (the classic pipelined tree).
+
+Where the GPUs declare endpoint limits, ``arrival`` and ``list`` also take
+:class:`EndpointUse`: each task occupies its GPUs' memory (and channels) for
+the bytes it touches there over their bandwidth, each such resource serving
+one task after another like a link, and a task arrives only when its links
+and its endpoint resources are all done.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from taccl_py.errors import SolverError
 from taccl_py.tolerances import SAME_TIME_US
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["Task", "TaskTiming", "arrival_order", "list_order", "pipeline_order"]
+__all__ = ["EndpointUse", "Task", "TaskTiming", "arrival_order", "list_order", "pipeline_order"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,26 @@ class TaskTiming:
         return sorted(range(len(tasks)), key=lambda i: (self.start_us[i], tasks[i].priority, i))
 
 
+@dataclass(frozen=True)
+class EndpointUse:
+    """Per task, the endpoint resources it occupies and for how long: ``(resource, us)`` pairs."""
+
+    uses: tuple[tuple[tuple[int, float], ...], ...]
+    num_resources: int
+
+
+def _endpoint_end(use: EndpointUse | None, i: int, begin: float, end: float, free: list[float]) -> float:
+    """When task i, moving bytes from ``begin`` to ``end`` on its links, is also done with its endpoint
+    resources (each serves its tasks one after another); books them."""
+    if use is None:
+        return end
+    for r, us in use.uses[i]:
+        done = max(free[r], begin) + us
+        free[r] = done
+        end = max(end, done)
+    return end
+
+
 def _successors(tasks: Sequence[Task]) -> list[list[int]]:
     successors: list[list[int]] = [[] for _ in tasks]
     for i, t in enumerate(tasks):
@@ -69,11 +95,12 @@ def _successors(tasks: Sequence[Task]) -> list[list[int]]:
     return successors
 
 
-def arrival_order(tasks: Sequence[Task], num_links: int) -> TaskTiming:
+def arrival_order(tasks: Sequence[Task], num_links: int, endpoint: EndpointUse | None = None) -> TaskTiming:
     """Tasks by ready time (ties by priority); a task's bytes start when its links are free."""
     n = len(tasks)
     successors = _successors(tasks)
     free_at = [0.0] * num_links
+    endpoint_free = [0.0] * (endpoint.num_resources if endpoint else 0)
     start = [0.0] * n
     arrive = [0.0] * n
     heap = [(0.0, tasks[i].priority, i) for i in range(n) if tasks[i].pred < 0]
@@ -82,7 +109,7 @@ def arrival_order(tasks: Sequence[Task], num_links: int) -> TaskTiming:
         ready, _, i = heapq.heappop(heap)
         t = tasks[i]
         begin = max(ready + t.latency_us, *(free_at[link] for link in t.route))
-        end = begin + t.duration_us
+        end = _endpoint_end(endpoint, i, begin, begin + t.duration_us, endpoint_free)
         for link in t.route:
             free_at[link] = end
         start[i] = begin - t.latency_us
@@ -92,7 +119,8 @@ def arrival_order(tasks: Sequence[Task], num_links: int) -> TaskTiming:
     return TaskTiming(start, arrive)
 
 
-def list_order(tasks: Sequence[Task], num_links: int, *, max_ready_scan: int = 4000) -> TaskTiming:
+def list_order(tasks: Sequence[Task], num_links: int, *, max_ready_scan: int = 4000,
+               endpoint: EndpointUse | None = None) -> TaskTiming:
     """Event-driven list scheduling; a link is busy for a message's latency and bytes.
 
     At every event the ready tasks are scanned, those whose links have the most
@@ -105,6 +133,7 @@ def list_order(tasks: Sequence[Task], num_links: int, *, max_ready_scan: int = 4
         for link in t.route:
             remaining[link] += t.latency_us + t.duration_us
     busy_until = [0.0] * num_links
+    endpoint_free = [0.0] * (endpoint.num_resources if endpoint else 0)
     start = [0.0] * n
     arrive = [0.0] * n
     ready = [i for i in range(n) if tasks[i].pred < 0]
@@ -118,7 +147,8 @@ def list_order(tasks: Sequence[Task], num_links: int, *, max_ready_scan: int = 4
         for i in ready[:max_ready_scan]:
             t = tasks[i]
             if all(busy_until[link] <= now + SAME_TIME_US for link in t.route):
-                end = now + t.latency_us + t.duration_us
+                end = _endpoint_end(endpoint, i, now + t.latency_us, now + t.latency_us + t.duration_us,
+                                    endpoint_free)
                 for link in t.route:
                     busy_until[link] = end
                     remaining[link] -= t.latency_us + t.duration_us

@@ -47,8 +47,8 @@ from taccl_py.tolerances import EDGE_COST_FLOOR, PATH_IMPROVEMENT, PRICING_TIE_R
 from taccl_py.topology import Topology
 from taccl_py.units import BYTES_PER_US_PER_GBPS, gbps_to_bytes_per_us
 
-__all__ = ["PATH_PRICING_S", "TREE_PRICING_S", "Assignment", "Column", "ColumnBudget", "ColumnPool", "LinkModel", "RoutingPlan", "assign_pieces",
-           "path_columns", "tree_columns"]
+__all__ = ["PATH_PRICING_S", "TREE_PRICING_S", "Assignment", "Column", "ColumnBudget", "ColumnPool", "GpuResource",
+           "LinkModel", "RoutingPlan", "assign_pieces", "path_columns", "tree_columns"]
 
 Commodity = tuple[int, int]  # (representative source, destination or -1 for a spanning tree)
 
@@ -105,8 +105,30 @@ class Column:
 
 
 @dataclass(frozen=True)
+class GpuResource:
+    """A resource of each GPU besides its links (its memory, its communication channels) that routes load.
+
+    A piece crossing a logical edge costs the sending GPU's resource ``at_src``
+    and the receiving GPU's ``at_dst`` bytes per byte it moves (the endpoint
+    model's weights, :mod:`taccl_py.endpoint`). ``capacity_GBps`` per GPU; None:
+    the GPU does not have the resource (no capacity row).
+    """
+
+    name: str
+    capacity_GBps: tuple[float | None, ...]
+    at_src: float
+    at_dst: float
+
+
+@dataclass(frozen=True)
 class LinkModel:
-    """Per-logical-edge charges to link orbits (sparse), and orbit capacities in GB/s."""
+    """Per-logical-edge charges to link orbits (sparse), and orbit capacities in GB/s.
+
+    With :class:`GpuResource` s, every (resource, GPU orbit) with a capacity is one
+    more orbit after the link orbits, charged by the edges leaving and entering
+    its GPUs, so the master LP, the pricing and the integer master count it like
+    a link.
+    """
 
     entry_edge: np.ndarray
     entry_orbit: np.ndarray
@@ -115,9 +137,11 @@ class LinkModel:
     num_edges: int
     link_bandwidth: tuple[float, ...]
     edge_signature: tuple[tuple[int, ...], ...]
+    resources: tuple[GpuResource, ...] = ()
 
     @staticmethod
-    def build(topology: Topology, graph: LogicalGraph, symmetry: Symmetry) -> LinkModel:
+    def build(topology: Topology, graph: LogicalGraph, symmetry: Symmetry,
+              resources: Sequence[GpuResource] = ()) -> LinkModel:
         order = symmetry.order
         edge_ids, orbits, weights = [], [], []
         for e, route in enumerate(graph.routes):
@@ -126,13 +150,35 @@ class LinkModel:
                 edge_ids.append(e)
                 orbits.append(o)
                 weights.append(order / symmetry.orbit_size[o])
-        capacity = np.zeros(symmetry.num_link_orbits)
+        capacity = [0.0] * symmetry.num_link_orbits
         for li, link in enumerate(topology.links):
             capacity[symmetry.link_orbit[li]] = link.bandwidth
-        signature = tuple(tuple(sorted(symmetry.link_orbit[li] for li in route)) for route in graph.routes)
+        signature = [tuple(sorted(symmetry.link_orbit[li] for li in route)) for route in graph.routes]
+        if resources:
+            _add_gpu_resources(graph, symmetry, resources, capacity, edge_ids, orbits, weights, signature)
         return LinkModel(np.array(edge_ids, dtype=np.int64), np.array(orbits, dtype=np.int64),
-                         np.array(weights, dtype=float), capacity, len(graph.edges),
-                         tuple(link.bandwidth for link in topology.links), signature)
+                         np.array(weights, dtype=float), np.array(capacity), len(graph.edges),
+                         tuple(link.bandwidth for link in topology.links), tuple(signature), tuple(resources))
+
+    def image_resource_usage(self, graph: LogicalGraph, column: Column, perm: Sequence[int]) -> dict[int, float]:
+        """Bytes per byte one piece on the image of ``column`` under ``perm`` costs each GPU resource, keyed
+        ``resource index x GPUs + GPU`` (GPUs without the resource left out)."""
+        usage: dict[int, float] = {}
+        n = graph.num_gpus
+        for t, res in enumerate(self.resources):
+            for e in column.edges:
+                u, v = graph.edges[e]
+                for gpu, weight in ((perm[u], res.at_src), (perm[v], res.at_dst)):
+                    if weight and res.capacity_GBps[gpu] is not None:
+                        key = t * n + gpu
+                        usage[key] = usage.get(key, 0.0) + weight
+        return usage
+
+    def resource_capacity(self, key: int, num_gpus: int) -> float:
+        """GB/s of the GPU resource keyed as in :meth:`image_resource_usage`."""
+        cap = self.resources[key // num_gpus].capacity_GBps[key % num_gpus]
+        assert cap is not None
+        return cap
 
     def edge_costs(self, orbit_price: np.ndarray) -> np.ndarray:
         costs = np.zeros(self.num_edges)
@@ -165,6 +211,36 @@ class RoutingPlan:
     lp_time_per_byte_us: float
     columns: int
     stats: tuple[SolveStats, ...]
+
+
+def _add_gpu_resources(graph: LogicalGraph, symmetry: Symmetry, resources: Sequence[GpuResource],
+                       capacity: list[float], edge_ids: list[int], orbits: list[int], weights: list[float],
+                       signature: list[tuple[int, ...]]) -> None:
+    """One orbit per (resource, GPU orbit) with a capacity (the least in the orbit), charged by every edge
+    leaving (``at_src``) or entering (``at_dst``) its GPUs; the orbits join the edges' signatures."""
+    rep_of = [r for r, _ in symmetry.image_of[:graph.num_gpus]]
+    members: dict[int, list[int]] = {}
+    for gpu, r in enumerate(rep_of):
+        members.setdefault(r, []).append(gpu)
+    orbit: dict[tuple[int, int], int] = {}
+    for t, res in enumerate(resources):
+        for r, gpus in sorted(members.items()):
+            caps = [c for c in (res.capacity_GBps[g] for g in gpus) if c is not None]
+            if caps:
+                orbit[(t, r)] = len(capacity)
+                capacity.append(min(caps))
+    order = symmetry.order
+    for e, (u, v) in enumerate(graph.edges):
+        extra = []
+        for t, res in enumerate(resources):
+            for gpu, weight in ((u, res.at_src), (v, res.at_dst)):
+                o = orbit.get((t, rep_of[gpu]))
+                if o is not None and weight:
+                    edge_ids.append(e)
+                    orbits.append(o)
+                    weights.append(weight * order / len(members[rep_of[gpu]]))
+                    extra.append(o)
+        signature[e] = tuple(sorted((*signature[e], *extra)))
 
 
 def _tree_edges(graph: LogicalGraph, parent: np.ndarray, root: int) -> tuple[int, ...]:
@@ -434,6 +510,10 @@ def _integer_master(pool: ColumnPool, pieces: int, piece_bytes: float, config: S
                     for li, times in col.image_link_usage(graph, symmetry, g).items():
                         bw = model.link_bandwidth[li]
                         link_terms.setdefault(li, []).append((n, times * piece_bytes / gbps_to_bytes_per_us(bw)))
+                    for key, weight in model.image_resource_usage(graph, col, symmetry.perms[g]).items():
+                        cap = model.resource_capacity(key, graph.num_gpus)
+                        link_terms.setdefault(len(model.link_bandwidth) + key, []).append(
+                            (n, weight * piece_bytes / gbps_to_bytes_per_us(cap)))
                 else:
                     for o, load in enumerate(col.load):
                         if load:
@@ -507,9 +587,11 @@ class ColumnPool:
 
 
 def tree_columns(topology: Topology, graph: LogicalGraph, symmetry: Symmetry, *,
-                 roots: Sequence[int] | None = None, budget: ColumnBudget | None = None) -> ColumnPool:
-    """Spanning arborescences for every representative (Allgather; Broadcast with ``roots``)."""
-    model = LinkModel.build(topology, graph, symmetry)
+                 roots: Sequence[int] | None = None, budget: ColumnBudget | None = None,
+                 resources: Sequence[GpuResource] = ()) -> ColumnPool:
+    """Spanning arborescences for every representative (Allgather; Broadcast with ``roots``); ``resources``:
+    GPU resources the trees load besides the links."""
+    model = LinkModel.build(topology, graph, symmetry, resources)
     commodities = [(r, -1) for r in (roots if roots is not None else symmetry.reps)]
     columns, weights, objective, stats = _column_generation(graph, model, commodities, _tree_pricer(graph, model),
                                                             TREE_PRICING_S, budget or ColumnBudget())
@@ -517,9 +599,9 @@ def tree_columns(topology: Topology, graph: LogicalGraph, symmetry: Symmetry, *,
 
 
 def path_columns(topology: Topology, graph: LogicalGraph, symmetry: Symmetry, *,
-                 budget: ColumnBudget | None = None) -> ColumnPool:
-    """Paths from every representative to every other GPU (Alltoall)."""
-    model = LinkModel.build(topology, graph, symmetry)
+                 budget: ColumnBudget | None = None, resources: Sequence[GpuResource] = ()) -> ColumnPool:
+    """Paths from every representative to every other GPU (Alltoall); ``resources`` as for trees."""
+    model = LinkModel.build(topology, graph, symmetry, resources)
     commodities = [(r, d) for r in symmetry.reps for d in range(graph.num_gpus) if d != r]
     columns, weights, objective, stats = _column_generation(graph, model, commodities, _path_pricer(graph),
                                                             PATH_PRICING_S, budget or ColumnBudget())

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from taccl_py.collectives import CollectiveKind, parse_collective
+from taccl_py.endpoint import EndpointMode
 from taccl_py.errors import InputError
 from taccl_py.tolerances import SEARCH_IMPROVEMENT_REL
 from taccl_py.topology import Topology, Vertex
@@ -126,13 +127,16 @@ class Bound:
 
 
 def lower_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: float, *, root: int = 0,
-                step_overhead_us: float = 0.0, offload: bool = True) -> Bound:
+                step_overhead_us: float = 0.0, offload: bool = True, endpoint: EndpointMode | None = None) -> Bound:
     """Lower bound on the time of ``kind`` for an nccl-tests ``size_bytes`` on ``topology``.
 
     ``step_overhead_us`` (the simulator option of the same name) is paid at
     least once by every transfer, so it is added to both latency terms.
     ``offload=False`` ignores the switches' multicast and reduce flags: the
-    bound of unicast algorithms (every transfer point to point).
+    bound of unicast algorithms (every transfer point to point). Where GPUs
+    declare endpoint limits (memory, channels), the bound also holds every
+    algorithm to them (:func:`taccl_py.endpoint.endpoint_bound`): in any mode
+    when ``endpoint`` is None, tighter for a GPU-driven ``endpoint``.
     """
     kind = kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
     if not size_bytes > 0:
@@ -150,16 +154,14 @@ def lower_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: floa
         text = f"{profile.reason}: {bandwidth_us:.6g} us of data after {cut_latency:.6g} us of latency"
     else:
         text = f"latency: the farthest destination is {latency:.6g} us away"
-    if topology.has_endpoint_limits:  # GPU memory (docs/workloads.md): every input read, every result written once
-        from taccl_py.endpoint import memory_bound
+    if topology.has_endpoint_limits:  # GPU memory and channels (docs/workloads.md)
+        from taccl_py.endpoint import endpoint_bound
 
-        memory = memory_bound(topology, kind, size_bytes, root)
-        if memory is not None and memory[0] > bound:
-            bound = memory[0]
-            bw = topology.endpoint(memory[1]).memory_bandwidth
-            text = (f"memory: GPU {memory[1]} must touch its memory for {memory[0]:.6g} us at {bw:g} GB/s "
-                    "(every input read once, every result written once)")
-            return Bound(kind, size_bytes, bound, bandwidth_us, cut_latency, latency, (), text, profile.assumes)
+        unicast = not offload or not (_capable(topology, "multicast") or _capable(topology, "reduce"))
+        term = endpoint_bound(topology, kind, size_bytes, root, endpoint, unicast=unicast)
+        if term is not None and term.time_us > bound:
+            return Bound(kind, size_bytes, term.time_us, bandwidth_us, cut_latency, latency, (), term.explanation,
+                         profile.assumes)
     return Bound(kind, size_bytes, bound, bandwidth_us, cut_latency, latency, profile.cut, text, profile.assumes)
 
 
@@ -646,7 +648,8 @@ def _traffic_totals(kind: CollectiveKind, size_bytes: float, n: int, multicast: 
 
 
 def joint_lower_bound(topology: Topology, parts: Sequence[tuple[CollectiveKind | str, float]], *, root: int = 0,
-                      step_overhead_us: float = 0.0, offload: bool = True) -> JointBound:
+                      step_overhead_us: float = 0.0, offload: bool = True,
+                      endpoint: EndpointMode | None = None) -> JointBound:
     """Lower bound on the makespan of ``parts`` (collective, nccl-tests size) started together on ``topology``.
 
     The largest of: each collective's own bound; for every vertex set S of a
@@ -658,13 +661,15 @@ def joint_lower_bound(topology: Topology, parts: Sequence[tuple[CollectiveKind |
     total bandwidth. Different collectives move different data, so their
     demands on a cut add (docs/simulator.md proves it). Every candidate gives a
     valid bound; the family makes it exact on the usual cases (FSDP's Allgather
-    + ReduceScatter of one size: every cut separating GPUs carries M).
+    + ReduceScatter of one size: every cut separating GPUs carries M). Where
+    GPUs declare endpoint limits, the collectives' memory and channel bytes add
+    up too (:func:`taccl_py.endpoint.joint_endpoint_bound`, in ``endpoint`` mode).
     """
     view = topology if offload else unicast_view(topology)
     kinds = [k if isinstance(k, CollectiveKind) else parse_collective(k) for k, _ in parts]
     sizes = [float(size) for _, size in parts]
-    singles = [lower_bound(topology, k, s, root=root, step_overhead_us=step_overhead_us, offload=offload)
-               for k, s in zip(kinds, sizes, strict=True)]
+    singles = [lower_bound(topology, k, s, root=root, step_overhead_us=step_overhead_us, offload=offload,
+                           endpoint=endpoint) for k, s in zip(kinds, sizes, strict=True)]
     n = topology.num_gpus
     multicast, reduce = bool(_capable(view, "multicast")), bool(_capable(view, "reduce"))
     flags = [name for name, on in (("switch multicast", multicast), ("in-network reduction", reduce)) if on]
@@ -713,6 +718,14 @@ def joint_lower_bound(topology: Topology, parts: Sequence[tuple[CollectiveKind |
             result = replace(result, bound_us=value, cut=(),
                              explanation=f"traffic bound: the GPUs {what} {total:.6g} bytes of all {len(parts)} "
                                          f"collectives in all over {bandwidth:.6g} GB/s")
+    if topology.has_endpoint_limits:
+        from taccl_py.endpoint import joint_endpoint_bound
+
+        term = joint_endpoint_bound(topology, list(zip(kinds, sizes, strict=True)), root, endpoint,
+                                    unicast=not (multicast or reduce))
+        if term is not None and term.time_us > result.bound_us * (1 + SEARCH_IMPROVEMENT_REL):
+            result = replace(result, bound_us=term.time_us, cut=(),
+                             explanation=f"{term.explanation} (all {len(parts)} collectives)")
     return result
 
 

@@ -25,16 +25,18 @@ the fields adds no resource, so without them every time is what it was.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from taccl_py.collectives import CollectiveKind
-from taccl_py.schedule import Op, Schedule
+from taccl_py.schedule import Op, Schedule, network_groups
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["EndpointLayout", "EndpointMode", "MemoryDemand", "MemoryTraffic", "endpoint_flows", "endpoint_layout",
-           "memory_bound", "memory_demand", "memory_traffic", "min_memory_bytes"]
+__all__ = ["EndpointBound", "EndpointLayout", "EndpointMode", "MemoryDemand", "MemoryTraffic", "endpoint_bound",
+           "endpoint_flows", "endpoint_layout", "endpoint_sides", "joint_endpoint_bound", "memory_bound",
+           "memory_demand", "memory_traffic", "min_memory_bytes", "min_network_bytes"]
 
 
 class EndpointMode(StrEnum):
@@ -56,13 +58,17 @@ class MemoryDemand:
 
 
 def memory_demand(schedule: Schedule, mode: EndpointMode) -> MemoryDemand:
-    """What each transfer of ``schedule`` reads and writes in memory per byte it moves, in ``mode``."""
+    """What each transfer of ``schedule`` reads and writes in memory per byte it moves, in ``mode``.
+
+    A network group (switch multicast or in-network reduction) touches each GPU's
+    memory once for all its members: see :func:`_per_group`.
+    """
     transfers = schedule.transfers
     n = len(transfers)
     if mode is EndpointMode.GPU:
-        return MemoryDemand(src_read=(1.0,) * n,
-                            dst_read=tuple(2.0 if t.op is Op.REDUCE else 0.0 for t in transfers),
-                            dst_write=(1.0,) * n)
+        return _per_group(schedule, mode, MemoryDemand(
+            src_read=(1.0,) * n, dst_read=tuple(2.0 if t.op is Op.REDUCE else 0.0 for t in transfers),
+            dst_write=(1.0,) * n))
     collective = schedule.collective
     holds_input = {(rank, chunk) for rank, chunk, _ in collective.initial()}
     kept = set(collective.required())  # what must be in memory at the end
@@ -90,7 +96,38 @@ def memory_demand(schedule: Schedule, mode: EndpointMode) -> MemoryDemand:
         src_read.append(reads / k)
         dst_read.append(local / k)
         dst_write.append(writes / k)
-    return MemoryDemand(tuple(src_read), tuple(dst_read), tuple(dst_write))
+    return _per_group(schedule, mode, MemoryDemand(tuple(src_read), tuple(dst_read), tuple(dst_write)))
+
+
+def _per_group(schedule: Schedule, mode: EndpointMode, demand: MemoryDemand) -> MemoryDemand:
+    """Each network group's memory use at each GPU, on the first member that touches that GPU (0 on the rest).
+
+    A group moves its data once: a multicast's sender reads it once, an
+    in-network reduction's receiver gets the sum once. GPU-driven every member
+    asks the same of a GPU it shares (a reduce's receiver 2 reads and a write),
+    so the group needs the largest; in engine mode the one-time reads and writes
+    fall on single members, so the group needs their sum. Put on one member, the
+    simulator (one flow per group, each resource at its largest weight) and
+    :func:`memory_traffic` (the sum over transfers) both count it once.
+    """
+    groups = network_groups(schedule.transfers)
+    if not groups:
+        return demand
+    combine = max if mode is EndpointMode.GPU else (lambda a, b: a + b)
+    transfers = schedule.transfers
+    columns = [list(demand.src_read), list(demand.dst_read), list(demand.dst_write)]
+    for first, end in groups:
+        for side, column in enumerate(columns):
+            total: dict[int, float] = {}
+            holder: dict[int, int] = {}
+            for j in range(first, end):
+                gpu = transfers[j].src if side == 0 else transfers[j].dst
+                total[gpu] = combine(total[gpu], column[j]) if gpu in total else column[j]
+                holder.setdefault(gpu, j)
+            for j in range(first, end):
+                gpu = transfers[j].src if side == 0 else transfers[j].dst
+                column[j] = total[gpu] if holder[gpu] == j else 0.0
+    return MemoryDemand(tuple(columns[0]), tuple(columns[1]), tuple(columns[2]))
 
 
 @dataclass(frozen=True)
@@ -166,27 +203,47 @@ def endpoint_layout(topology: Topology, base: int) -> EndpointLayout:
 def endpoint_flows(topology: Topology, schedule: Schedule, mode: EndpointMode, layout: EndpointLayout,
                    ) -> tuple[list[tuple[int, ...]], list[tuple[float, ...] | None]]:
     """Per transfer, its resources (route, then endpoint resources) and their weights (None: all 1)."""
-    demand = memory_demand(schedule, mode)
-    memory, channels = layout.memory, layout.channels
     resources: list[tuple[int, ...]] = []
     weights: list[tuple[float, ...] | None] = []
-    gpu_driven = mode is EndpointMode.GPU
-    for i, t in enumerate(schedule.transfers):
-        extra: list[tuple[int, float]] = []
-        src_weight = demand.src_read[i]
-        dst_weight = demand.dst_read[i] + demand.dst_write[i]
-        if memory[t.src] >= 0 and src_weight > 0:
-            extra.append((memory[t.src], src_weight))
-        if memory[t.dst] >= 0 and dst_weight > 0:
-            extra.append((memory[t.dst], dst_weight))
-        if gpu_driven:
-            for end in (t.src, t.dst):
-                if channels[end] >= 0:
-                    extra.append((channels[end], 1.0))
+    channels = {c for c in layout.channels if c >= 0}
+    for t, (src_side, dst_side) in zip(schedule.transfers, endpoint_sides(schedule, mode, layout), strict=True):
+        # the memories (sender's, receiver's), then the channels: the order the fluid network has always seen
+        both = (*src_side, *dst_side)
+        extra = [e for e in both if e[0] not in channels] + [e for e in both if e[0] in channels]
         resources.append(t.route + tuple(r for r, _ in extra))
         plain = all(w == 1.0 for _, w in extra)
         weights.append(None if plain else (1.0,) * len(t.route) + tuple(w for _, w in extra))
     return resources, weights
+
+
+def endpoint_sides(schedule: Schedule, mode: EndpointMode, layout: EndpointLayout,
+                   ) -> list[tuple[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]]]:
+    """Per transfer, the endpoint resources it uses at its sender and at its receiver, as (resource, weight) pairs.
+
+    The sender's side holds its memory (what the transfer reads there) and, GPU-driven, its
+    channels; the receiver's its memory (reads and writes) and channels. Store-and-forward
+    switches (:mod:`taccl_py.store_forward`) put each side on the leg that touches that GPU.
+    """
+    demand = memory_demand(schedule, mode)
+    memory, channels = layout.memory, layout.channels
+    gpu_driven = mode is EndpointMode.GPU
+    sides: list[tuple[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...]]] = []
+    for i, t in enumerate(schedule.transfers):
+        src: list[tuple[int, float]] = []
+        dst: list[tuple[int, float]] = []
+        src_weight = demand.src_read[i]
+        dst_weight = demand.dst_read[i] + demand.dst_write[i]
+        if memory[t.src] >= 0 and src_weight > 0:
+            src.append((memory[t.src], src_weight))
+        if memory[t.dst] >= 0 and dst_weight > 0:
+            dst.append((memory[t.dst], dst_weight))
+        if gpu_driven:
+            if channels[t.src] >= 0:
+                src.append((channels[t.src], 1.0))
+            if channels[t.dst] >= 0:
+                dst.append((channels[t.dst], 1.0))
+        sides.append((tuple(src), tuple(dst)))
+    return sides
 
 
 def min_memory_bytes(kind: CollectiveKind, num_ranks: int, size_bytes: float, root: int = 0) -> list[float]:
@@ -226,4 +283,96 @@ def memory_bound(topology: Topology, kind: CollectiveKind, size_bytes: float, ro
             us = need / gbps_to_bytes_per_us(bw)
             if best is None or us > best[0]:
                 best = (us, g)
+    return best
+
+
+def min_network_bytes(kind: CollectiveKind, num_ranks: int, size_bytes: float) -> tuple[float, float]:
+    """(bytes moved, bytes reduced on arrival) that any unicast algorithm needs in all, over every transfer.
+
+    Per element of the buffer: an Allgather (Broadcast) element must reach the
+    N - 1 GPUs that lack it, one transfer each; an Alltoall block crosses once;
+    a ReduceScatter (Reduce) result combines N contributions, so N - 1
+    transfers each reduce into their receiver (a reduce merges two disjoint
+    sets of contributions); an Allreduce needs 2(N - 1) transfers per element
+    (one-way gossip) of which N - 1 reduce. In bytes, over the nccl-tests size
+    S: Allgather, ReduceScatter, Alltoall, Broadcast, Reduce (N-1) S moved
+    (ReduceScatter and Reduce: all of it reduced); Allreduce 2 (N-1) S moved,
+    (N-1) S reduced. Switch multicast or in-network reduction can do with
+    less, so these hold for unicast algorithms only.
+    """
+    n, s = num_ranks, float(size_bytes)
+    if n < 2:
+        return 0.0, 0.0
+    moved = (n - 1) * s * (2 if kind is CollectiveKind.ALLREDUCE else 1)
+    reduced = (n - 1) * s if kind in (CollectiveKind.REDUCESCATTER, CollectiveKind.REDUCE,
+                                      CollectiveKind.ALLREDUCE) else 0.0
+    return moved, reduced
+
+
+@dataclass(frozen=True)
+class EndpointBound:
+    """The least time the GPUs' endpoints allow (us) and why (the bound's explanation)."""
+
+    time_us: float
+    explanation: str
+
+
+def endpoint_bound(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int = 0,
+                   mode: EndpointMode | None = None, *, unicast: bool = True) -> EndpointBound | None:
+    """The endpoint term of the lower bound; None when the topology declares no endpoint limit.
+
+    Always (any mode): every GPU touches at least :func:`min_memory_bytes` of
+    its memory (:func:`memory_bound`). GPU-driven (``mode`` GPU) and
+    ``unicast`` (no switch multicast or in-network reduction to use), with
+    every GPU declaring the resource: every transfer of b bytes reads b at its
+    sender and writes b at its receiver, a reduction reads 2b more, so the
+    GPUs together touch at least ``2 moved + 2 reduced`` bytes of
+    :func:`min_network_bytes`, at no more than the sum of their memory
+    bandwidths; and the channels of both ends carry every byte, ``2 moved`` at
+    the sum of the channel capacities. (Time T lets GPU g touch at most
+    ``T x bandwidth_g``; summing over g gives the bound.)
+    """
+    return joint_endpoint_bound(topology, [(kind, size_bytes)], root, mode, unicast=unicast)
+
+
+def joint_endpoint_bound(topology: Topology, parts: Sequence[tuple[CollectiveKind, float]], root: int = 0,
+                         mode: EndpointMode | None = None, *, unicast: bool = True) -> EndpointBound | None:
+    """:func:`endpoint_bound` of collectives that run at once: their memory (and channel) bytes add up."""
+    if not topology.has_endpoint_limits or not parts:
+        return None
+    n = topology.num_gpus
+    ends = [topology.endpoint(g) for g in topology.gpus]
+    best: EndpointBound | None = None
+    needs = [min_memory_bytes(kind, n, size, root) for kind, size in parts]
+    for g, end in enumerate(ends):
+        need = sum(per_gpu[g] for per_gpu in needs)
+        if end.memory_bandwidth is not None and need > 0:
+            us = need / gbps_to_bytes_per_us(end.memory_bandwidth)
+            if best is None or us > best.time_us:
+                best = EndpointBound(us, f"memory: GPU {g} must touch its memory for {us:.6g} us at "
+                                         f"{end.memory_bandwidth:g} GB/s (every input read once, every result "
+                                         "written once)")
+    if mode is not EndpointMode.GPU or not unicast or n < 2:
+        return best
+    totals = [min_network_bytes(kind, n, size) for kind, size in parts]
+    moved = sum(m for m, _ in totals)
+    reduced = sum(r for _, r in totals)
+    memory = [e.memory_bandwidth for e in ends]
+    channels = [e.channel_capacity for e in ends]
+    if all(bw is not None for bw in memory):
+        total = sum(gbps_to_bytes_per_us(bw) for bw in memory if bw is not None)
+        touched = 2 * moved + 2 * reduced
+        us = touched / total
+        if best is None or us > best.time_us:
+            best = EndpointBound(us, f"memory (GPU-driven): the GPUs must touch {touched:.6g} bytes of memory in all "
+                                     f"(each transfer reads b at its sender and writes b at its receiver, a reduce "
+                                     f"reads 2b more) at {sum(b for b in memory if b is not None):g} GB/s together: "
+                                     f"{us:.6g} us")
+    if all(cap is not None for cap in channels):
+        total = sum(gbps_to_bytes_per_us(cap) for cap in channels if cap is not None)
+        us = 2 * moved / total
+        if best is None or us > best.time_us:
+            best = EndpointBound(us, f"channels (GPU-driven): {2 * moved:.6g} bytes through the communication channels "
+                                     f"of both ends at {sum(c for c in channels if c is not None):g} GB/s together: "
+                                     f"{us:.6g} us")
     return best

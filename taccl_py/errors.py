@@ -86,7 +86,15 @@ class OutputError(InputError):
 
 
 class LoweringError(TacclError):
-    """A schedule cannot be expressed in the chosen MSCCL dialect; says which limit is hit."""
+    """A schedule cannot be expressed in the chosen MSCCL dialect; says which limit is hit.
+
+    ``over``: when a count limit is hit (channels between two ranks, XML nodes of a rank), the
+    count needed over the count allowed (> 1), so a caller can shrink the schedule in proportion.
+    """
+
+    def __init__(self, message: str, *, over: float | None = None) -> None:
+        super().__init__(message)
+        self.over = over
 
 
 class SolverError(TacclError):

@@ -25,6 +25,12 @@ a :class:`~taccl_py.fluid.Finish`. A rate change that brings the finish earlier 
 (the old one becomes void); one that delays it marks the queued event
 :attr:`~taccl_py.fluid.Finish.LATE`, and the event moves to the actual finish when it comes up.
 
+A transfer may be one leg of a longer journey (:class:`Relays`: store-and-forward
+switches make every link of a route a leg of its own). When a leg's bytes are
+delivered, the kernel sends each leg that waits for it (once every leg it waits for
+is delivered) and calls :meth:`~EventKernel.arrive` for the client transfers the leg
+completes; without relays every transfer completes itself.
+
 A step that finds the schedule or program wrong raises :class:`Fault`; it ends the
 run (the link accounting is closed at the time reached) and the client turns it
 into its verdict. Nothing here knows about chunks, ranks or threadblocks.
@@ -35,12 +41,13 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import IntEnum
 
 from taccl_py.fluid import Finish, FlowGroup, FluidNetwork
 from taccl_py.tolerances import SAME_INSTANT_REL
 
-__all__ = ["BATCH_HORIZON", "Event", "EventKernel", "Fault", "Finish", "batch_end"]
+__all__ = ["BATCH_HORIZON", "Event", "EventKernel", "Fault", "Finish", "Relays", "batch_end"]
 
 BATCH_HORIZON = SAME_INSTANT_REL
 """Relative width of a batch: events within ``BATCH_HORIZON * max(1, |now|)`` us of ``now`` run together."""
@@ -71,6 +78,21 @@ class Event(IntEnum):
     """A timer the client set: :meth:`EventKernel.wake`."""
 
 
+@dataclass
+class Relays:
+    """Transfers relayed leg by leg, indexed like the kernel's per-transfer arrays (see the module doc).
+
+    ``following[i]``: the legs that wait for leg i's bytes; ``waiting[i]``: how many legs leg i
+    still waits for (a leg no other waits for is sent by the client, and its count is unused);
+    ``completes[i]``: the client transfers that arrive when leg i's bytes are delivered.
+    ``waiting`` counts down during a run, so a :class:`Relays` serves one run.
+    """
+
+    following: Sequence[tuple[int, ...]]
+    waiting: list[int]
+    completes: Sequence[tuple[int, ...]]
+
+
 _ENTER, _TIMER = Event.ENTER, Event.TIMER  # module constants: an Enum attribute lookup is slow on the hot path
 
 _Entry = tuple[float, int, int, int, FlowGroup | None]
@@ -86,19 +108,22 @@ class EventKernel:
     order: a route's links, or links plus memory), ``latency_us`` and
     ``num_bytes``; optionally ``weights`` (per transfer, None or one weight per
     resource: what the transfer uses of it per byte it moves, see
-    :mod:`taccl_py.fluid`). ``now`` is the time of the batch being handled.
+    :mod:`taccl_py.fluid`) and ``relays`` (:class:`Relays`). ``now`` is the time of
+    the batch being handled.
     """
 
-    __slots__ = ("_queue", "_seq", "latency_us", "net", "now", "num_bytes", "resources", "weights")
+    __slots__ = ("_queue", "_seq", "latency_us", "net", "now", "num_bytes", "relays", "resources", "weights")
 
     def __init__(self, capacities: Sequence[float], resources: Sequence[tuple[int, ...]],
                  latency_us: Sequence[float], num_bytes: Sequence[float],
-                 weights: Sequence[tuple[float, ...] | None] | None = None) -> None:
+                 weights: Sequence[tuple[float, ...] | None] | None = None, relays: Relays | None = None) -> None:
         self.net = FluidNetwork(capacities)
         self.resources = resources
         self.latency_us = latency_us
         self.num_bytes = num_bytes
         self.weights: Sequence[tuple[float, ...] | None] = [None] * len(resources) if weights is None else weights
+        self.relays = relays
+        """Legs relayed into each other (None: every transfer is its own journey)."""
         self.now = 0.0
         self._queue: list[_Entry] = []
         self._seq = itertools.count(1)
@@ -128,6 +153,18 @@ class EventKernel:
         """Call :meth:`wake` with ``item`` at ``time``."""
         heapq.heappush(self._queue, (time, next(self._seq), _TIMER, item, None))
 
+    def _delivered(self, leg: int, now: float) -> None:
+        """With relays: ``leg``'s bytes are delivered; send the legs it was the last to hold up, complete its transfers."""
+        relays = self.relays
+        assert relays is not None
+        waiting = relays.waiting
+        for following in relays.following[leg]:
+            waiting[following] -= 1
+            if not waiting[following]:
+                self.send(following, now)
+        for transfer in relays.completes[leg]:
+            self.arrive(transfer, now)
+
     # ------------------------------------------------------------------ the loop
     def run(self) -> None:
         """Run :meth:`start`, then every event in time order until none is left.
@@ -148,7 +185,8 @@ class EventKernel:
         net = self.net
         net_add, net_remove, reshare = net.add, net.remove, net.reshare
         resources, num_bytes, weights = self.resources, self.num_bytes, self.weights
-        arrive, wake = self.arrive, self.wake
+        arrive = self.arrive if self.relays is None else self._delivered
+        wake = self.wake
         finish_event, enter_event = Event.FINISH, Event.ENTER  # locals: the loop is the hot path
         no_event, queued, late = Finish.NONE, Finish.QUEUED, Finish.LATE
 

@@ -50,6 +50,8 @@ def fast_error(schedule: CompactSchedule, topology: Topology, options: SimOption
         return "simulator options other than the step overhead and a runtime's costs are simulated in Python only"
     if topology.has_endpoint_limits:
         return "GPU memory or channels are declared (endpoint resources are simulated in Python only)"
+    if topology.store_and_forward:
+        return "store-and-forward switches (transfers relayed hop by hop are simulated in Python only)"
     if schedule.collective.num_ranks > 0 and schedule.collective.num_ranks * schedule.collective.num_chunks > 2**31:
         return "more (rank, chunk) pairs than the kernel indexes"
     return None
@@ -206,7 +208,7 @@ def simulate_large(topology: Topology, schedule: Schedule, size_bytes: float,
     """
     options = options or SimOptions()
     transfers = schedule.transfers
-    if (len(transfers) < FAST_MIN_TRANSFERS or topology.has_endpoint_limits
+    if (len(transfers) < FAST_MIN_TRANSFERS or topology.has_endpoint_limits or topology.store_and_forward
             or not _kernel_options(options)
             or any(t.exchange is not None or t.group is not None for t in transfers)):
         return simulate(topology, schedule, size_bytes, options)

@@ -24,11 +24,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from taccl_py.collectives import Collective
-from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout
+from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout, endpoint_sides
 from taccl_py.errors import InputError
 from taccl_py.event_kernel import EventKernel, Fault
 from taccl_py.runtime import TransferCosts
 from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
+from taccl_py.store_forward import LegPlan
 from taccl_py.topology import Topology
 from taccl_py.units import algbw_gbps, gbps_to_bytes_per_us
 
@@ -323,6 +324,7 @@ class _Run(EventKernel):
         "group_leader",
         "group_members",
         "group_waiting",
+        "hop_by_hop",
         "launch_us",
         "memory",
         "num_chunks",
@@ -375,37 +377,60 @@ class _Run(EventKernel):
             costs.link_capacity_us(topology)
         self.memory: tuple[int, ...] = ()
         weights: list[tuple[float, ...] | None] | None = None
+        layout = None
         if topology.has_endpoint_limits:  # memory and channels join the links as resources
             if costs is not None:
                 raise InputError("a runtime model (protocol costs) and GPU memory / channel limits are not "
                                  "simulated together; use --ideal or drop the endpoint limits", where="topology")
             layout = endpoint_layout(topology, len(capacities))
-            resources, weights = endpoint_flows(topology, schedule, options.endpoint, layout)
             self.memory = layout.memory
             capacities = [*capacities, *layout.capacities]
-        else:
-            resources = [t.route for t in transfers]
         self.group_leader: list[int] | None = None
         """Per transfer, the first member of its network group (-1 outside one); None without groups."""
         self.group_members: dict[int, range] = {}
         self.group_waiting: dict[int, int] = {}
         """Per group leader, how many members have not yet met their start conditions."""
         self.extra_latency: list[float] = []
-        """Per group member, how long after the group's bytes are through its receiver gets them."""
+        """Per group member, how long after the group's bytes are through its receiver gets them (cut-through)."""
         groups = network_groups(transfers)
         if groups:
             leader = self.group_leader = [-1] * n
-            extra = self.extra_latency = [0.0] * n
             for first, end in groups:
                 members = range(first, end)
                 self.group_members[first] = members
                 self.group_waiting[first] = len(members)
+                for j in members:
+                    leader[j] = first
+        self.hop_by_hop = topology.store_and_forward
+        """Store-and-forward switches: transfers (and groups) cross their routes leg by leg (:mod:`taccl_py.store_forward`)."""
+        if self.hop_by_hop:
+            if costs is not None:
+                raise InputError("a runtime model (protocol costs) and store-and-forward switches are not simulated "
+                                 "together; use --ideal or cut-through switches", where="topology")
+            sides = endpoint_sides(schedule, options.endpoint, layout) if layout is not None else None
+            plan = LegPlan(n, [link.latency for link in topology.links])
+            for i, t in enumerate(transfers):
+                if self.group_leader is None or self.group_leader[i] < 0:
+                    plan.relay(i, t.route, overhead, num_bytes[i], *(sides[i] if sides is not None else ((), ())))
+            for first, end in groups:
+                plan.relay_group(first, [transfers[j].route for j in range(first, end)], overhead, num_bytes[first],
+                                 None if sides is None else sides[first:end])
+            super().__init__(capacities, plan.resources, plan.latency_us, plan.num_bytes, plan.weights,
+                             plan.relays())
+        else:
+            if layout is not None:
+                resources, weights = endpoint_flows(topology, schedule, options.endpoint, layout)
+            else:
+                resources = [t.route for t in transfers]
+            if groups:
+                extra = self.extra_latency = [0.0] * n
+            for first, end in groups:
+                members = range(first, end)
                 # the group is one flow over the union of its members' resources; a resource several members
                 # share (a link, the sender's memory) carries the bytes once, at the largest weight asked of it
                 used: dict[int, float] = {}
                 to_receiver: dict[int, float] = {}
                 for j in members:
-                    leader[j] = first
                     mine = weights[j] if weights is not None else None
                     for k, r in enumerate(resources[j]):
                         used[r] = max(used.get(r, 0.0), mine[k] if mine is not None else 1.0)
@@ -418,7 +443,7 @@ class _Run(EventKernel):
                 if weights is not None:
                     weights[first] = None if all(w == 1.0 for w in used.values()) else tuple(used.values())
                 latency[first] = flow_latency
-        super().__init__(capacities, resources, latency, num_bytes, weights)
+            super().__init__(capacities, resources, latency, num_bytes, weights)
         self.launch_us = 0.0 if costs is None else costs.launch_us
         """Added once to the collective's time (the runtime's launch overhead)."""
         nan = math.nan
@@ -499,9 +524,12 @@ class _Run(EventKernel):
             self.begin(i, now)
 
     def arrive(self, i: int, now: float) -> None:
-        """Transfer i's bytes are through the network (a group's: each member's receiver its extra latency later)."""
+        """Transfer i's bytes are through the network (a group's: each member's receiver its extra latency later).
+
+        With store-and-forward switches every group member arrives on its own (its route's last leg).
+        """
         leader = self.group_leader
-        if leader is not None and leader[i] >= 0:
+        if leader is not None and leader[i] >= 0 and not self.hop_by_hop:
             extra = self.extra_latency
             for j in self.group_members[i]:
                 if extra[j] > 0:

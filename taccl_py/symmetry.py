@@ -196,6 +196,8 @@ def _check(schedule: SymmetricSchedule, topology: Topology) -> str | _Checked:
         return f"{coll.kind.value} has a root, which no rank translation keeps"
     if topology.has_endpoint_limits:
         return "GPU memory or channels are declared: their resources are per GPU, not in the link orbits"
+    if topology.store_and_forward:
+        return "store-and-forward switches: the representative run times every transfer over its whole route"
     if coll.num_ranks != topology.num_gpus or d <= 0 or coll.num_ranks % d:
         return f"shift {d} does not divide the {topology.num_gpus} GPUs"
     links = translation_automorphism(topology, d)

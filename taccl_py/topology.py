@@ -24,8 +24,8 @@ from taccl_py.limits import MAX_BANDWIDTH_GBPS, MAX_GPUS, MAX_LATENCY_US, MIN_BA
 if TYPE_CHECKING:
     from taccl_py.runtime import RuntimeModel
 
-__all__ = ["Dimension", "DimensionKind", "Endpoint", "Link", "Route", "Switch", "Topology", "Vertex", "check_dimensions",
-           "check_endpoints", "check_topology"]
+__all__ = ["Dimension", "DimensionKind", "Endpoint", "Link", "Route", "Switch", "SwitchModel", "Topology", "Vertex",
+           "check_dimensions", "check_endpoints", "check_topology"]
 
 Vertex = int | str
 """A GPU rank (int) or a switch name (str)."""
@@ -114,6 +114,17 @@ class Dimension:
     size: int
 
 
+class SwitchModel(StrEnum):
+    """How a transfer crosses the switches on its route (docs/simulator.md, "Switch models")."""
+
+    CUT_THROUGH = "cut-through"
+    """The route's latency, then the bytes stream over every link of the route at once (the default; SimGrid's CM02,
+    ASTRA-sim's congestion-unaware backend)."""
+    STORE_AND_FORWARD = "store-and-forward"
+    """Hop by hop: each link's latency, then the whole message over that link alone, before the next link starts
+    (the way ASTRA-sim's congestion-aware backend forwards a message at every device)."""
+
+
 _UNLIMITED = Endpoint()
 
 
@@ -135,6 +146,8 @@ class Topology:
     """Optional multi-dimensional structure (see :class:`Dimension`); empty when the topology has none."""
     endpoints: tuple[Endpoint, ...] = ()
     """Per GPU (indexed by rank), its :class:`Endpoint`; empty when no GPU declares one (memory is free)."""
+    switch_model: SwitchModel = SwitchModel.CUT_THROUGH
+    """How transfers cross switches in the simulator (:class:`SwitchModel`)."""
     runtime: RuntimeModel | None = field(default=None, compare=False)
     """Calibrated runtime costs (protocols, overheads; :mod:`taccl_py.runtime`), None for the raw-link model only."""
 
@@ -145,7 +158,7 @@ class Topology:
     def _hash(self) -> int:
         """Computed once: caches keyed by a topology (bounds, baselines) hash it on every lookup."""
         return hash((self.name, self.num_gpus, self.links, self.switches, self.machines, self.source,
-                     self.dimensions, self.endpoints))
+                     self.dimensions, self.endpoints, self.switch_model))
 
     # ----------------------------------------------------------------- vertices
     @property
@@ -339,6 +352,15 @@ class Topology:
     def with_endpoints(self, endpoint: Endpoint) -> Topology:
         """The same topology with ``endpoint`` on every GPU."""
         return replace(self, endpoints=(endpoint,) * self.num_gpus)
+
+    def with_switch_model(self, model: SwitchModel) -> Topology:
+        """The same topology with switches of ``model`` (itself when it already has them)."""
+        return self if model is self.switch_model else replace(self, switch_model=model)
+
+    @property
+    def store_and_forward(self) -> bool:
+        """Whether transfers cross the route hop by hop (:attr:`SwitchModel.STORE_AND_FORWARD`)."""
+        return self.switch_model is SwitchModel.STORE_AND_FORWARD
 
     # --------------------------------------------------------------- transforms
     def reversed(self) -> Topology:

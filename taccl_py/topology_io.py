@@ -44,6 +44,7 @@ from taccl_py.topology import (
     Endpoint,
     Link,
     Switch,
+    SwitchModel,
     Topology,
     Vertex,
     check_connected,
@@ -51,10 +52,11 @@ from taccl_py.topology import (
     check_machines,
 )
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "dumps_topology", "load_topology", "save_topology", "topology_from_dict",
-           "topology_to_dict"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "dumps_topology", "load_topology", "parse_switch_model", "save_topology",
+           "topology_from_dict", "topology_to_dict"]
 
-_TOP_KEYS = {"name", "source", "gpus", "machines", "dimensions", "switches", "links", "format", "endpoints", "runtime"}
+_TOP_KEYS = {"name", "source", "gpus", "machines", "dimensions", "switches", "links", "format", "endpoints", "runtime",
+             "switch_model"}
 _ENDPOINT_KEYS = ("gpus", "memory_bandwidth", "comm_channels", "channel_bandwidth")
 _DIMENSION_KEYS = {"kind", "size"}
 _LINK_KEYS = {"src", "dst", "bandwidth", "latency", "kind", "bidirectional", "provenance"}
@@ -178,6 +180,7 @@ def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: st
             first_entry[key] = i
             links.append(link)
     endpoints = _parse_endpoints(data.get("endpoints", []), num_gpus, where)
+    switch_model = parse_switch_model(data.get("switch_model", SwitchModel.CUT_THROUGH.value), where, "switch_model")
     runtime = None
     if "runtime" in data:  # calibrated runtime costs (taccl_py.runtime); the simulator's own model ignores them
         from taccl_py.runtime import runtime_from_dict
@@ -185,9 +188,19 @@ def topology_from_dict(data: Any, *, where: str = "<topology>", default_name: st
         runtime = runtime_from_dict(data["runtime"], where=where)
     topology = Topology(name=name, num_gpus=num_gpus, links=tuple(links), switches=switches,
                         machines=machines, source=source, dimensions=dimensions, endpoints=endpoints,
-                        runtime=runtime)
+                        runtime=runtime, switch_model=switch_model)
     check_connected(topology, where=where)
     return topology
+
+
+def parse_switch_model(raw: Any, where: str, field: str) -> SwitchModel:
+    """A switch model's name (``cut-through`` or ``store-and-forward``), or :class:`TopologyError` naming the field."""
+    choices = ", ".join(m.value for m in SwitchModel)
+    _require(isinstance(raw, str), f"must be a string, one of {choices} (got {_typename(raw)})", where, field)
+    try:
+        return SwitchModel(raw)
+    except ValueError:
+        raise TopologyError(f"is {raw!r}, not a switch model ({choices})", where=where, field=field) from None
 
 
 def _parse_endpoints(raw: Any, num_gpus: int, where: str) -> tuple[Endpoint, ...]:
@@ -398,6 +411,8 @@ def topology_to_dict(topology: Topology) -> dict[str, Any]:
     data["switches"] = switches
     if topology.has_endpoint_limits:
         data["endpoints"] = _endpoint_entries(topology)
+    if topology.switch_model is not SwitchModel.CUT_THROUGH:
+        data["switch_model"] = topology.switch_model.value
     if topology.runtime is not None:
         from taccl_py.runtime import runtime_to_dict
 

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout
+from taccl_py.errors import InputError
 from taccl_py.event_kernel import EventKernel
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import _dependencies
@@ -36,7 +37,7 @@ from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 from taccl_py.workload import CollectiveNode, ComputeNode, Workload
 
-__all__ = ["NodeTiming", "ResourceUse", "StepResult", "simulate_step"]
+__all__ = ["NodeTiming", "ResourceUse", "StepResult", "check_cut_through", "simulate_step"]
 
 
 @dataclass(frozen=True)
@@ -142,13 +143,23 @@ class _Collective:
         self.started_at = math.nan
 
 
+def check_cut_through(topology: Topology) -> None:
+    """:class:`InputError` unless ``topology``'s switches are cut-through (a step's busy timeline is per transfer)."""
+    if topology.store_and_forward:
+        raise InputError("has store-and-forward switches, which workload simulation does not model (it times "
+                         "every transfer over its whole route): use cut-through", where=topology.name,
+                         field="switch_model")
+
+
 def simulate_step(topology: Topology, workload: Workload, schedules: Sequence[Schedule | None],
                   endpoint: EndpointMode = EndpointMode.GPU, step_overhead_us: float = 0.0) -> StepResult:
     """Run ``workload`` on ``topology``; ``schedules[k]`` is collective node k's schedule (None for compute nodes).
 
     Every schedule must be for ``topology`` and correct on its own (the caller checks it with
-    :func:`taccl_py.simulator.simulate`).
+    :func:`taccl_py.simulator.simulate`). Switches are cut-through: a topology with
+    store-and-forward switches is refused (:func:`check_cut_through`).
     """
+    check_cut_through(topology)
     paused = gc.isenabled()
     gc.disable()
     try:

@@ -36,6 +36,16 @@ links once the shortest member latency has passed, and each member arrives
 when that communication ends plus the difference between the largest
 latency of a member to its receiver and that shortest one.
 
+With ``"switch_model": "store-and-forward"`` in the spec, a transfer crosses
+its route hop by hop: hop h waits link h's latency (the first hop also the
+step overhead), then sends one SimGrid communication over link h alone; hop
+h + 1 starts when it ends, and the transfer arrives when its last hop ends. A
+group then sends one communication per link of the union of its members'
+routes: a link leaving a sender once the step overhead has passed after the
+group starts, any other link once every link before it in some member's route
+has ended (each after its own latency); a member arrives when the last link of
+its route ends.
+
 SimGrid details:
 
 * CM02 weighs a flow's bandwidth share by its route latency (RTT
@@ -56,9 +66,83 @@ from typing import Any
 
 from simgrid import Actor, Comm, Engine, LinkInRoute, NetZone, this_actor
 
-_START, _SEND, _DELIVER = 0, 1, 2
+_START, _SEND, _DELIVER, _HOP = 0, 1, 2, 3
 """Timer kinds: ``not_before_us`` has passed / the latency is over and the bytes go out / a group member's
-receiver gets the bytes."""
+receiver gets the bytes / a hop's latency is over (store-and-forward)."""
+
+
+class Hops:
+    """Store-and-forward: every transfer (and group) as hops over single links, each waiting for those before it.
+
+    A transfer's optional ``src_extra`` / ``dst_extra`` (resource ids, one entry per unit of weight, as in
+    ``route``) join its first / last hop's SimGrid route: a GPU's memory or channels.
+    """
+
+    def __init__(self, transfers: list[dict[str, Any]], links_spec: list[dict[str, Any]], overhead: float,
+                 units: list[int], members: dict[int, list[int]]) -> None:
+        self.route: list[tuple[int, ...] | None] = []  # None: a group's start (the step overhead, no bytes)
+        self.latency: list[float] = []
+        self.units: list[int] = []
+        self.then: list[list[int]] = []  # hops that wait for this one
+        self.waits: list[int] = []
+        self.arrives: list[list[int]] = []  # transfers that arrive when this hop ends
+        self.first: dict[int, int] = {}  # transfer (or group leader) -> the hop begin() starts
+        in_group = {k for group in members.values() for k in group}
+        for i, t in enumerate(transfers):
+            if i in members:
+                self._group(i, [transfers[k] for k in members[i]], members[i], links_spec, overhead, units[i])
+            elif i not in in_group:
+                previous = -1
+                last = len(t["route"]) - 1
+                for h, k in enumerate(t["route"]):
+                    extra = (t.get("src_extra") or []) * (h == 0) + (t.get("dst_extra") or []) * (h == last)
+                    hop = self._new((k, *extra), float(links_spec[k]["latency"]) + (overhead if h == 0 else 0.0),
+                                    units[i])
+                    if h == 0:
+                        self.first[i] = hop
+                    else:
+                        self.then[previous].append(hop)
+                        self.waits[hop] = 1
+                    previous = hop
+                self.arrives[previous].append(i)
+
+    def _new(self, route: tuple[int, ...] | None, latency: float, units: int) -> int:
+        self.route.append(route)
+        self.latency.append(latency)
+        self.units.append(units)
+        self.then.append([])
+        self.waits.append(0)
+        self.arrives.append([])
+        return len(self.route) - 1
+
+    def _group(self, leader: int, group_transfers: list[dict[str, Any]], group: list[int],
+               links_spec: list[dict[str, Any]], overhead: float, units: int) -> None:
+        start = self.first[leader] = self._new(None, overhead, 0)
+        extra: dict[int, dict[int, int]] = {}  # link -> resource -> how often its route lists it
+        for t in group_transfers:
+            route = t["route"]
+            for k, more in ((route[0], t.get("src_extra") or []), (route[-1], t.get("dst_extra") or [])):
+                mine = extra.setdefault(k, {})
+                for r in set(more):
+                    mine[r] = max(mine.get(r, 0), more.count(r))
+        hop_of: dict[int, int] = {}
+        for t in group_transfers:
+            for k in t["route"]:
+                if k not in hop_of:
+                    listed = [r for r, times in extra.get(k, {}).items() for _ in range(times)]
+                    hop_of[k] = self._new((k, *listed), float(links_spec[k]["latency"]), units)
+        before: dict[int, set[int]] = {k: set() for k in hop_of}
+        for t in group_transfers:
+            route = t["route"]
+            for h, k in enumerate(route):
+                before[k].add(route[h - 1] if h else -1)  # -1: the group's start
+        for k, earlier in before.items():
+            hop = hop_of[k]
+            self.waits[hop] = len(earlier)
+            for e in sorted(earlier):
+                self.then[start if e < 0 else hop_of[e]].append(hop)
+        for t, k in zip(group_transfers, group, strict=True):
+            self.arrives[hop_of[t["route"][-1]]].append(k)
 
 
 def _tag(t: dict[str, Any]) -> tuple[str, int] | None:
@@ -171,6 +255,8 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
             latency[i] = shortest
         i = j
     waiting = {first: len(group) for first, group in members.items()}
+    hops = Hops(transfers, links_spec, overhead, units, members) if spec.get("switch_model") == "store-and-forward" \
+        else None
 
     engine = Engine(["simgrid_oracle", "--cfg=network/model:CM02", "--cfg=network/TCP-gamma:0",
                      "--cfg=network/crosstraffic:0", "--cfg=network/weight-S:0",
@@ -182,15 +268,14 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
         created.set_latency(0.0)
         links.append(created)
     endpoints: dict[tuple[int, ...], tuple[Any, Any]] = {}
-    for i in range(count):
-        route = routes[i]
-        if leader[i] != i or route in endpoints:
-            continue
+    needed = [routes[i] for i in range(count) if leader[i] == i] if hops is None else \
+        [r for r in hops.route if r is not None]
+    for route in needed:
         if route not in endpoints:
             m = len(endpoints)
             src, dst = zone.create_host(f"r{m}.src", 1.0), zone.create_host(f"r{m}.dst", 1.0)
-            hops = [LinkInRoute(links[k]) for k in route]
-            zone.add_route(src.netpoint, dst.netpoint, None, None, hops, False)
+            in_route = [LinkInRoute(links[k]) for k in route]
+            zone.add_route(src.netpoint, dst.netpoint, None, None, in_route, False)
             endpoints[route] = (src, dst)
     controller = zone.create_host("controller", 1.0)
     zone.seal()
@@ -216,6 +301,32 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
             active.append(Comm.sendto_async(src, dst, units[i]))
             active_ids.append(i)
 
+        def start_hop(hop: int, now: float) -> None:
+            assert hops is not None
+            if hops.latency[hop] > 0:
+                timer(now + hops.latency[hop], _HOP, hop)
+            else:
+                send_hop(hop, now)
+
+        def send_hop(hop: int, now: float) -> None:
+            assert hops is not None
+            route = hops.route[hop]
+            if route is None:
+                hop_done(hop, now)
+                return
+            src, dst = endpoints[route]
+            active.append(Comm.sendto_async(src, dst, hops.units[hop]))
+            active_ids.append(hop)
+
+        def hop_done(hop: int, now: float) -> None:
+            assert hops is not None
+            for nxt in hops.then[hop]:
+                hops.waits[nxt] -= 1
+                if not hops.waits[nxt]:
+                    start_hop(nxt, now)
+            for k in hops.arrives[hop]:
+                arrive(k, now)
+
         def begin(i: int, now: float) -> None:
             if i in members or leader[i] != i:  # a group member: the group starts with its last member
                 first = leader[i]
@@ -226,7 +337,9 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
                     start_us[k] = now
                 i = first
             start_us[i] = now
-            if latency[i] > 0:
+            if hops is not None:
+                start_hop(hops.first[i], now)
+            elif latency[i] > 0:
                 timer(now + latency[i], _SEND, i)
             else:
                 send(i)
@@ -247,6 +360,8 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
                     begin(i, now)
                 elif kind == _DELIVER:
                     arrive(i, now)
+                elif kind == _HOP:
+                    send_hop(i, now)
                 else:
                     send(i)
 
@@ -293,7 +408,9 @@ def replay(spec: dict[str, Any]) -> dict[str, Any]:
                 active[index], active_ids[index] = active[-1], active_ids[-1]
                 active.pop()
                 active_ids.pop()
-                if i in members:
+                if hops is not None:
+                    hop_done(i, Engine.clock)
+                elif i in members:
                     for k in members[i]:
                         if delay[k] > 0:
                             timer(Engine.clock + delay[k], _DELIVER, k)

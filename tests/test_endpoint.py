@@ -362,3 +362,5 @@ def test_no_schedule_beats_the_memory_bound(case: tuple[Topology, Schedule], mod
     assert result.correct and result.time_us is not None
     c = schedule.collective
     assert result.time_us >= lower_bound(limited, c.kind, size, root=c.root).bound_us * (1 - 1e-9)
+    # the mode's own bound (GPU-driven: the memory every transfer touches in all, at the GPUs' summed bandwidth)
+    assert result.time_us >= lower_bound(limited, c.kind, size, root=c.root, endpoint=mode).bound_us * (1 - 1e-9)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_fluid import max_min
 
-from taccl_py.event_kernel import BATCH_HORIZON, EventKernel, Fault, batch_end
+from taccl_py.event_kernel import BATCH_HORIZON, EventKernel, Fault, Relays, batch_end
 from taccl_py.fluid import Finish
 
 Step = tuple[str, int, float, float]
@@ -143,6 +143,24 @@ def test_extra_resources_beyond_the_links_limit_a_flow() -> None:
     run = Recorder([10.0, 10.0, 4.0], [((0, 2), 0.0, 40.0), ((1, 2), 0.0, 80.0)], sends=[0, 1])
     run.run()
     assert run.arrivals() == {0: 20.0, 1: 20.0 + 40.0 / 4.0}
+
+
+def test_relayed_legs_start_when_the_legs_they_wait_for_are_delivered() -> None:
+    """Hand-computed, 1 byte per us on every resource. Legs 0 -> 1 complete transfer 0; legs 2 and 3 both feed
+    leg 4, which completes transfers 1 and 2.
+
+    Leg 2 (5 B) runs alone on resource 0 until leg 0 (10 B) enters at 1 us, then both at 0.5: leg 2 is through
+    at 9, leg 0 at 15. Leg 1 (10 B) has resource 1 from 15; leg 3 (20 B, resource 2) is through at 20, so
+    leg 4 (10 B) enters at 22 after its 2 us latency, with 3 B of leg 1 left: both at 0.5, leg 1 is through at
+    28 (transfer 0 arrives), leg 4 has 7 B left alone: 35 (transfers 1 and 2 arrive).
+    """
+    legs = [((0,), 1.0, 10.0), ((1,), 0.0, 10.0), ((0,), 0.0, 5.0), ((2,), 0.0, 20.0), ((1,), 2.0, 10.0)]
+    run = Recorder([1.0, 1.0, 1.0], legs, sends=[0, 2, 3])
+    run.relays = Relays(following=[(1,), (), (4,), (4,), ()], waiting=[0, 1, 0, 0, 2],
+                        completes=[(), (0,), (), (), (1, 2)])
+    run.run()
+    assert run.arrivals() == pytest.approx({0: 28.0, 1: 35.0, 2: 35.0})
+    assert [item for what, item, _, _ in run.log if what == "arrive"] == [0, 1, 2]
 
 
 # ------------------------------------------------------------------ faults

@@ -114,6 +114,7 @@ def schedule_spec(topology: Topology, schedule: Schedule, size_bytes: int,
     pieces = round(size_bytes / chunk_bytes)
     assert math.isclose(size_bytes / pieces, chunk_bytes, rel_tol=1e-12)
     return {"links": link_spec(topology, pieces), "step_overhead_us": step_overhead_us,
+            "switch_model": topology.switch_model.value,
             "transfers": [transfer_spec(t, len(t.chunks) * size_bytes) for t in schedule.transfers]}
 
 

@@ -13,6 +13,8 @@ ones (Broadcast, Reduce, trees) pick their depth from ``size_bytes`` when given.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from taccl_py.baselines.common import Leg, NotApplicable
 from taccl_py.baselines.direct import check_direct, direct_schedule
 from taccl_py.baselines.hierarchical import check_hierarchical, hierarchical_schedule
@@ -137,20 +139,24 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
     return recursive_schedule(topology, kind, _orders(topology, channels), chunk_factor=chunk_factor)
 
 
-def applicable_baselines(topology: Topology, kind: CollectiveKind | str, *, root: int = 0) -> list[str]:
-    """Names of the baselines that can run ``kind`` on ``topology`` (in :data:`ALGORITHMS` order)."""
+def applicable_baselines(topology: Topology, kind: CollectiveKind | str, *, root: int = 0,
+                         only: Sequence[str] | None = None) -> list[str]:
+    """Names of the baselines that can run ``kind`` on ``topology`` (in :data:`ALGORITHMS` order); with ``only``,
+    of those names alone (the others are not checked: a ring plan on 1,024 GPUs takes minutes)."""
     kind = _kind(kind)
     names = []
     for algorithm in ALGORITHMS:
+        if only is not None and algorithm not in only:
+            continue
         try:
             if algorithm == "ring":
                 if kind not in _RING_KINDS:
                     continue
-                ring_plan(topology)
+                ring_plan(topology, None)  # the arguments baseline() passes: one lru_cache entry, not two
             elif algorithm == "tree":
                 if kind not in _TREE_KINDS:
                     continue
-                tree_plan(topology, kind, root if kind is not CollectiveKind.ALLREDUCE else 0)
+                tree_plan(topology, kind, root if kind is not CollectiveKind.ALLREDUCE else 0, None)
             elif algorithm == "direct":
                 check_direct(topology, kind, root)
             elif algorithm in ("hier", "hier-lb"):

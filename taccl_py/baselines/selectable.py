@@ -24,7 +24,7 @@ from taccl_py.msccl.selection import DEFAULT_TYPE_SIZE, size_rule
 from taccl_py.schedule import Schedule
 from taccl_py.topology import Topology
 
-__all__ = ["Placement", "nchunks_per_loop", "selectable_baseline", "smallest_selected"]
+__all__ = ["Placement", "nchunks_per_loop", "placement", "selectable_baseline", "smallest_selected"]
 
 _MAX_CHUNK_FACTOR = 256
 """Largest chunk factor tried (the lowering's offsets and step counts grow with it)."""
@@ -79,6 +79,11 @@ def smallest_selected(kind: CollectiveKind, ngpus: int, nchunksperloop: int,
             return size
         size *= 2
     return None
+
+
+def placement(schedule: Schedule, size: int, type_size: int = DEFAULT_TYPE_SIZE, changed: str = "") -> Placement:
+    """``schedule`` as written at ``size`` bytes: its ``nchunksperloop`` and whether the runtime picks it there."""
+    return _placement(schedule, size, type_size, changed)
 
 
 def _placement(schedule: Schedule, size: int, type_size: int, changed: str) -> Placement:

@@ -25,13 +25,13 @@ from taccl_py.collectives import CollectiveKind, parse_collective
 from taccl_py.errors import InputError, OutputError
 from taccl_py.limits import MAX_LATENCY_US, MAX_SOLVER_THREADS, limit_text
 from taccl_py.runtime import RuntimeModel
-from taccl_py.topology import Topology
+from taccl_py.topology import SwitchModel, Topology
 from taccl_py.units import parse_size_range
 
 __all__ = ["FittedTable", "check_output_file", "check_step_overhead", "check_synthesis_args", "check_xml_root", "collective_option",
            "emit_json", "err_console", "json_option", "load_topology_arg", "make_table", "min_steps_per_rank",
            "out_console", "plural", "prepare_output_dir", "progress_enabled", "progress_line", "size_option",
-           "sizes_from", "topology_option"]
+           "sizes_from", "switch_model_keys", "switch_model_option", "topology_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,10 +78,26 @@ def collective_option(func: F) -> F:
                         help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce.")(func)
 
 
-def load_topology_arg(spec: str) -> Topology:
+def switch_model_option(func: F) -> F:
+    """``--switch-model cut-through|store-and-forward`` (docs/simulator.md, "Switch models"); see :func:`load_topology_arg`."""
+    return click.option("--switch-model", "switch_model", type=click.Choice([m.value for m in SwitchModel]),
+                        default=None, help="How transfers cross switches in the simulation: cut-through (the whole route "
+                        "at once; the default unless the topology file says otherwise) or store-and-forward (hop by "
+                        "hop, each link in turn, as ASTRA-sim's congestion-aware backend). Overrides the topology's "
+                        "switch_model.")(func)
+
+
+def load_topology_arg(spec: str, switch_model: str | None = None) -> Topology:
+    """The topology ``spec`` names, with switches of ``switch_model`` when given (``--switch-model``)."""
     from taccl_py.library import resolve_topology
 
-    return resolve_topology(spec)
+    topology = resolve_topology(spec)
+    return topology if switch_model is None else topology.with_switch_model(SwitchModel(switch_model))
+
+
+def switch_model_keys(topology: Topology) -> dict[str, str]:
+    """``{"switch_model": ...}`` for a report's JSON when the switches are not cut-through (else nothing)."""
+    return {"switch_model": topology.switch_model.value} if topology.store_and_forward else {}
 
 
 def sizes_from(spec: str) -> list[int]:
@@ -414,8 +430,17 @@ def ideal_requested() -> bool:
 
 
 def runtime_model_for(topology: Topology) -> RuntimeModel | None:
-    """The topology's calibrated runtime model, unless ``--ideal`` (then None: the raw-link model)."""
-    return None if ideal_requested() else topology.runtime
+    """The topology's calibrated runtime model, unless ``--ideal`` (then None: the raw-link model).
+
+    Store-and-forward switches are a raw-link model of their own: with a runtime model too, one line
+    asks for ``--ideal`` (the calibrated costs are per step of a cut-through route).
+    """
+    model = None if ideal_requested() else topology.runtime
+    if model is not None and topology.store_and_forward:
+        raise InputError(f"store-and-forward switches are simulated on the raw-link model only, and topology "
+                         f"{topology.name!r} has the calibrated runtime model {model.name!r}: add taccl --ideal",
+                         where="--switch-model")
+    return model
 
 
 def model_note(model: RuntimeModel | None) -> str:

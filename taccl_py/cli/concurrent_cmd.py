@@ -31,9 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from taccl_py.bounds import joint_lower_bound, lower_bound
-from taccl_py.cli.common import emit_json, err_console, make_table, out_console, progress_line
+from taccl_py.cli.common import (
+    emit_json,
+    err_console,
+    make_table,
+    out_console,
+    progress_line,
+    switch_model_keys,
+)
 from taccl_py.collectives import CollectiveKind, parse_collective
 from taccl_py.concurrent import ConcurrentResult, endpoint_bytes, simulate_concurrent
+from taccl_py.endpoint import EndpointMode
 from taccl_py.errors import InputError
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, simulate
@@ -114,11 +122,11 @@ def _schedule_for(topology: Topology, kind: CollectiveKind, algorithm: str, size
 
 
 def _row(topology: Topology, kinds: list[CollectiveKind], names: list[str], size: int, result: ConcurrentResult,
-         root: int, step_overhead_us: float) -> dict[str, Any]:
-    """One size of a concurrent run, in the JSON contract of the module docstring."""
+         root: int, step_overhead_us: float, endpoint: EndpointMode = EndpointMode.GPU) -> dict[str, Any]:
+    """One size of a concurrent run, in the JSON contract of the module docstring (bounds in ``endpoint`` mode)."""
     parts = []
     for kind, name, part in zip(kinds, names, result.parts, strict=True):
-        bound = lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us)
+        bound = lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us, endpoint=endpoint)
         entry: dict[str, Any] = {"collective": kind.value, "algorithm": name, "size_bytes": size,
                                  "correct": part.correct, "time_us": part.time_us, "alone_us": part.alone_us,
                                  "slowdown": part.slowdown, "algbw_GBps": part.algbw_GBps,
@@ -128,7 +136,8 @@ def _row(topology: Topology, kinds: list[CollectiveKind], names: list[str], size
             entry["error"] = part.error
         parts.append(entry)
     injected, ejected = endpoint_bytes(topology, result.link_bytes)
-    joint = joint_lower_bound(topology, [(kind, size) for kind in kinds], root=root, step_overhead_us=step_overhead_us)
+    joint = joint_lower_bound(topology, [(kind, size) for kind in kinds], root=root, step_overhead_us=step_overhead_us,
+                              endpoint=endpoint)
     row: dict[str, Any] = {"size_bytes": size, "correct": result.correct, "makespan_us": result.makespan_us,
                            "makespan_bound_us": joint.bound_us,
                            "makespan_efficiency": joint.efficiency(result.makespan_us),
@@ -154,7 +163,7 @@ def simulate_concurrent_rows(topology: Topology, spec: str, algorithm: str | Non
                       for kind, name in zip(kinds, algorithms, strict=True)]
             result = simulate_concurrent(topology, [(schedule, size) for _, schedule in chosen], options)
             rows.append(_row(topology, kinds, [name for name, _ in chosen], size, result, root,
-                             options.step_overhead_us))
+                             options.step_overhead_us, options.endpoint))
     return rows
 
 
@@ -199,7 +208,7 @@ def synthesize_concurrent_row(topology: Topology, spec: str, size: int, options:
             pool.append(_Option(label, choice.schedule, choice.time_us))
         pools.append(pool)
         notes += [f"{kind.value}: {note}" for note in result.notes]
-    sim_options = SimOptions()
+    sim_options = SimOptions(endpoint=options.endpoint)
     tried = []
     best: tuple[float, tuple[_Option, ...], ConcurrentResult] | None = None
     for combination in itertools.product(*pools):
@@ -215,7 +224,7 @@ def synthesize_concurrent_row(topology: Topology, spec: str, size: int, options:
     if combination != tuple(pool[0] for pool in pools) and independent["makespan_us"] is not None:
         notes.append(f"jointly best: {' + '.join(o.label for o in combination)} ({joint.makespan_us:.6g} us) beats "
                      f"each collective's fastest alone together ({independent['makespan_us']:.6g} us)")
-    row = _row(topology, kinds, [o.label for o in combination], size, joint, options.root, 0.0)
+    row = _row(topology, kinds, [o.label for o in combination], size, joint, options.root, 0.0, options.endpoint)
     row["combinations"] = tried
     row["synthesis_s"] = round(synthesis_s, 3)
     row["notes"] = notes
@@ -289,7 +298,7 @@ def write_parts(topology: Topology, chosen: list[tuple[str, Schedule]], size: in
 
 def report_concurrent(topology: Topology, spec: str, rows: list[dict[str, Any]], as_json: bool) -> None:
     """Print the rows (a table per size, or one JSON object) and the errors."""
-    head = {"topology": topology.name, "collective": spec}
+    head = {"topology": topology.name, "collective": spec, **switch_model_keys(topology)}
     if as_json:
         emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "correct": all(r["correct"] for r in rows),
                                                                  "rows": rows})

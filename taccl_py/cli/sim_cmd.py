@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -36,6 +36,8 @@ from taccl_py.cli.common import (
     runtime_model_for,
     size_option,
     sizes_from,
+    switch_model_keys,
+    switch_model_option,
     topology_option,
 )
 from taccl_py.cli.plot_hooks import (
@@ -54,6 +56,9 @@ from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.symmetry import SymmetricSchedule
 from taccl_py.topology import MAX_COMM_CHANNELS, Endpoint, Topology
 from taccl_py.units import format_bytes
+
+if TYPE_CHECKING:
+    from taccl_py.baselines.selectable import Placement
 
 __all__ = ["COMMANDS", "baseline_command", "bound_command", "simulate_command"]
 
@@ -115,6 +120,11 @@ def _row(size: int, sim: SimResult, bound: Bound) -> dict[str, Any]:
     if not sim.correct:
         row["error"] = sim.error
     return row
+
+
+def _switch_note(topology: Topology) -> str:
+    """`` (store-and-forward switches)`` for a table title when the switches are not cut-through."""
+    return f" ({topology.switch_model.value} switches)" if topology.store_and_forward else ""
 
 
 def _num(value: float | None, digits: int = 2) -> str:
@@ -207,21 +217,24 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
                    "the default).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
+@switch_model_option
 @endpoint_options
 @plot_option
 @timeline_options
 @json_option
 def simulate_command(topology_spec: str, collective_name: str | None, size_spec: str, algorithm: str | None,
-                     channels: int | None, root: int, step_overhead_us: float, endpoint_mode: str,
-                     memory_bandwidth: float | None, comm_channels: int | None, channel_bandwidth: float | None,
-                     plot_path: str | None, timeline_path: str | None, timeline_rows: str, as_json: bool) -> None:
+                     channels: int | None, root: int, step_overhead_us: float, switch_model: str | None,
+                     endpoint_mode: str, memory_bandwidth: float | None, comm_channels: int | None,
+                     channel_bandwidth: float | None, plot_path: str | None, timeline_path: str | None,
+                     timeline_rows: str, as_json: bool) -> None:
     """Simulate one algorithm (or several collectives at once): correct? how long? how close to the bound."""
     from taccl_py.baselines import baseline
     from taccl_py.cli.concurrent_cmd import is_concurrent, report_concurrent, simulate_concurrent_rows
 
     _check_overhead(step_overhead_us)
-    topology = apply_endpoint_options(load_topology_arg(topology_spec), memory_bandwidth, comm_channels,
+    topology = apply_endpoint_options(load_topology_arg(topology_spec, switch_model), memory_bandwidth, comm_channels,
                                       channel_bandwidth)
+    runtime_model_for(topology)  # store-and-forward with a calibrated runtime model: refused before any work
     sizes = sizes_from(size_spec)
     check_picture_path(plot_path, "--plot")
     check_picture_path(timeline_path, "--timeline")
@@ -274,7 +287,8 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
                 else:
                     results.append((size, _simulate_baseline(topology, kind, algorithm, channels, root, size, options,
                                                              representatives=timeline_path is None)))
-    rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us))
+    rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us,
+                                        endpoint=mode))
             for size, sim in results]
     for row, proto in zip(rows, protos, strict=False):
         row["proto"] = proto
@@ -284,12 +298,12 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
             row["endpoint"] = mode.value
             row.update(_memory_keys(schedules[min(k, len(schedules) - 1)], row["size_bytes"]))
     head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm,
-            "model": "ideal" if model is None else model.name}
+            "model": "ideal" if model is None else model.name, **switch_model_keys(topology)}
     if as_json:
         emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "correct": all(r["correct"] for r in rows),
                                                                  "rows": rows})
     else:
-        title = f"{algorithm} {kind.value} on {topology.name}"
+        title = f"{algorithm} {kind.value} on {topology.name}{_switch_note(topology)}"
         columns = ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "bound (us)", "efficiency"]
         cells = [[r["size_bytes"], _num(r["time_us"]), _num(r["algbw_GBps"]), _num(r["busbw_GBps"]),
                   _num(r["bound_us"]), _num(r["efficiency"], 3)] for r in rows]
@@ -494,11 +508,14 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
 
     When the default channel count gives a program beyond the runtime's limits (more connections between two
     ranks than it has channels, too many steps), fewer channels are tried, halving down to one; an explicit
-    ``--channels`` is written as asked or not at all.
+    ``--channels`` is written as asked or not at all. A hierarchical baseline is planned again with fewer
+    splits instead (:func:`taccl_py.synthesis.loadable.fewer_splits`).
     """
-    from taccl_py.baselines.selectable import selectable_baseline
+    from taccl_py.baselines.selectable import placement, selectable_baseline
     from taccl_py.errors import LoweringError
-    from taccl_py.msccl import write_schedule_xml
+    from taccl_py.msccl import lower_schedule, write_schedule_xml
+    from taccl_py.msccl.lowering import write_program_xml
+    from taccl_py.synthesis.loadable import fewer_splits, hierarchical_splits
 
     placed = selectable_baseline(topology, kind, name, size, channels=channels, root=root,
                                  step_overhead_us=step_overhead_us)
@@ -508,6 +525,20 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
             write_schedule_xml(placed.schedule, topology, path, dialect=dialect, proto=proto)
             break
         except LoweringError as exc:
+            if hierarchical_splits(placed.schedule) is not None:  # fewer splits, not fewer channels
+                capped = fewer_splits(topology, kind, placed.schedule, size, exc,
+                                      lambda schedule: lower_schedule(schedule, topology, dialect=dialect, proto=proto))
+                if capped is None:
+                    raise
+                write_program_xml(capped.program, path, dialect=dialect)
+                refused += [why.split(":")[0] for why in capped.refused]
+                changed = f"{capped.splits} splits: with {', '.join(refused)} the program exceeds the runtime's " \
+                    f"limits ({capped.refused[0].split(': ', 1)[1]})"
+                keys = _placement_keys(placement(capped.schedule, size, placed.type_size), changed, refused)
+                time_us = _file_time(topology, capped.schedule, size, step_overhead_us, proto)
+                keys["time_us"] = time_us  # the file's own time: the table's is the schedule with more splits
+                keys["selection"] += f"; the file takes {time_us:.6g} us" if time_us is not None else ""
+                return keys
             have = int(placed.schedule.notes.get("channels") or 1)
             if channels is not None or have <= 1:
                 if refused:
@@ -521,6 +552,24 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
         fewer = f"{placed.schedule.notes.get('channels')} channels: with {', '.join(refused)} the program exceeds " \
                 "the runtime's limits"
         changed = f"{changed}; {fewer}" if changed else fewer
+    return _placement_keys(placed, changed, refused)
+
+
+def _file_time(topology: Topology, schedule: Schedule, size: int, step_overhead_us: float, proto: str
+               ) -> float | None:
+    """The written schedule's time on the model the table uses (the runtime model with the file's protocol)."""
+    model = runtime_model_for(topology)
+    if model is None:
+        return simulate(topology, schedule, size, SimOptions(step_overhead_us=step_overhead_us)).time_us
+    from taccl_py.predict import predict_schedule
+    from taccl_py.runtime import Protocol
+
+    return predict_schedule(topology, schedule, size, model, protocols=(Protocol(proto),),
+                            step_overhead_us=step_overhead_us).sim.time_us
+
+
+def _placement_keys(placed: Placement, changed: str, refused: list[str]) -> dict[str, Any]:
+    """The ``xml`` keys of ``baseline -o``'s JSON for the schedule written."""
     return {"nchunksperloop": placed.nchunksperloop, "selected": placed.selected, "count": placed.count,
             "type_size": placed.type_size, "smallest_selected_bytes": placed.smallest_size,
             "changed": changed or None, "selection": placed.describe() if not refused else
@@ -537,6 +586,7 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
                    "-o, the one to write.")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
+@switch_model_option
 @click.option("-o", "--output", default=None, metavar="FILE.xml",
               help="Write the best baseline as MSCCL XML, with chunk and channel counts the runtime picks at --size.")
 @click.option("--dialect", type=click.Choice(["v2", "v1"]), default="v2", show_default=True,
@@ -546,14 +596,16 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
 @plot_option
 @json_option
 def baseline_command(topology_spec: str, collective_name: str, size_spec: str, only: str | None,
-                     channels: int | None, root: int, step_overhead_us: float, output: str | None, dialect: str,
-                     schedule_out: str | None, plot_path: str | None, as_json: bool) -> None:
+                     channels: int | None, root: int, step_overhead_us: float, switch_model: str | None,
+                     output: str | None, dialect: str, schedule_out: str | None, plot_path: str | None,
+                     as_json: bool) -> None:
     """Every applicable NCCL-style baseline side by side with the lower bound."""
     from taccl_py.baselines import ALGORITHMS, applicable_baselines
     from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS
 
     _check_overhead(step_overhead_us)
-    topology = load_topology_arg(topology_spec)
+    topology = load_topology_arg(topology_spec, switch_model)
+    runtime_model_for(topology)  # store-and-forward with a calibrated runtime model: refused before any work
     kind = collective_from(collective_name)
     sizes = sizes_from(size_spec)
     if not 0 <= root < topology.num_gpus:
@@ -612,7 +664,7 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
                                step_overhead_us=step_overhead_us), topology, schedule_out)
     model = runtime_model_for(topology)
     head: dict[str, Any] = {"topology": topology.name, "collective": kind.value,
-                            "model": "ideal" if model is None else model.name}
+                            "model": "ideal" if model is None else model.name, **switch_model_keys(topology)}
     if written:
         head["xml"] = written
     if schedule_out:
@@ -634,7 +686,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
                 if model is not None:
                     cells.append(e.get("proto") or "-")
             table_rows.append(cells)
-        title = f"NCCL-style baselines for {kind.value} on {topology.name} (times in us, bandwidth in GB/s)"
+        title = (f"NCCL-style baselines for {kind.value} on {topology.name}{_switch_note(topology)} (times in us, "
+                 "bandwidth in GB/s)")
         out_console.print(make_table(title, columns, table_rows))
         out_console.print(model_note(model), markup=False)
         for r in rows:

@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,15 @@ from taccl_py.cli.common import (
     runtime_model_for,
     size_option,
     sizes_from,
+    switch_model_keys,
+    switch_model_option,
     topology_option,
 )
 from taccl_py.cli.jobs_cli import jobs_option
 from taccl_py.cli.plot_hooks import check_picture_path, plot_option, write_algbw_plot
+from taccl_py.cli.sim_cmd import apply_endpoint_options, endpoint_options
 from taccl_py.collectives import CollectiveKind
+from taccl_py.endpoint import EndpointMode
 from taccl_py.errors import InputError, LoweringError, OutputError
 from taccl_py.msccl.ir import Program
 from taccl_py.msccl.selection import DEFAULT_TYPE_SIZE, band_sizes, falls_back
@@ -42,7 +47,8 @@ from taccl_py.simulator import SimResult
 from taccl_py.sketch import load_sketch
 from taccl_py.synthesis import STAGES, SynthesisOptions, SynthesisResult, WorkBudget, synthesize
 from taccl_py.synthesis.candidates import Choice
-from taccl_py.topology import Topology
+from taccl_py.synthesis.endpoint import channel_limit
+from taccl_py.topology import SwitchModel, Topology
 from taccl_py.units import algbw_gbps, format_bytes
 
 __all__ = ["synthesize_command"]
@@ -93,8 +99,8 @@ class _Progress:
 
 
 def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisResult,
-                     root: int) -> tuple[str | None, float | None, Bound]:
-    """(NCCL-default algorithm name, its time, the lower bound)."""
+                     root: int, mode: EndpointMode = EndpointMode.GPU) -> tuple[str | None, float | None, Bound]:
+    """(NCCL-default algorithm name, its time, the lower bound), with the endpoint limits in ``mode``."""
     from taccl_py.bounds import lower_bound
 
     name: str | None = _NCCL_DEFAULT.get(kind, "ring")
@@ -102,17 +108,36 @@ def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result
     ring_time = result.baselines.get(name)
     if ring_time is None and name not in result.baselines:
         from taccl_py.baselines import applicable_baselines, baseline
-        from taccl_py.simulator import simulate
+        from taccl_py.simulator import SimOptions, simulate
 
         if name in applicable_baselines(topology, kind):
-            ring_time = simulate(topology, baseline(topology, kind, name, root=root), size).time_us
+            ring_time = simulate(topology, baseline(topology, kind, name, root=root), size,
+                                 SimOptions(endpoint=mode)).time_us
         else:
             name = None
-    return name, ring_time, lower_bound(topology, kind, size, root=root)
+    return name, ring_time, lower_bound(topology, kind, size, root=root, endpoint=mode)
 
 
-def _resolve_topology(spec: str, sketch_nodes: int | None) -> Topology:
-    """A shipped name, a topology file, or a TACCL topology profile (machines from the sketch's nnodes)."""
+def _endpoint_keys(topology: Topology, kind: CollectiveKind, size: int, schedule: Schedule, time_us: float | None,
+                   root: int, mode: EndpointMode, bound: Bound) -> dict[str, Any]:
+    """The ``endpoint`` block of a report: the mode, memory bytes per network byte (both modes), the bound
+    without the endpoint limits and the efficiency against it."""
+    from dataclasses import replace
+
+    from taccl_py.bounds import lower_bound
+    from taccl_py.endpoint import memory_traffic
+
+    network = lower_bound(replace(topology, endpoints=()), kind, size, root=root)
+    return {"mode": mode.value, "limits": topology.has_endpoint_limits,
+            "memory_bytes_per_network_byte": {m.value: memory_traffic(schedule, size, m).per_network_byte
+                                              for m in EndpointMode},
+            "bound_explanation": bound.explanation, "network_bound_us": network.bound_us,
+            "network_efficiency": network.efficiency(time_us)}
+
+
+def _resolve_topology(spec: str, sketch_nodes: int | None, switch_model: str | None = None) -> Topology:
+    """A shipped name, a topology file, or a TACCL topology profile (machines from the sketch's nnodes); with
+    ``switch_model`` (``--switch-model``) its switches are of that model."""
     path = Path(spec)
     if path.suffix == ".json" and path.is_file():
         import json
@@ -124,8 +149,9 @@ def _resolve_topology(spec: str, sketch_nodes: int | None) -> Topology:
         except (OSError, ValueError, RecursionError):
             data = None
         if is_taccl_profile(data):
-            return topology_from_taccl_profile(data, nnodes=sketch_nodes or 1, where=spec)
-    return load_topology_arg(spec)
+            topology = topology_from_taccl_profile(data, nnodes=sketch_nodes or 1, where=spec)
+            return topology if switch_model is None else topology.with_switch_model(SwitchModel(switch_model))
+    return load_topology_arg(spec, switch_model)
 
 
 @dataclass
@@ -182,24 +208,48 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
     """Lower the first ranked choice that fits the dialect, verify it, write it atomically.
 
     A choice that cannot be lowered (too many XML nodes or steps...) gives way to
-    the next one, and the notes say so. Nothing is written if no choice fits or
-    the lowered program fails verification.
+    the next one, and the notes say so; a hierarchical baseline that cannot is planned
+    again with fewer splits (:mod:`taccl_py.synthesis.loadable`), simulated, and joins
+    the fallbacks in order. Nothing is written if no choice fits or the lowered
+    program fails verification.
     """
     from taccl_py.msccl import lower_schedule, save_xml, verify_program
+    from taccl_py.synthesis.chunking import selectable_at
+    from taccl_py.synthesis.loadable import fewer_splits
+
+    def lower(schedule: Schedule, proto: str, timing: SimResult | None = None) -> Program:
+        return lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=proto,
+                              min_bytes=min_bytes, max_bytes=max_bytes, timing=timing)
+
+    def rank(choice: Choice) -> tuple[bool, float]:  # the ranking's order: what the runtime selects, then time
+        return not selectable_at(choice.schedule.collective, size, DEFAULT_TYPE_SIZE, instances), choice.time_us
 
     first = result.ranked[0] if result.ranked else None
     written = _Written(result.schedule, result.sim, result.chosen)
-    for choice in result.ranked or ():
+    pending = list(result.ranked)
+    lowered: dict[int, tuple[str, Program]] = {}  # id(choice) -> (proto, program): a capped choice lowered when found
+    while pending:
+        choice = pending.pop(0)
         started = time.perf_counter()
         progress("lowering", {"detail": choice.label})
         chosen_proto, why, prediction = _choose_proto(choice.schedule, topology, size, proto, runtime)
         try:
-            program = lower_schedule(choice.schedule, topology, dialect=dialect, instances=instances,
-                                     proto=chosen_proto, min_bytes=min_bytes, max_bytes=max_bytes, timing=choice.sim)
+            done = lowered.get(id(choice))
+            program = done[1] if done is not None and done[0] == chosen_proto else lower(choice.schedule, chosen_proto,
+                                                                                          choice.sim)
         except LoweringError as exc:
-            written.timed("lower", started)
             written.notes.append(f"{_describe(choice)} ({choice.time_us:.4g} us) cannot be "
                                  f"written as MSCCL XML: {exc}")
+            progress("lowering", {"detail": f"{choice.label} with fewer splits"})
+            capped = fewer_splits(topology, result.schedule.collective.kind, choice.schedule, size, exc,
+                                  partial(lower, proto=chosen_proto))
+            written.timed("lower", started)
+            fallback = capped.choice(topology, size) if capped is not None else None
+            if capped is not None and fallback is not None:
+                written.notes += [f"the {capped.name} baseline with {reason}" for reason in capped.refused[1:]]
+                lowered[id(fallback)] = (chosen_proto, capped.program)
+                pending.append(fallback)
+                pending.sort(key=rank)  # stable: an equal earlier choice stays first
             continue
         written.timed("lower", started)
         written.schedule, written.sim, written.label, written.program = choice.schedule, choice.sim, choice.label, \
@@ -230,8 +280,13 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
 
 
 def _describe(choice: Choice) -> str:
-    """``the ring baseline`` or ``the synthesized schedule (chunk factor 12)``."""
+    """``the ring baseline``, ``the hier-lb baseline (128 splits)`` or ``the synthesized schedule (chunk factor 12)``."""
+    from taccl_py.synthesis.loadable import hierarchical_splits
+
     if choice.is_baseline:
+        found = hierarchical_splits(choice.schedule)
+        if found is not None and "splits" not in choice.candidate.label:
+            return f"the {choice.candidate.label} baseline ({found[1]} splits)"
         return f"the {choice.candidate.label} baseline"
     return f"the synthesized schedule (chunk factor {choice.schedule.collective.chunk_factor})"
 
@@ -267,15 +322,18 @@ def _selection(program: Program, size: int, dialect: str) -> tuple[dict[str, Any
 
 
 def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisResult, root: int,
-         written: _Written | None, started: float, time_limit: float, dialect: str) -> dict[str, Any]:
+         written: _Written | None, started: float, time_limit: float, dialect: str,
+         mode: EndpointMode = EndpointMode.GPU) -> dict[str, Any]:
     """The report of one size; the wall time runs from ``started`` to the end of the reference computations."""
     report_started = time.perf_counter()
-    ring_name, ring_time, bound = _reference_times(topology, kind, size, result, root)
+    ring_name, ring_time, bound = _reference_times(topology, kind, size, result, root, mode)
     report_s = time.perf_counter() - report_started
     wall_s = time.perf_counter() - started
     schedule, sim, label = (written.schedule, written.sim, written.label) if written else \
         (result.schedule, result.sim, result.chosen)
     time_us = sim.time_us
+    endpoint = _endpoint_keys(topology, kind, size, schedule, time_us, root, mode, bound) \
+        if topology.has_endpoint_limits or mode is not EndpointMode.GPU else None
     notes = [*result.notes, *(written.notes if written else [])]
     selection: dict[str, Any] | None = None
     if written is not None and written.program is not None:
@@ -331,6 +389,8 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
         "solver_stages": [s.to_dict() for s in result.stats],
         "notes": notes,
         "best_overall": best_overall,
+        **({"endpoint": endpoint} if endpoint is not None else {}),
+        **switch_model_keys(topology),
     }
 
 
@@ -353,8 +413,9 @@ def _calibrated_fields(proto: str, why: str, calibrated: Prediction | None,
 
 def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any]) -> None:
     best = row.get("best_overall")
-    title = (f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs), size {format_bytes(row['size_bytes'])}: "
-             f"{row['algorithm']}")
+    switches = f", {topology.switch_model.value} switches" if topology.store_and_forward else ""
+    title = (f"{kind.value} on {topology.name} ({topology.num_gpus} GPUs{switches}), size "
+             f"{format_bytes(row['size_bytes'])}: {row['algorithm']}")
     first = ["synthesized" if row["algorithm"] == "synthesized" else row["algorithm"], row["time_us"],
              row["algbw_GBps"], row["busbw_GBps"]]
     lines = [first]
@@ -386,6 +447,13 @@ def _print_report(topology: Topology, kind: CollectiveKind, row: dict[str, Any])
                           f"{row['ring_algorithm'] or 'ring'} "
                           f"{fmt(row['ring_time_us'] / best['time_us'] if row['ring_time_us'] else None, 3)}x; "
                           f"not written as XML: {best['why_not_xml']}", markup=False)
+    endpoint = row.get("endpoint")
+    if endpoint:
+        ratio = endpoint["memory_bytes_per_network_byte"]
+        out_console.print(f"endpoint {endpoint['mode']}: memory bytes per network byte gpu-driven {ratio['gpu']:.3f}, "
+                          f"engine {ratio['engine']:.3f}; bound: {endpoint['bound_explanation']}; without the endpoint "
+                          f"limits the bound is {endpoint['network_bound_us']:.6g} us (efficiency "
+                          f"{fmt(endpoint['network_efficiency'], 3)})", markup=False)
     stages_text = ", ".join(f"{name} {seconds:.2f}" for name, seconds in row["stages_s"].items() if seconds)
     out_console.print(f"wall time: {row['wall_s']:.2f} s of --time-limit {row['time_limit_s']:g} s"
                       f"{' (reached)' if row['time_limit_hit'] else ''}   per stage (s): {stages_text}")
@@ -482,7 +550,7 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
     else:  # no XML written: what -o would write
         proto, why, calibrated = _choose_proto(result.schedule, band.topology, band.size, band.proto, band.runtime)
     row = _row(band.topology, band.kind, band.size, result, band.root, written, started, band.time_limit,
-               band.dialect)
+               band.dialect, band.options.endpoint)
     row.update(_calibrated_fields(proto, why, calibrated, band.runtime))
     if band.chakra_dir:
         from taccl_py.cli.export_cmd import write_chakra
@@ -540,14 +608,18 @@ def _band_name(kind: CollectiveKind, topology: Topology, lo: int) -> str:
               help="Also write the schedule IR as JSON (single size only).")
 @click.option("--chakra", "chakra_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Also write Chakra execution traces, DIR/<collective>-<topology>.<rank>.et (single size only).")
+@endpoint_options
 @jobs_option(default=1)
+@switch_model_option
 @plot_option
 @json_option
 def synthesize_command(topology_spec: str, collective_name: str, size_spec: str, sketch_path: str | None,
                        output: str | None, time_limit: float, solver: str, threads: int, seed: int,
                        chunk_factors: tuple[int, ...], root: int, dialect: str, instances: int, proto: str | None,
-                       no_baselines: bool, no_multidim_shortcut: bool, schedule_out: str | None, chakra_dir: str | None, jobs: int,
-                       plot_path: str | None, as_json: bool) -> None:
+                       no_baselines: bool, no_multidim_shortcut: bool, schedule_out: str | None, chakra_dir: str | None,
+                       endpoint_mode: str, memory_bandwidth: float | None, comm_channels: int | None,
+                       channel_bandwidth: float | None, jobs: int, switch_model: str | None, plot_path: str | None,
+                       as_json: bool) -> None:
     """Synthesize a collective algorithm, verify it by simulation and write MSCCL XML.
 
     Example: taccl synthesize --topology ndv2x2 --collective allgather --size 1GB -o ag.xml
@@ -559,7 +631,15 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
     kind = kinds[0]
     sizes = sizes_from(size_spec)
     sketch = load_sketch(sketch_path) if sketch_path else None
-    topology = _resolve_topology(topology_spec, sketch.num_machines if sketch else None)
+    topology = apply_endpoint_options(_resolve_topology(topology_spec, sketch.num_machines if sketch else None,
+                                                        switch_model),
+                                      memory_bandwidth, comm_channels, channel_bandwidth)
+    runtime_model_for(topology)  # store-and-forward with a calibrated runtime model: refused before any work
+    mode = EndpointMode(endpoint_mode)
+    limit = channel_limit(topology, mode)
+    if limit is not None and instances > limit:
+        raise InputError(f"{instances} instances take {instances} channels, but the GPUs give communication {limit} "
+                         "(comm_channels)", where="--instances")
     if concurrent:
         for given, where in ((schedule_out, "--schedule-out"), (chakra_dir, "--chakra"), (plot_path, "--plot")):
             if given:
@@ -586,7 +666,7 @@ def synthesize_command(topology_spec: str, collective_name: str, size_spec: str,
     options = SynthesisOptions(sketch=sketch, solver=solver, time_limit_s=time_limit * SOLVE_SHARE, threads=threads,
                                seed=seed, chunk_factors=chunk_factors or None, compare_baselines=not no_baselines,
                                root=root, budget=WorkBudget.for_time_limit(time_limit), instances=instances,
-                               multidim_shortcut=not no_multidim_shortcut)
+                               multidim_shortcut=not no_multidim_shortcut, endpoint=mode)
     if concurrent:
         from taccl_py.cli.concurrent_cmd import report_concurrent, synthesize_concurrent_row
 

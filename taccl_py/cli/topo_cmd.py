@@ -14,7 +14,15 @@ from dataclasses import dataclass, replace
 import click
 from rich.table import Table
 
-from taccl_py.cli.common import check_output_file, emit_json, json_option, make_table, out_console, plural
+from taccl_py.cli.common import (
+    check_output_file,
+    emit_json,
+    json_option,
+    make_table,
+    out_console,
+    plural,
+    switch_model_keys,
+)
 from taccl_py.errors import InputError, TacclError
 from taccl_py.library import (
     describe_topology,
@@ -123,6 +131,8 @@ def show_cmd(spec: str, plot_path: str | None, as_json: bool) -> None:
                       f"{plural(description.links, 'directed link')}")
     out_console.print(f"machines: {_machines_line(description.machines)}")
     out_console.print(f"dimensions: {description.dimensions_line()}", markup=False)
+    if description.switch_model != "cut-through":
+        out_console.print(f"switch model: {description.switch_model}", markup=False)
     out_console.print(f"source: {description.source or '-'}")
     if description.switches:
         out_console.print(make_table("Switch vertices", ["kind", "count", "multicast", "reduce"],
@@ -410,12 +420,13 @@ def export_astra_cmd(spec: str, output: str, as_json: bool) -> None:
 
     topology = resolve_topology(spec)
     if output == "-":
-        sys.stdout.write(dumps_astra_network(astra_dimensions_of(topology)))
+        sys.stdout.write(dumps_astra_network(astra_dimensions_of(topology), switch_model=topology.switch_model))
         return
     dims = save_astra_yaml(topology, output)
     if as_json:
         emit_json({"written": output, "name": topology.name, "npus": topology.num_gpus,
                    "topology": [d.kind.value for d in dims], "npus_count": [d.npus for d in dims],
-                   "bandwidth": [d.bandwidth_gibps for d in dims], "latency": [d.latency_ns for d in dims]})
+                   "bandwidth": [d.bandwidth_gibps for d in dims], "latency": [d.latency_ns for d in dims],
+                   **switch_model_keys(topology)})
     else:
         out_console.print(f"wrote {output}: {' x '.join(d.describe() for d in dims)}", markup=False)

@@ -29,7 +29,7 @@ from taccl_py.schedule import Schedule
 from taccl_py.topology import MAX_COMM_CHANNELS, Topology
 from taccl_py.units import format_bytes
 from taccl_py.workload import CollectiveNode, Workload, load_workload
-from taccl_py.workload_sim import StepResult, simulate_step
+from taccl_py.workload_sim import StepResult, check_cut_through, simulate_step
 
 __all__ = ["build_schedules", "workload"]
 
@@ -161,6 +161,7 @@ def workload_simulate(workload_path: str, topology_spec: str, endpoint_mode: str
                                       channel_bandwidth)
     if topology.num_gpus < 2:
         raise InputError("a workload needs at least 2 GPUs", where=topology.name)
+    check_cut_through(topology)
     modes = list(EndpointMode) if endpoint_mode == "both" else [EndpointMode(endpoint_mode)]
     with progress_line(progress_enabled(as_json)) as say:
         schedules = build_schedules(topology, wl, step_overhead_us=step_overhead_us,

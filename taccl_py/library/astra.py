@@ -20,6 +20,12 @@ ASTRA-sim: dimension order (0 first); on a ring the shorter direction,
 clockwise (increasing index) on a tie. Note that ASTRA-sim forwards through
 intermediate NPUs, while in this package data rests on a GPU, so such a
 route is a relay of several transfers.
+
+One more key is taccl's own: ``switch_model: store-and-forward`` (or
+``cut-through``, the default) sets the topology's switch model
+(:class:`~taccl_py.topology.SwitchModel`). ASTRA-sim ignores it (it picks the
+model by the backend it runs: congestion-aware forwards store-and-forward);
+the exporter writes it only for store-and-forward, so the round trip is exact.
 """
 
 from __future__ import annotations
@@ -40,8 +46,8 @@ from taccl_py.inputs import json_depth, read_text_file
 from taccl_py.library.builder import TopologyBuilder, check_link_budget
 from taccl_py.library.grids import grid_coordinates, grid_id
 from taccl_py.limits import MAX_JSON_DEPTH
-from taccl_py.topology import Dimension, DimensionKind, Topology, Vertex
-from taccl_py.topology_io import atomic_write_text
+from taccl_py.topology import Dimension, DimensionKind, SwitchModel, Topology, Vertex
+from taccl_py.topology_io import atomic_write_text, parse_switch_model
 from taccl_py.units import ns_to_us, us_to_ns
 
 __all__ = [
@@ -255,7 +261,8 @@ def parse_astra_network(data: Any, *, where: str = "<network>") -> tuple[AstraDi
     """The dimensions of a parsed ASTRA-sim network YAML; raise :class:`TopologyError` naming the field.
 
     Keys other than ``topology``, ``npus_count``, ``bandwidth`` and ``latency`` are
-    ignored, as ASTRA-sim's analytical backend ignores them.
+    ignored, as ASTRA-sim's analytical backend ignores them (:func:`load_astra_yaml`
+    also reads taccl's ``switch_model``).
     """
     if not isinstance(data, dict):
         raise TopologyError("top level must be a mapping with topology, npus_count, bandwidth and latency "
@@ -301,10 +308,11 @@ def load_astra_yaml(path: str | os.PathLike[str]) -> Topology:
         raise TopologyError(f"nests lists/mappings more than {MAX_JSON_DEPTH} levels deep (MAX_JSON_DEPTH)",
                             where=where)
     dims = parse_astra_network(data, where=where)
+    switch_model = parse_switch_model(data.get("switch_model", SwitchModel.CUT_THROUGH.value), where, "switch_model")
     shape = " x ".join(d.describe() for d in dims)
     return astra_topology(dims, name=Path(path).stem, where=where, source=(
         f"ASTRA-sim network file {Path(path).name}: {shape}; bandwidth GB/s of 2^30 bytes converted to GB/s "
-        f"of 1e9, latency ns to us, per link; NPU id mixed radix, dimension 0 fastest"))
+        f"of 1e9, latency ns to us, per link; NPU id mixed radix, dimension 0 fastest")).with_switch_model(switch_model)
 
 
 def parse_astra_dims(text: str, *, where: str = "--dims") -> tuple[AstraDimension, ...]:
@@ -451,14 +459,20 @@ def _yaml_float(value: float) -> str:
     return text
 
 
-def dumps_astra_network(dims: Sequence[AstraDimension], *, comment: str = "") -> str:
-    """An ASTRA-sim network YAML in the style of its own example files (GB/s of 2^30 bytes, ns)."""
+def dumps_astra_network(dims: Sequence[AstraDimension], *, comment: str = "",
+                        switch_model: SwitchModel = SwitchModel.CUT_THROUGH) -> str:
+    """An ASTRA-sim network YAML in the style of its own example files (GB/s of 2^30 bytes, ns).
+
+    A ``switch_model`` other than cut-through adds taccl's own ``switch_model`` key (ASTRA-sim ignores it).
+    """
     dims = _validate_dims(dims, "astra")
     lines = [f"# {line}" for line in comment.splitlines() if line.strip()]
     lines += [f"topology: [ {', '.join(d.kind.value for d in dims)} ]",
               f"npus_count: [ {', '.join(str(d.npus) for d in dims)} ]",
               f"bandwidth: [ {', '.join(_yaml_float(d.bandwidth_gibps) for d in dims)} ]",
               f"latency: [ {', '.join(_yaml_float(d.latency_ns) for d in dims)} ]"]
+    if switch_model is not SwitchModel.CUT_THROUGH:
+        lines.append(f"switch_model: {switch_model.value}  # taccl_py's; ASTRA-sim ignores it")
     return "\n".join(lines) + "\n"
 
 
@@ -466,7 +480,7 @@ def save_astra_yaml(topology: Topology, path: str | os.PathLike[str]) -> tuple[A
     """Write ``topology`` as an ASTRA-sim network YAML (atomically); returns its dimensions."""
     dims = astra_dimensions_of(topology)
     text = dumps_astra_network(dims, comment=f"ASTRA-sim network written by taccl_py from {topology.name} "
-                                             f"({topology.num_gpus} NPUs)")
+                                             f"({topology.num_gpus} NPUs)", switch_model=topology.switch_model)
     try:
         atomic_write_text(path, text)
     except OSError as exc:

@@ -58,6 +58,8 @@ class TopologyDescription:
     source: str
     dimensions: tuple[tuple[str, int], ...] = ()
     """``(kind, size)`` per dimension, dimension 0 first (empty without dimensions)."""
+    switch_model: str = "cut-through"
+    """How transfers cross switches in the simulator (:class:`taccl_py.topology.SwitchModel`)."""
 
     def dimensions_line(self) -> str:
         """``ring 4 x switch 4`` (or ``-``)."""
@@ -81,6 +83,7 @@ class TopologyDescription:
             "in_GBps": list(self.in_GBps),
             "machines": [list(m) for m in self.machines],
             "dimensions": [{"kind": kind, "size": size} for kind, size in self.dimensions],
+            "switch_model": self.switch_model,
             "source": self.source,
         }
 
@@ -127,4 +130,5 @@ def describe_topology(topology: Topology) -> TopologyDescription:
                                links=len(topology.links), link_kinds=tuple(link_kinds),
                                gpu_bandwidth=gpu_bandwidth, out_GBps=out_bw, in_GBps=in_bw,
                                machines=topology.machines, source=topology.source,
-                               dimensions=tuple((d.kind.value, d.size) for d in topology.dimensions))
+                               dimensions=tuple((d.kind.value, d.size) for d in topology.dimensions),
+                               switch_model=topology.switch_model.value)

@@ -305,7 +305,8 @@ def _check_nodes(ngpus: int, steps: dict[TbKey, int], qualifier: str) -> None:
     for rank, count in enumerate(nodes):
         if count > MAX_NODES_PER_RANK:
             raise LoweringError(f"rank {rank} needs {qualifier}{count} XML nodes; the runtime parser stores at most "
-                                f"{MAX_NODES_PER_RANK} per rank (1 + ngpus + threadblocks + steps)")
+                                f"{MAX_NODES_PER_RANK} per rank (1 + ngpus + threadblocks + steps)",
+                                over=max(nodes) / MAX_NODES_PER_RANK)
 
 
 def _peer(conn: Connection | None, end: int) -> int:

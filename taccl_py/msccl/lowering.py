@@ -55,7 +55,7 @@ from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.simulator import SimResult
 from taccl_py.topology import Topology
 
-__all__ = ["LoweringOptions", "lower_schedule", "write_schedule_xml"]
+__all__ = ["LoweringOptions", "lower_schedule", "write_program_xml", "write_schedule_xml"]
 
 _MAX_ROUNDS = 40
 
@@ -126,6 +126,12 @@ def write_schedule_xml(schedule: Schedule, topology: Topology, path: str | os.Pa
     """
     program = lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=proto,
                              min_bytes=min_bytes, max_bytes=max_bytes, in_place=in_place, name=name, timing=timing)
+    return write_program_xml(program, path, dialect=dialect, verify=verify)
+
+
+def write_program_xml(program: Program, path: str | os.PathLike[str], *, dialect: str = "v2",
+                      verify: bool = True) -> Program:
+    """Verify a lowered ``program`` (see :func:`write_schedule_xml`) and write it to ``path`` atomically."""
     if verify:
         report = verify_program(program, dialect)
         if report.verdict == "incorrect":
@@ -325,7 +331,7 @@ class _Lowering:
             if count > MAX_CHANNELS:
                 raise LoweringError(f"connections {src}->{dst} need a channel but all {MAX_CHANNELS} are taken "
                                     f"({count} connections between the two ranks; one connection per peer and "
-                                    "channel)")
+                                    "channel)", over=count / MAX_CHANNELS)
 
     def _steps(self, t: int, sending: bool) -> int:
         """Steps transfer ``t`` takes on one side at least (copies through scratch, pieces of 71 chunks)."""

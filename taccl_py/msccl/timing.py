@@ -5,7 +5,9 @@ threadblock reaches it and its waits are met; a send-type step (``s``, and the
 sending half of ``rcs``/``rrs``/``rrcs``) then waits the route latency, moves
 ``cnt`` chunks through the links (shared max-min fairly with every other flow,
 :class:`taccl_py.fluid.FluidNetwork`) and completes when the data arrives. The
-event loop is the schedule simulator's (:mod:`taccl_py.event_kernel`).
+event loop is the schedule simulator's (:mod:`taccl_py.event_kernel`); with
+store-and-forward switches a send crosses its route hop by hop
+(:mod:`taccl_py.store_forward`), as a schedule's transfer does.
 Sends are buffered like NCCL's FIFOs: they never wait for the receiver. A
 receive completes as soon as its threadblock reaches it and the matching send
 has arrived; ``cpy``, ``re`` and ``nop`` take no time. A schedule and its
@@ -31,6 +33,7 @@ from taccl_py.msccl.ir import Program
 from taccl_py.msccl.machine import Machine, build_machine
 from taccl_py.msccl.verify import verify_program
 from taccl_py.simulator import SimOptions, SimResult
+from taccl_py.store_forward import LegPlan
 from taccl_py.topology import Route, Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
@@ -155,7 +158,16 @@ class _Timing(EventKernel):
             num_bytes.append(t.count * chunk_bytes)
         capacities = [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None else \
             costs.link_capacity_us(topology)  # the protocol's share of each link (taccl_py.runtime)
-        super().__init__(capacities, routes, latency, num_bytes)
+        if topology.store_and_forward:  # every send crosses its route leg by leg (taccl_py.store_forward)
+            if costs is not None:
+                raise InputError("a runtime model (protocol costs) and store-and-forward switches are not simulated "
+                                 "together; use --ideal or cut-through switches", where="topology")
+            plan = LegPlan(n, [link.latency for link in topology.links])
+            for node, route in enumerate(routes):
+                plan.relay(node, route, options.step_overhead_us if route else 0.0, num_bytes[node])
+            super().__init__(capacities, plan.resources, plan.latency_us, plan.num_bytes, plan.weights, plan.relays())
+        else:
+            super().__init__(capacities, routes, latency, num_bytes)
 
     def start(self) -> None:
         """Transmissions that wait for nothing are ready at time 0 (chosen before any runs: running one releases others)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.msccl.ir import MAX_NODES_PER_RANK
 from taccl_py.schedule import Schedule
-from taccl_py.simulator import SimResult, simulate
+from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.synthesis.chunking import chunks_per_loop, min_nodes_per_rank, selectable_at
 from taccl_py.synthesis.options import Run
 from taccl_py.synthesis.variants import CandidateSchedule, Variant
@@ -116,7 +116,7 @@ def simulate_candidates(run: Run, topology: Topology, collective: Collective, si
                             notes={"generator": "taccl_py synthesize", "chunk_factor": c, "ordering": how})
         run.report("simulating", chunk_factor=c, ordering=how, transfers=len(transfers))
         with run.stage("simulate"):
-            sim = simulate(topology, schedule, size_bytes)
+            sim = simulate(topology, schedule, size_bytes, run.sim_options)
         cand = Candidate(label=f"chunk factor {c}, {how}", chunk_factor=c, time_us=sim.time_us,
                          transfers=len(transfers), note=sim.error or "", variant=cand_schedule.variant)
         candidates.append(cand)
@@ -141,33 +141,55 @@ class BaselineComparison:
 
 
 def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int,
-                      instances: int = 1, names: Sequence[str] | None = None) -> BaselineComparison:
+                      instances: int = 1, names: Sequence[str] | None = None, sim_options: SimOptions | None = None,
+                      channel_limit: int | None = None) -> BaselineComparison:
     """Simulate every NCCL-style baseline that applies to this topology and collective (only ``names``, if given).
 
-    A baseline that needs more XML nodes per rank than the runtimes accept is not simulated.
+    A baseline that needs more XML nodes per rank than the runtimes accept is not simulated. ``sim_options``:
+    how they are simulated (the synthesizer's endpoint mode). ``channel_limit``: the communication channels
+    the GPUs give; a baseline that uses more is rebuilt with fewer (:func:`_within_channels`).
     """
     from taccl_py.baselines import applicable_baselines, baseline
 
     times: dict[str, float | None] = {}
     correct: list[Choice] = []
     notes: list[str] = []
-    for name in applicable_baselines(topology, kind):
-        if names is not None and name not in names:
-            continue
+    for name in applicable_baselines(topology, kind, only=names):
         schedule = baseline(topology, kind, name, root=root, size_bytes=size_bytes)
+        if channel_limit is not None and schedule.num_channels > channel_limit:
+            schedule, note = _within_channels(topology, kind, name, root, size_bytes, schedule, channel_limit)
+            notes.append(note)
         nodes = min_nodes_per_rank(schedule.transfers, topology.num_gpus, instances)
         if nodes > MAX_NODES_PER_RANK:
             times[name] = None
             notes.append(f"the {name} baseline needs at least {nodes} XML nodes on a rank (the runtimes accept "
                          f"{MAX_NODES_PER_RANK}): not simulated")
             continue
-        sim = simulate(topology, schedule, size_bytes)
+        sim = simulate(topology, schedule, size_bytes, sim_options)
         times[name] = sim.time_us
         if sim.time_us is not None:
             correct.append(Choice(schedule, sim, Candidate(name, schedule.collective.chunk_factor, sim.time_us,
                                                            len(schedule.transfers))))
     correct.sort(key=lambda choice: choice.time_us)  # stable: the first listed wins ties
     return BaselineComparison(times, tuple(correct), tuple(notes))
+
+
+def _within_channels(topology: Topology, kind: CollectiveKind, name: str, root: int, size_bytes: float,
+                     schedule: Schedule, limit: int) -> tuple[Schedule, str]:
+    """The baseline rebuilt with the most channels (rings, trees, copies) that fit ``limit``, and a note."""
+    from taccl_py.baselines import baseline
+    from taccl_py.errors import InputError
+
+    for channels in range(limit, 0, -1):
+        try:
+            fewer = baseline(topology, kind, name, channels=channels, root=root, size_bytes=size_bytes)
+        except InputError:
+            continue
+        if fewer.num_channels <= limit:
+            return fewer, (f"the {name} baseline uses {schedule.num_channels} channels, more than the GPUs give "
+                           f"communication ({limit}): compared with {fewer.num_channels}")
+    return schedule, (f"the {name} baseline uses {schedule.num_channels} channels, more than the GPUs give "
+                      f"communication ({limit}), and cannot be built with fewer: compared as it is")
 
 
 @dataclass(frozen=True)

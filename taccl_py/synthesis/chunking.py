@@ -106,6 +106,10 @@ def chunk_factors(options: SynthesisOptions, prepared: Prepared) -> tuple[int, .
     links = prepared.topology.links
     min_latency = min(link.latency for link in links)
     mean_bw = sum(link.bandwidth for link in links) / len(links)
+    if options.endpoint_aware and prepared.topology.has_endpoint_limits:  # pieces move at what memory allows
+        from taccl_py.synthesis.endpoint import effective_bandwidth
+
+        mean_bw = effective_bandwidth(prepared.topology, prepared.kind, options.endpoint, mean_bw)
     return auto_chunk_factors(prepared.kind, prepared.num_gpus, prepared.size_bytes, max(min_latency, 1e-3), mean_bw,
                               options.max_steps_per_rank, element_bytes=options.element_bytes,
                               instances=options.instances)

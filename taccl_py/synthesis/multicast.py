@@ -329,7 +329,7 @@ def switch_candidates(run: Run, prepared: Prepared, size_bytes: float) -> Switch
             run.report("simulating", chunk_factor=schedule.collective.chunk_factor, ordering=name,
                        transfers=len(schedule))
             with run.stage("simulate"):
-                sim = simulate(topology, schedule, size_bytes)
+                sim = simulate(topology, schedule, size_bytes, run.sim_options)
             cand = Candidate(label=name, chunk_factor=schedule.collective.chunk_factor, time_us=sim.time_us,
                              transfers=len(schedule), note=sim.error or "", variant=variant, switch=True)
             candidates.append(cand)

@@ -49,7 +49,7 @@ def _timed(run: Run, topology: Topology, name: str, kind: CollectiveKind, size_b
         return None
     run.report("simulating", chunk_factor=pieces, ordering=f"{name} pipelined", transfers=len(schedule))
     with run.stage("simulate"):
-        sim = simulate(topology, schedule, size_bytes)
+        sim = simulate(topology, schedule, size_bytes, run.sim_options)
     return schedule, sim
 
 
@@ -73,7 +73,7 @@ def tuned_offload(run: Run, topology: Topology, kind: CollectiveKind, size_bytes
             continue
         pieces = start.collective.chunk_factor
         with run.stage("simulate"):
-            first = simulate(topology, start, size_bytes)
+            first = simulate(topology, start, size_bytes, run.sim_options)
         if first.time_us is None:
             continue
         best: tuple[int, Schedule, SimResult] = (pieces, start, first)

@@ -10,8 +10,11 @@ from typing import Any
 
 from solver_models._backend import SolverConfig
 from solver_models.routing import ColumnBudget
+from taccl_py.endpoint import EndpointMode
 from taccl_py.msccl.selection import DEFAULT_TYPE_SIZE
+from taccl_py.simulator import SimOptions
 from taccl_py.sketch import Sketch
+from taccl_py.topology import Topology
 
 __all__ = ["STAGES", "ProgressFn", "Run", "SynthesisOptions", "WorkBudget"]
 
@@ -95,6 +98,13 @@ class SynthesisOptions:
     multidim_shortcut: bool = True
     """On a topology with dimensions, skip the solver stages when ``hier-lb`` is modelled near the bound
     (:mod:`taccl_py.synthesis.multidim`)."""
+    endpoint: EndpointMode = EndpointMode.GPU
+    """Who drives the collective at the GPUs (``--endpoint``): where the topology declares endpoint limits
+    (memory, channels), routing and ordering count them in this mode and every candidate and baseline is
+    simulated with them (:mod:`taccl_py.synthesis.endpoint`). Without limits the mode changes nothing."""
+    endpoint_aware: bool = True
+    """Route, order, pipeline and spread over channels counting the endpoint limits; False: only simulate with
+    them (the synthesizer before it knew the endpoint, for comparison)."""
 
     @property
     def work(self) -> WorkBudget:
@@ -133,6 +143,15 @@ class Run:
         o = self.options
         return SolverConfig(o.solver, max(1.0, self.remaining_s()), o.threads, o.seed, work_limit=work_limit,
                             max_nodes=o.work.master_nodes)
+
+    def knows_endpoint(self, topology: Topology) -> bool:
+        """Do the synthesis stages count ``topology``'s endpoint limits (it declares some, and the options ask)?"""
+        return self.options.endpoint_aware and topology.has_endpoint_limits
+
+    @property
+    def sim_options(self) -> SimOptions:
+        """How candidates and baselines are simulated: with the endpoint mode of the options."""
+        return SimOptions(endpoint=self.options.endpoint)
 
     def column_budget(self) -> ColumnBudget:
         work = self.options.work

@@ -103,7 +103,8 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
     comparison = BaselineComparison({}, ())
     if options.compare_baselines:
         with run.stage("baselines"):
-            comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances)
+            comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances,
+                                           sim_options=run.sim_options, channel_limit=_channel_limit(run, topology))
         notes += comparison.notes
     if tuned:  # switch-offload schedules with a searched pipeline depth rank with the baselines
         candidates += [choice.candidate for choice in tuned]
@@ -131,6 +132,15 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
                            time_limit_hit=bool(guarded or stopped), ranked=ranking.ranked)
 
 
+def _channel_limit(run: Run, topology: Topology) -> int | None:
+    """The channels a schedule may use: the GPUs' communication channels over the XML's instances, when the
+    synthesizer counts them (:mod:`taccl_py.synthesis.endpoint`)."""
+    from taccl_py.synthesis.endpoint import channel_limit
+
+    limit = channel_limit(topology, run.options.endpoint) if run.knows_endpoint(topology) else None
+    return None if limit is None else max(1, limit // run.options.instances)
+
+
 def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_bytes: float,
                     shortcut: Shortcut) -> SynthesisResult:
     """The result when the multi-dimensional shortcut skips the solver stages: the best baseline."""
@@ -138,7 +148,8 @@ def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_byt
     run.report("shortcut", estimate_us=shortcut.estimate_us, bound_us=shortcut.bound_us)
     with run.stage("baselines"):
         comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances,
-                                       shortcut.baselines)
+                                       shortcut.baselines, sim_options=run.sim_options,
+                                       channel_limit=_channel_limit(run, topology))
     ranking = rank_choices([], comparison, size_bytes, options.element_bytes, options.instances)
     if not ranking.ranked:
         raise Infeasible("no baseline applies and the solver stages were skipped")

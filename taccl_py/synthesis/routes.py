@@ -16,6 +16,7 @@ from solver_models.routing import ColumnPool, path_columns, tree_columns
 from solver_models.symmetry import Symmetry, find_symmetry, trivial_symmetry
 from taccl_py.collectives import CollectiveKind
 from taccl_py.sketch import Sketch, derive_sketch
+from taccl_py.synthesis.endpoint import gpu_resources
 from taccl_py.synthesis.options import Run
 from taccl_py.topology import Topology
 
@@ -127,10 +128,14 @@ def _phase(run: Run, prepared: Prepared, d: Direction | None, *, reversed_: bool
     if d is None:
         return None
     kind = prepared.kind
+    # GPU memory and channels as capacity rows beside the links (:mod:`taccl_py.synthesis.endpoint`)
+    resources = gpu_resources(d.topology, run.options.endpoint, reduction=reversed_) \
+        if run.knows_endpoint(d.topology) else ()
     if kind is CollectiveKind.ALLTOALL:
-        return Phase(d, path_columns(d.topology, d.graph, d.symmetry, budget=run.column_budget()),
-                     CollectiveKind.ALLTOALL, reversed=False)
+        return Phase(d, path_columns(d.topology, d.graph, d.symmetry, budget=run.column_budget(),
+                                     resources=resources), CollectiveKind.ALLTOALL, reversed=False)
     roots = (prepared.root,) if prepared.root is not None else None
     spread = CollectiveKind.BROADCAST if kind in _ROOTED else CollectiveKind.ALLGATHER
-    pool = tree_columns(d.topology, d.graph, d.symmetry, roots=roots, budget=run.column_budget())
+    pool = tree_columns(d.topology, d.graph, d.symmetry, roots=roots, budget=run.column_budget(),
+                        resources=resources)
     return Phase(d, pool, spread, reversed=reversed_)

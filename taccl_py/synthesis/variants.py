@@ -16,13 +16,14 @@ from enum import Enum
 
 from solver_models._backend import SolveStats
 from solver_models.logical import LogicalGraph
-from solver_models.ordering import Task, TaskTiming, arrival_order, list_order, pipeline_order
+from solver_models.ordering import EndpointUse, Task, TaskTiming, arrival_order, list_order, pipeline_order
 from solver_models.routing import Column, RoutingPlan, assign_pieces
 from solver_models.scheduling import merge_candidates, schedule_tasks
 from solver_models.symmetry import Symmetry
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Transfer
 from taccl_py.synthesis.chunking import selectable_at
+from taccl_py.synthesis.endpoint import channel_limit, endpoint_use
 from taccl_py.synthesis.options import Run
 from taccl_py.synthesis.routes import Phase, RoutePools
 from taccl_py.synthesis.streams import StreamLayout, stream_layouts, stream_transfers
@@ -202,13 +203,17 @@ def _greedy(rule: OrderingRule, tasks: Sequence[Task], timing: TaskTiming, merge
     return Ordering(rule, tuple(timing.start_us), group)
 
 
-def orderings(run: Run, tasks: list[Task], num_links: int) -> tuple[list[Ordering], list[SolveStats]]:
-    """Candidate orders of the tasks, the CP-SAT schedule first when it ran; each will be simulated."""
+def orderings(run: Run, tasks: list[Task], num_links: int,
+              endpoint: EndpointUse | None = None) -> tuple[list[Ordering], list[SolveStats]]:
+    """Candidate orders of the tasks, the CP-SAT schedule first when it ran; each will be simulated.
+
+    ``endpoint``: the tasks' use of GPU memory and channels, which the greedy estimates then count.
+    """
     options = run.options
     latency_bound = any(t.latency_us > t.duration_us for t in tasks)
     with run.stage("ordering"):
         found, stats, timing = _greedy_orderings(options.max_list_tasks, options.max_multi_order_transfers,
-                                                 tasks, num_links, latency_bound)
+                                                 tasks, num_links, latency_bound, endpoint)
     run.report("ordering", incumbent_us=timing.makespan_us, tasks=len(tasks))
     if len(tasks) <= options.max_cpsat_tasks:
         with run.stage("scheduling"):
@@ -227,17 +232,18 @@ def orderings(run: Run, tasks: list[Task], num_links: int) -> tuple[list[Orderin
 
 
 def _greedy_orderings(max_list_tasks: int, max_multi_order_transfers: int, tasks: list[Task], num_links: int,
-                      latency_bound: bool) -> tuple[list[Ordering], list[SolveStats], TaskTiming]:
+                      latency_bound: bool, endpoint: EndpointUse | None = None,
+                      ) -> tuple[list[Ordering], list[SolveStats], TaskTiming]:
     """The greedy rules' orders, their statistics and the best estimate (CP-SAT's hint)."""
     found: list[Ordering] = []
     stats: list[SolveStats] = []
-    timing = arrival_order(tasks, num_links)
+    timing = arrival_order(tasks, num_links, endpoint)
     found.append(_greedy(OrderingRule.ARRIVAL, tasks, timing, latency_bound))
     stats.append(SolveStats(stage="ordering (greedy, arrival rule)", solver="greedy", status="done",
                             objective=timing.makespan_us, variables=len(tasks),
                             note="makespan estimate with one message per link at a time, us"))
     if len(tasks) <= max_list_tasks:
-        timing_list = list_order(tasks, num_links)
+        timing_list = list_order(tasks, num_links, endpoint=endpoint)
         found.append(_greedy(OrderingRule.LIST, tasks, timing_list, latency_bound))
         stats.append(SolveStats(stage="ordering (greedy, most-work-first rule)", solver="greedy", status="done",
                                 objective=timing_list.makespan_us, variables=len(tasks), note="makespan estimate, us"))
@@ -316,11 +322,11 @@ def _alternate_channels(transfers: Sequence[Transfer], channels: int) -> tuple[T
     return tuple(result)
 
 
-def _channel_variants(run: Run, tasks: Sequence[Task],
-                      found: Sequence[Ordering]) -> list[tuple[Variant, tuple[Transfer, ...]]]:
+def _channel_variants(run: Run, tasks: Sequence[Task], found: Sequence[Ordering],
+                      limit: int | None = None) -> list[tuple[Variant, tuple[Transfer, ...]]]:
     """Each ordering on one channel per connection, and also spread over more channels (all of them on
     instances small enough, the first one otherwise); the first one also staggered, and with its own and
-    forwarded pieces apart.
+    forwarded pieces apart. ``limit``: the communication channels the GPUs give (no more are used).
 
     Apart: a connection carries the sender's own pieces on channel 0 and the pieces it forwards on channel 1,
     two FIFOs. On one, a forwarded piece queues behind the own pieces ordered before it (all ready at once)
@@ -328,7 +334,7 @@ def _channel_variants(run: Run, tasks: Sequence[Task],
     own pieces, which keep the links busy to the end. (2xDGX-2 Allgather 1 GB: the pieces that crossed
     machines were relayed only after every local piece had gone, 8,445 us; apart, 8,344 us.)
     """
-    channels = run.options.channels
+    channels = run.options.channels if limit is None else min(run.options.channels, limit)
     variants = []
     relays = any(t.pred >= 0 for t in tasks) and any(t.pred < 0 for t in tasks)
     for k, ordering in enumerate(found):
@@ -355,8 +361,12 @@ def _assign(run: Run, phase: Phase, pieces: int, piece_bytes: float) -> RoutingP
     return plan
 
 
-def phase_variants(run: Run, phase: Phase, chunk_factor: int, size_bytes: float) -> PhaseVariants:
-    """Route one phase's pieces (integer master), order them every way, spread them over channels."""
+def phase_variants(run: Run, phase: Phase, chunk_factor: int, size_bytes: float, *,
+                   after_reduction: bool = False) -> PhaseVariants:
+    """Route one phase's pieces (integer master), order them every way, spread them over channels.
+
+    ``after_reduction``: the Allgather half of an Allreduce (for the engine's memory estimate).
+    """
     d = phase.direction
     n, c = d.topology.num_gpus, chunk_factor
     rooted = phase.rooted
@@ -373,9 +383,15 @@ def phase_variants(run: Run, phase: Phase, chunk_factor: int, size_bytes: float)
             own_first = bool(sketch and sketch.enforce_ordering)
             tasks = tree_tasks(d.graph, d.symmetry, plan, piece_bytes, own_first,
                                lambda gpu, j: j if rooted else gpu * c + j)
-    found, order_stats = orderings(run, tasks, len(d.topology.links))
+    aware = run.knows_endpoint(d.topology)
+    use = endpoint_use(d.topology, run.options.endpoint, tasks, reduction=phase.reversed,
+                       after_reduction=after_reduction, paths=phase.kind is CollectiveKind.ALLTOALL) if aware else None
+    found, order_stats = orderings(run, tasks, len(d.topology.links), use)
     with run.stage("ordering"):
-        variants = _channel_variants(run, tasks, found)
+        limit = channel_limit(d.topology, run.options.endpoint) if aware else None
+        # the XML repeats the schedule's channels once per instance
+        variants = _channel_variants(run, tasks, found,
+                                     None if limit is None else max(1, limit // run.options.instances))
         if phase.reversed:
             variants = [(v, _reverse_to_reduction(ts)) for v, ts in variants]
     return PhaseVariants(tuple(variants), (plan.stats[1], *order_stats))
@@ -387,7 +403,9 @@ def candidate_schedules(run: Run, topology: Topology, kind: CollectiveKind, pool
     """Every variant that all phases produced, the phases joined in order, staggered where asked; then the
     first ordering with its machine links streamed, where that applies (:func:`streamed_variants`: every
     layout for the first chunk factor tried, the first layout for the others)."""
-    parts = [phase_variants(run, phase, chunk_factor, size_bytes) for phase in pools.phases]
+    parts = [phase_variants(run, phase, chunk_factor, size_bytes,
+                            after_reduction=kind is CollectiveKind.ALLREDUCE and not phase.reversed)
+             for phase in pools.phases]
     stats = [s for part in parts for s in part.stats]
     # the same variant in every phase of an Allreduce
     by_variant = [dict(part.variants) for part in parts]
@@ -434,6 +452,9 @@ def streamed_variants(run: Run, topology: Topology, collective: Collective, base
     """
     options = run.options
     if options.chunk_factors or (options.sketch is not None and options.sketch.chunk_factor):
+        return []
+    limit = channel_limit(topology, options.endpoint) if run.knows_endpoint(topology) else None
+    if limit is not None and limit // options.instances < 2:  # a streamed layout takes two channels per instance
         return []
     machine = topology.machine_of
     cross = [t for t in base.transfers if machine[t.src] != machine[t.dst]]

@@ -1,0 +1,105 @@
+"""The file the user gets is loadable: a hierarchical baseline past MSCCL's limits is written with fewer splits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_runner import only_json, run
+
+from taccl_py.baselines import baseline
+from taccl_py.collectives import CollectiveKind
+from taccl_py.errors import LoweringError
+from taccl_py.library import AstraDimension, AstraKind, astra_topology
+from taccl_py.msccl import load_program, lower_schedule, verify_program
+from taccl_py.msccl.ir import Program
+from taccl_py.schedule import Schedule
+from taccl_py.simulator import simulate
+from taccl_py.synthesis.loadable import fewer_splits, hierarchical_splits
+from taccl_py.topology import Topology
+from taccl_py.topology_io import save_topology
+
+GB = 2**30
+
+
+def _network() -> Topology:
+    """[Ring 4, Switch 2]: at 1 GB hier-lb's Allreduce pipelines 128 splits, 64 connections between two ranks
+    (32 allowed); with 64 splits a rank needs 5007 XML nodes (4096 allowed); 32 splits fit."""
+    return astra_topology([AstraDimension(AstraKind.RING, 4, 200.0, 500.0),
+                           AstraDimension(AstraKind.SWITCH, 2, 50.0, 2000.0)], name="ring4-switch2")
+
+
+def test_the_next_split_count_follows_how_far_over_the_limit_the_last_one_was() -> None:
+    """A stand-in lowering that takes at most 8 splits and says how far over it is: 128 (4x over) -> 32 (3x
+    over) -> 8 (largest power of two <= 32 / 3): three attempts, the last one kept."""
+    topo = _network()
+    schedule = baseline(topo, CollectiveKind.ALLREDUCE, "hier-lb", size_bytes=GB)
+    assert hierarchical_splits(schedule) == ("hier-lb", 128)
+    tried: list[int] = []
+
+    def lower(candidate: Schedule, say_how_far: bool = True) -> Program:
+        found = hierarchical_splits(candidate)
+        assert found is not None
+        tried.append(found[1])
+        if found[1] > 8:
+            raise LoweringError("too big", over=found[1] / 8 * 0.75 if say_how_far else None)
+        return lower_schedule(candidate, topo)
+
+    capped = fewer_splits(topo, CollectiveKind.ALLREDUCE, schedule, GB, LoweringError("too big", over=4.0), lower)
+    assert capped is not None and capped.splits == 8 and tried == [32, 8]
+    assert capped.refused == ("128 splits: too big", "32 splits: too big")
+    assert hierarchical_splits(capped.schedule) == ("hier-lb", 8)
+    # without a figure it halves; nothing hierarchical, nothing to cap
+    tried.clear()
+    assert fewer_splits(topo, CollectiveKind.ALLREDUCE, schedule, GB, LoweringError("too big"),
+                        lambda candidate: lower(candidate, say_how_far=False)) is not None
+    assert tried == [64, 32, 16, 8]
+    ring = baseline(topo, CollectiveKind.ALLREDUCE, "ring", size_bytes=GB)
+    assert hierarchical_splits(ring) is None
+    assert fewer_splits(topo, CollectiveKind.ALLREDUCE, ring, GB, LoweringError("x"), lower) is None
+
+
+@pytest.mark.slow
+def test_the_capped_schedule_lowers_verifies_and_is_timed() -> None:
+    topo = _network()
+    schedule = baseline(topo, CollectiveKind.ALLREDUCE, "hier-lb", size_bytes=GB)
+    with pytest.raises(LoweringError, match="need a channel but all 32 are taken") as failed:
+        lower_schedule(schedule, topo)
+    assert failed.value.over == pytest.approx(2.0)
+    capped = fewer_splits(topo, CollectiveKind.ALLREDUCE, schedule, GB, failed.value,
+                          lambda s: lower_schedule(s, topo))
+    # 2x over on channels: 64 splits, which need 5007 XML nodes on a rank (4096 allowed): 32
+    assert capped is not None and capped.splits == 32 and len(capped.refused) == 2
+    assert "XML nodes" in capped.refused[1]
+    assert verify_program(capped.program).correct
+    choice = capped.choice(topo, GB)
+    assert choice is not None and choice.candidate.label == "hier-lb (32 splits)"
+    full = simulate(topo, schedule, GB).time_us
+    assert full is not None and full <= choice.time_us < simulate(topo, baseline(
+        topo, CollectiveKind.ALLREDUCE, "hier", size_bytes=GB), GB).time_us  # type: ignore[operator]
+
+
+@pytest.mark.slow
+def test_baseline_and_synthesize_write_the_capped_file_and_say_both_times(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    topo_path = tmp_path / "net.json"
+    save_topology(_network(), topo_path)
+    out = tmp_path / "b.xml"
+    code, stdout, err = run(["baseline", "-t", str(topo_path), "-c", "allreduce", "-s", "1GB", "-a", "hier-lb",
+                             "-o", str(out), "--json"], capsys)
+    assert code == 0, err
+    data = only_json(stdout)
+    xml = data["xml"]
+    assert xml["changed"].startswith("32 splits: with 128 splits, 64 splits the program exceeds the runtime's limits")
+    assert xml["time_us"] > data["baselines"][0]["time_us"]  # the file's time, not the table's 128 splits
+    assert verify_program(load_program(out)).correct
+    out = tmp_path / "s.xml"
+    code, stdout, err = run(["synthesize", "-t", str(topo_path), "-c", "allreduce", "-s", "1GB", "-o", str(out),
+                             "--json"], capsys)
+    assert code == 0, err
+    report = only_json(stdout)
+    assert report["algorithm"] == "baseline hier-lb (32 splits)" and report["xml_verified"]
+    assert report["best_overall"]["algorithm"] == "baseline hier-lb"
+    assert report["best_overall"]["time_us"] < report["time_us"] == xml["time_us"]
+    assert any("the hier-lb baseline (128 splits)" in note and "cannot be written" in note
+               for note in report["notes"])
