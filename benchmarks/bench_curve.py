@@ -14,7 +14,7 @@ stages. The XML files go to a temporary directory and are deleted after each poi
 shared cores); ``make bench`` a quick subset. Set ``TACCL_CURVE_RESUME=FILE.jsonl`` to keep every finished
 point in FILE as it finishes and resume an interrupted run from it (delete the file when the code changes).
 Set ``TACCL_CURVE_TOPOLOGIES=ndv2x2,dgx-a100x2`` to run the full size range on those topologies only (the
-section then says which of the shipped ones it covers).
+section then says which of the shipped ones it covers), ``TACCL_CURVE_JOBS=1`` to run one point at a time.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.
 FULL_SIZES = tuple(4**k * 1024 for k in range(12))  # 1 KB ... 4 GB
 QUICK = (("dgx-a100x2-forestcoll",), (1024, 1 << 20, 1 << 26))
 TIME_LIMIT_S = 60.0
-JOBS = 2
+JOBS = int(os.environ.get("TACCL_CURVE_JOBS", "2"))
+"""Points at a time (worker processes); ``TACCL_CURVE_JOBS=1`` keeps a shared machine to one process."""
 FIGURE = "curve-efficiency.png"
 
 

@@ -59,8 +59,8 @@ from taccl_py.tolerances import SEARCH_IMPROVEMENT_REL
 from taccl_py.topology import Topology, Vertex
 from taccl_py.units import algbw_gbps, bytes_per_us_to_gbps, gbps_to_bytes_per_us
 
-__all__ = ["Bound", "BoundProfile", "JointBound", "bound_profile", "joint_lower_bound", "leave_demand", "lower_bound",
-           "unicast_view"]
+__all__ = ["Bound", "BoundProfile", "JointBound", "PairBound", "bound_profile", "joint_lower_bound", "leave_demand",
+           "lower_bound", "pair_bound", "unicast_view"]
 
 _ECCENTRICITY_SOURCES = 64
 """Above this many GPUs the latency eccentricity is taken over this many evenly spaced sources (still valid)."""
@@ -749,3 +749,90 @@ def _joint_candidates(topology: Topology, graph: _Graph, singles: Sequence[Bound
 
 _JOINT_FLOW_GPUS = 256
 """Up to this many GPUs the joint bound also tries the minimum cuts between GPU 0 and every other GPU."""
+
+
+# ------------------------------------------------------------ latency plus data, per pair
+@dataclass(frozen=True)
+class PairBound:
+    """Latency and data together for one (source, destination) pair: see :func:`pair_bound`."""
+
+    bound_us: float
+    source: int
+    destination: int
+    bytes: float
+    """What of the source's data must enter the destination."""
+
+    @property
+    def explanation(self) -> str:
+        return (f"latency and data: {self.bytes:.6g} B of GPU {self.source}'s data must enter GPU "
+                f"{self.destination}, each link into it carrying it only from when it can first arrive "
+                f"there: {self.bound_us:.6g} us")
+
+
+def pair_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: float, *, root: int = 0,
+               step_overhead_us: float = 0.0) -> PairBound | None:
+    """A lower bound that adds latency and data for one pair of GPUs (None for fewer than 2 GPUs).
+
+    Every element of the data GPU ``s`` contributes to GPU ``r``'s result enters
+    ``r`` in some transfer whose sender already held data depending on it: that
+    transfer starts no earlier than the cheapest chain of routes from ``s`` to
+    its sender (``d``, relays allowed), and its bytes move on its last link
+    ``l`` (into ``r``) only after its route latency, so not before
+    ``e_l = d(s, tail of l) + latency(l)``. The transfers into ``r`` that carry
+    ``s``'s data carry every element of it at least once (``B`` bytes: the
+    buffer for Allreduce, Broadcast from the root and Reduce to it; a block,
+    ``size / N``, for Allgather, ReduceScatter and Alltoall), and link ``l``
+    moves at most ``bandwidth(l)`` of them per microsecond, so
+    ``T >= min {T : sum_l bandwidth(l) x max(0, T - e_l) >= B}``. This
+    combines the latency of the farthest pair with the bandwidth into it,
+    which neither the latency eccentricity nor the cut bounds do (on `ring8`
+    Allreduce 32 KB: 2.305 us against 2.0). It holds with multicast and
+    in-network reduction (data still enters ``r`` over its links). The
+    maximum is over every pair, above 64 GPUs over 64 evenly spaced sources
+    (still a valid bound). Proof and figures: docs/simulator.md, "Latency
+    and data together".
+    """
+    kind = kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
+    if not size_bytes > 0:
+        raise InputError(f"must be > 0 bytes (got {size_bytes!r})", where="--size")
+    n = topology.num_gpus
+    if n < 2:
+        return None
+    if kind is CollectiveKind.BROADCAST:
+        sources, need = [root], float(size_bytes)
+    elif kind in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCE):
+        sources, need = list(range(0, n, max(1, n // _ECCENTRICITY_SOURCES))), float(size_bytes)
+    else:
+        sources, need = list(range(0, n, max(1, n // _ECCENTRICITY_SOURCES))), size_bytes / n
+    vid = topology.vertex_id
+    best = PairBound(0.0, -1, -1, need)
+    for s in sources:
+        dist = _distances_from(topology, s)
+        destinations = [root] if kind is CollectiveKind.REDUCE else range(n)
+        for r in destinations:
+            if r == s:
+                continue
+            arrivals = sorted((dist[vid[topology.links[li].src]] + topology.links[li].latency + step_overhead_us,
+                               gbps_to_bytes_per_us(topology.links[li].bandwidth)) for li in topology.in_links[r])
+            t = _fill_time(arrivals, need)
+            if t > best.bound_us:
+                best = PairBound(t, s, r, need)
+    return best if best.source >= 0 else None
+
+
+def _fill_time(arrivals: Sequence[tuple[float, float]], need: float) -> float:
+    """The first T with sum of rate x max(0, T - start) >= need, for (start, rate) sorted by start."""
+    rate = moved = 0.0
+    now = math.inf
+    for start, link_rate in arrivals:
+        if math.isinf(start):
+            break
+        if rate > 0 and moved + rate * (start - now) >= need:
+            break
+        if rate > 0:
+            moved += rate * (start - now)
+        now = start
+        rate += link_rate
+    if rate <= 0:
+        return math.inf
+    return now + (need - moved) / rate

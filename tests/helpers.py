@@ -64,11 +64,13 @@ def round_trip(schedule: Schedule, topology: Topology, size_bytes: int = ROUND_T
 
     The schedule must be correct in the simulator; its XML must verify and (for one instance) take the
     schedule's simulated time within ``time_rel``. ``options`` go to :func:`lower_schedule` (``dialect``,
-    ``instances``...).
+    ``instances``...; ``timing`` is the schedule's simulation at ``size_bytes`` unless given, ``timing=None``
+    lowers by the schedule's structure alone).
     """
     expected = simulate(topology, schedule, size_bytes)
     assert expected.correct and expected.time_us is not None, expected.error
     dialect = str(options.get("dialect", "v2"))
+    options.setdefault("timing", expected)  # as `taccl synthesize -o` lowers: with the times at its size
     program = lower_schedule(schedule, topology, **options)  # type: ignore[arg-type]
     timed = xml_round_trip(program, topology, size_bytes, dialect=dialect)
     if options.get("instances", 1) == 1:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taccl_py.baselines import applicable_baselines, baseline
-from taccl_py.bounds import lower_bound
+from taccl_py.bounds import lower_bound, pair_bound
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import InputError
 from taccl_py.library import ring, switch_star
@@ -304,3 +304,46 @@ def test_every_baseline_respects_the_bound(topology: Topology, kind: CollectiveK
         efficiency = bound.efficiency(result.time_us)
         assert efficiency == pytest.approx(bound.bound_us / result.time_us)
         assert efficiency is not None and 0 < efficiency <= 1
+
+
+# ------------------------------------------------- latency and data per pair
+def test_pair_bound_on_a_ring_is_the_farthest_latency_plus_the_buffer_over_both_links() -> None:
+    """ring of 8 (0.5 us per link): GPU 4 is 4 hops from GPU 0 either way, so 0's buffer enters 4 over its two
+    links from 2.0 us on: T >= 2.0 + M / (2 B). For Allgather only a block (M/8) must."""
+    topology = ring(8)
+    assert {link.latency for link in topology.links} == {0.5}
+    rate = gbps(topology.links[0].bandwidth)
+    got = pair_bound(topology, "allreduce", 32768)
+    assert got is not None and (got.source, got.destination) == (0, 4)
+    assert got.bound_us == pytest.approx(2.0 + 32768 / (2 * rate))
+    assert pair_bound(topology, "allgather", 32768).bound_us == pytest.approx(2.0 + 4096 / (2 * rate))
+    assert pair_bound(topology, "broadcast", 32768, root=3).bound_us == pytest.approx(2.0 + 32768 / (2 * rate))
+
+
+def test_pair_bound_counts_each_link_from_when_the_data_can_reach_it() -> None:
+    """GPU 0 -> 1 directly (1 GB/s, 1 us) and through GPU 2 (0->2 and 2->1, 1 GB/s, 2 us each). 4000 B
+    enter GPU 1 over the direct link from 1 us and over 2->1 from 4 us: 3000 B by 4 us, then 2000 B per us:
+    T = 4.5 us (4000 B)."""
+    links = [Link(0, 1, 1.0, 1.0), Link(0, 2, 1.0, 2.0), Link(2, 1, 1.0, 2.0), Link(1, 0, 1.0, 1.0),
+             Link(1, 2, 1.0, 1.0), Link(2, 0, 1.0, 1.0)]
+    topology = check_topology(Topology("tri", 3, tuple(links)))
+    got = pair_bound(topology, "reduce", 4000, root=1)
+    assert got is not None and got.source == 0 and got.bound_us == pytest.approx(4.5)
+
+
+@pytest.mark.slow
+@settings(max_examples=60)
+@given(topology=topologies(max_gpus=7), kind=st.sampled_from(list(CollectiveKind)),
+       size=st.sampled_from([1, 1000, 65536, 1 << 20]) | st.integers(1, 1 << 24),
+       overhead=st.sampled_from([0.0, 0.0, 0.8]), data=st.data())
+def test_no_baseline_beats_the_pair_bound(topology: Topology, kind: CollectiveKind, size: int, overhead: float,
+                                          data: st.DataObject) -> None:
+    """Simulated time of every correct baseline (ring, trees, direct, one-shot exchanges...) >= pair bound."""
+    root = data.draw(st.integers(0, topology.num_gpus - 1), label="root")
+    bound = pair_bound(topology, kind, size, root=root, step_overhead_us=overhead)
+    assert bound is not None
+    for algorithm in applicable_baselines(topology, kind, root=root):
+        schedule = baseline(topology, kind, algorithm, root=root, size_bytes=size, step_overhead_us=overhead)
+        result = simulate(topology, schedule, size, SimOptions(step_overhead_us=overhead))
+        assert result.correct and result.time_us is not None, f"{algorithm}: {result.error}"
+        assert result.time_us >= bound.bound_us * (1 - 1e-9), (algorithm, result.time_us, bound)

@@ -77,3 +77,23 @@ def test_waits_with_after_constraints(topo: Topology, data: st.DataObject) -> No
         forward = schedule.with_transfers(transfers)
         assert analyze(forward).forward_after
         check_exact(forward)
+
+
+@settings(max_examples=30)
+@given(topo=topologies(min_gpus=2, max_gpus=5), budget=st.sampled_from([1, 4, 10**6]), data=st.data())
+def test_surely_waits_is_never_wrong_and_exact_without_a_bound(topo: Topology, budget: int,
+                                                               data: st.DataObject) -> None:
+    """A bounded search may miss a wait (False) but never invents one; with room enough it is ``waits``."""
+    if data.draw(st.booleans()):
+        schedule = data.draw(spanning_tree_allgathers(topo))
+    else:
+        schedule = data.draw(spanning_tree_reductions(topo, CollectiveKind.REDUCE))
+    order = analyze(schedule)
+    events = [(t, k) for t in range(len(schedule.transfers)) for k in EVENTS]
+    for source in events:
+        truth = reachable(order, source)
+        for target in events:
+            found = order.surely_waits(source, target, budget)
+            assert not found or target in truth, (source, target)
+            if budget == 10**6:
+                assert found == (target in truth), (source, target)

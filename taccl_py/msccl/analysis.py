@@ -97,6 +97,62 @@ class ScheduleOrder:
             return False
         return self._search(source, target, labels)
 
+    def surely_waits(self, event_from: tuple[int, int], event_to: tuple[int, int], budget: int = 256) -> bool:
+        """True only if ``event_from`` waits for ``event_to``; False also when that is not found in ``budget`` steps.
+
+        For callers to whom a wrong False costs only efficiency (a step or a
+        threadblock more), never correctness: the search is bounded. It goes
+        deepest first (lowest level), and for a commit target it also stops
+        at any event that waits for that commit directly (the start of a
+        reader of the write, or later on the reader's connection; a later
+        writer's commit).
+        """
+        source = 3 * event_from[0] + event_from[1]
+        target = 3 * event_to[0] + event_to[1]
+        if source == target:
+            return True
+        labels = self._labels
+        if labels is None:
+            return self._search(source, target, None)
+        level, height = labels
+        level_to, height_to = level[target], height[target]
+        if level[source] <= level_to or height[source] >= height_to:
+            return False
+        target_t, target_kind = divmod(target, 3)
+        conn_id, conn_pos = self.connection_id, self.connection_pos
+        stops: dict[int, int] = {}  # connection -> first position (2 x index + kind) that waits for the target
+        events = {target}
+        if target_kind == COMMIT:
+            transfers = self.schedule.transfers
+            for d in self.dependents[target_t]:
+                if target_t in self.raw[d] or target_t in transfers[d].after:
+                    c, pos = conn_id[d], 2 * conn_pos[d] + START
+                    if stops.get(c, pos + 1) > pos:
+                        stops[c] = pos
+                else:
+                    events.add(3 * d + COMMIT)
+        else:
+            stops[conn_id[target_t]] = 2 * conn_pos[target_t] + target_kind
+        stack = [source]
+        seen = {source}
+        while stack and budget > 0:
+            budget -= 1
+            for p in sorted(self._preds(stack.pop()), key=level.__getitem__, reverse=True):
+                if p in events:
+                    return True
+                if p in seen:
+                    continue
+                seen.add(p)
+                if level[p] <= level_to or height[p] >= height_to:
+                    continue
+                t, kind = divmod(p, 3)
+                if kind != COMMIT:
+                    first = stops.get(conn_id[t])
+                    if first is not None and 2 * conn_pos[t] + kind >= first:
+                        return True
+                stack.append(p)
+        return False
+
     def _search(self, source: int, target: int, labels: tuple[list[int], list[int]] | None) -> bool:
         """Depth-first search from ``source`` over events that could still reach ``target``."""
         target_t, target_kind = divmod(target, 3)

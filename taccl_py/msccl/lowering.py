@@ -29,9 +29,11 @@ import os
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+import numpy as np
+
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import LoweringError
-from taccl_py.msccl.analysis import INITIAL, ScheduleOrder, analyze
+from taccl_py.msccl.analysis import COMMIT, INITIAL, ScheduleOrder, analyze
 from taccl_py.msccl.assembly import Connection, LoweredOp, TbKey, assemble
 from taccl_py.msccl.ir import (
     DIALECTS,
@@ -46,10 +48,11 @@ from taccl_py.msccl.ir import (
 )
 from taccl_py.msccl.layout import BufferLayout, Location, contiguous_runs, is_contiguous, plan_layout
 from taccl_py.msccl.machine import build_machine
-from taccl_py.msccl.pairing import Item, Pair, choose_pairs, dead_after, merge
+from taccl_py.msccl.pairing import Item, Pair, Precedence, choose_pairs, dead_after, deferred_receives, merge
 from taccl_py.msccl.verify import find_deadlock, verify_program
 from taccl_py.msccl.writer import save_xml
 from taccl_py.schedule import Op, Schedule, Transfer
+from taccl_py.simulator import SimResult
 from taccl_py.topology import Topology
 
 __all__ = ["LoweringOptions", "lower_schedule", "write_program_xml", "write_schedule_xml"]
@@ -61,6 +64,12 @@ V1_NO_LIMIT = 1 << 62
 
 BaseConnection = tuple[int, int, int]
 """(src rank, dst rank, schedule channel)."""
+
+APPLY_LOCAL = 1 << 16
+"""Local threadblocks from this index on apply deferred receives (lower indices hold the initial copies)."""
+
+_APPLY_TAILS = 8
+"""How many chains (besides those ending in a writer it waits for) a deferred receive's apply may join."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,14 @@ MULTICAST_NOT_XML = ("the schedule uses switch multicast or in-network reduction
 
 def lower_schedule(schedule: Schedule, topology: Topology, *, dialect: str = "v2", instances: int = 1,
                    proto: str = "Simple", min_bytes: int = 0, max_bytes: int = 0, in_place: bool | None = None,
-                   name: str | None = None) -> Program:
+                   name: str | None = None, timing: SimResult | None = None) -> Program:
     """The MSCCL program of ``schedule`` (see the module docstring).
+
+    ``timing``: the schedule's simulation at the size the file is for. A
+    threadblock runs its steps in order; where the schedule's structure alone
+    does not show that an order delays nothing, these times decide, so the
+    XML takes the schedule's time at that size with fewer steps and
+    threadblocks. Without it the lowering relies on the structure alone.
 
     Raises :class:`LoweringError` when the schedule does not fit the dialect
     (too many channels, threadblocks, steps, offsets...), naming the limit.
@@ -94,13 +109,14 @@ def lower_schedule(schedule: Schedule, topology: Topology, *, dialect: str = "v2
     col = schedule.collective
     in_place_mode = options.in_place if options.in_place is not None else col.kind is not CollectiveKind.ALLTOALL
     expanded = _expand(schedule, options.instances)
-    return _Lowering(analyze(expanded), in_place_mode, options).run()
+    order = analyze(expanded)
+    return _Lowering(order, in_place_mode, options, Precedence(order, _event_times(schedule, timing, instances))).run()
 
 
 def write_schedule_xml(schedule: Schedule, topology: Topology, path: str | os.PathLike[str], *,
                        dialect: str = "v2", instances: int = 1, proto: str = "Simple", min_bytes: int = 0,
                        max_bytes: int = 0, in_place: bool | None = None, name: str | None = None,
-                       verify: bool = True) -> Program:
+                       verify: bool = True, timing: SimResult | None = None) -> Program:
     """Lower ``schedule``, verify the program and write it to ``path`` atomically; returns the program.
 
     With ``verify`` (the default) the program is checked as ``taccl verify``
@@ -109,7 +125,7 @@ def write_schedule_xml(schedule: Schedule, topology: Topology, path: str | os.Pa
     :class:`LoweringError` naming the first problem, and nothing is written.
     """
     program = lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=proto,
-                             min_bytes=min_bytes, max_bytes=max_bytes, in_place=in_place, name=name)
+                             min_bytes=min_bytes, max_bytes=max_bytes, in_place=in_place, name=name, timing=timing)
     return write_program_xml(program, path, dialect=dialect, verify=verify)
 
 
@@ -150,6 +166,19 @@ def _check_options(schedule: Schedule, topology: Topology, options: LoweringOpti
                             "written for v1")
 
 
+def _event_times(schedule: Schedule, timing: SimResult | None,
+                 instances: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(start, arrival, commit) per transfer of the expanded schedule, from ``timing`` (None: none given)."""
+    if timing is None:
+        return None
+    count = len(schedule.transfers)
+    arrays = (timing.start_us, timing.arrive_us, timing.commit_us)
+    if not timing.correct or any(len(a) != count for a in arrays):
+        raise LoweringError(f"the timing given is not a correct simulation of this schedule ({count} transfers)")
+    start, arrive, commit = (np.repeat(np.asarray(a, dtype=float), instances) for a in arrays)
+    return start, arrive, commit
+
+
 def _expand(schedule: Schedule, instances: int) -> Schedule:
     """Split every chunk in ``instances`` parts sent on parallel channels (chunk k -> k*I + i)."""
     if instances == 1:
@@ -173,6 +202,8 @@ class _Structure:
     segments: dict[BaseConnection, int]
     """Connections cut into this many segments (each on its own channel); absent means 1."""
     pairs: frozenset[Pair]
+    apply_cap: int = 0
+    """At most this many deferred receives are applied per local threadblock (0: none is deferred)."""
 
 
 @dataclass(frozen=True)
@@ -186,14 +217,17 @@ class _Ops:
     """(send-type op, the receive-type op that takes its data), for every piece of every transfer."""
     scratch: tuple[int, ...]
     """Scratch chunks per rank, staging areas included."""
+    deferred: frozenset[int] = frozenset()
+    """Receives that land in scratch and are applied in local threadblocks (:func:`deferred_receives`)."""
 
 
 class _Lowering:
     """The lowering of one schedule; ``run`` retries with fewer pairings / more segments until it fits."""
 
-    def __init__(self, order: ScheduleOrder, in_place: bool, options: LoweringOptions) -> None:
+    def __init__(self, order: ScheduleOrder, in_place: bool, options: LoweringOptions, precedes: Precedence) -> None:
         self.schedule = order.schedule
         self.order = order
+        self.precedes = precedes
         self.in_place = in_place
         self.options = options
         self.transfers = self.schedule.transfers
@@ -231,10 +265,17 @@ class _Lowering:
             orders, structure = self._threadblock_orders(structure)
             layout = self._leaner_layout(orders)
             conn_of = self.connections_of(structure.segments)
-            built = self._build_ops(orders, layout, conn_of)
+            built = self._build_ops(orders, layout, conn_of, structure.apply_cap)
             preferred = {conn: conn[2] for conn in dict.fromkeys(conn_of)}
-            result = assemble(built.ops, built.tb_ops, built.deps, built.matches, col.num_ranks, self.options.dialect,
-                              preferred, (layout.i_chunks, layout.o_chunks), built.scratch)
+            try:
+                result = assemble(built.ops, built.tb_ops, built.deps, built.matches, col.num_ranks,
+                                  self.options.dialect, preferred, (layout.i_chunks, layout.o_chunks), built.scratch)
+            except LoweringError:
+                if not built.deferred:
+                    raise
+                # the applies' threadblocks exceed a limit: write in place, as the threadblocks receive
+                structure = replace(structure, apply_cap=0)
+                continue
             if result.overflowing:
                 structure = self._relieve(structure, result.overflowing)
                 continue
@@ -246,7 +287,7 @@ class _Lowering:
                 reason = deadlock.message if deadlock else "its waits form a cycle"
                 raise LoweringError(f"the schedule cannot be expressed in MSCCL: {reason}")
             self.banned |= structure.pairs
-            structure = _Structure(structure.segments, frozenset())
+            structure = _Structure(structure.segments, frozenset(), structure.apply_cap)
         raise LoweringError("could not fit the schedule in the dialect's limits after splitting threadblocks "
                             f"{_MAX_ROUNDS} times")
 
@@ -266,7 +307,7 @@ class _Lowering:
             if parts > 1:
                 segments[key] = parts
         self._check_channel_count(segments)
-        return _Structure(segments, choose_pairs(self.order, self.layout, self.banned))
+        return _Structure(segments, choose_pairs(self.order, self.layout, self.banned), max(1, limit // 2))
 
     def _waits_to_start(self, t: int) -> bool:
         """Does transfer ``t``'s first send wait for anything (data it forwards, an initial copy, an ``after``)?"""
@@ -340,7 +381,7 @@ class _Lowering:
                 if items_of is None:
                     items_of = recv_items[conn] = orders[TbKey(conn[1], None, conn)] = []
                 items_of.append(Item(recv=t))
-        return orders, _Structure(segments, frozenset(kept))
+        return orders, _Structure(segments, frozenset(kept), structure.apply_cap)
 
     def _paired_steps(self, items: tuple[Item, ...]) -> int:
         """Steps a paired threadblock takes at least (a fused item: one step per piece of 71 chunks)."""
@@ -358,7 +399,7 @@ class _Lowering:
         if pair not in self.merged:
             r, ch, q, p = pair
             self.merged[pair] = merge(self.order, self.connections[(q, r, ch)], self.connections[(r, p, ch)],
-                                      self.layout)
+                                      self.layout, self.precedes)
         return self.merged[pair]
 
     def _leaner_layout(self, orders: dict[TbKey, list[Item]]) -> BufferLayout:
@@ -383,8 +424,12 @@ class _Lowering:
         limit = DIALECTS[self.options.dialect].max_steps
         pairs = set(structure.pairs)
         segments = dict(structure.segments)
+        apply_cap = structure.apply_cap
         split: set[BaseConnection] = set()
         for key in keys:
+            if key.local >= APPLY_LOCAL:  # deferred receives' applies with their nops: fewer per threadblock
+                apply_cap = min(apply_cap, structure.apply_cap // 2)
+                continue
             if key.send is not None and key.recv is not None:
                 pair = (key.rank, key.send[2], key.recv[0], key.send[1])
                 pairs.discard(pair)
@@ -404,7 +449,7 @@ class _Lowering:
                                     f"(the {self.options.dialect} limit per threadblock)")
             segments[base] = min(count, parts * 2)
         self._check_channel_count(segments)
-        return _Structure(segments, frozenset(pairs))
+        return _Structure(segments, frozenset(pairs), apply_cap)
 
     def _program(self, gpus: tuple[Gpu, ...], nchannels: int) -> Program:
         col = self.schedule.collective
@@ -431,8 +476,15 @@ class _Lowering:
         return col.num_chunks
 
     # -- operations
-    def _build_ops(self, orders: dict[TbKey, list[Item]], layout: BufferLayout, conn_of: list[Connection]) -> _Ops:
-        """Steps for every item, then each step's dependencies from the schedule's orderings."""
+    def _build_ops(self, orders: dict[TbKey, list[Item]], layout: BufferLayout, conn_of: list[Connection],
+                   apply_cap: int) -> _Ops:
+        """Steps for every item, then each step's dependencies from the schedule's orderings.
+
+        A deferred receive (see :func:`deferred_receives`) lands in scratch in
+        its threadblock; its apply (``re``/``cpy`` into place) goes to a local
+        threadblock holding a chain of applies, each waiting (in the schedule)
+        for the commit of the one before it, so the chain delays none of them.
+        """
         emitter = _Emitter(self.transfers, layout, self.options.dialect)
         init_op = emitter.initial_copies()
         count = len(self.transfers)
@@ -440,6 +492,8 @@ class _Lowering:
         arrive_op = [-1] * count
         commit_first = [-1] * count
         commit_op = [-1] * count
+        deferred = deferred_receives(self.order, orders.values(), self.precedes) if apply_cap else frozenset()
+        landed: dict[int, tuple[int, int]] = {}  # deferred receive -> (its last receive op, scratch offset)
         for key in sorted(orders, key=TbKey.sort_key):
             emitter.start(key)
             for recv, send in orders[key]:
@@ -451,8 +505,16 @@ class _Lowering:
                     commit_op[recv] = arrive_op[send] = last
                 elif send >= 0:
                     start_op[send], arrive_op[send] = emitter.send_side(send)
+                elif recv in deferred:
+                    landed[recv] = emitter.land(recv)
                 else:
                     commit_first[recv], commit_op[recv] = emitter.recv_side(recv)
+        local = APPLY_LOCAL
+        for chain in self._apply_chains(deferred, apply_cap, layout):
+            emitter.start(TbKey(self.transfers[chain[0]].dst, None, None, local))
+            local += 1
+            for t in chain:
+                commit_first[t], commit_op[t] = emitter.apply(t, landed[t][1])
 
         deps: list[list[int]] = [[] for _ in emitter.ops]
         raw, waw, war = self.order.raw, self.order.waw, self.order.war
@@ -485,10 +547,57 @@ class _Lowering:
                     first_deps.append(commit_op[w])
             for x in war[t]:
                 first_deps.append(arrive_op[x])
+            if t in landed:
+                first_deps.append(landed[t][0])
         matches = tuple(pair for t in range(count)
                         for pair in zip(emitter.sends_of[t], emitter.recvs_of[t], strict=True))
         return _Ops(tuple(emitter.ops), emitter.tb_ops, tuple(_distinct(ds, op_id) for op_id, ds in enumerate(deps)),
-                    matches, tuple(emitter.scratch))
+                    matches, tuple(emitter.scratch), deferred)
+
+    def _apply_chains(self, deferred: frozenset[int], cap: int, layout: BufferLayout) -> list[list[int]]:
+        """Deferred receives grouped in chains of at most ``cap``, one local threadblock each.
+
+        In program order (the schedule's waits point backwards), a receive
+        joins a chain on its rank whose last member's commit it waits for: one
+        ending in a writer of its chunks first, else one of the few last
+        extended; else it starts a chain. Two ``re`` into the same place with
+        different counts never follow each other (the runtime would fuse them).
+        """
+        order = self.order
+        chains: list[list[int]] = []
+        tail_of: dict[int, int] = {}  # transfer at the end of a chain -> the chain
+        recent: dict[int, list[int]] = {}  # rank -> chains, most recently extended last
+        for t in sorted(deferred):
+            rank = self.transfers[t].dst
+            mine = recent.setdefault(rank, [])
+            direct = [tail_of[w] for w in order.waw[t] if w in tail_of]
+            tried = direct + [c for c in reversed(mine[-_APPLY_TAILS:]) if c not in direct]
+            chosen = -1
+            for c in tried:
+                tail = chains[c][-1]
+                if len(chains[c]) < cap and self._applies_fuse_apart(tail, t, layout) and (
+                        c in direct or self.precedes((t, COMMIT), (tail, COMMIT))):
+                    chosen = c
+                    break
+            if chosen < 0:
+                chosen = len(chains)
+                chains.append([])
+            else:
+                del tail_of[chains[chosen][-1]]
+                mine.remove(chosen)
+            chains[chosen].append(t)
+            tail_of[t] = chosen
+            mine.append(chosen)
+        return chains
+
+    def _applies_fuse_apart(self, a: int, b: int, layout: BufferLayout) -> bool:
+        """Applying ``b`` right after ``a`` cannot make the runtime fuse two ``re`` of different counts."""
+        ta, tb = self.transfers[a], self.transfers[b]
+        if ta.op is not Op.REDUCE or tb.op is not Op.REDUCE:
+            return True
+        last = _runs([layout.where(ta.dst, k) for k in ta.chunks])[-1]
+        first = _runs([layout.where(tb.dst, k) for k in tb.chunks])[0]
+        return last[0] != first[0] or last[1] == first[1]
 
 
 class _Emitter:
@@ -603,6 +712,27 @@ class _Emitter:
             first = last if first < 0 else first
         return first, last
 
+    def land(self, t: int) -> tuple[int, int]:
+        """The receive of transfer ``t`` into fresh scratch; (its last op, the scratch offset)."""
+        tr = self.transfers[t]
+        start = self.allocate_scratch(tr.dst, len(tr.chunks))
+        last = -1
+        for off, cnt in _pieces(len(tr.chunks)):
+            loc = (Buffer.SCRATCH, start + off)
+            last = self.emit(StepType.RECV, loc, loc, cnt, receives=t)
+        return last, start
+
+    def apply(self, t: int, start: int) -> tuple[int, int]:
+        """Copy or add transfer ``t``'s chunks from scratch at ``start`` into their places; (first op, last op)."""
+        tr = self.transfers[t]
+        kind = StepType.REDUCE if tr.op is Op.REDUCE else StepType.COPY
+        moves = [((Buffer.SCRATCH, start + i), self.layout.working[(tr.dst, k)]) for i, k in enumerate(tr.chunks)]
+        first = last = -1
+        for src, dst, cnt in _capped_runs(moves):
+            last = self.emit(kind, src, dst, cnt)
+            first = last if first < 0 else first
+        return first, last
+
     def fused(self, a: int, b: int, reduced: bool, unstored: bool) -> tuple[int, int]:
         ta = self.transfers[a]
         where = self.layout.working
@@ -626,6 +756,19 @@ def _distinct(deps: list[int], op_id: int) -> tuple[int, ...]:
     if len(deps) == 1:
         return () if deps[0] == op_id else (deps[0],)
     return tuple(d for d in dict.fromkeys(deps) if d != op_id)
+
+
+def _capped_runs(moves: list[tuple[Location, Location]]) -> list[tuple[Location, Location, int]]:
+    """:func:`contiguous_runs` of (from, to) moves, cut in pieces of at most 71 chunks."""
+    out = []
+    for (sb, so), (db, do), cnt in contiguous_runs(moves):
+        out += [((sb, so + off), (db, do + off), n) for off, n in _pieces(cnt)]
+    return out
+
+
+def _runs(locs: list[Location]) -> list[tuple[Location, int]]:
+    """(first location, count) of each step applying chunks at ``locs`` from consecutive scratch."""
+    return [(dst, cnt) for _, dst, cnt in _capped_runs([((Buffer.SCRATCH, i), loc) for i, loc in enumerate(locs)])]
 
 
 def _pieces(count: int) -> list[tuple[int, int]]:

@@ -14,21 +14,30 @@ into one step (``rcs``; ``rrcs``/``rrs`` for reductions). This module decides
   schedule does not already make wait, judged by :class:`ScheduleOrder`;
   a pair that cannot be interleaved so is dropped;
 * which fused reductions keep their result (:func:`dead_after`: ``rrs`` when
-  the reduced value is only forwarded, ``rrcs`` when it is still needed).
+  the reduced value is only forwarded, ``rrcs`` when it is still needed);
+* which receives must not write in their threadblock (:func:`deferred_receives`):
+  a threadblock takes its steps in order, so a receive whose write waits for
+  other writers or readers of its chunks would hold back the threadblock's
+  next step, which the schedule does not make wait for that write; such a
+  receive lands in scratch and is applied elsewhere (see the lowering).
 
 Everything here is a pure function of the schedule's order and buffer layout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 from taccl_py.msccl.analysis import ARRIVE, COMMIT, START, ScheduleOrder
 from taccl_py.msccl.layout import BufferLayout, is_contiguous
 from taccl_py.schedule import Op
+from taccl_py.tolerances import SAME_INSTANT_REL
 
-__all__ = ["Item", "Pair", "choose_pairs", "dead_after", "fusable", "merge"]
+__all__ = ["Item", "Pair", "Precedence", "choose_pairs", "dead_after", "deferred_receives", "delays_nothing", "fusable",
+           "merge"]
 
 Pair = tuple[int, int, int, int]
 """(rank, channel, receive peer, send peer): the rank's threadblock serving ``recv peer -> rank -> send peer``."""
@@ -44,6 +53,30 @@ class Item(NamedTuple):
     @property
     def fused(self) -> bool:
         return self.recv >= 0 and self.send >= 0
+
+
+class Precedence:
+    """Is one event of the schedule never earlier than another? What placing steps in order needs to know.
+
+    True when the schedule makes the later event wait for the earlier one
+    (:meth:`ScheduleOrder.surely_waits`, a bounded search), or, given the
+    schedule's simulated times at the size the XML is for (``times``: start,
+    arrival and commit of every transfer), when it is not earlier in them.
+    Without times the answer holds at every size; with them, at that size
+    (where the structure alone would leave many receives to be applied apart).
+    A False only costs steps or threadblocks, never correctness.
+    """
+
+    def __init__(self, order: ScheduleOrder, times: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+        self.order = order
+        self.times = times
+
+    def __call__(self, later: tuple[int, int], earlier: tuple[int, int]) -> bool:
+        if self.times is not None:
+            t_later = float(self.times[later[1]][later[0]])
+            t_earlier = float(self.times[earlier[1]][earlier[0]])
+            return t_later >= t_earlier - SAME_INSTANT_REL * max(1.0, abs(t_earlier))
+        return self.order.surely_waits(later, earlier)
 
 
 def fusable(order: ScheduleOrder, a: int, b: int, layout: BufferLayout) -> bool:
@@ -98,14 +131,17 @@ def choose_pairs(order: ScheduleOrder, layout: BufferLayout, banned: Iterable[Pa
     return frozenset(chosen)
 
 
-def merge(order: ScheduleOrder, recvs: list[int], sends: list[int], layout: BufferLayout) -> tuple[Item, ...] | None:
+def merge(order: ScheduleOrder, recvs: list[int], sends: list[int], layout: BufferLayout,
+          precedes: Precedence | None = None) -> tuple[Item, ...] | None:
     """Interleave a connection's receives and another's sends in one threadblock, fusing forwards.
 
     At each point the send head goes first if it does not wait for the
     receive head and, after a receive, already waits for that receive's
     commit; else the receive head, if it does not wait for the send head and
     whatever waits for it already waits for the previous send's arrival.
-    None when neither can go (the pair must not share a threadblock).
+    None when neither can go, or when the order found would delay something
+    the schedule does not (:func:`delays_nothing`): the pair must not share a
+    threadblock.
     """
     transfers = order.schedule.transfers
     items: list[Item] = []
@@ -131,7 +167,11 @@ def merge(order: ScheduleOrder, recvs: list[int], sends: list[int], layout: Buff
             return None
         items.append(item)
         prev = item
-    return tuple(items)
+    merged = tuple(items)
+    precedes = precedes or Precedence(order)
+    if not delays_nothing(order, merged, deferred_receives(order, [merged], precedes), precedes):
+        return None
+    return merged
 
 
 def _send_after(order: ScheduleOrder, prev: Item | None, b: int) -> bool:
@@ -155,6 +195,90 @@ def _recv_after(order: ScheduleOrder, prev: Item | None, a: int, conns: set[tupl
         if not order.waits((d, event), (b, ARRIVE)):
             return False
     return True
+
+
+def deferred_receives(order: ScheduleOrder, threadblocks: Iterable[Sequence[Item]],
+                      precedes: Precedence) -> frozenset[int]:
+    """Receives (transfer ids) whose write must leave their threadblock so it delays nothing.
+
+    In a threadblock an item completes when its step does: a receive that
+    writes in place when it *commits* (arrived, and every earlier writer and
+    reader of its chunks at the rank is done), a receive into scratch when it
+    *arrives*, a send or a fused step when its data arrives. The next item
+    cannot run before that, which is exact only when the schedule makes it
+    wait for that event anyway: a send's start, a receive's commit (or, landing
+    in scratch, its arrival) must wait for it. Going backwards through each
+    threadblock (the last item delays nothing), a receive-only item writes in
+    place when the next item waits for its commit, or when its commit is its
+    arrival and the next item waits for that; otherwise it lands in scratch
+    (arrivals on one connection are in order, so a receive after it never
+    waits longer than the schedule says). Sends and fused steps are placed by
+    :func:`merge`, which already makes a send wait for a preceding receive.
+    "Waits" is ``precedes``.
+    """
+    out: set[int] = set()
+    for items in threadblocks:
+        following: tuple[int, int] | None = None  # the event the next item's step requires
+        for item in reversed(items):
+            if item.send >= 0:
+                following = (item.send, START)
+                continue
+            a = item.recv
+            if following is None or precedes(following, (a, COMMIT)) or (
+                    precedes(following, (a, ARRIVE)) and _commits_on_arrival(order, a, precedes)):
+                following = (a, COMMIT)
+            else:
+                out.add(a)
+                following = (a, ARRIVE)
+    return frozenset(out)
+
+
+def delays_nothing(order: ScheduleOrder, items: Sequence[Item], deferred: frozenset[int],
+                   precedes: Precedence) -> bool:
+    """Running ``items`` in order in one threadblock delays no event anything outside it waits for.
+
+    A step runs once the step before it is done, so an item may finish later
+    than in the schedule: then it is *late*, bounded by the events (the
+    *gates*) that made the steps before it finish, which are events of the
+    schedule too. Going forwards, an item whose own event (a send's start, a
+    fused step's send start, a receive's commit, or the arrival of one landing
+    in scratch, ``deferred``) waits for every gate is on time, and the gates
+    become its completion. A late send would shift everything after it: the
+    order is refused. A late receive is harmless when every transfer outside
+    the threadblock's connections that waits for its commit also waits for the
+    gates; later items are gated by its completion and by the same gates.
+    Whatever ends late ends by a gate, so the makespan does not grow.
+    "Waits" is ``precedes``.
+    """
+    transfers = order.schedule.transfers
+    own_connections = {order.connection_id[t] for item in items for t in item if t >= 0}
+    gates: list[tuple[int, int]] = []
+    for item in items:
+        if item.send >= 0:
+            need = (item.send, START)
+            if any(not precedes(need, g) for g in gates):
+                return False
+            gates = [(item.send, ARRIVE)]
+            continue
+        a = item.recv
+        own = (a, ARRIVE) if a in deferred else (a, COMMIT)
+        late = [g for g in gates if not precedes(own, g)]
+        if late:
+            for d in order.dependents[a]:
+                if order.connection_id[d] in own_connections:
+                    continue  # a later item of this threadblock: gated below
+                event = START if (a in order.raw[d] or a in transfers[d].after) else COMMIT
+                if any(not precedes((d, event), g) for g in late):
+                    return False
+        gates = [*late, own]
+    return True
+
+
+def _commits_on_arrival(order: ScheduleOrder, a: int, precedes: Precedence) -> bool:
+    """Transfer ``a`` commits when it arrives: every earlier writer and reader it waits for is done by then."""
+    here = (a, ARRIVE)
+    return (all(w < 0 or precedes(here, (w, COMMIT)) for w in order.waw[a])
+            and all(precedes(here, (x, ARRIVE)) for x in order.war[a]))
 
 
 def dead_after(order: ScheduleOrder, required: frozenset[tuple[int, int]], a: int, b: int) -> bool:

@@ -50,6 +50,8 @@ class SynthesisResult:
     """The wall-clock guard, not the deterministic budgets, ended some stage: the result may vary between runs."""
     ranked: tuple[Choice, ...] = ()
     """Every kept choice in order of preference, ``schedule`` first: fallbacks for when it cannot be written."""
+    shortcut: bool = False
+    """The multi-dimensional shortcut skipped the solver stages (:mod:`taccl_py.synthesis.multidim`)."""
 
 
 def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
@@ -158,4 +160,5 @@ def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_byt
     return SynthesisResult(schedule=best.schedule, sim=best.sim, chosen=best.label, synthesized=None,
                            candidates=(), baselines=comparison.times_us, stats=(), symmetry=skipped,
                            sketch=skipped, synthesis_s=run.elapsed_s(), notes=notes,
-                           stages_s={name: run.stages_s.get(name, 0.0) for name in STAGES}, ranked=ranking.ranked)
+                           stages_s={name: run.stages_s.get(name, 0.0) for name in STAGES}, ranked=ranking.ranked,
+                           shortcut=True)
