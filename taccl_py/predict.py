@@ -239,15 +239,23 @@ def predict_nccl(topology: Topology, kind: CollectiveKind, size_bytes: int, mode
 
 
 def predict_program(program: object, topology: Topology, size_bytes: float, model: RuntimeModel) -> Prediction:
-    """An MSCCL program timed with the costs of the protocol its ``proto`` names."""
+    """An MSCCL program (or its :class:`~taccl_py.msccl.arrays.ProgramArrays`) timed with the costs of the protocol
+    its ``proto`` names."""
     from taccl_py.msccl import simulate_program
+    from taccl_py.msccl.arrays import ProgramArrays
     from taccl_py.msccl.ir import Program
 
-    assert isinstance(program, Program)
+    assert isinstance(program, Program | ProgramArrays)
     kind = program.kind
     assert kind is not None
     p = Protocol(program.proto)
-    sim = simulate_program(program, topology, size_bytes, SimOptions(costs=model.costs(p, kind, topology)))
+    options = SimOptions(costs=model.costs(p, kind, topology))
+    if isinstance(program, ProgramArrays):
+        from taccl_py.msccl.fast_timing import simulate_arrays
+
+        sim = simulate_arrays(program, topology, size_bytes, options)
+    else:
+        sim = simulate_program(program, topology, size_bytes, options)
     return Prediction(sim, p, None, {p.value: sim.time_us})
 
 

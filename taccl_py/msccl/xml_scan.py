@@ -25,10 +25,10 @@ from numba import njit
 from taccl_py.errors import XmlLoadError
 from taccl_py.inputs import read_file_bytes
 from taccl_py.msccl.arrays import BUFFER_CODE, TYPE_CODE, ProgramArrays, header_of, program_arrays
-from taccl_py.msccl.ir import MAX_ATTRIBUTES, Buffer, Gpu, StepType
-from taccl_py.msccl.loader import _build_program, _Node, parse_program
+from taccl_py.msccl.ir import MAX_ATTRIBUTES, Buffer, Gpu, Program, StepType
+from taccl_py.msccl.loader import FAST_MIN_BYTES, _build_program, _Node, parse_program
 
-__all__ = ["arrays_from_bytes", "load_arrays"]
+__all__ = ["FAST_MIN_BYTES", "arrays_from_bytes", "load_arrays", "read_program"]
 
 
 def _pack(name: bytes) -> int:
@@ -377,8 +377,6 @@ def _scan(buf: Any) -> Any:
 
 _ALGO_ATTRIBUTE = re.compile(r' ([A-Za-z_][\w.\-]*)="([^"]*)"')
 
-FAST_MIN_BYTES = 1 << 22
-"""Files from this size are read by the compiled kernel first (below it, expat is as quick as loading the kernel)."""
 
 
 def arrays_from_bytes(data: bytes, *, where: str = "<string>") -> ProgramArrays:
@@ -408,3 +406,14 @@ def load_arrays(path: str | os.PathLike[str]) -> ProgramArrays:
     """Read an MSCCL XML file into :class:`ProgramArrays` (errors as :func:`~taccl_py.msccl.load_program`)."""
     data = read_file_bytes(path, partial(XmlLoadError, rule="file"), what="file")
     return arrays_from_bytes(data, where=str(path))
+
+
+def read_program(path: str | os.PathLike[str]) -> Program | ProgramArrays:
+    """A file's program: as arrays from :data:`FAST_MIN_BYTES` (for the compiled checks), else as objects.
+
+    Errors as :func:`~taccl_py.msccl.load_program`.
+    """
+    data = read_file_bytes(path, partial(XmlLoadError, rule="file"), what="file")
+    if len(data) >= FAST_MIN_BYTES:
+        return arrays_from_bytes(data, where=str(path))
+    return parse_program(data, where=str(path))
