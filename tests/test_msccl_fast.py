@@ -107,7 +107,7 @@ def agrees(program: Program, topo: Topology | None = None, size: float = 2**20) 
         for options in (SimOptions(), SimOptions(step_overhead_us=0.5)):
             try:
                 want_sim = timing_module.simulate_program(program, topo, size, options)
-            except Exception as exc:  # noqa: BLE001 - the same error either way
+            except Exception as exc:  # the same error either way
                 with pytest.raises(type(exc), match=None) as caught:
                     simulate_arrays(arrays, topo, size, options)
                 assert str(caught.value) == str(exc)
@@ -288,3 +288,19 @@ def test_an_exhausted_race_check_is_unknown_on_the_compiled_path_too(monkeypatch
     got = verify_arrays(program_arrays(program), "v2")  # type: ignore[arg-type]
     assert got == want
     assert got.verdict == "unknown" and got.rules == {"unchecked-races"}
+
+
+@pytest.mark.parametrize("proto", ["Simple", "LL", "LL128"])
+def test_calibrated_timing_is_the_same_compiled(proto: str) -> None:
+    """Under a topology's runtime model (protocol costs: route latency, link shares, launch) the times agree too."""
+    from taccl_py.baselines import baseline
+    from taccl_py.library import resolve_topology
+    from taccl_py.runtime import Protocol
+
+    topo = resolve_topology("dgx-a100x2")
+    assert topo.runtime is not None
+    program = lower_schedule(baseline(topo, CollectiveKind.ALLGATHER, "ring"), topo, proto=proto)
+    options = SimOptions(costs=topo.runtime.costs(Protocol(proto), CollectiveKind.ALLGATHER, topo))
+    want = timing_module.simulate_program(program, topo, 2**26, options)
+    assert want.correct and want.notes["proto"] == proto
+    same_results(simulate_arrays(program_arrays(program), topo, 2**26, options), want)  # type: ignore[arg-type]
