@@ -304,3 +304,23 @@ def test_calibrated_timing_is_the_same_compiled(proto: str) -> None:
     want = timing_module.simulate_program(program, topo, 2**26, options)
     assert want.correct and want.notes["proto"] == proto
     same_results(simulate_arrays(program_arrays(program), topo, 2**26, options), want)  # type: ignore[arg-type]
+
+
+def _program_groups() -> list[object]:
+    from test_sim_golden import GROUPS
+
+    return [pytest.param(group, id=group, marks=[pytest.mark.slow] if any(c.slow for c in cases) else [])
+            for (section, group), cases in GROUPS.items() if section == "programs"]
+
+
+@pytest.mark.parametrize("group", _program_groups())
+def test_the_golden_programs_through_the_compiled_paths(group: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every recorded XML time, verdict and message of ``tests/sim_golden.py``, verified and timed compiled."""
+    from test_sim_golden import GOLDEN, GROUPS, _check
+
+    monkeypatch.setattr(verify_module, "FAST_MIN_STEPS", 0)
+    monkeypatch.setattr(timing_module, "FAST_MIN_STEPS", 0)
+    monkeypatch.setattr(writer_module, "FAST_MIN_STEPS", 0)
+    failures = [f"{case.key}: {line}" for case in GROUPS[("programs", group)]
+                for line in _check(case, GOLDEN["programs"][case.key])]
+    assert not failures, "\n".join(failures[:20])
