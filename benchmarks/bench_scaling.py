@@ -5,8 +5,9 @@ under a wrapper that reports its wall time and peak RSS. Topologies: DGX A100 cl
 leaf-spine fabric (``taccl topo generate dgx-a100 -k N/8``: 20-machine scalable units, no translation
 symmetry: the compiled simulator runs every transfer), the same machines on rail IB switches
 (``--fabric rail``), whose NCCL rings repeat every two machines (one representative per orbit), and a
-plain ring for the one-ring rows. A stage that runs out of its time budget at N GPUs
-is not run at larger N (the table says so). The fitted growth is the least-squares slope k of
+plain ring for the one-ring rows. The XML stages write the ring Allgather baseline as MSCCL
+XML (``taccl baseline -a ring -o``, default channels and one channel) and verify and time the one-channel file.
+A stage that runs out of its time budget at N GPUs is not run at larger N (the table says so). The fitted growth is the least-squares slope k of
 log(wall) against log(N) over the sizes that ran (time ~ N^k).
 
 Run: ``.venv/bin/python benchmarks/run.py --only scaling`` (quick: up to 256 GPUs, 60 s per stage;
@@ -42,7 +43,13 @@ _WRAPPER = (
 )
 
 STAGES = ("simulate ring (NCCL channels)", "simulate ring (NCCL channels, rail)", "simulate ring (1 channel)",
-          "simulate tree AR", "simulate direct AG", "synthesize AG", "synthesize AR", "verify AG XML")
+          "simulate tree AR", "simulate direct AG", "synthesize AG", "synthesize AR", "verify AG XML",
+          "write ring AG XML", "write ring AG XML (1 channel)", "verify ring AG XML (1 channel)",
+          "simulate ring AG XML (1 channel)")
+
+_NEEDS = {"verify AG XML": ("ag", "synthesize"), "verify ring AG XML (1 channel)": ("ring1", "write"),
+          "simulate ring AG XML (1 channel)": ("ring1", "write")}
+"""Stages that read a file an earlier stage of the same GPU count wrote: (file, what writes it)."""
 
 
 def _measure(command: list[str], timeout_s: float) -> dict[str, Any]:
@@ -73,6 +80,8 @@ def _topology(gpus: int, workdir: Path, kind: str) -> Path:
 
 def _command(stage: str, topo: Path, rail: Path, ring: Path, xml: Path) -> list[str]:
     sim = [_TAccl, "simulate", "-s", "1GB", "--json"]
+    ring1 = xml.with_name("ring1.xml")
+    write = [_TAccl, "baseline", "-t", str(topo), "-c", "allgather", "-s", "1GB", "-a", "ring", "--json"]
     return {
         "simulate ring (NCCL channels)": [*sim, "-t", str(topo), "-c", "allgather", "--algorithm", "ring"],
         "simulate ring (NCCL channels, rail)": [*sim, "-t", str(rail), "-c", "allgather", "--algorithm", "ring"],
@@ -84,6 +93,10 @@ def _command(stage: str, topo: Path, rail: Path, ring: Path, xml: Path) -> list[
         "synthesize AR": [_TAccl, "synthesize", "-t", str(topo), "-c", "allreduce", "-s", "1GB", "-o",
                           str(xml.with_name("ar.xml"))],
         "verify AG XML": [_TAccl, "verify", str(xml)],
+        "write ring AG XML": [*write, "-o", str(xml.with_name("ring.xml"))],
+        "write ring AG XML (1 channel)": [*write, "--channels", "1", "-o", str(ring1)],
+        "verify ring AG XML (1 channel)": [_TAccl, "verify", str(ring1), "--json"],
+        "simulate ring AG XML (1 channel)": [*sim, "-t", str(topo), "-a", str(ring1)],
     }[stage]
 
 
@@ -97,12 +110,16 @@ def measure(sizes: list[int], stages: tuple[str, ...], timeout_s: float) -> list
             topo, rail = _topology(gpus, workdir, "leaf-spine"), _topology(gpus, workdir, "rail")
             ring = _topology(gpus, workdir, "ring")
             xml = workdir / f"ag{gpus}.xml"
+            for old in workdir.glob("ring*.xml"):  # each GPU count's XML stages read the file written at it
+                old.unlink()
             for stage in stages:
                 if stage in stopped:
                     rows.append({"stage": stage, "gpus": gpus, "exit": "not run", "why": stopped[stage]})
                     continue
-                if stage == "verify AG XML" and not xml.exists():
-                    rows.append({"stage": stage, "gpus": gpus, "exit": "not run", "why": "no XML from synthesize"})
+                needs = _NEEDS.get(stage)
+                wanted = xml if needs and needs[0] == "ag" else xml.with_name(f"{needs[0]}.xml") if needs else None
+                if needs and wanted is not None and not wanted.exists():
+                    rows.append({"stage": stage, "gpus": gpus, "exit": "not run", "why": f"no XML from {needs[1]}"})
                     continue
                 row = {"stage": stage, "gpus": gpus, **_measure(_command(stage, topo, rail, ring, xml), timeout_s)}
                 rows.append(row)
@@ -145,7 +162,11 @@ def render(data: dict[str, Any], figures: Path) -> str:
              "Wall s / peak RSS MiB per stage, the whole command in a fresh process; `-` not run. Growth: time ~ n^k "
              "fitted over the four largest GPU counts that completed. Rail and one-channel ring rows from 256 GPUs on "
              "use the representative simulation; every other simulate row from 100,000 transfers runs every "
-             "transfer in the compiled simulator (docs/simulator.md); synthesize and verify run as they are.", "",
+             "transfer in the compiled simulator (docs/simulator.md); synthesize and verify run as they are. The ring XML rows: "
+             "`taccl baseline -a ring -o` writes the ring Allgather (with NCCL's channels, or as many as the runtime's "
+             "limits allow, halving from there; and with `--channels 1`), then `taccl verify` and `taccl simulate -a` "
+             "(calibrated runtime model, the file's `proto`) read the one-channel file; from 50,000 steps (files from "
+             "4 MiB) the checks, the timing and the writer run compiled (docs/msccl.md, \"Performance\").", "",
              "| stage | " + " | ".join(str(n) for n in data["sizes"]) + " | growth |",
              "|---|" + "---|" * (len(data["sizes"]) + 1)]
     stages = [s for s in STAGES if any(r["stage"] == s for r in data["rows"])]

@@ -55,7 +55,8 @@ class Prediction:
 
     sim: SimResult
     protocol: Protocol
-    schedule: Schedule | None
+    schedule: Schedule | CompactSchedule | None
+    """What ran: a large ring as arrays (:class:`~taccl_py.compact.CompactSchedule`), None for a program."""
     times_us: dict[str, float | None]
     """Per protocol tried, its time (None when incorrect)."""
 
@@ -129,8 +130,8 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
                      protocols: tuple[Protocol, ...] = PROTOCOLS) -> Prediction:
     """The NCCL-style ``algorithm`` for ``kind`` at ``size_bytes``, built and timed per protocol.
 
-    A large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`) is built as arrays and
-    simulated by the compiled kernel (``schedule`` is then None), and a protocol whose floor
+    A large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`, in NCCL's pieces too) is built as
+    arrays and simulated by the compiled kernel (``schedule`` is then the arrays), and a protocol whose floor
     (:func:`protocol_floor_us`) is above the best time found is not simulated (missing from ``times_us``).
     Raises :class:`NotApplicable` as :func:`taccl_py.baselines.baseline` does.
     """
@@ -159,8 +160,13 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
                 plain = baseline(topology, kind, "ring", channels=channels, root=root, size_bytes=size_bytes)
             count = int(plain.notes.get("channels") or 1)
             pieces = nccl_ring_pieces(p, size_bytes, topology.num_gpus, count)
-            schedule = plain if pieces == 1 else baseline(topology, kind, "ring", channels=channels, root=root,
-                                                          chunk_factor=count * pieces, size_bytes=size_bytes)
+            if pieces == 1:
+                schedule = plain
+            else:  # a large ring in pieces is built as arrays too
+                pieced_arrays = large_ring_arrays(topology, kind, algorithm, channels, pieces) if large else None
+                schedule = pieced_arrays if pieced_arrays is not None else baseline(
+                    topology, kind, "ring", channels=channels, root=root, chunk_factor=count * pieces,
+                    size_bytes=size_bytes)
             costs = replace(costs, hop_latency_us=ring_step_latencies(topology, costs, size_bytes, pieces,
                                                                       model.channels))
         else:
@@ -168,7 +174,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
                                 step_overhead_us=step_overhead_us + hop)
         sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
         times[p.value] = sim.time_us
-        kept = schedule if isinstance(schedule, Schedule) else None
+        kept = schedule
         if best is None or _better(sim, best.sim) or (
                 sim.time_us == best.sim.time_us and protocols.index(p) < protocols.index(best.protocol)):
             best = Prediction(sim, p, kept, times)
@@ -239,15 +245,23 @@ def predict_nccl(topology: Topology, kind: CollectiveKind, size_bytes: int, mode
 
 
 def predict_program(program: object, topology: Topology, size_bytes: float, model: RuntimeModel) -> Prediction:
-    """An MSCCL program timed with the costs of the protocol its ``proto`` names."""
+    """An MSCCL program (or its :class:`~taccl_py.msccl.arrays.ProgramArrays`) timed with the costs of the protocol
+    its ``proto`` names."""
     from taccl_py.msccl import simulate_program
+    from taccl_py.msccl.arrays import ProgramArrays
     from taccl_py.msccl.ir import Program
 
-    assert isinstance(program, Program)
+    assert isinstance(program, Program | ProgramArrays)
     kind = program.kind
     assert kind is not None
     p = Protocol(program.proto)
-    sim = simulate_program(program, topology, size_bytes, SimOptions(costs=model.costs(p, kind, topology)))
+    options = SimOptions(costs=model.costs(p, kind, topology))
+    if isinstance(program, ProgramArrays):
+        from taccl_py.msccl.fast_timing import simulate_arrays
+
+        sim = simulate_arrays(program, topology, size_bytes, options)
+    else:
+        sim = simulate_program(program, topology, size_bytes, options)
     return Prediction(sim, p, None, {p.value: sim.time_us})
 
 

@@ -145,6 +145,10 @@ def test_rings_built_as_arrays_are_the_ring_baselines(name: str) -> None:
         assert rebuilt.transfers == full.transfers
         assert (rebuilt.collective, rebuilt.notes) == (full.collective, full.notes)
         _same(simulate(topo, full, 2**30), simulate_compact(topo, arrays, 2**30))
+        pieced = ring_compact(kind, plan, topo.name, pieces=3).to_schedule()  # NCCL's pieces per channel
+        want = baseline(topo, kind, "ring", chunk_factor=3 * plan.channels)
+        assert pieced.transfers == want.transfers
+        assert (pieced.collective, pieced.notes) == (want.collective, want.notes)
 
 
 def test_what_the_kernel_does_not_cover_is_simulated_in_python() -> None:

@@ -22,25 +22,27 @@ __all__ = ["large_ring_arrays", "ring_compact"]
 _RING_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 
 
-def ring_compact(kind: CollectiveKind, plan: RingPlan, topology_name: str = "") -> CompactSchedule:
-    """The ring ``kind`` (Allgather, ReduceScatter, Allreduce; one piece per channel) as arrays.
+def ring_compact(kind: CollectiveKind, plan: RingPlan, topology_name: str = "", pieces: int = 1) -> CompactSchedule:
+    """The ring ``kind`` (Allgather, ReduceScatter, Allreduce) as arrays, ``pieces`` per channel.
 
     Step s of channel k, position i (in that order, as the ring builders emit them): ring
     position i sends to position i + 1 the block of position i - s (Allgather, copy) or
-    i - s - 1 (ReduceScatter, reduce); Allreduce is ReduceScatter then Allgather.
+    i - s - 1 (ReduceScatter, reduce), as ``pieces`` transfers of one chunk each (the
+    builders' ``chunk_factor = channels x pieces``); Allreduce is ReduceScatter then Allgather.
     Raises :class:`NotApplicable` for rings that relay through GPUs.
     """
     if kind not in _RING_KINDS:
         raise NotApplicable(f"no compact ring {kind.value}")
     if plan.relays:
         raise NotApplicable("rings that relay through GPUs have no compact form here")
-    c = plan.channels
+    channels = plan.channels
+    c = channels * pieces
     n = len(plan.rings[0].order)
     routes: dict[tuple[int, ...], int] = {}
-    order = np.empty((c, n), np.int64)
-    src = np.empty((c, n), np.int32)
-    dst = np.empty((c, n), np.int32)
-    route = np.empty((c, n), np.int32)
+    order = np.empty((channels, n), np.int64)
+    src = np.empty((channels, n), np.int32)
+    dst = np.empty((channels, n), np.int32)
+    route = np.empty((channels, n), np.int32)
     for k, ring in enumerate(plan.rings):
         order[k] = ring.order
         for i, (leg,) in enumerate(ring.legs):
@@ -53,32 +55,40 @@ def ring_compact(kind: CollectiveKind, plan: RingPlan, topology_name: str = "") 
         phases.append((1, True))
     if kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE):
         phases.append((0, False))
+    first = (np.arange(channels) * pieces)[:, None, None, None] + np.arange(pieces)  # (channel, 1, 1, piece)
     chunk_parts = []
     for back, _ in phases:
         origin = (positions[None, :] - steps[:, None] - back) % n  # (step, position)
-        chunk_parts.append((order[:, origin] * c + np.arange(c)[:, None, None]).transpose(1, 0, 2).ravel())
-    per_phase = (n - 1) * c * n
+        blocks = order[:, origin][..., None] * c + first  # (channel, step, position, piece)
+        chunk_parts.append(blocks.transpose(1, 0, 2, 3).ravel())
+    per_phase = (n - 1) * channels * n * pieces
     count = per_phase * len(phases)
     chunks = np.concatenate(chunk_parts).astype(np.int32)
     reduce = np.concatenate([np.full(per_phase, is_reduce) for _, is_reduce in phases])
     tile = len(phases) * (n - 1)
+
+    def per_transfer(values: np.ndarray) -> np.ndarray:
+        """A (channel, position) table repeated over the pieces, then over every step of every phase."""
+        return np.tile(np.repeat(values.ravel(), pieces), tile)
+
     return CompactSchedule(
-        Collective(kind, n, c), np.tile(src.ravel(), tile), np.tile(dst.ravel(), tile),
-        np.tile(np.repeat(np.arange(c, dtype=np.int32), n), tile), reduce, np.arange(count + 1, dtype=np.int64),
-        chunks, np.tile(route.ravel(), tile), tuple(routes), name="ring", topology=topology_name,
-        notes={"algorithm": "ring", "channels": c, "pieces": 1})
+        Collective(kind, n, c), per_transfer(src), per_transfer(dst),
+        per_transfer(np.repeat(np.arange(channels, dtype=np.int32), n)), reduce,
+        np.arange(count + 1, dtype=np.int64), chunks, per_transfer(route), tuple(routes), name="ring",
+        topology=topology_name, notes={"algorithm": "ring", "channels": channels, "pieces": pieces})
 
 
-def large_ring_arrays(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None
-                      ) -> CompactSchedule | None:
-    """The ring baseline ``algorithm`` as arrays when it is a ring Allgather, ReduceScatter or Allreduce of at
-    least :data:`~taccl_py.fast_sim.FAST_MIN_TRANSFERS` transfers that does not relay; None otherwise."""
+def large_ring_arrays(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None,
+                      pieces: int = 1) -> CompactSchedule | None:
+    """The ring baseline ``algorithm`` (``pieces`` per channel) as arrays when it is a ring Allgather,
+    ReduceScatter or Allreduce of at least :data:`~taccl_py.fast_sim.FAST_MIN_TRANSFERS` transfers that does
+    not relay; None otherwise."""
     from taccl_py.fast_sim import FAST_MIN_TRANSFERS
 
     n = topology.num_gpus
     if algorithm != "ring" or kind not in _RING_KINDS or n * (n - 1) < FAST_MIN_TRANSFERS:
         return None
     try:
-        return ring_compact(kind, ring_plan(topology, channels), topology.name)
+        return ring_compact(kind, ring_plan(topology, channels), topology.name, pieces)
     except NotApplicable:
         return None

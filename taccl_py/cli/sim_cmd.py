@@ -185,16 +185,23 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
         schedules.append(schedule)
         time_at = partial(simulate_large, topology, schedule, options=options)
     else:
-        from taccl_py.msccl import load_program, simulate_program
+        from taccl_py.msccl import simulate_program
+        from taccl_py.msccl.ir import Program
+        from taccl_py.msccl.xml_scan import read_program
 
         if topology.has_endpoint_limits:
             raise InputError("GPU memory and channel limits are modelled for baselines and schedule files "
                              "(synthesize --schedule-out), not yet for MSCCL XML programs", where=path)
-        program = load_program(path)
+        program = read_program(path)  # a large file as arrays, for the compiled checks and timing
         if program.kind is None:
             raise InputError(f"coll={program.coll!r} is not a collective taccl can time", where=path)
         file_kind, what = program.kind, "program"
-        time_at = partial(simulate_program, program, topology, options=options)
+        if isinstance(program, Program):
+            time_at = partial(simulate_program, program, topology, options=options)
+        else:
+            from taccl_py.msccl.fast_timing import simulate_arrays
+
+            time_at = partial(simulate_arrays, program, topology, options=options)
     if kind is not None and kind is not file_kind:
         raise InputError(f"the {what} is for {file_kind.value}, not {kind.value}", where="--collective")
     results = []
@@ -348,9 +355,9 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
             file_kind, what = schedule.collective.kind, "schedule"
             run = partial(predict_schedule, topology, schedule, model=model, step_overhead_us=step_overhead_us)
         else:
-            from taccl_py.msccl import load_program
+            from taccl_py.msccl.xml_scan import read_program
 
-            program = load_program(algorithm)
+            program = read_program(algorithm)  # a large file as arrays (predict_program times either)
             if program.kind is None:
                 raise InputError(f"coll={program.coll!r} is not a collective taccl can time", where=algorithm)
             file_kind, what = program.kind, "program"

@@ -31,13 +31,16 @@ __all__ = ["verify"]
 @json_option
 def verify(xml_file: str, dialect: str | None, size_spec: str | None, type_size: int, as_json: bool) -> None:
     """Check an MSCCL XML algorithm: parser rules, deadlocks, data races and the result on every rank."""
-    from taccl_py.msccl.loader import XmlLoadError, load_program
+    from taccl_py.msccl.arrays import ProgramArrays
+    from taccl_py.msccl.ir import Program
+    from taccl_py.msccl.loader import XmlLoadError
     from taccl_py.msccl.verify import verify_program
+    from taccl_py.msccl.xml_scan import read_program
 
     ctx = click.get_current_context()
     sizes = sizes_from(size_spec) if size_spec is not None else []
     try:
-        program = load_program(xml_file)
+        program = read_program(xml_file)  # a large file as arrays, for the compiled checks
     except XmlLoadError as exc:
         if not as_json:
             raise
@@ -46,8 +49,14 @@ def verify(xml_file: str, dialect: str | None, size_spec: str | None, type_size:
         click.echo(f"taccl: error: {exc}", err=True)
         ctx.exit(2)
         return
-    report = verify_program(program, dialect)
-    picks = [_selection(program, size, type_size, report.dialect) for size in sizes]
+    if isinstance(program, Program):
+        report = verify_program(program, dialect)
+    else:
+        from taccl_py.msccl.fast_verify import verify_arrays
+
+        report = verify_arrays(program, dialect)
+    picks = [_selection(program.header if isinstance(program, ProgramArrays) else program, size, type_size,
+                        report.dialect) for size in sizes]
     if as_json:
         extra: dict[str, Any] = {}
         if picks:
@@ -76,10 +85,11 @@ def _selection(program: object, size: int, type_size: int, dialect: str) -> dict
 
 
 def _print_report(path: str, program: object, report: object) -> None:
+    from taccl_py.msccl.arrays import ProgramArrays
     from taccl_py.msccl.ir import Program
     from taccl_py.msccl.report import VerifyReport
 
-    assert isinstance(program, Program) and isinstance(report, VerifyReport)
+    assert isinstance(program, Program | ProgramArrays) and isinstance(report, VerifyReport)
     channels = f"{program.nchannels} channel{'s' if program.nchannels != 1 else ''}"
     out_console.print(f"[bold]{path}[/]: MSCCL {report.dialect} {program.coll}, {program.ngpus} GPUs, "
                       f"{program.nchunksperloop} chunks per loop, {channels}, {program.proto}, "

@@ -85,6 +85,10 @@ class Assembly:
     deadlocked: bool = False
 
 
+FAST_MIN_OPS = 50_000
+"""From this many operations the dependencies are pruned by :mod:`taccl_py.msccl.fast_prune` (same result)."""
+
+
 def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: Sequence[Sequence[int]],
            matches: Sequence[tuple[int, int]]) -> tuple[list[list[int]], list[TbKey], bool]:
     """Per op, the dependencies not implied by threadblock order or by another kept dependency.
@@ -100,10 +104,16 @@ def _prune(ops: Sequence[LoweredOp], tb_order: dict[TbKey, list[int]], op_deps: 
     op), contain a cycle.
     """
     n = len(ops)
+    keys = list(tb_order)
+    if n >= FAST_MIN_OPS:  # the same, compiled (taccl_py.msccl.fast_prune)
+        from taccl_py.msccl.fast_prune import prune
+
+        kept_lists, back, cycle = prune(n, list(tb_order.values()), [k.rank for k in keys],
+                                        [k.sort_key() for k in keys], op_deps, matches)
+        return kept_lists, [keys[g] for g in back], cycle
     tb_of = [0] * n
     position = [0] * n
     prev = [-1] * n
-    keys = list(tb_order)
     for g, ids in enumerate(tb_order.values()):
         last = -1
         for k, op_id in enumerate(ids):

@@ -54,7 +54,16 @@ class _Node:
 def load_program(path: str | os.PathLike[str]) -> Program:
     """Read an MSCCL XML file of either dialect into a :class:`Program`."""
     data = read_file_bytes(path, partial(XmlLoadError, rule="file"), what="file")
+    if len(data) >= FAST_MIN_BYTES:  # the compiled reader, then the objects (the same program, the same errors)
+        from taccl_py.msccl.xml_scan import arrays_from_bytes
+
+        return arrays_from_bytes(data, where=str(path)).program()
     return parse_program(data, where=str(path))
+
+
+FAST_MIN_BYTES = 1 << 22
+"""Files from this size are read by the compiled reader (:mod:`taccl_py.msccl.xml_scan`); below it, expat is as
+quick as loading the compiled one."""
 
 
 def parse_program(data: bytes | str, *, where: str = "<string>") -> Program:

@@ -25,6 +25,7 @@ dependencies) -> :func:`assemble` (XML threadblocks) -> deadlock check.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -58,6 +59,9 @@ from taccl_py.topology import Topology
 __all__ = ["LoweringOptions", "lower_schedule", "write_program_xml", "write_schedule_xml"]
 
 _MAX_ROUNDS = 40
+
+_NO_GC_TRANSFERS = 50_000
+"""From this many transfers the lowering runs with Python's cyclic garbage collector paused."""
 
 V1_NO_LIMIT = 1 << 62
 """maxBytes written for v1 when there is no upper size (v1 defaults to 128 MiB when it is absent)."""
@@ -109,8 +113,15 @@ def lower_schedule(schedule: Schedule, topology: Topology, *, dialect: str = "v2
     col = schedule.collective
     in_place_mode = options.in_place if options.in_place is not None else col.kind is not CollectiveKind.ALLTOALL
     expanded = _expand(schedule, options.instances)
-    order = analyze(expanded)
-    return _Lowering(order, in_place_mode, options, Precedence(order, _event_times(schedule, timing, instances))).run()
+    paused = gc.isenabled() and len(expanded.transfers) >= _NO_GC_TRANSFERS
+    if paused:  # millions of short-lived tuples and no cycles: collections would only walk them again and again
+        gc.disable()
+    try:
+        order = analyze(expanded)
+        return _Lowering(order, in_place_mode, options, Precedence(order, _event_times(schedule, timing, instances))).run()
+    finally:
+        if paused:
+            gc.enable()
 
 
 def write_schedule_xml(schedule: Schedule, topology: Topology, path: str | os.PathLike[str], *,

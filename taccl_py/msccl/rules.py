@@ -39,7 +39,7 @@ from taccl_py.msccl.selection import (
     smallest_selected_size,
 )
 
-__all__ = ["SELECTION_RULES", "check_rules"]
+__all__ = ["SELECTION_RULES", "check_header_rules", "check_rules"]
 
 SELECTION_RULES = frozenset({"never-selected", "rarely-selected"})
 """Warnings (reported in ``notes``): the runtime falls back to its own algorithm at most sizes of the band."""
@@ -52,10 +52,21 @@ Report = Callable[[str, str], Violation]
 
 def check_rules(program: Program, dialect: str) -> list[Violation]:
     """Every static rule of ``dialect`` broken by ``program`` (at most 20 reports per rule)."""
-    spec = DIALECTS[dialect]
+    return _capped(_all_checks(program, DIALECTS[dialect]))
+
+
+def check_header_rules(program: Program, dialect: str) -> list[Violation]:
+    """:func:`check_rules` of a program whose GPUs, threadblocks, steps and connections break no rule.
+
+    Only the tokenizer's findings and ``<algo>`` (its attributes and GPU count) are read.
+    """
+    return _capped(_header_checks(program, DIALECTS[dialect]))
+
+
+def _capped(violations: Iterator[Violation]) -> list[Violation]:
     found: list[Violation] = []
     per_rule: Counter[str] = Counter()
-    for v in _all_checks(program, spec):
+    for v in violations:
         per_rule[v.rule] += 1
         if per_rule[v.rule] <= _MAX_PER_RULE:
             found.append(v)
@@ -66,16 +77,20 @@ def check_rules(program: Program, dialect: str) -> list[Violation]:
 
 
 def _all_checks(program: Program, spec: Dialect) -> Iterator[Violation]:
-    for issue in program.source_issues:
-        yield Violation(issue.rule, f"line {issue.line}: {issue.message}")
-    yield from _check_algo(program, spec)
-    yield from _check_selection(program, spec)
+    yield from _header_checks(program, spec)
     yield from _check_gpus(program, spec)
     for gpu in program.gpus:
         yield from _check_threadblocks(program, spec, gpu)
         for tb in gpu.threadblocks:
             yield from _check_steps(program, spec, gpu, tb)
     yield from _check_connections(program)
+
+
+def _header_checks(program: Program, spec: Dialect) -> Iterator[Violation]:
+    for issue in program.source_issues:
+        yield Violation(issue.rule, f"line {issue.line}: {issue.message}")
+    yield from _check_algo(program, spec)
+    yield from _check_selection(program, spec)
 
 
 # ---------------------------------------------------------------------- algo

@@ -22,22 +22,27 @@ buffer, Allreduce/Broadcast buffer).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.endpoint import EndpointMode
 from taccl_py.errors import InputError, TopologyError
 from taccl_py.event_kernel import EventKernel
 from taccl_py.msccl.ir import Program
 from taccl_py.msccl.machine import Machine, build_machine
+from taccl_py.msccl.report import VerifyReport
 from taccl_py.msccl.verify import verify_program
 from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.store_forward import LegPlan
 from taccl_py.topology import Route, Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["simulate_program"]
+__all__ = ["FAST_MIN_STEPS", "TimedRun", "critical_path", "failed_result", "fast_timing_error", "simulate_program",
+           "timed_collective", "timed_result"]
 
 def simulate_program(program: Program, topology: Topology, size_bytes: float,
                      options: SimOptions | None = None) -> SimResult:
@@ -53,6 +58,42 @@ def simulate_program(program: Program, topology: Topology, size_bytes: float,
     that communicate have no route through switches only.
     """
     options = options or SimOptions()
+    collective = timed_collective(program, topology, size_bytes)
+    if program.num_steps >= FAST_MIN_STEPS and fast_timing_error(topology, options) is None:
+        from taccl_py.msccl.arrays import program_arrays
+        from taccl_py.msccl.fast_timing import simulate_arrays
+
+        arrays = program_arrays(program)
+        if arrays is not None:
+            return simulate_arrays(arrays, topology, size_bytes, options)
+    report = verify_program(program)
+    if not report.valid:
+        return failed_result(collective, size_bytes, topology, report, f"invalid program: {report.errors[0]}")
+    machine = build_machine(program)
+    timing = _Timing(machine, topology, size_bytes / program.nchunksperloop, options)
+    timing.run()  # a valid program raises no fault: a wrong one still runs to its end
+    sends = [t.node for t in machine.nodes if t.type.sends]
+    run = TimedRun(np.array(timing.start_at), np.array(timing.done_at), np.array(timing.cause, np.int64),
+                   tuple(timing.net.busy_us), tuple(timing.net.bytes_carried), np.array(sends, np.int64),
+                   np.array([machine.matching_recv.get(s, -1) for s in sends], np.int64), machine.describe)
+    return timed_result(program, topology, size_bytes, options, collective, report, run)
+
+
+FAST_MIN_STEPS = 50_000
+"""From this many steps :func:`simulate_program` runs compiled (:mod:`taccl_py.msccl.fast_timing`), same result."""
+
+
+def fast_timing_error(topology: Topology, options: SimOptions) -> str | None:
+    """Why the compiled timing does not cover this run (None: it does): the options ``fast_sim`` covers."""
+    if replace(options, step_overhead_us=0.0, costs=None, endpoint=EndpointMode.GPU) != SimOptions():
+        return "simulator options other than the step overhead and a runtime's costs are timed in Python only"
+    if getattr(topology, "store_and_forward", False):
+        return "store-and-forward switches are timed in Python only"
+    return None
+
+
+def timed_collective(program: Program, topology: Topology, size_bytes: float) -> Collective:
+    """The collective a program is timed as; raises on what cannot be timed (no collective, GPU count, size)."""
     kind = program.kind
     if kind is None:
         raise InputError(f"coll={program.coll!r} has no size convention to time it with", where=program.source)
@@ -61,32 +102,65 @@ def simulate_program(program: Program, topology: Topology, size_bytes: float,
                             f"{topology.num_gpus} GPUs", where=program.source or "program")
     if not size_bytes > 0:
         raise InputError(f"size must be > 0 bytes (got {size_bytes})", where="--size")
-    collective = _collective(program, kind)
-    report = verify_program(program)
+    return _collective(program, kind)
+
+
+def failed_result(collective: Collective, size_bytes: float, topology: Topology, report: VerifyReport,
+                  message: str) -> SimResult:
+    """The result of a program that cannot be timed: ``message`` and the verifier's first errors."""
     links = len(topology.links)
     empty = np.zeros(0)
+    return SimResult(correct=False, error=message, time_us=None, size_bytes=size_bytes, collective=collective,
+                     start_us=empty, arrive_us=empty, commit_us=empty, link_busy_us=(0.0,) * links,
+                     link_bytes=(0.0,) * links, critical_path=(), notes={"errors": [str(e) for e in
+                                                                                    report.errors[:10]]})
 
-    def failed(message: str) -> SimResult:
-        return SimResult(correct=False, error=message, time_us=None, size_bytes=size_bytes, collective=collective,
-                         start_us=empty, arrive_us=empty, commit_us=empty, link_busy_us=(0.0,) * links,
-                         link_bytes=(0.0,) * links, critical_path=(), notes={"errors": [str(e) for e in
-                                                                                        report.errors[:10]]})
 
-    if not report.valid:
-        return failed(f"invalid program: {report.errors[0]}")
-    machine = build_machine(program)
-    timing = _Timing(machine, topology, size_bytes / program.nchunksperloop, options)
-    timing.run()  # a valid program raises no fault: a wrong one still runs to its end
-    unfinished = [i for i, t in enumerate(timing.done_at) if math.isnan(t)]
-    if unfinished:
-        return failed(f"{len(unfinished)} step(s) never finish, e.g. {machine.describe(unfinished[0])}")
-    makespan = max(timing.done_at, default=0.0) + (options.costs.launch_us if options.costs is not None else 0.0)
-    sends = [t.node for t in machine.nodes if t.type.sends]
-    start = np.array([timing.start_at[s] for s in sends])
-    arrive = np.array([timing.done_at[s] for s in sends])
-    commit = np.array([timing.done_at[machine.matching_recv[s]] if s in machine.matching_recv else math.nan
-                       for s in sends])
-    notes: dict[str, Any] = {"transmissions": [machine.describe(i) for i in timing.critical_path()],
+@dataclass(frozen=True)
+class TimedRun:
+    """What one timing run gives, per transmission (start, done, cause: the one whose completion readied it),
+    per resource (busy time, bytes), and the send-type transmissions with the receive each one feeds (-1)."""
+
+    start_at: np.ndarray
+    done_at: np.ndarray
+    cause: np.ndarray
+    busy_us: tuple[float, ...]
+    bytes_carried: tuple[float, ...]
+    sends: np.ndarray
+    recvs: np.ndarray
+    describe: Callable[[int], str]
+
+
+def critical_path(done_at: np.ndarray, cause: np.ndarray) -> list[int]:
+    """From the last transmission to finish (the first of those at the same time), back along the causes."""
+    finished = ~np.isnan(done_at)
+    if not finished.any():
+        return []
+    latest = np.where(finished, done_at, -np.inf)
+    node = int(np.flatnonzero(latest == latest.max())[0])
+    path: list[int] = []
+    while node >= 0 and len(path) < len(done_at):
+        path.append(node)
+        node = int(cause[node])
+    return path[::-1]
+
+
+def timed_result(program: Program, topology: Topology, size_bytes: float, options: SimOptions,
+                 collective: Collective, report: VerifyReport, run: TimedRun) -> SimResult:
+    """The SimResult of a timed run (``program`` is read for its ``<algo>`` attributes only)."""
+    links = len(topology.links)
+    unfinished = np.flatnonzero(np.isnan(run.done_at))
+    if len(unfinished):
+        return failed_result(collective, size_bytes, topology, report,
+                             f"{len(unfinished)} step(s) never finish, e.g. {run.describe(int(unfinished[0]))}")
+    makespan = (float(run.done_at.max()) if len(run.done_at) else 0.0) + (
+        options.costs.launch_us if options.costs is not None else 0.0)
+    start = run.start_at[run.sends]
+    arrive = run.done_at[run.sends]
+    commit = np.where(run.recvs >= 0, run.done_at[np.maximum(run.recvs, 0)], math.nan) if len(run.sends) else \
+        np.zeros(0)
+    path = critical_path(run.done_at, run.cause)
+    notes: dict[str, Any] = {"transmissions": [run.describe(i) for i in path],
                              "chunk_bytes": size_bytes / program.nchunksperloop}
     if options.costs is not None:
         if options.costs.protocol.value != program.proto:
@@ -101,9 +175,8 @@ def simulate_program(program: Program, topology: Topology, size_bytes: float,
         notes["time_us"] = makespan
     return SimResult(correct=report.correct, error=error, time_us=makespan if report.correct else None,
                      size_bytes=size_bytes, collective=collective, start_us=start, arrive_us=arrive,
-                     commit_us=commit, link_busy_us=tuple(timing.net.busy_us[:links]),
-                     link_bytes=tuple(timing.net.bytes_carried[:links]), critical_path=tuple(timing.critical_path()),
-                     notes=notes)
+                     commit_us=commit, link_busy_us=run.busy_us[:links], link_bytes=run.bytes_carried[:links],
+                     critical_path=tuple(path), notes=notes)
 
 
 def _collective(program: Program, kind: CollectiveKind) -> Collective:
@@ -205,15 +278,3 @@ class _Timing(EventKernel):
                     else:
                         done_at[s] = now
                         stack.append(s)
-
-    def critical_path(self) -> list[int]:
-        done = self.done_at
-        finished = [i for i in range(len(done)) if not math.isnan(done[i])]
-        if not finished:
-            return []
-        node = max(finished, key=lambda i: (done[i], -i))
-        path: list[int] = []
-        while node >= 0 and len(path) < len(done):
-            path.append(node)
-            node = self.cause[node]
-        return path[::-1]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 import numpy as np
 
@@ -24,7 +25,8 @@ from taccl_py.msccl.report import DATA_RULES, FATAL_RULES, VerifyReport, Violati
 from taccl_py.msccl.rules import check_rules
 from taccl_py.msccl.semantics import DataSpec, Garbage, Value, reduce_values
 
-__all__ = ["VerifyReport", "Violation", "execute_program", "find_deadlock", "verify_program"]
+__all__ = ["FAST_MIN_STEPS", "Checks", "PythonChecks", "VerifyReport", "Violation", "checked_dialect", "checked_report",
+           "data_spec", "execute_program", "find_deadlock", "race_budget", "verify_program"]
 
 WARNING_RULES = frozenset({"dependency-flag", "never-selected", "rarely-selected"})
 """Reported in ``notes``: legal for the runtime but probably not what the author meant."""
@@ -40,28 +42,78 @@ _MAX_SYMBOLIC_CONTRIBUTIONS = 1_000_000
 """Above this many (rank x input chunk) contributions the data result is not checked."""
 
 
+FAST_MIN_STEPS = 50_000
+"""From this many steps :func:`verify_program` runs the compiled checks (:mod:`taccl_py.msccl.fast_verify`)."""
+
+
+class Checks(Protocol):
+    """The checks that run the program: deadlock freedom, then the data result in one buffer mode."""
+
+    def deadlock(self) -> Violation | None: ...
+
+    def execute(self, in_place: bool) -> Outcome: ...
+
+
+class PythonChecks:
+    """:class:`Checks` on the Python machine (:func:`build_machine`, made once)."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+
+    @cached_property
+    def machine(self) -> Machine:
+        return build_machine(self.program)
+
+    def deadlock(self) -> Violation | None:
+        return find_deadlock(self.machine)
+
+    def execute(self, in_place: bool) -> Outcome:
+        return execute_program(self.machine, in_place)
+
+
 def verify_program(program: Program, dialect: str | None = None) -> VerifyReport:
     """Check ``program`` against ``dialect`` (``v1``/``v2``; detected when None) and execute it.
 
     ``valid``: no rule is broken and no threadblock can hang; ``correct``:
-    valid, race-free and every rank ends with the collective's result.
+    valid, race-free and every rank ends with the collective's result. From
+    :data:`FAST_MIN_STEPS` steps the same checks run compiled, with the same
+    report (:func:`taccl_py.msccl.fast_verify.verify_arrays`).
     """
+    dialect = checked_dialect(program, dialect)
+    if program.num_steps >= FAST_MIN_STEPS:
+        from taccl_py.msccl.arrays import program_arrays
+        from taccl_py.msccl.fast_verify import verify_arrays
+
+        arrays = program_arrays(program)
+        if arrays is not None:
+            return verify_arrays(arrays, dialect)
+    return checked_report(program, dialect, check_rules(program, dialect), PythonChecks(program))
+
+
+def checked_dialect(program: Program, dialect: str | None) -> str:
+    """``dialect``, or the program's own when None; an unknown one is an :class:`InputError`."""
     dialect = dialect or program.detected_dialect
     if dialect not in DIALECTS:
         raise InputError(f"unknown dialect {dialect!r} (choose v1 or v2)", where="--dialect")
-    found = check_rules(program, dialect)
+    return dialect
+
+
+def checked_report(program: Program, dialect: str, found: list[Violation], checks: Checks) -> VerifyReport:
+    """The report of a program whose static rules found ``found``; ``checks`` run it when nothing fatal was found.
+
+    ``program`` is read for its ``<algo>`` attributes only.
+    """
     notes = [str(v) for v in found if v.rule in WARNING_RULES]
     errors = [v for v in found if v.rule not in WARNING_RULES]
     modes: list[str] = []
     if not any(v.rule in FATAL_RULES for v in errors):
-        machine = build_machine(program)
-        deadlock = find_deadlock(machine)
+        deadlock = checks.deadlock()
         if deadlock is not None:
             errors.append(deadlock)
         else:
             for in_place in _modes(program, dialect):
                 modes.append("inplace" if in_place else "outofplace")
-                outcome = execute_program(machine, in_place)
+                outcome = checks.execute(in_place)
                 errors.extend(outcome.errors)
                 notes.extend(outcome.notes)
     else:
@@ -125,7 +177,19 @@ class Outcome:
 
 def execute_program(machine: Machine, in_place: bool) -> Outcome:
     """Run a deadlock-free program on symbolic data in one buffer mode and check the result."""
-    program = machine.program
+    spec = data_spec(machine.program, in_place)
+    if not isinstance(spec, DataSpec):
+        return spec
+    run = _Execution(machine, spec)
+    run.run()
+    errors = run.errors + run.check_result()
+    if run.race_check_skipped:
+        errors.append(Violation("unchecked-races", run.race_check_skipped))
+    return Outcome(tuple(errors), tuple(run.notes), run.memory, frozenset(run.racy_slots))
+
+
+def data_spec(program: Program, in_place: bool) -> DataSpec | Outcome:
+    """What the result must be in one buffer mode, or the outcome when it cannot be checked (read: ``<algo>``)."""
     kind = program.kind
     if kind is None:
         return Outcome((Violation("unchecked-collective", f"coll={program.coll!r} has no definition to check the "
@@ -137,12 +201,12 @@ def execute_program(machine: Machine, in_place: bool) -> Outcome:
     if spec.ngpus * max(spec.input_chunks, 1) > _MAX_SYMBOLIC_CONTRIBUTIONS:
         return Outcome((Violation("unchecked-collective", f"{spec.ngpus} ranks x {spec.input_chunks} chunks is too "
                                   "large to execute symbolically"),), (), {})
-    run = _Execution(machine, spec)
-    run.run()
-    errors = run.errors + run.check_result()
-    if run.race_check_skipped:
-        errors.append(Violation("unchecked-races", run.race_check_skipped))
-    return Outcome(tuple(errors), tuple(run.notes), run.memory, frozenset(run.racy_slots))
+    return spec
+
+
+def race_budget(steps: int) -> int:
+    """Transmissions the race check's searches may visit in all, for a machine of ``steps`` transmissions."""
+    return _RACE_SEARCH_FACTOR * steps + _RACE_SEARCH_BASE
 
 
 class _HappensBefore:
@@ -171,7 +235,7 @@ class _HappensBefore:
         for i, node in enumerate(order):
             self.position[node] = i
         self.searches = 0
-        self.budget = _RACE_SEARCH_FACTOR * len(machine.nodes) + _RACE_SEARCH_BASE
+        self.budget = race_budget(len(machine.nodes))
         self.exhausted = False
 
     @cached_property

@@ -36,6 +36,10 @@ def _coll_for(program: Program, dialect: str) -> str:
     return coll
 
 
+FAST_MIN_STEPS = 50_000
+"""From this many steps the ``<gpu>`` elements are written by :mod:`taccl_py.msccl.fast_writer`."""
+
+
 def write_xml(program: Program, dialect: str = "v2") -> str:
     """The XML text of ``program`` in ``dialect`` (``v2``: msccl-executor and RCCL; ``v1``: MSCCL fork).
 
@@ -61,7 +65,15 @@ def write_xml(program: Program, dialect: str = "v2") -> str:
             attrs.append(("nthreads", str(program.nthreads)))
     if program.root:
         attrs.append(("root", str(program.root)))
-    lines = [_tag("algo", attrs, close=False)]
+    head = _tag("algo", attrs, close=False)
+    if program.num_steps >= FAST_MIN_STEPS:  # every other line by a compiled loop (the same bytes)
+        from taccl_py.msccl.arrays import program_arrays
+        from taccl_py.msccl.fast_writer import render_body
+
+        arrays = program_arrays(program)
+        if arrays is not None:
+            return f"{head}\n{render_body(arrays)}</algo>\n"
+    lines = [head]
     for gpu in program.gpus:
         lines.append("  " + _tag("gpu", [("id", str(gpu.id)), ("i_chunks", str(gpu.i_chunks)),
                                          ("o_chunks", str(gpu.o_chunks)), ("s_chunks", str(gpu.s_chunks))],
