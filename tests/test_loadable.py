@@ -98,8 +98,10 @@ def test_baseline_and_synthesize_write_the_capped_file_and_say_both_times(tmp_pa
                              "--json"], capsys)
     assert code == 0, err
     report = only_json(stdout)
-    assert report["algorithm"] == "baseline hier-lb (32 splits)" and report["xml_verified"]
+    # the file is the fastest that fits: the capped baseline, or the solver stages' schedule when faster
+    assert report["algorithm"] in ("baseline hier-lb (32 splits)", "synthesized") and report["xml_verified"]
+    assert report["time_us"] <= xml["time_us"]
     assert report["best_overall"]["algorithm"] == "baseline hier-lb"
-    assert report["best_overall"]["time_us"] < report["time_us"] == xml["time_us"]
+    assert report["best_overall"]["time_us"] < report["time_us"]
     assert any("the hier-lb baseline (128 splits)" in note and "cannot be written" in note
                for note in report["notes"])
