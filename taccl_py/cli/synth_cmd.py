@@ -531,6 +531,9 @@ def _without_shortcut(band: _Band, result: SynthesisResult, written: _Written, s
                        *(n for n in first if n not in again.notes)]
     for stage, seconds in written.stages_s.items():
         again.stages_s[stage] = again.stages_s.get(stage, 0.0) + seconds
+    for mine, theirs in ((again.refused, written.refused), (again.fallbacks, written.fallbacks)):
+        known = {entry["algorithm"] for entry in mine}  # the first attempt's findings hold for the same baselines
+        mine[:0] = [entry for entry in theirs if entry["algorithm"] not in known]
     return full, again
 
 
