@@ -121,7 +121,8 @@ def run(quick: bool) -> dict[str, Any]:
             rows.append({**record.result, **record.measured})
     carried = _carried_rows({name for name, _, _ in points}) if os.environ.get("TACCL_CURVE_TOPOLOGIES") else []
     return {"rows": [*rows, *carried], "failed": failed, "time_limit_s": TIME_LIMIT_S, "jobs": JOBS, "sizes": sizes,
-            "shipped": list(shipped())}
+            "shipped": list(shipped()), "environment": {k: v for k, v in os.environ.items()
+                                                       if k in ("TACCL_CURVE_TOPOLOGIES", "TACCL_CURVE_JOBS")}}
 
 
 def _carried_rows(measured: set[str]) -> list[dict[str, Any]]:
@@ -207,8 +208,11 @@ def _summary(rows: list[dict[str, Any]], failed: list[dict[str, Any]], data: dic
              + (f", {len(failed)} failed: " + "; ".join(f"{f['key']}: {f['error']}" for f in failed) if failed
                 else "") + ".",
              "",
-             *([f"Rows of {', '.join(names)} are carried over from the run of {date} (not re-measured in this one)."
-                for date, names in sorted(carried.items())] + [""] if carried else []),
+             *([f"This run measured {', '.join(sorted({r['topology'] for r in rows if 'measured' not in r}))} "
+                f"(with {' '.join(f'{k}={v}' for k, v in sorted(data.get('environment', {}).items()))}); rows of "
+                + "; ".join(f"{', '.join(names)} are carried over from the run of {date}"
+                            for date, names in sorted(carried.items())) + " (not re-measured)."
+                if carried else ""]),
              f"* Never slower than the best baseline the runtime can load: {len(ok) - len(slower)} of {len(ok)} points"
              + ("" if not slower else " (slower at " + _points(slower) + ")") + ".",
              f"* Slower than a faster baseline that cannot be written as a loadable MSCCL file (hier-lb past the "

@@ -45,11 +45,14 @@ def test_the_summary_names_both_comparisons() -> None:
     rows = [_row(8126.0, xml_refused=[{"algorithm": "baseline hier-lb", "time_us": 8100.0}],
                  xml_fallbacks=[{"algorithm": "baseline hier-lb (16 splits)", "time_us": 8300.0}]),
             {**_row(8200.0), "size": 1 << 32, "measured": "2026-11-26 22:54"}]
-    text = "\n".join(bench_curve._summary(rows, [], {"sizes": [1 << 30, 1 << 32], "time_limit_s": 60, "jobs": 1}))
+    data = {"sizes": [1 << 30, 1 << 32], "time_limit_s": 60, "jobs": 1,
+            "environment": {"TACCL_CURVE_TOPOLOGIES": "dgx-a100x4"}}
+    text = "\n".join(bench_curve._summary(rows, [], data))
     assert "Never slower than the best baseline the runtime can load: 1 of 2 points (slower at dgx-a100x4 " \
            "allreduce 4GB)" in text
     assert "cannot be written as a loadable MSCCL file" in text and "1 points (dgx-a100x4 allreduce 1GB)" in text
-    assert "Rows of dgx-a100x4 are carried over from the run of 2026-11-26 22:54" in text
+    assert "This run measured dgx-a100x4 (with TACCL_CURVE_TOPOLOGIES=dgx-a100x4); rows of dgx-a100x4 are carried " \
+           "over from the run of 2026-11-26 22:54 (not re-measured)." in text
     assert "1 point at a time" in text
 
 
