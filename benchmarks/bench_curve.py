@@ -211,8 +211,8 @@ def _summary(rows: list[dict[str, Any]], failed: list[dict[str, Any]], data: dic
              *([f"This run measured {', '.join(sorted({r['topology'] for r in rows if 'measured' not in r}))} "
                 f"(with {' '.join(f'{k}={v}' for k, v in sorted(data.get('environment', {}).items()))}); rows of "
                 + "; ".join(f"{', '.join(names)} are carried over from the run of {date}"
-                            for date, names in sorted(carried.items())) + " (not re-measured)."
-                if carried else ""]),
+                            for date, names in sorted(carried.items())) + " (not re-measured).", ""]
+               if carried else []),
              f"* Never slower than the best baseline the runtime can load: {len(ok) - len(slower)} of {len(ok)} points"
              + ("" if not slower else " (slower at " + _points(slower) + ")") + ".",
              f"* Slower than a faster baseline that cannot be written as a loadable MSCCL file (hier-lb past the "
