@@ -36,6 +36,11 @@ def main() -> None:
         command = "make bench-full" if args.full else "make bench"
         if args.only:
             command = f".venv/bin/python benchmarks/run.py{' --full' if args.full else ''} --only {' '.join(args.only)}"
+        from taccl_py.warmup import compile_kernels
+
+        with console.status("compiling the numba kernels (once after an install)", spinner="dots") \
+                if console.is_terminal else _Quiet():
+            console.print(f"compiled kernels ready in {compile_kernels():.0f} s (counted in no benchmark)", markup=False)
         for bench in benchmarks:
             if args.only and bench.name not in args.only:
                 continue
