@@ -48,6 +48,7 @@ from taccl_py.sketch import load_sketch
 from taccl_py.synthesis import STAGES, SynthesisOptions, SynthesisResult, WorkBudget, synthesize
 from taccl_py.synthesis.candidates import Choice
 from taccl_py.synthesis.endpoint import channel_limit
+from taccl_py.synthesis.multidim import RERUN_MAX_GPUS
 from taccl_py.topology import SwitchModel, Topology
 from taccl_py.units import algbw_gbps, format_bytes
 
@@ -107,12 +108,12 @@ def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result
     assert name is not None
     ring_time = result.baselines.get(name)
     if ring_time is None and name not in result.baselines:
-        from taccl_py.baselines import applicable_baselines, baseline
-        from taccl_py.simulator import SimOptions, simulate
+        from taccl_py.baselines import applicable_baselines
+        from taccl_py.cli.sim_cmd import _simulate_baseline
+        from taccl_py.simulator import SimOptions
 
-        if name in applicable_baselines(topology, kind):
-            ring_time = simulate(topology, baseline(topology, kind, name, root=root), size,
-                                 SimOptions(endpoint=mode)).time_us
+        if name in applicable_baselines(topology, kind):  # a large ring as arrays, through the compiled kernel
+            ring_time = _simulate_baseline(topology, kind, name, None, root, size, SimOptions(endpoint=mode)).time_us
         else:
             name = None
     return name, ring_time, lower_bound(topology, kind, size, root=root, endpoint=mode)
@@ -536,7 +537,7 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
             written = _write_xml(result, band.topology, band.xml_path, size=band.size, dialect=band.dialect,
                                  instances=band.instances, proto=band.proto, min_bytes=band.lo, max_bytes=band.hi,
                                  progress=report, runtime=band.runtime)
-            if result.shortcut and written.label != result.chosen:
+            if result.shortcut and written.label != result.chosen and band.topology.num_gpus <= RERUN_MAX_GPUS:
                 result, written = _without_shortcut(band, result, written, started, report)
     if band.schedule_out:
         from taccl_py.schedule import save_schedule

@@ -32,11 +32,14 @@ from taccl_py.errors import NotApplicable
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Route, Topology
 
-__all__ = ["DEFAULT_STREAMS", "RAIL_KINDS", "rail_stream_applies", "rail_stream_schedule"]
+__all__ = ["DEFAULT_STREAMS", "RAIL_KINDS", "STREAM_CHOICES", "rail_stream_applies", "rail_stream_schedule"]
 
-DEFAULT_STREAMS = 4
+DEFAULT_STREAMS = 2
 """Rail messages in flight per GPU: more hide the route latency better (a gap of about alpha / (streams x
 message time) per message), fewer let the blocks arrive sooner one after another."""
+
+STREAM_CHOICES = (1, 2)
+"""The stream counts the synthesizer builds and simulates (measured best: 1 on 16 machines, 2 from 32 on)."""
 
 RAIL_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 
