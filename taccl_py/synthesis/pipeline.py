@@ -177,21 +177,23 @@ def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_byt
 
 def _rail_streams(run: Run, topology: Topology, kind: CollectiveKind,
                   size_bytes: float) -> tuple[list[Candidate], list[Choice]]:
-    """Every rail-stream schedule of :data:`~taccl_py.synthesis.railstream.STREAM_CHOICES`, simulated (through the
-    compiled kernel when large); the correct ones as choices, fastest first."""
+    """The rail-stream schedules of :func:`~taccl_py.synthesis.railstream.rail_variants`, simulated (through the
+    compiled kernel when large); the correct ones as choices, fastest first. Only the fastest keeps its
+    schedule (the others' are dropped: at 1,024 GPUs each holds millions of transfers)."""
     from taccl_py.fast_sim import simulate_large
-    from taccl_py.synthesis.railstream import STREAM_CHOICES, rail_stream_schedule
+    from taccl_py.synthesis.railstream import rail_stream_schedule, rail_variants
 
     candidates: list[Candidate] = []
-    choices: list[Choice] = []
-    for streams in STREAM_CHOICES:
-        run.report("simulate", detail=f"rail streams ({streams} per GPU)")
-        schedule = rail_stream_schedule(topology, kind, streams)
+    best: Choice | None = None
+    for streams, groups in rail_variants(topology.dimensions[1].size):
+        label = f"rail streams ({streams} per GPU" + (f", {groups} far groups)" if groups > 1 else ")")
+        run.report("simulate", detail=label)
+        schedule = rail_stream_schedule(topology, kind, streams, groups)
         sim = simulate_large(topology, schedule, size_bytes, run.sim_options)
-        candidate = Candidate(f"rail streams ({streams} per GPU)", schedule.collective.chunk_factor, sim.time_us,
-                              len(schedule.transfers), rail=True)
+        candidate = Candidate(label, schedule.collective.chunk_factor, sim.time_us, len(schedule.transfers),
+                              rail=True)
         candidates.append(candidate)
-        if sim.time_us is not None:
-            choices.append(Choice(schedule, sim, candidate))
-    choices.sort(key=lambda choice: choice.time_us)  # stable: fewer streams win ties
-    return candidates, choices
+        if sim.time_us is not None and (best is None or sim.time_us < best.time_us):  # ties: the earlier
+            best = Choice(schedule, sim, candidate)
+        del schedule, sim
+    return candidates, [best] if best is not None else []

@@ -14,7 +14,7 @@ messages that the lowering fuses:
   machine receives from one machine per message index (a rotation: no hot spot in the fabric), and blocks arrive
   one after another instead of all at the end;
 * **inside a machine (a chain)**: each block (the GPU's own and each one received over its rail) travels
-  (m, j) -> (m, j+1) -> ... -> (m, j+L-1) as soon as it is there: L-1 one-block transfers on the same
+  (m, j) -> (m, j-1) -> ... -> (m, j-L+1) as soon as it is there: L-1 one-block transfers on the same
   connection pairs, which the lowering fuses into receive-copy-send steps (one XML step per block received).
 
 A rank then holds about N + 2(K-1) steps, and N x (N-1) transfers move the data (one per block received).
@@ -27,19 +27,35 @@ topology's own (:meth:`~taccl_py.topology.Topology.gpu_route`). The simulator ju
 
 from __future__ import annotations
 
+import math
+from functools import cached_property
+
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import NotApplicable
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Route, Topology
 
-__all__ = ["DEFAULT_STREAMS", "RAIL_KINDS", "STREAM_CHOICES", "rail_stream_applies", "rail_stream_schedule"]
+__all__ = ["DEFAULT_STREAMS", "RAIL_KINDS", "SINGLE_LEVEL_MACHINES", "far_groups", "rail_stream_applies",
+           "rail_stream_schedule", "rail_variants"]
 
 DEFAULT_STREAMS = 2
 """Rail messages in flight per GPU: more hide the route latency better (a gap of about alpha / (streams x
 message time) per message), fewer let the blocks arrive sooner one after another."""
 
-STREAM_CHOICES = (1, 2)
-"""The stream counts the synthesizer builds and simulates (measured best: 1 on 16 machines, 2 from 32 on)."""
+SINGLE_LEVEL_MACHINES = 64
+"""Up to this many machines every rail message goes straight to its machine (one far group); above, a GPU's
+rail peers would be more threadblocks that others wait for than MSCCL's 8-bit ``depid`` can name (128), so the
+machines form far groups (:func:`far_groups`)."""
+
+
+def rail_variants(machines: int) -> tuple[tuple[int, int], ...]:
+    """(streams, far groups) the synthesizer builds and simulates: one and two streams straight to every machine
+    up to :data:`SINGLE_LEVEL_MACHINES` (one measured best on 16 machines, two on 32), one stream in far groups
+    above (the only form MSCCL can load there)."""
+    if machines <= SINGLE_LEVEL_MACHINES:
+        return ((1, 1), (2, 1))
+    return ((1, far_groups(machines)),)
+
 
 RAIL_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 
@@ -81,86 +97,155 @@ class _Routes:
         return route
 
 
-def _allgather(local: int, machines: int, streams: int, routes: _Routes, out: list[Transfer]) -> None:
+class _Chains:
+    """The chains inside the machines: a block travels L-1 hops between consecutive local GPUs.
+
+    Every chain of one call starts on a different GPU of the machine, so each connection carries one hop of each
+    at a time, and a GPU receives, then forwards (the lowering fuses the two into one step). A chain's first hop
+    waits for the last hop into its first GPU of the previous call (an ``after`` on the same rank): a threadblock
+    then serves the whole chain connection in one order, receive-and-forward steps fused, which the lowering
+    only accepts when nothing waits that the schedule does not make wait.
+    """
+
+    def __init__(self, local: int, machines: int, routes: _Routes, op: Op, out: list[Transfer]) -> None:
+        self.local, self.n, self.routes, self.op, self.out = local, local * machines, routes, op, out
+        self.last_in = [-1] * self.n  # per GPU: the last chain hop into it (the previous call's end)
+        self.last_out = [-1] * self.n  # per GPU: the last chain hop it sent
+
+    def run(self, block_of: list[int]) -> None:
+        """Allgather: GPU g sends ``block_of[g]`` round its machine; ReduceScatter: the machine reduces
+        ``block_of[g]`` onto GPU g (the chain ends there)."""
+        local, out = self.local, self.out
+        gather = self.op is Op.COPY
+        ends: list[tuple[int, int]] = []
+        hops = range(1, local) if gather else range(local - 1, 0, -1)
+        for step, hop in enumerate(hops):
+            for g in range(self.n):
+                m, j = divmod(g, local)
+                if gather:  # down the machine, as the reductions go: an Allreduce's two phases share connections
+                    src, dst = m * local + (j - hop + 1) % local, m * local + (j - hop) % local
+                else:
+                    src, dst = m * local + (j + hop) % local, m * local + (j + hop - 1) % local
+                after = (self.last_in[src],) if step == 0 and self.last_in[src] >= 0 else ()
+                if step == local - 2:
+                    ends.append((dst, len(out)))
+                self.last_out[src] = len(out)
+                out.append(Transfer(src, dst, (block_of[g],), self.routes(src, dst), self.op, 0, after))
+        for dst, index in ends:
+            self.last_in[dst] = index
+
+
+def _rail(g: int, dst: int, block: int, streams: int, routes: _Routes, op: Op, sent: list[int],
+          out: list[Transfer], chained: int = -1) -> None:
+    """GPU g's next group message: on stream k mod ``streams`` (channels 1..), after its stream's previous one
+    (and after ``chained``, a chain hop it sent, when >= 0)."""
+    k = len(sent)
+    after = (sent[k - streams],) if k >= streams else ()
+    if chained >= 0:
+        after = (*after, chained)
+    sent.append(len(out))
+    out.append(Transfer(g, dst, (block,), routes(g, dst), op, 1 + k % streams, after))
+
+
+class _Grid:
+    """GPU ids by (far group f, machine g in the group, local GPU i): machine f * G + g."""
+
+    def __init__(self, local: int, machines: int, groups: int) -> None:
+        self.local, self.groups, self.size = local, groups, machines // groups
+        self.n = local * machines
+
+    def coords(self, x: int) -> tuple[int, int, int]:
+        m, i = divmod(x, self.local)
+        f, g = divmod(m, self.size)
+        return f, g, i
+
+    def gpu(self, f: int, g: int, i: int) -> int:
+        return ((f % self.groups) * self.size + g % self.size) * self.local + i
+
+    @cached_property
+    def all(self) -> list[tuple[int, int, int]]:
+        """(f, g, i) of every GPU, in GPU order."""
+        return [self.coords(x) for x in range(self.n)]
+
+
+def _allgather(grid: _Grid, streams: int, routes: _Routes, out: list[Transfer]) -> None:
     """Append the Allgather's transfers to ``out`` (chunk = block = rank; ``after`` indexes ``out``)."""
-    n = local * machines
-    shift = 1  # channel 0: the chains; channels 1 ..: the rail streams
-
-    def chain(block_at: list[int]) -> None:
-        # block_at[g]: the block GPU g injects into its machine's chain now (-1: none); L-1 hops, one per step
-        for hop in range(1, local):
-            for g in range(n):
-                block = block_at[g]
-                if block < 0:
-                    continue
-                m, j = divmod(g, local)
-                src = m * local + (j + hop - 1) % local
-                dst = m * local + (j + hop) % local
-                out.append(Transfer(src, dst, (block,), routes(src, dst), Op.COPY, 0))
-
-    chain(list(range(n)))  # each machine's own blocks
-    rail_index: list[list[int]] = [[] for _ in range(n)]  # the schedule index of each GPU's rail messages
-    for k in range(machines - 1):
-        for g in range(n):
-            m, i = divmod(g, local)
-            dst = ((m + k + 1) % machines) * local + i
-            sent = rail_index[g]
-            after = (sent[k - streams],) if k >= streams else ()
-            sent.append(len(out))
-            out.append(Transfer(g, dst, (g,), routes(g, dst), Op.COPY, shift + k % streams, after))
-        # the blocks that just arrived go round their machine: GPU (m, i) received (m - k - 1, i)
-        chain([((g // local - k - 1) % machines) * local + g % local for g in range(n)])
+    n, far, size = grid.n, grid.groups, grid.size
+    chains = _Chains(grid.local, n // grid.local, routes, Op.COPY, out)
+    chains.run(list(range(n)))  # each machine's own blocks
+    sent: list[list[int]] = [[] for _ in range(n)]  # the schedule index of each GPU's group messages
+    for r in range(size):
+        if r <= size - 2:  # own block to the group's machine r + 1 ahead
+            for x in range(n):
+                f, g, i = grid.coords(x)
+                _rail(x, grid.gpu(f, g + r + 1, i), x, streams, routes, Op.COPY, sent[x], out)
+        for x in range(n):  # the block of the machine r behind (own at r = 0) to the same machine of every other group
+            f, g, i = grid.coords(x)
+            block = grid.gpu(f, g - r, i)
+            for df in range(1, far):
+                dst = grid.gpu(f + df, g, i)
+                out.append(Transfer(x, dst, (block,), routes(x, dst), Op.COPY, 1 + streams))
+        for df in range(1, far):  # what arrived goes round the machine
+            chains.run([grid.gpu(f - df, g - r, i) for f, g, i in grid.all])
+        if r <= size - 2:
+            chains.run([grid.gpu(f, g - r - 1, i) for f, g, i in grid.all])
 
 
-def _reducescatter(local: int, machines: int, streams: int, routes: _Routes, out: list[Transfer]) -> None:
-    """Append the ReduceScatter's transfers: chains reduce each block onto its rail GPU, rail messages reduce it
-    onto its owner; the mirror image of :func:`_allgather`."""
-    n = local * machines
-    shift = 1
-
-    def chain(block_of: list[int]) -> None:
-        # block_of[g]: the block reduced onto GPU g from its machine (-1: none); the chain ends at g
-        for hop in range(local - 1, 0, -1):
-            for g in range(n):
-                block = block_of[g]
-                if block < 0:
-                    continue
-                m, j = divmod(g, local)
-                src = m * local + (j + hop) % local
-                dst = m * local + (j + hop - 1) % local
-                out.append(Transfer(src, dst, (block,), routes(src, dst), Op.REDUCE, 0))
-
-    rail_index: list[list[int]] = [[] for _ in range(n)]
-    for k in range(machines - 1):
-        # GPU (m, i) will send the partial of block (m + k + 1, i): reduce it over the machine first
-        targets = [((g // local + k + 1) % machines) * local + g % local for g in range(n)]
-        chain(targets)
-        for g in range(n):
-            sent = rail_index[g]
-            after = (sent[k - streams],) if k >= streams else ()
-            sent.append(len(out))
-            dst = targets[g]
-            out.append(Transfer(g, dst, (dst,), routes(g, dst), Op.REDUCE, shift + k % streams, after))
-    chain(list(range(n)))  # each machine's own blocks last
+def _reducescatter(grid: _Grid, streams: int, routes: _Routes, out: list[Transfer]) -> None:
+    """Append the ReduceScatter's transfers: the mirror image of :func:`_allgather` (chains reduce each block onto
+    its rail GPU before it leaves the machine, messages reduce into their destination, rounds in reverse)."""
+    n, far, size = grid.n, grid.groups, grid.size
+    chains = _Chains(grid.local, n // grid.local, routes, Op.REDUCE, out)
+    sent: list[list[int]] = [[] for _ in range(n)]
+    for r in range(size - 1, -1, -1):
+        for df in range(1, far):  # reduce over the machine what leaves it this round
+            chains.run([grid.gpu(f + df, g - r, i) for f, g, i in grid.all])
+        if r <= size - 2:
+            chains.run([grid.gpu(f, g - r - 1, i) for f, g, i in grid.all])
+        for x in range(n):
+            f, g, i = grid.coords(x)
+            for df in range(1, far):
+                dst, block = grid.gpu(f + df, g, i), grid.gpu(f + df, g - r, i)
+                out.append(Transfer(x, dst, (block,), routes(x, dst), Op.REDUCE, 1 + streams))
+        if r <= size - 2:  # after x's last chain hop out: its threadblock forwards that one before the last receive
+            for x in range(n):
+                f, g, i = grid.coords(x)
+                block = grid.gpu(f, g - r - 1, i)
+                _rail(x, block, block, streams, routes, Op.REDUCE, sent[x], out, chains.last_out[x])
+    chains.run(list(range(n)))  # each machine's own blocks last
 
 
-def rail_stream_schedule(topology: Topology, kind: CollectiveKind, streams: int = DEFAULT_STREAMS) -> Schedule:
-    """The rail-stream schedule of ``kind`` on a cluster of machines (see the module doc); chunk factor 1."""
+def far_groups(machines: int) -> int:
+    """The default number of far groups: the largest divisor of ``machines`` at most its square root."""
+    return max(d for d in range(1, math.isqrt(machines) + 1) if machines % d == 0)
+
+
+def rail_stream_schedule(topology: Topology, kind: CollectiveKind, streams: int = DEFAULT_STREAMS,
+                         groups: int = 1) -> Schedule:
+    """The rail-stream schedule of ``kind`` on a cluster of machines (see the module doc); chunk factor 1.
+
+    ``groups``: far groups F (a divisor of the machine count; 1: every rail message goes straight to its
+    machine); ``streams``: group messages in flight per GPU.
+    """
     if kind not in RAIL_KINDS:
         raise NotApplicable(f"{kind.value} has no rail-stream schedule", where=topology.name)
-    if streams < 1:
-        raise NotApplicable(f"streams must be >= 1 (got {streams})", where="streams")
     local, machines = _shape(topology)
-    streams = min(streams, machines - 1)
+    if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
+        raise NotApplicable(f"must be an integer >= 1 (got {streams!r})", where="streams")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or machines % groups:
+        raise NotApplicable(f"must divide the {machines} machines (got {groups!r})", where="groups")
+    grid = _Grid(local, machines, groups)
+    streams = max(1, min(streams, grid.size - 1))
     routes = _Routes(topology)
     transfers: list[Transfer] = []
     if kind is not CollectiveKind.ALLGATHER:
-        _reducescatter(local, machines, streams, routes, transfers)
+        _reducescatter(grid, streams, routes, transfers)
     if kind is not CollectiveKind.REDUCESCATTER:
-        _allgather(local, machines, streams, routes, transfers)
+        _allgather(grid, streams, routes, transfers)
     name = "rail-stream"
     return Schedule(Collective(kind, topology.num_gpus, 1), tuple(transfers), name=name, topology=topology.name,
-                    notes={"algorithm": name, "channels": 1 + streams, "pieces": 1,
-                           "parameters": {"streams": streams, "local": local, "machines": machines},
-                           "description": f"rail streams ({streams} per GPU) across {machines} machines, "
-                                          f"chains of {local} GPUs inside each"})
+                    notes={"algorithm": name, "channels": 2 + streams, "pieces": 1,
+                           "parameters": {"streams": streams, "groups": groups, "local": local, "machines": machines},
+                           "description": f"rail streams ({streams} per GPU, {groups} far groups of "
+                                          f"{grid.size} machines) across {machines} machines, chains of {local} "
+                                          "GPUs inside each"})
