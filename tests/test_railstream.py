@@ -1,0 +1,122 @@
+"""Rail streams (taccl_py/synthesis/railstream.py): the schedules are correct, move each block once per GPU, lower to
+XML that takes their time, and the synthesizer uses them on large clusters of machines."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from taccl_py.bounds import lower_bound
+from taccl_py.collectives import CollectiveKind
+from taccl_py.errors import NotApplicable
+from taccl_py.library import resolve_topology
+from taccl_py.schedule import Op
+from taccl_py.simulator import simulate
+from taccl_py.synthesis import SynthesisOptions, multidim, synthesize
+from taccl_py.synthesis.railstream import (
+    SINGLE_LEVEL_MACHINES,
+    far_groups,
+    rail_stream_applies,
+    rail_stream_schedule,
+    rail_variants,
+)
+from tests.helpers import ring, round_trip
+
+K = CollectiveKind
+KINDS = (K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE)
+GB = 1 << 30
+
+
+def test_allgather_sends_every_block_once_to_every_gpu_with_rail_messages_in_rotation() -> None:
+    """dgx-a100x3, one stream: N(N-1) one-block copies, each (GPU, block) received once; GPU (m, i)'s k-th rail
+    message goes to (m + k + 1, i) on channel 1 and waits for its k-1-th."""
+    topology = resolve_topology("dgx-a100x3")
+    schedule = rail_stream_schedule(topology, K.ALLGATHER, streams=1)
+    n = topology.num_gpus
+    assert len(schedule.transfers) == n * (n - 1)
+    received = Counter((t.dst, t.chunks) for t in schedule.transfers)
+    assert set(received.values()) == {1}
+    assert all(len(t.chunks) == 1 and t.op is Op.COPY and (t.chunks[0],) != (t.dst,) for t in schedule.transfers)
+    for g in range(n):
+        rail = [(i, t) for i, t in enumerate(schedule.transfers) if t.src == g and t.src // 8 != t.dst // 8]
+        assert [t.dst for _, t in rail] == [((g // 8 + k + 1) % 3) * 8 + g % 8 for k in range(2)]
+        assert [t.chunks for _, t in rail] == [(g,), (g,)]
+        assert rail[0][1].after == () and rail[1][1].after == (rail[0][0],)
+        assert {t.channel for _, t in rail} == {1}
+
+
+def test_allreduce_is_the_reducescatter_then_the_allgather() -> None:
+    topology = resolve_topology("dgx-a100x2")
+    ar = rail_stream_schedule(topology, K.ALLREDUCE, streams=1).transfers
+    rs = rail_stream_schedule(topology, K.REDUCESCATTER, streams=1).transfers
+    ag = rail_stream_schedule(topology, K.ALLGATHER, streams=1).transfers
+    assert ar[:len(rs)] == rs
+    shifted = tuple(t if not t.after else type(t)(t.src, t.dst, t.chunks, t.route, t.op, t.channel,
+                                                   tuple(a + len(rs) for a in t.after)) for t in ag)
+    assert ar[len(rs):] == shifted
+    assert all(t.op is Op.REDUCE for t in rs)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(machines=st.sampled_from([2, 3, 4, 6]), streams=st.integers(1, 3), kind=st.sampled_from(KINDS),
+       far=st.booleans())
+def test_every_variant_is_correct_and_within_the_bound(machines: int, streams: int, kind: CollectiveKind,
+                                                      far: bool) -> None:
+    """Property: any stream count, one or several far groups, every collective: the simulator finds the result
+    right (each contribution reduced once, every GPU holds what it must) and never faster than the lower bound."""
+    topology = resolve_topology(f"dgx-a100x{machines}")
+    groups = far_groups(machines) if far else 1
+    schedule = rail_stream_schedule(topology, kind, streams=streams, groups=groups)
+    sim = simulate(topology, schedule, 64 << 20)
+    assert sim.correct and sim.time_us is not None, sim.error
+    assert sim.time_us >= lower_bound(topology, kind, 64 << 20).bound_us * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_xml_verifies_and_takes_the_schedules_time(kind: CollectiveKind) -> None:
+    """Lowered with the simulated times (as `synthesize -o` does): valid, correct, the schedule's time; the chains
+    fuse into one step per block received (receive-copy-send, receive-reduce-send)."""
+    topology = resolve_topology("dgx-a100x3")
+    program = round_trip(rail_stream_schedule(topology, kind, streams=1), topology, GB)
+    types = Counter(step.type.value for tb in program.gpus[0].threadblocks for step in tb.steps)
+    if kind is not K.REDUCESCATTER:
+        assert types["rcs"] > 0
+    if kind is not K.ALLGATHER:
+        assert types["rrs"] > 0
+
+
+def test_far_groups_and_variants() -> None:
+    assert [far_groups(k) for k in (2, 4, 16, 32, 64, 128, 256, 13)] == [1, 2, 4, 4, 8, 8, 16, 1]
+    assert rail_variants(SINGLE_LEVEL_MACHINES) == ((1, 1), (2, 1))
+    assert rail_variants(128) == ((1, 8),)
+
+
+def test_where_it_does_not_apply() -> None:
+    assert rail_stream_applies(ring(8), K.ALLGATHER) is not None
+    assert rail_stream_applies(resolve_topology("dgx-a100x2"), K.ALLTOALL) is not None
+    assert rail_stream_applies(resolve_topology("dgx-a100x2"), K.ALLREDUCE) is None
+    with pytest.raises(NotApplicable):
+        rail_stream_schedule(ring(8), K.ALLGATHER)
+    with pytest.raises(NotApplicable, match="divide"):
+        rail_stream_schedule(resolve_topology("dgx-a100x4"), K.ALLGATHER, groups=3)
+    with pytest.raises(NotApplicable, match="streams"):
+        rail_stream_schedule(resolve_topology("dgx-a100x4"), K.ALLGATHER, streams=0)
+
+
+def test_the_shortcut_compares_rail_streams_from_rail_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the threshold lowered to 32 GPUs, `synthesize` on dgx-a100x4 skips the solver stages, simulates the rail
+    streams, and returns the fastest of them and the hierarchical baseline (simulated only when its model is faster)."""
+    monkeypatch.setattr(multidim, "RAIL_GPUS", 32)
+    topology = resolve_topology("dgx-a100x4")
+    result = synthesize(topology, K.ALLGATHER, GB, SynthesisOptions(time_limit_s=10))
+    assert result.shortcut and result.stats == ()
+    assert any("rail-stream schedules are compared" in note for note in result.notes), result.notes
+    assert [c.label for c in result.candidates] == ["rail streams (1 per GPU)", "rail streams (2 per GPU)"]
+    times = [c.time_us for c in result.candidates if c.time_us is not None]
+    times += [t for t in result.baselines.values() if t is not None]
+    assert result.sim.time_us == min(times)
+    assert result.synthesized is not None and result.synthesized.time_us == min(
+        c.time_us for c in result.candidates if c.time_us is not None)
