@@ -13,10 +13,11 @@ from taccl_py.bounds import lower_bound
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import NotApplicable
 from taccl_py.library import resolve_topology
-from taccl_py.schedule import Op
+from taccl_py.schedule import Op, Transfer
 from taccl_py.simulator import simulate
 from taccl_py.synthesis import SynthesisOptions, multidim, synthesize
 from taccl_py.synthesis.railstream import (
+    CHAIN_STEPS,
     SINGLE_LEVEL_MACHINES,
     far_groups,
     rail_stream_applies,
@@ -49,15 +50,33 @@ def test_allgather_sends_every_block_once_to_every_gpu_with_rail_messages_in_rot
 
 
 def test_allreduce_is_the_reducescatter_then_the_allgather() -> None:
+    """The same messages in the same order (the channels and waits differ: an Allreduce's two phases share the
+    chains' threadblocks, and its gathering waits for the reduction's last chain hop into each GPU)."""
     topology = resolve_topology("dgx-a100x2")
     ar = rail_stream_schedule(topology, K.ALLREDUCE, streams=1).transfers
     rs = rail_stream_schedule(topology, K.REDUCESCATTER, streams=1).transfers
     ag = rail_stream_schedule(topology, K.ALLGATHER, streams=1).transfers
-    assert ar[:len(rs)] == rs
-    shifted = tuple(t if not t.after else type(t)(t.src, t.dst, t.chunks, t.route, t.op, t.channel,
-                                                   tuple(a + len(rs) for a in t.after)) for t in ag)
-    assert ar[len(rs):] == shifted
+
+    def moves(transfers: tuple[Transfer, ...]) -> list[tuple[object, ...]]:
+        return [(t.src, t.dst, t.chunks, t.route, t.op) for t in transfers]
+
+    assert len(ar) == len(rs) + len(ag)
+    assert moves(ar[:len(rs)]) == moves(rs) and moves(ar[len(rs):]) == moves(ag)
     assert all(t.op is Op.REDUCE for t in rs)
+    assert all(a < i for i, t in enumerate(ar) for a in t.after)
+
+
+@settings(max_examples=10, deadline=None)
+@given(machines=st.sampled_from([2, 4, 8, 16]), kind=st.sampled_from(KINDS), far=st.booleans())
+def test_chain_threadblocks_stay_within_msccl_step_and_channel_limits(machines: int, kind: CollectiveKind,
+                                                                       far: bool) -> None:
+    """Property: every chain lane (a connection on one channel inside a machine) carries at most CHAIN_STEPS
+    messages into each GPU, and all channels fit MSCCL's 32."""
+    topology = resolve_topology(f"dgx-a100x{machines}")
+    schedule = rail_stream_schedule(topology, kind, streams=1, groups=far_groups(machines) if far else 1)
+    per_connection = Counter((t.src, t.dst, t.channel) for t in schedule.transfers if t.src // 8 == t.dst // 8)
+    assert max(per_connection.values()) <= CHAIN_STEPS
+    assert max(t.channel for t in schedule.transfers) < 32
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -97,54 +97,79 @@ class _Routes:
         return route
 
 
+CHAIN_STEPS = 56
+"""Chain steps per threadblock (MSCCL v2 allows 64; the rest is room for dependency ``nop`` steps)."""
+
+
 class _Chains:
-    """The chains inside the machines: a block travels L-1 hops between consecutive local GPUs.
+    """The chains inside the machines: a block travels L-1 hops between local GPUs, ``stride`` apart.
 
     Every chain of one call starts on a different GPU of the machine, so each connection carries one hop of each
-    at a time, and a GPU receives, then forwards (the lowering fuses the two into one step). A chain's first hop
-    waits for the last hop into its first GPU of the previous call (an ``after`` on the same rank): a threadblock
-    then serves the whole chain connection in one order, receive-and-forward steps fused, which the lowering
-    only accepts when nothing waits that the schedule does not make wait.
+    at a time, and a GPU receives, then forwards (the lowering fuses the two into one step). The calls go round
+    *lanes* (a stride coprime with L and a channel: the threadblocks of a connection hold at most 64 steps in
+    MSCCL, and a channel has one threadblock per peer), a lane by where the blocks come from relative to the
+    machine, so that an Allreduce's reduction and gathering of the same blocks share a lane (the lowering fuses a
+    receive only where whatever else waits for it is on its connections). A chain's first hop waits for the last
+    hop of the lane's previous call into its first GPU (an ``after`` on the same rank): a threadblock then serves
+    the lane's calls in one order.
     """
 
-    def __init__(self, local: int, machines: int, routes: _Routes, op: Op, out: list[Transfer]) -> None:
-        self.local, self.n, self.routes, self.op, self.out = local, local * machines, routes, op, out
-        self.last_in = [-1] * self.n  # per GPU: the last chain hop into it (the previous call's end)
-        self.last_out = [-1] * self.n  # per GPU: the last chain hop it sent
+    def __init__(self, local: int, machines: int, routes: _Routes, phases: int, sources: list[int],
+                 out: list[Transfer]) -> None:
+        self.local, self.n, self.routes, self.out = local, local * machines, routes, out
+        self.strides = [x for x in range(1, local) if math.gcd(x, local) == 1] or [1]
+        self.per_lane = max(1, CHAIN_STEPS // (local * phases))  # source machines per threadblock
+        self.channels = -(-machines // (self.per_lane * len(self.strides)))
+        self.rank = {source: q for q, source in enumerate(sources)}
+        self.last_in: dict[tuple[int, int], list[int]] = {}  # per lane, per GPU: the last chain hop into it
+        self.any_last_in = [-1] * self.n  # per GPU: the last chain hop into it, any lane
 
-    def run(self, block_of: list[int]) -> None:
-        """Allgather: GPU g sends ``block_of[g]`` round its machine; ReduceScatter: the machine reduces
-        ``block_of[g]`` onto GPU g (the chain ends there)."""
+    def lane(self, source: int) -> tuple[int, int]:
+        """(stride, channel) of the calls whose blocks come from the machine ``source`` (a lane key) places away:
+        consecutive in the reduction's order, so that its calls take the lanes one after another."""
+        tb = self.rank[source] // self.per_lane
+        return self.strides[tb % len(self.strides)], tb // len(self.strides)
+
+    def run(self, op: Op, block_of: list[int], source: int) -> list[int]:
+        """Allgather (copy): GPU g sends ``block_of[g]`` round its machine; ReduceScatter (reduce): the machine
+        reduces ``block_of[g]`` onto GPU g. Returns, per GPU, the last hop it sent (-1: none)."""
         local, out = self.local, self.out
-        gather = self.op is Op.COPY
+        stride, channel = self.lane(source)
+        last_in = self.last_in.setdefault((stride, channel), [-1] * self.n)
+        last_out = [-1] * self.n
+        gather = op is Op.COPY
         ends: list[tuple[int, int]] = []
         hops = range(1, local) if gather else range(local - 1, 0, -1)
         for step, hop in enumerate(hops):
             for g in range(self.n):
                 m, j = divmod(g, local)
-                if gather:  # down the machine, as the reductions go: an Allreduce's two phases share connections
-                    src, dst = m * local + (j - hop + 1) % local, m * local + (j - hop) % local
+                if gather:  # down the machine by the stride, as the reductions go
+                    src, dst = m * local + (j - (hop - 1) * stride) % local, m * local + (j - hop * stride) % local
                 else:
-                    src, dst = m * local + (j + hop) % local, m * local + (j + hop - 1) % local
-                after = (self.last_in[src],) if step == 0 and self.last_in[src] >= 0 else ()
+                    src, dst = m * local + (j + hop * stride) % local, m * local + (j + (hop - 1) * stride) % local
+                # the lane's previous call, else (a lane's first call) the previous call of any lane: the
+                # reductions, all ready at once, take the lanes in order instead of sharing the GPUs' links
+                before = last_in[src] if last_in[src] >= 0 else self.any_last_in[src]
+                after = (before,) if step == 0 and before >= 0 else ()
                 if step == local - 2:
                     ends.append((dst, len(out)))
-                self.last_out[src] = len(out)
-                out.append(Transfer(src, dst, (block_of[g],), self.routes(src, dst), self.op, 0, after))
+                last_out[src] = len(out)
+                out.append(Transfer(src, dst, (block_of[g],), self.routes(src, dst), op, channel, after))
         for dst, index in ends:
-            self.last_in[dst] = index
+            last_in[dst] = self.any_last_in[dst] = index
+        return last_out
 
 
-def _rail(g: int, dst: int, block: int, streams: int, routes: _Routes, op: Op, sent: list[int],
+def _rail(g: int, dst: int, block: int, streams: int, first: int, routes: _Routes, op: Op, sent: list[int],
           out: list[Transfer], chained: int = -1) -> None:
-    """GPU g's next group message: on stream k mod ``streams`` (channels 1..), after its stream's previous one
-    (and after ``chained``, a chain hop it sent, when >= 0)."""
+    """GPU g's next group message: on stream k mod ``streams`` (channels ``first``..), after its stream's previous
+    one (and after ``chained``, a chain hop it sent, when >= 0)."""
     k = len(sent)
     after = (sent[k - streams],) if k >= streams else ()
     if chained >= 0:
         after = (*after, chained)
     sent.append(len(out))
-    out.append(Transfer(g, dst, (block,), routes(g, dst), op, 1 + k % streams, after))
+    out.append(Transfer(g, dst, (block,), routes(g, dst), op, first + k % streams, after))
 
 
 class _Grid:
@@ -162,57 +187,63 @@ class _Grid:
     def gpu(self, f: int, g: int, i: int) -> int:
         return ((f % self.groups) * self.size + g % self.size) * self.local + i
 
+    def source(self, df: int, dg: int) -> int:
+        """Lane key of the blocks of the machine df groups on and dg machines back in the group."""
+        return (df % self.groups) * self.size + dg % self.size
+
     @cached_property
     def all(self) -> list[tuple[int, int, int]]:
         """(f, g, i) of every GPU, in GPU order."""
         return [self.coords(x) for x in range(self.n)]
 
 
-def _allgather(grid: _Grid, streams: int, routes: _Routes, out: list[Transfer]) -> None:
+def _allgather(grid: _Grid, chains: _Chains, streams: int, routes: _Routes, out: list[Transfer]) -> None:
     """Append the Allgather's transfers to ``out`` (chunk = block = rank; ``after`` indexes ``out``)."""
     n, far, size = grid.n, grid.groups, grid.size
-    chains = _Chains(grid.local, n // grid.local, routes, Op.COPY, out)
-    chains.run(list(range(n)))  # each machine's own blocks
+    first = chains.channels  # the rail channels follow the chains'
+    chains.run(Op.COPY, list(range(n)), grid.source(0, 0))  # each machine's own blocks
     sent: list[list[int]] = [[] for _ in range(n)]  # the schedule index of each GPU's group messages
     for r in range(size):
         if r <= size - 2:  # own block to the group's machine r + 1 ahead
             for x in range(n):
                 f, g, i = grid.coords(x)
-                _rail(x, grid.gpu(f, g + r + 1, i), x, streams, routes, Op.COPY, sent[x], out)
+                _rail(x, grid.gpu(f, g + r + 1, i), x, streams, first, routes, Op.COPY, sent[x], out)
         for x in range(n):  # the block of the machine r behind (own at r = 0) to the same machine of every other group
             f, g, i = grid.coords(x)
             block = grid.gpu(f, g - r, i)
             for df in range(1, far):
                 dst = grid.gpu(f + df, g, i)
-                out.append(Transfer(x, dst, (block,), routes(x, dst), Op.COPY, 1 + streams))
+                out.append(Transfer(x, dst, (block,), routes(x, dst), Op.COPY, first + streams))
         for df in range(1, far):  # what arrived goes round the machine
-            chains.run([grid.gpu(f - df, g - r, i) for f, g, i in grid.all])
+            chains.run(Op.COPY, [grid.gpu(f - df, g - r, i) for f, g, i in grid.all], grid.source(-df, r))
         if r <= size - 2:
-            chains.run([grid.gpu(f, g - r - 1, i) for f, g, i in grid.all])
+            chains.run(Op.COPY, [grid.gpu(f, g - r - 1, i) for f, g, i in grid.all], grid.source(0, r + 1))
 
 
-def _reducescatter(grid: _Grid, streams: int, routes: _Routes, out: list[Transfer]) -> None:
+def _reducescatter(grid: _Grid, chains: _Chains, streams: int, routes: _Routes, out: list[Transfer]) -> None:
     """Append the ReduceScatter's transfers: the mirror image of :func:`_allgather` (chains reduce each block onto
     its rail GPU before it leaves the machine, messages reduce into their destination, rounds in reverse)."""
     n, far, size = grid.n, grid.groups, grid.size
-    chains = _Chains(grid.local, n // grid.local, routes, Op.REDUCE, out)
+    first = chains.channels
     sent: list[list[int]] = [[] for _ in range(n)]
     for r in range(size - 1, -1, -1):
-        for df in range(1, far):  # reduce over the machine what leaves it this round
-            chains.run([grid.gpu(f + df, g - r, i) for f, g, i in grid.all])
-        if r <= size - 2:
-            chains.run([grid.gpu(f, g - r - 1, i) for f, g, i in grid.all])
+        # reduce over the machine what leaves it this round; remember each GPU's last hop out per call
+        far_out = [chains.run(Op.REDUCE, [grid.gpu(f + df, g - r, i) for f, g, i in grid.all], grid.source(df, r))
+                   if df else [] for df in range(far)]
+        group_out = chains.run(Op.REDUCE, [grid.gpu(f, g - r - 1, i) for f, g, i in grid.all],
+                               grid.source(0, r + 1)) if r <= size - 2 else []
         for x in range(n):
             f, g, i = grid.coords(x)
             for df in range(1, far):
                 dst, block = grid.gpu(f + df, g, i), grid.gpu(f + df, g - r, i)
-                out.append(Transfer(x, dst, (block,), routes(x, dst), Op.REDUCE, 1 + streams))
+                after = (far_out[df][x],) if far_out[df][x] >= 0 else ()
+                out.append(Transfer(x, dst, (block,), routes(x, dst), Op.REDUCE, first + streams, after))
         if r <= size - 2:  # after x's last chain hop out: its threadblock forwards that one before the last receive
             for x in range(n):
                 f, g, i = grid.coords(x)
                 block = grid.gpu(f, g - r - 1, i)
-                _rail(x, block, block, streams, routes, Op.REDUCE, sent[x], out, chains.last_out[x])
-    chains.run(list(range(n)))  # each machine's own blocks last
+                _rail(x, block, block, streams, first, routes, Op.REDUCE, sent[x], out, group_out[x])
+    chains.run(Op.REDUCE, list(range(n)), grid.source(0, 0))  # each machine's own blocks last
 
 
 def far_groups(machines: int) -> int:
@@ -238,13 +269,18 @@ def rail_stream_schedule(topology: Topology, kind: CollectiveKind, streams: int 
     streams = max(1, min(streams, grid.size - 1))
     routes = _Routes(topology)
     transfers: list[Transfer] = []
+    sources = [x for r in range(grid.size - 1, -1, -1)  # the reduction's order of calls
+               for x in [grid.source(df, r) for df in range(1, groups)] + ([grid.source(0, r + 1)]
+                                                                            if r <= grid.size - 2 else [])]
+    sources.append(grid.source(0, 0))
+    chains = _Chains(local, machines, routes, 2 if kind is CollectiveKind.ALLREDUCE else 1, sources, transfers)
     if kind is not CollectiveKind.ALLGATHER:
-        _reducescatter(grid, streams, routes, transfers)
+        _reducescatter(grid, chains, streams, routes, transfers)
     if kind is not CollectiveKind.REDUCESCATTER:
-        _allgather(grid, streams, routes, transfers)
+        _allgather(grid, chains, streams, routes, transfers)
     name = "rail-stream"
     return Schedule(Collective(kind, topology.num_gpus, 1), tuple(transfers), name=name, topology=topology.name,
-                    notes={"algorithm": name, "channels": 2 + streams, "pieces": 1,
+                    notes={"algorithm": name, "channels": chains.channels + streams + (groups > 1), "pieces": 1,
                            "parameters": {"streams": streams, "groups": groups, "local": local, "machines": machines},
                            "description": f"rail streams ({streams} per GPU, {groups} far groups of "
                                           f"{grid.size} machines) across {machines} machines, chains of {local} "
