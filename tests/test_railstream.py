@@ -139,3 +139,33 @@ def test_the_shortcut_compares_rail_streams_from_rail_gpus(monkeypatch: pytest.M
     assert result.sim.time_us == min(times)
     assert result.synthesized is not None and result.synthesized.time_us == min(
         c.time_us for c in result.candidates if c.time_us is not None)
+
+
+def test_the_compiled_verify_checks_the_result_beyond_the_python_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Allreduce of 1,024 ranks x 1,024 chunks is over the Python execution's limit; the compiled execution
+    checks it (here with both limits scaled down to a 24-rank program), and still finds a wrong one wrong."""
+    from dataclasses import replace
+
+    from taccl_py.msccl import lower_schedule
+    from taccl_py.msccl import verify as verify_module
+    from taccl_py.msccl.arrays import program_arrays
+    from taccl_py.msccl.fast_verify import verify_arrays
+
+    topology = resolve_topology("dgx-a100x3")
+    schedule = rail_stream_schedule(topology, K.ALLREDUCE, streams=1)
+    program = lower_schedule(schedule, topology, timing=simulate(topology, schedule, GB))
+    monkeypatch.setattr(verify_module, "_MAX_SYMBOLIC_CONTRIBUTIONS", 24 * 24 - 1)
+    assert not verify_module.verify_program(program).correct  # the Python path: unchecked
+    arrays = program_arrays(program)
+    assert arrays is not None
+    assert verify_arrays(arrays).correct
+    gpu = program.gpus[0]
+    broken_tb = next(tb for tb in gpu.threadblocks if any(st.type.value == "rrc" for st in tb.steps))
+    k = next(i for i, st in enumerate(broken_tb.steps) if st.type.value == "rrc")
+    steps = list(broken_tb.steps)
+    steps[k] = replace(steps[k], dstoff=(steps[k].dstoff + 1) % 24, srcoff=(steps[k].srcoff + 1) % 24)
+    tbs = tuple(replace(tb, steps=tuple(steps)) if tb is broken_tb else tb for tb in gpu.threadblocks)
+    broken = replace(program, gpus=(replace(gpu, threadblocks=tbs), *program.gpus[1:]))
+    broken_arrays = program_arrays(broken)
+    assert broken_arrays is not None
+    assert not verify_arrays(broken_arrays).correct
