@@ -73,21 +73,21 @@ def test_chain_threadblocks_stay_within_msccl_step_and_channel_limits(machines: 
     """Property: every chain lane (a connection on one channel inside a machine) carries at most CHAIN_STEPS
     messages into each GPU, and all channels fit MSCCL's 32."""
     topology = resolve_topology(f"dgx-a100x{machines}")
-    schedule = rail_stream_schedule(topology, kind, streams=1, groups=far_groups(machines) if far else 1)
+    schedule = rail_stream_schedule(topology, kind, streams=1, groups=machines // 2 if far else 1)
     per_connection = Counter((t.src, t.dst, t.channel) for t in schedule.transfers if t.src // 8 == t.dst // 8)
     assert max(per_connection.values()) <= CHAIN_STEPS
     assert max(t.channel for t in schedule.transfers) < 32
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(machines=st.sampled_from([2, 3, 4, 6]), streams=st.integers(1, 3), kind=st.sampled_from(KINDS),
-       far=st.booleans())
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(machines=st.sampled_from([2, 3, 4, 6, 8]), streams=st.integers(1, 3), kind=st.sampled_from(KINDS),
+       data=st.data())
 def test_every_variant_is_correct_and_within_the_bound(machines: int, streams: int, kind: CollectiveKind,
-                                                      far: bool) -> None:
-    """Property: any stream count, one or several far groups, every collective: the simulator finds the result
+                                                      data: st.DataObject) -> None:
+    """Property: any stream count, any number of far groups, every collective: the simulator finds the result
     right (each contribution reduced once, every GPU holds what it must) and never faster than the lower bound."""
     topology = resolve_topology(f"dgx-a100x{machines}")
-    groups = far_groups(machines) if far else 1
+    groups = data.draw(st.sampled_from([d for d in range(1, machines + 1) if machines % d == 0]))
     schedule = rail_stream_schedule(topology, kind, streams=streams, groups=groups)
     sim = simulate(topology, schedule, 64 << 20)
     assert sim.correct and sim.time_us is not None, sim.error
@@ -108,7 +108,7 @@ def test_the_xml_verifies_and_takes_the_schedules_time(kind: CollectiveKind) -> 
 
 
 def test_far_groups_and_variants() -> None:
-    assert [far_groups(k) for k in (2, 4, 16, 32, 64, 128, 256, 13)] == [1, 2, 4, 4, 8, 8, 16, 1]
+    assert [far_groups(k) for k in (2, 16, 32, 64, 128, 256, 48, 17)] == [1, 1, 2, 4, 8, 16, 3, 17]
     assert rail_variants(SINGLE_LEVEL_MACHINES) == ((1, 1), (2, 1))
     assert rail_variants(128) == ((1, 8),)
 
