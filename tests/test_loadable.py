@@ -98,8 +98,10 @@ def test_baseline_and_synthesize_write_the_capped_file_and_say_both_times(tmp_pa
                              "--json"], capsys)
     assert code == 0, err
     report = only_json(stdout)
-    assert report["algorithm"] == "baseline hier-lb (32 splits)" and report["xml_verified"]
+    # the capped hier-lb, or what the solver stages found when it fits and is faster (since the lowering places a
+    # receive after a fused step by the simulated times, the synthesized schedule, chunk factor 64, fits: 5,086 us)
+    assert report["algorithm"] in ("baseline hier-lb (32 splits)", "synthesized") and report["xml_verified"]
     assert report["best_overall"]["algorithm"] == "baseline hier-lb"
-    assert report["best_overall"]["time_us"] < report["time_us"] == xml["time_us"]
+    assert report["best_overall"]["time_us"] < report["time_us"] <= xml["time_us"]
     assert any("the hier-lb baseline (128 splits)" in note and "cannot be written" in note
                for note in report["notes"])
