@@ -13,8 +13,15 @@ stages. The XML files go to a temporary directory and are deleted after each poi
 ``make bench-full`` runs the full grid (every topology x 4 collectives x 12 sizes, several hours on 2
 shared cores); ``make bench`` a quick subset. Set ``TACCL_CURVE_RESUME=FILE.jsonl`` to keep every finished
 point in FILE as it finishes and resume an interrupted run from it (delete the file when the code changes).
-Set ``TACCL_CURVE_TOPOLOGIES=ndv2x2,dgx-a100x2`` to run the full size range on those topologies only (the
-section then says which of the shipped ones it covers), ``TACCL_CURVE_JOBS=1`` to run one point at a time.
+Set ``TACCL_CURVE_TOPOLOGIES=ndv2x2,dgx-a100x2`` to run the full size range on those topologies only: the
+stored rows of the other topologies (``results/curve.json``) are kept, with the date they were measured, and
+the section says which topologies were measured when and which shipped ones are not measured yet.
+``TACCL_CURVE_JOBS=1`` runs one point at a time.
+
+"Never slower than the best baseline" compares what was written with the fastest baseline whose file the
+runtime can load: a baseline the lowering refuses (``hier-lb`` with more splits than MSCCL has channels or XML
+nodes) counts with the time of the file ``synthesize -o`` would write for it (the same baseline with fewer
+splits, ``xml_fallbacks`` of the JSON); the section also lists where that differs from the fastest baseline.
 """
 
 from __future__ import annotations
@@ -80,7 +87,9 @@ def curve_point(payload: tuple[str, str, int, str]) -> tuple[dict[str, Any], dic
               "algorithm": row["algorithm"], "chunk_factor": row["chunk_factor"],
               "synthesized_us": synthesized, "baselines_us": row["baselines_us"], "bound_us": row["bound_us"],
               "efficiency": row["efficiency"], "selected_at_size": row["selection"].get("selected_at_size"),
-              "time_limit_hit": row["time_limit_hit"]}
+              "time_limit_hit": row["time_limit_hit"],
+              "xml_refused": [{"algorithm": r["algorithm"], "time_us": r["time_us"]} for r in row["xml_refused"]],
+              "xml_fallbacks": [{"algorithm": f["algorithm"], "time_us": f["time_us"]} for f in row["xml_fallbacks"]]}
     measured = {"wall_s": row["wall_s"], "synthesis_s": row["synthesis_s"], "stages_s": row["stages_s"]}
     return result, measured
 
@@ -110,8 +119,21 @@ def run(quick: bool) -> dict[str, Any]:
             failed.append({"key": record.key, "error": record.error})
         else:
             rows.append({**record.result, **record.measured})
-    return {"rows": rows, "failed": failed, "time_limit_s": TIME_LIMIT_S, "jobs": JOBS, "sizes": sizes,
-            "shipped": list(shipped())}
+    carried = _carried_rows({name for name, _, _ in points}) if os.environ.get("TACCL_CURVE_TOPOLOGIES") else []
+    return {"rows": [*rows, *carried], "failed": failed, "time_limit_s": TIME_LIMIT_S, "jobs": JOBS, "sizes": sizes,
+            "shipped": list(shipped()), "environment": {k: v for k, v in os.environ.items()
+                                                       if k in ("TACCL_CURVE_TOPOLOGIES", "TACCL_CURVE_JOBS")}}
+
+
+def _carried_rows(measured: set[str]) -> list[dict[str, Any]]:
+    """The stored rows of the topologies this run does not measure, each with the date it was measured."""
+    from harness import load_envelope
+
+    envelope = load_envelope(NAME)
+    if envelope is None:
+        return []
+    return [{**row, "measured": row.get("measured", envelope["date"])} for row in envelope["data"]["rows"]
+            if row["topology"] not in measured]
 
 
 # ------------------------------------------------------------------ rendering
@@ -124,12 +146,28 @@ def best_baseline(row: dict[str, Any]) -> tuple[str | None, float | None]:
     return name, times[name]
 
 
+def best_writable_baseline(row: dict[str, Any]) -> tuple[str | None, float | None]:
+    """The fastest baseline whose file the runtime can load (name, time): a baseline the lowering refused counts
+    with its fewer-splits file (``xml_fallbacks``); rows measured before those were recorded: the fastest one."""
+    refused = {r["algorithm"].removeprefix("baseline ") for r in row.get("xml_refused", ())}
+    times = {k: v for k, v in row["baselines_us"].items() if v is not None and k not in refused}
+    times.update({f["algorithm"].removeprefix("baseline "): f["time_us"] for f in row.get("xml_fallbacks", ())
+                  if f["time_us"] is not None})
+    if not times:
+        return None, None
+    name = min(sorted(times), key=lambda k: times[k])
+    return name, times[name]
+
+
 def _fmt_row(r: dict[str, Any]) -> str:
-    name, base = best_baseline(r)
+    name, base = best_writable_baseline(r)
+    fastest, fastest_us = best_baseline(r)
     vs = f"{base / r['time_us']:.2f}x" if base and r["time_us"] else "-"
     eff = f"{100 * r['efficiency']:.1f}%" if r["efficiency"] else "-"
+    unloadable = f" (fastest {fastest} {_us(fastest_us)}: no file)" if fastest_us is not None and base is not None \
+        and fastest_us < base else ""
     return (f"| {format_bytes(r['size'])} | {_us(r['time_us'])} | {r['algorithm']} | {_us(r['synthesized_us'])} "
-            f"| {name or '-'} {_us(base)} | {_us(r['bound_us'])} | {eff} | {vs} | {r['wall_s']:.1f} |")
+            f"| {name or '-'} {_us(base)}{unloadable} | {_us(r['bound_us'])} | {eff} | {vs} | {r['wall_s']:.1f} |")
 
 
 def _us(value: float | None) -> str:
@@ -138,14 +176,22 @@ def _us(value: float | None) -> str:
     return f"{value:.3g}" if value < 100 else f"{value:,.0f}"
 
 
-def _slower_than_baseline(r: dict[str, Any]) -> bool:
-    _, base = best_baseline(r)
+def _slower_than_baseline(r: dict[str, Any], *, writable: bool = True) -> bool:
+    """Slower than the fastest baseline the runtime can load (``writable``) or than the fastest one at all."""
+    _, base = best_writable_baseline(r) if writable else best_baseline(r)
     return base is not None and r["time_us"] is not None and r["time_us"] > base * (1 + 1e-9)
 
 
 def _summary(rows: list[dict[str, Any]], failed: list[dict[str, Any]], data: dict[str, Any]) -> list[str]:
     ok = [r for r in rows if r["correct"] and r["time_us"]]
     slower = [r for r in ok if _slower_than_baseline(r)]
+    unloadable = [r for r in ok if _slower_than_baseline(r, writable=False) and not _slower_than_baseline(r)]
+    carried: dict[str, list[str]] = {}
+    for r in rows:
+        if "measured" in r:
+            carried.setdefault(r["measured"], [])
+            if r["topology"] not in carried[r["measured"]]:
+                carried[r["measured"]].append(r["topology"])
     synthesized = [r for r in ok if r["algorithm"] == "synthesized"]
     walls = sorted(r["wall_s"] for r in rows)
     effs = sorted(r["efficiency"] for r in ok if r["efficiency"])
@@ -153,7 +199,8 @@ def _summary(rows: list[dict[str, Any]], failed: list[dict[str, Any]], data: dic
     lines = [f"{len(rows)} points: {len(topologies)} topologies x {len({r['collective'] for r in rows})} "
              f"collectives x {len(data['sizes'])} sizes ({format_bytes(data['sizes'][0])} to "
              f"{format_bytes(data['sizes'][-1])} in powers of 4), each the whole `taccl synthesize -o` command "
-             f"(--time-limit {data['time_limit_s']:g}, 1 solver thread, {data['jobs']} points at a time). "
+             f"(--time-limit {data['time_limit_s']:g}, 1 solver thread, {data['jobs']} "
+             f"point{'' if data['jobs'] == 1 else 's'} at a time). "
              f"{len(ok)} correct and written"
              + (f"; the topologies cover {len(topologies)} of the {len(data['shipped'])} shipped multi-machine ones "
                 f"(not yet measured: {', '.join(n for n in data['shipped'] if n not in topologies)})"
@@ -161,9 +208,16 @@ def _summary(rows: list[dict[str, Any]], failed: list[dict[str, Any]], data: dic
              + (f", {len(failed)} failed: " + "; ".join(f"{f['key']}: {f['error']}" for f in failed) if failed
                 else "") + ".",
              "",
-             f"* Never slower than the best baseline: {len(ok) - len(slower)} of {len(ok)} points"
-             + ("" if not slower else " (slower at " + ", ".join(
-                 f"{r['topology']} {r['collective']} {format_bytes(r['size'])}" for r in slower) + ")") + ".",
+             *([f"This run measured {', '.join(sorted({r['topology'] for r in rows if 'measured' not in r}))} "
+                f"(with {' '.join(f'{k}={v}' for k, v in sorted(data.get('environment', {}).items()))}); rows of "
+                + "; ".join(f"{', '.join(names)} are carried over from the run of {date}"
+                            for date, names in sorted(carried.items())) + " (not re-measured).", ""]
+               if carried else []),
+             f"* Never slower than the best baseline the runtime can load: {len(ok) - len(slower)} of {len(ok)} points"
+             + ("" if not slower else " (slower at " + _points(slower) + ")") + ".",
+             f"* Slower than a faster baseline that cannot be written as a loadable MSCCL file (hier-lb past the "
+             f"runtime's channel or XML-node limits; its fewer-splits file is the one compared): {len(unloadable)} "
+             "points" + (f" ({_points(unloadable)})" if unloadable else "") + ".",
              f"* The synthesized algorithm was written at {len(synthesized)} points; a faster baseline at "
              f"{len(ok) - len(synthesized)}.",
              f"* Efficiency (bound / time): median {100 * _median(effs):.1f}%, lowest {100 * effs[0]:.1f}%."
@@ -172,6 +226,10 @@ def _summary(rows: list[dict[str, Any]], failed: list[dict[str, Any]], data: dic
              f"(under the load given above)." if walls else "",
              ""]
     return lines
+
+
+def _points(rows: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{r['topology']} {r['collective']} {format_bytes(r['size'])}" for r in rows)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -186,9 +244,10 @@ def render(data: dict[str, Any], figures: Path) -> str:
         _figure(rows, figures / FIGURE)
         lines += [f"![efficiency versus size on every multi-machine topology](figures/{FIGURE})", "",
                   "Efficiency = bound / time of what `synthesize` wrote (solid) and of the best NCCL-style baseline "
-                  "(dashed), per topology and collective.", ""]
+                  "the runtime can load (dashed), per topology and collective.", ""]
     lines += ["Per topology: time (us) of what was written and which algorithm; the synthesizer's best candidate; "
-              "the fastest baseline; the bound; efficiency = bound / time; speedup over the fastest baseline; the "
+              "the fastest baseline the runtime can load (and, where a faster one cannot be written, that one with "
+              "\"no file\"); the bound; efficiency = bound / time; speedup over the fastest loadable baseline; the "
               "command's wall time (s). Sizes are binary (1GB = 2^30 bytes), as nccl-tests counts them.", ""]
     for topology in sorted({r["topology"] for r in rows}, key=_topology_order):
         mine = [r for r in rows if r["topology"] == topology]
@@ -198,8 +257,8 @@ def render(data: dict[str, Any], figures: Path) -> str:
             if not kind_rows:
                 continue
             lines += [f"**{kind.value}**", "",
-                      "| size | time us | written | synthesized us | best baseline us | bound us | efficiency "
-                      "| vs best baseline | wall s |", "|---|---|---|---|---|---|---|---|---|"]
+                      "| size | time us | written | synthesized us | best loadable baseline us | bound us "
+                      "| efficiency | vs best loadable baseline | wall s |", "|---|---|---|---|---|---|---|---|---|"]
             lines += [_fmt_row(r) for r in kind_rows]
             lines.append("")
         lines += ["</details>", ""]
@@ -229,8 +288,8 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
             series = sorted((r for r in rows if r["topology"] == topology and r["collective"] == kind.value),
                             key=lambda r: r["size"])
             ours = [(r["size"], 100 * r["efficiency"]) for r in series if r["efficiency"]]
-            base = [(r["size"], 100 * r["bound_us"] / best_baseline(r)[1]) for r in series
-                    if best_baseline(r)[1] and r["bound_us"]]
+            base = [(r["size"], 100 * r["bound_us"] / best_writable_baseline(r)[1]) for r in series
+                    if best_writable_baseline(r)[1] and r["bound_us"]]
             if ours:
                 ax.plot(*zip(*ours, strict=True), color=f"C{colour}", linewidth=1.8, marker="o", markersize=3,
                         label=kind.value)
@@ -249,7 +308,7 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def headline(data: dict[str, Any]) -> list[list[str]]:
-    """README row: how many points, never slower than the best baseline, the median efficiency."""
+    """README row: how many points, never slower than the best loadable baseline, the median efficiency."""
     ok = [r for r in data["rows"] if r["correct"] and r["time_us"]]
     if not ok:
         return []
@@ -258,5 +317,5 @@ def headline(data: dict[str, Any]) -> list[list[str]]:
     sizes = data["sizes"]
     return [[f"The whole curve: {len({r['topology'] for r in ok})} multi-machine topologies x AG/RS/AR/A2A x "
              f"{format_bytes(sizes[0])}-{format_bytes(sizes[-1])}",
-             f"never slower than the best baseline in {len(ok) - slower} of {len(ok)} points; median efficiency "
-             f"{100 * _median(effs):.1f}%", f"median {_median(sorted(r['wall_s'] for r in data['rows'])):.1f} s"]]
+             f"never slower than the best loadable baseline in {len(ok) - slower} of {len(ok)} points; median "
+             f"efficiency {100 * _median(effs):.1f}%", f"median {_median(sorted(r['wall_s'] for r in data['rows'])):.1f} s"]]

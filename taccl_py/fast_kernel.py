@@ -35,7 +35,8 @@ from numba.typed import List
 from taccl_py.tolerances import SAME_INSTANT_REL
 
 __all__ = ["COMMITTED", "EVENTS", "FAULT_CHUNK", "FAULT_DOUBLE", "FAULT_HELD", "FAULT_KIND", "FAULT_MASK", "FAULT_MISSING",
-           "FAULT_TRANSFER", "SOLVES", "VISITED_GROUPS", "VISITED_RESOURCES", "build_dependencies", "run"]
+           "FAULT_TRANSFER", "SOLVES", "VISITED_GROUPS", "VISITED_RESOURCES", "build_dependencies", "close_busy",
+           "event_pop", "event_push", "flow_leaves", "net_add", "new_network", "run", "settle"]
 
 _SAME_RATE = 1e-12
 _FROZEN_MARGIN = 1e-9
@@ -399,27 +400,20 @@ def _reshare(now: float, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: A
     cnt[_TN] = 0
 
 
-# ---------------------------------------------------------------------------------------------- the run
 @njit(cache=True, inline="always")
 def _less(ka: float, sa: int, kb: float, sb: int) -> bool:
     """(key a, seq a) < (key b, seq b): the order of a group's members (target, then join number)."""
     return ka < kb or (ka == kb and sa < sb)
 
 
+# ---------------------------------------------------------------------------------------------- the fluid network
+# Its tables (``new_network``) and steps, shared by ``run`` here and :func:`taccl_py.msccl.fast_timing.run` and inlined
+# into both (numba ``inline="always"``), so the hot path costs what closures over the tables did. ``net`` is the tuple
+# ``new_network`` returns; ``active`` is the per-flow "in the network" flag (an integer or boolean array).
 @njit(cache=True)
-def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: Any, bytes_by_count: Any,
-        capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, state: Any, words: Any,
-        num_chunks: int, n_ranks: int) -> Any:
-    """Run every transfer of the tables (see the layout above; ``t`` and ``f`` are updated in place).
-
-    ``capacity`` per resource, ``latency`` per route (with the step overhead), ``res_ptr``/``res`` the
-    resources of each route, ``route_count`` the transfers on each route, ``state`` the mask id of every
-    (rank, chunk) key (updated in place), ``words`` the mask pool. Returns (busy_us, bytes carried,
-    counters, pool words, fault time); ``counters[FAULT_KIND]`` is a fault code (0: none).
-
-    The steps are closures over the tables (numba inlines them), so the hot path passes no arrays.
-    """
-    n = t.shape[1]
+def new_network(capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, members: int) -> Any:
+    """The fluid network of ``capacity`` per resource and routes ``res[res_ptr[g]:res_ptr[g + 1]]`` (with their
+    ``latency`` and ``route_count`` flows each), room for ``members`` flows; an empty event heap."""
     num_res = len(capacity)
     num_groups = len(res_ptr) - 1
     slots = len(res)
@@ -442,43 +436,71 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
     for g in range(num_groups):
         gi[GI_HBASE, g] = base
         base += route_count[g]
-    hk = np.empty(max(n, 1))
-    hi = np.empty((2, max(n, 1)), np.int32)
+    hk = np.empty(max(members, 1))
+    hi = np.empty((2, max(members, 1)), np.int32)
     wg = np.empty((2, num_groups), np.int64)
     seeds = np.empty(slots + 1, np.int64)
     stack = np.empty(num_res, np.int64)
     hshare = np.empty(num_res)
     hres = np.empty(num_res, np.int64)
-    cm = np.empty((2, max(n, 1)), np.int32)
     cnt = np.zeros(20, np.int64)
     cnt[EVENTS] = 1
-    cnt[_USED] = n_ranks + 1
-    fl = np.zeros(1)
-    pi = List([np.zeros(words.shape[0], np.int64), np.zeros(words.shape[0], np.int64)])  # free rows, counts
-    words_box = List([words])
     queue = List([np.empty((1024, 5))])
-    timed = len(not_before) > 0
+    return rf, ri, ni, gf, gi, hk, hi, wg, seeds, stack, hshare, hres, cnt, queue
 
-    # ------------------------------------------------------------------ the event heap: (time, seq, kind, item, group)
-    def push(time: float, kind: int, item: int, group: int) -> int:
-        q = queue[0]
-        size = cnt[_QN]
-        if size == q.shape[0]:
-            grown = np.empty((2 * size, 5))
-            grown[:size] = q
-            queue[0] = grown
-            q = grown
-        seq = cnt[EVENTS]
-        cnt[EVENTS] += 1
-        fseq = float(seq)
-        j = size
-        while j > 0:
-            parent = (j - 1) >> 1
-            pt = q[parent, 0]
-            if time < pt or (time == pt and fseq < q[parent, 1]):
-                for c in range(5):
-                    q[j, c] = q[parent, c]
-                j = parent
+
+@njit(cache=True, inline="always")
+def event_push(queue: Any, cnt: Any, time: float, kind: int, item: int, group: int) -> int:
+    """Push ``(time, seq, kind, item, group)`` on the event heap (``seq`` counts pushes: FIFO ties); its seq."""
+    q = queue[0]
+    size = cnt[_QN]
+    if size == q.shape[0]:
+        grown = np.empty((2 * size, 5))
+        grown[:size] = q
+        queue[0] = grown
+        q = grown
+    seq = cnt[EVENTS]
+    cnt[EVENTS] += 1
+    fseq = float(seq)
+    j = size
+    while j > 0:
+        parent = (j - 1) >> 1
+        pt = q[parent, 0]
+        if time < pt or (time == pt and fseq < q[parent, 1]):
+            for c in range(5):
+                q[j, c] = q[parent, c]
+            j = parent
+        else:
+            break
+    q[j, 0] = time
+    q[j, 1] = fseq
+    q[j, 2] = kind
+    q[j, 3] = item
+    q[j, 4] = group
+    cnt[_QN] = size + 1
+    return seq
+
+
+@njit(cache=True, inline="always")
+def event_pop(queue: Any, cnt: Any) -> Any:
+    """Take the first event off the heap: (time, seq, kind, item, group)."""
+    q = queue[0]
+    top = (q[0, 0], int(q[0, 1]), int(q[0, 2]), int(q[0, 3]), int(q[0, 4]))
+    m = cnt[_QN] - 1
+    cnt[_QN] = m
+    if m > 0:
+        time, fseq, kind, item, group = q[m, 0], q[m, 1], q[m, 2], q[m, 3], q[m, 4]
+        j = 0
+        while True:
+            c = 2 * j + 1
+            if c >= m:
+                break
+            if c + 1 < m and (q[c + 1, 0] < q[c, 0] or (q[c + 1, 0] == q[c, 0] and q[c + 1, 1] < q[c, 1])):
+                c += 1
+            if q[c, 0] < time or (q[c, 0] == time and q[c, 1] < fseq):
+                for k in range(5):
+                    q[j, k] = q[c, k]
+                j = c
             else:
                 break
         q[j, 0] = time
@@ -486,122 +508,202 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
         q[j, 2] = kind
         q[j, 3] = item
         q[j, 4] = group
-        cnt[_QN] = size + 1
-        return seq
+    return top
 
-    def pop(q: Any) -> Any:
-        top = (q[0, 0], int(q[0, 1]), int(q[0, 2]), int(q[0, 3]), int(q[0, 4]))
-        m = cnt[_QN] - 1
-        cnt[_QN] = m
-        if m > 0:
-            time, fseq, kind, item, group = q[m, 0], q[m, 1], q[m, 2], q[m, 3], q[m, 4]
-            j = 0
-            while True:
-                c = 2 * j + 1
-                if c >= m:
-                    break
-                if c + 1 < m and (q[c + 1, 0] < q[c, 0] or (q[c + 1, 0] == q[c, 0] and q[c + 1, 1] < q[c, 1])):
-                    c += 1
-                if q[c, 0] < time or (q[c, 0] == time and q[c, 1] < fseq):
-                    for k in range(5):
-                        q[j, k] = q[c, k]
-                    j = c
-                else:
-                    break
-            q[j, 0] = time
-            q[j, 1] = fseq
-            q[j, 2] = kind
-            q[j, 3] = item
-            q[j, 4] = group
-        return top
 
-    # ------------------------------------------------------------------ flow groups
-    def member_pop(at: int, length: int) -> None:
-        """Drop the root of the member heap at ``at`` of ``length`` entries (the caller shortens it)."""
-        m = length - 1
-        if m == 0:
-            return
-        key, seq, flow = hk[at + m], hi[HI_SEQ, at + m], hi[HI_FLOW, at + m]
-        j = 0
-        while True:
-            c = 2 * j + 1
-            if c >= m:
-                break
-            if c + 1 < m and _less(hk[at + c + 1], hi[HI_SEQ, at + c + 1], hk[at + c], hi[HI_SEQ, at + c]):
-                c += 1
-            if _less(hk[at + c], hi[HI_SEQ, at + c], key, seq):
-                hk[at + j] = hk[at + c]
-                hi[HI_SEQ, at + j] = hi[HI_SEQ, at + c]
-                hi[HI_FLOW, at + j] = hi[HI_FLOW, at + c]
-                j = c
-            else:
-                break
-        hk[at + j] = key
-        hi[HI_SEQ, at + j] = seq
-        hi[HI_FLOW, at + j] = flow
+@njit(cache=True, inline="always")
+def _member_pop(hk: Any, hi: Any, at: int, length: int) -> None:
+    """Drop the root of the member heap at ``at`` of ``length`` entries (the caller shortens it)."""
+    m = length - 1
+    if m == 0:
+        return
+    key, seq, flow = hk[at + m], hi[HI_SEQ, at + m], hi[HI_FLOW, at + m]
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= m:
+            break
+        if c + 1 < m and _less(hk[at + c + 1], hi[HI_SEQ, at + c + 1], hk[at + c], hi[HI_SEQ, at + c]):
+            c += 1
+        if _less(hk[at + c], hi[HI_SEQ, at + c], key, seq):
+            hk[at + j] = hk[at + c]
+            hi[HI_SEQ, at + j] = hi[HI_SEQ, at + c]
+            hi[HI_FLOW, at + j] = hi[HI_FLOW, at + c]
+            j = c
+        else:
+            break
+    hk[at + j] = key
+    hi[HI_SEQ, at + j] = seq
+    hi[HI_FLOW, at + j] = flow
 
-    def first_finish(g: int) -> Any:
-        """``FlowGroup.next_finish``: skip departed members; (time, flow) of the first to finish."""
-        at = gi[GI_HBASE, g]
-        while not t[T_ACT, hi[HI_FLOW, at]]:
-            member_pop(at, gi[GI_HLEN, g])
-            gi[GI_HLEN, g] -= 1
-        rate = gf[GF_RATE, g]
-        time = gf[GF_UPDATED, g] + (hk[at] - gf[GF_DRAINED, g]) / rate if rate > 0 else np.inf
-        return time, int(hi[HI_FLOW, at])
 
-    def queue_finish(g: int, time: float, flow: int) -> None:
-        gf[GF_DUE, g] = time
-        gi[GI_EVENT, g] = push(time, _FINISH, flow, g)
-        gi[GI_FINISH, g] = _QUEUED
+@njit(cache=True, inline="always")
+def first_finish(net: Any, active: Any, g: int) -> Any:
+    """``FlowGroup.next_finish``: skip departed members; (time, flow) of the first to finish."""
+    gf, gi, hk, hi = net[3], net[4], net[5], net[6]
+    at = gi[GI_HBASE, g]
+    while not active[hi[HI_FLOW, at]]:
+        _member_pop(hk, hi, at, gi[GI_HLEN, g])
+        gi[GI_HLEN, g] -= 1
+    rate = gf[GF_RATE, g]
+    time = gf[GF_UPDATED, g] + (hk[at] - gf[GF_DRAINED, g]) / rate if rate > 0 else np.inf
+    return time, int(hi[HI_FLOW, at])
 
-    def touch(g: int) -> None:
-        if not gi[GI_TOUCHED, g]:
-            gi[GI_TOUCHED, g] = 1
-            wg[WG_TOUCHED, cnt[_TN]] = g
-            cnt[_TN] += 1
 
-    def net_add(i: int, g: int, nbytes: float, now: float) -> None:
-        """``FluidNetwork.add``: flow i joins group g (its route) with ``nbytes`` to move."""
-        if not gi[GI_LINKED, g]:
-            gi[GI_LINKED, g] = 1
-            for p in range(res_ptr[g], res_ptr[g + 1]):  # append to groups_on of each resource
-                r = ni[NI_RES, p]
-                tail = ri[RI_TAIL, r]
-                ni[NI_PREV, p] = tail
-                ni[NI_NEXT, p] = -1
-                if tail < 0:
-                    ri[RI_HEAD, r] = p
-                else:
-                    ni[NI_NEXT, tail] = p
-                ri[RI_TAIL, r] = p
-                ri[RI_COUNT, r] += 1
-        target = gf[GF_DRAINED, g] + gf[GF_RATE, g] * (now - gf[GF_UPDATED, g]) + nbytes
-        seq = cnt[_JOIN]
-        cnt[_JOIN] += 1
-        t[T_ACT, i] = 1
-        at, j = gi[GI_HBASE, g], gi[GI_HLEN, g]  # push (target, seq, i) on the member heap
-        while j > 0:
-            parent = (j - 1) >> 1
-            if _less(target, seq, hk[at + parent], hi[HI_SEQ, at + parent]):
-                hk[at + j] = hk[at + parent]
-                hi[HI_SEQ, at + j] = hi[HI_SEQ, at + parent]
-                hi[HI_FLOW, at + j] = hi[HI_FLOW, at + parent]
-                j = parent
-            else:
-                break
-        hk[at + j] = target
-        hi[HI_SEQ, at + j] = seq
-        hi[HI_FLOW, at + j] = i
-        gi[GI_HLEN, g] += 1
-        gi[GI_SIZE, g] += 1
-        touch(g)
-        for p in range(res_ptr[g], res_ptr[g + 1]):
+@njit(cache=True, inline="always")
+def _queue_finish(net: Any, g: int, time: float, flow: int) -> None:
+    gf, gi, cnt, queue = net[3], net[4], net[12], net[13]
+    gf[GF_DUE, g] = time
+    gi[GI_EVENT, g] = event_push(queue, cnt, time, _FINISH, flow, g)
+    gi[GI_FINISH, g] = _QUEUED
+
+
+@njit(cache=True, inline="always")
+def _touch(net: Any, g: int) -> None:
+    gi, wg, cnt = net[4], net[7], net[12]
+    if not gi[GI_TOUCHED, g]:
+        gi[GI_TOUCHED, g] = 1
+        wg[WG_TOUCHED, cnt[_TN]] = g
+        cnt[_TN] += 1
+
+
+@njit(cache=True, inline="always")
+def net_add(net: Any, active: Any, res_ptr: Any, i: int, g: int, nbytes: float, now: float) -> None:
+    """``FluidNetwork.add``: flow i joins group g (its route) with ``nbytes`` to move."""
+    rf, ri, ni, gf, gi, hk, hi, cnt = net[0], net[1], net[2], net[3], net[4], net[5], net[6], net[12]
+    if not gi[GI_LINKED, g]:
+        gi[GI_LINKED, g] = 1
+        for p in range(res_ptr[g], res_ptr[g + 1]):  # append to groups_on of each resource
             r = ni[NI_RES, p]
-            if not ri[RI_LOAD, r]:
-                rf[RF_SINCE, r] = now
-            ri[RI_LOAD, r] += 1
-            rf[RF_CARRIED, r] += nbytes
+            tail = ri[RI_TAIL, r]
+            ni[NI_PREV, p] = tail
+            ni[NI_NEXT, p] = -1
+            if tail < 0:
+                ri[RI_HEAD, r] = p
+            else:
+                ni[NI_NEXT, tail] = p
+            ri[RI_TAIL, r] = p
+            ri[RI_COUNT, r] += 1
+    target = gf[GF_DRAINED, g] + gf[GF_RATE, g] * (now - gf[GF_UPDATED, g]) + nbytes
+    seq = cnt[_JOIN]
+    cnt[_JOIN] += 1
+    active[i] = 1
+    at, j = gi[GI_HBASE, g], gi[GI_HLEN, g]  # push (target, seq, i) on the member heap
+    while j > 0:
+        parent = (j - 1) >> 1
+        if _less(target, seq, hk[at + parent], hi[HI_SEQ, at + parent]):
+            hk[at + j] = hk[at + parent]
+            hi[HI_SEQ, at + j] = hi[HI_SEQ, at + parent]
+            hi[HI_FLOW, at + j] = hi[HI_FLOW, at + parent]
+            j = parent
+        else:
+            break
+    hk[at + j] = target
+    hi[HI_SEQ, at + j] = seq
+    hi[HI_FLOW, at + j] = i
+    gi[GI_HLEN, g] += 1
+    gi[GI_SIZE, g] += 1
+    _touch(net, g)
+    for p in range(res_ptr[g], res_ptr[g + 1]):
+        r = ni[NI_RES, p]
+        if not ri[RI_LOAD, r]:
+            rf[RF_SINCE, r] = now
+        ri[RI_LOAD, r] += 1
+        rf[RF_CARRIED, r] += nbytes
+
+
+@njit(cache=True, inline="always")
+def settle(net: Any, active: Any, res_ptr: Any, now: float) -> None:
+    """Before a batch: re-solve where sizes changed, re-time the groups whose first finish may have moved, and
+    drop void finish events from the top of the heap (late ones move to their actual finish)."""
+    rf, ri, ni, gf, gi, wg, seeds, stack, hshare, hres, cnt, queue = (net[0], net[1], net[2], net[3], net[4], net[7],
+                                                                      net[8], net[9], net[10], net[11], net[12],
+                                                                      net[13])
+    if cnt[_TN]:
+        _reshare(now, rf, ri, ni, res_ptr, gf, gi, wg, seeds, stack, hshare, hres, cnt)
+        for k in range(cnt[_MN]):  # where rates changed, the first finish may have moved
+            g = wg[WG_MOVED, k]
+            time, flow = first_finish(net, active, g)
+            if gi[GI_FINISH, g] == _NONE or time < gf[GF_DUE, g]:
+                _queue_finish(net, g, time, flow)
+            elif gi[GI_FINISH, g] == _QUEUED:
+                gi[GI_FINISH, g] = _LATE
+        cnt[_MN] = 0
+    while cnt[_QN] and int(queue[0][0, 2]) == _FINISH:  # void and late finish events must not open a batch
+        seq, g = int(queue[0][0, 1]), int(queue[0][0, 4])
+        if gi[GI_EVENT, g] == seq and gi[GI_FINISH, g] == _QUEUED:
+            break
+        event_pop(queue, cnt)
+        if gi[GI_EVENT, g] == seq:  # late: move it to the actual finish
+            time, flow = first_finish(net, active, g)
+            _queue_finish(net, g, time, flow)
+
+
+@njit(cache=True, inline="always")
+def flow_leaves(net: Any, active: Any, res_ptr: Any, g: int, seq: int, flow: int, now: float, horizon: float) -> int:
+    """A finish event ``(seq, flow)`` of group g: the flow that leaves the network now (``net.remove``), or -1 when the event is
+    void (a later one replaced it) or late past the batch's horizon (moved to its actual finish)."""
+    rf, ri, ni, gi = net[0], net[1], net[2], net[4]
+    if gi[GI_EVENT, g] != seq:
+        return -1
+    i = flow
+    if gi[GI_FINISH, g] == _LATE:
+        time, i = first_finish(net, active, g)
+        if time > horizon:
+            _queue_finish(net, g, time, i)
+            return -1
+    active[i] = 0
+    gi[GI_SIZE, g] -= 1
+    _touch(net, g)
+    for p in range(res_ptr[g], res_ptr[g + 1]):
+        r = ni[NI_RES, p]
+        ri[RI_LOAD, r] -= 1
+        if not ri[RI_LOAD, r]:
+            rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
+    if gi[GI_SIZE, g]:
+        time, flow = first_finish(net, active, g)
+        _queue_finish(net, g, time, flow)
+    else:
+        gi[GI_FINISH, g] = _NONE
+        gi[GI_EVENT, g] = 0
+    return i
+
+
+@njit(cache=True, inline="always")
+def close_busy(net: Any, now: float) -> None:
+    """``finish_busy``: links still loaded at the end are busy until ``now``."""
+    rf, ri = net[0], net[1]
+    for r in range(rf.shape[1]):
+        if ri[RI_LOAD, r]:
+            rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
+            rf[RF_SINCE, r] = now
+
+
+# ---------------------------------------------------------------------------------------------- the run
+@njit(cache=True)
+def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: Any, bytes_by_count: Any,
+        capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, state: Any, words: Any,
+        num_chunks: int, n_ranks: int) -> Any:
+    """Run every transfer of the tables (see the layout above; ``t`` and ``f`` are updated in place).
+
+    ``capacity`` per resource, ``latency`` per route (with the step overhead), ``res_ptr``/``res`` the
+    resources of each route, ``route_count`` the transfers on each route, ``state`` the mask id of every
+    (rank, chunk) key (updated in place), ``words`` the mask pool. Returns (busy_us, bytes carried,
+    counters, pool words, fault time); ``counters[FAULT_KIND]`` is a fault code (0: none).
+
+    The rules are closures over the tables and the fluid network's steps are inline functions (numba inlines
+    both), so the hot path passes no arrays.
+    """
+    n = t.shape[1]
+    net = new_network(capacity, latency, res_ptr, res, route_count, n)
+    rf, gf, cnt, queue = net[0], net[3], net[12], net[13]
+    active = t[T_ACT]
+    cm = np.empty((2, max(n, 1)), np.int32)
+    cnt[_USED] = n_ranks + 1
+    fl = np.zeros(1)
+    pi = List([np.zeros(words.shape[0], np.int64), np.zeros(words.shape[0], np.int64)])  # free rows, counts
+    words_box = List([words])
+    timed = len(not_before) > 0
 
     # ------------------------------------------------------------------ the rules
     def begin(i: int, now: float) -> bool:
@@ -625,9 +727,9 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
         lat = gf[GF_LATENCY, g]
         nb = bytes_by_count[p1 - p0]
         if lat > 0 or not nb > 0:
-            push(now + lat, _ENTER, i, -1)
+            event_push(queue, cnt, now + lat, _ENTER, i, -1)
         else:
-            net_add(i, g, nb, now)
+            net_add(net, active, res_ptr, i, g, nb, now)
         return True
 
     def release(j: int, now: float, cause: int) -> bool:
@@ -637,7 +739,7 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
             return True
         t[T_SC, j] = cause
         if timed and not_before[j] > now:  # NaN (none) is never greater
-            push(not_before[j], _TIMER, j, -1)
+            event_push(queue, cnt, not_before[j], _TIMER, j, -1)
             return True
         return begin(j, now)
 
@@ -737,66 +839,26 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
     for i in range(n):  # start: transfers that wait for nothing
         if t[T_SP, i] == 0:
             if timed and not_before[i] > 0:
-                push(not_before[i], _TIMER, i, -1)
+                event_push(queue, cnt, not_before[i], _TIMER, i, -1)
             elif not begin(i, 0.0):
                 ok = False
                 break
     while ok:
-        if cnt[_TN]:
-            _reshare(now, rf, ri, ni, res_ptr, gf, gi, wg, seeds, stack, hshare, hres, cnt)
-            for k in range(cnt[_MN]):  # where rates changed, the first finish may have moved
-                g = wg[WG_MOVED, k]
-                time, flow = first_finish(g)
-                if gi[GI_FINISH, g] == _NONE or time < gf[GF_DUE, g]:
-                    queue_finish(g, time, flow)
-                elif gi[GI_FINISH, g] == _QUEUED:
-                    gi[GI_FINISH, g] = _LATE
-            cnt[_MN] = 0
-        q = queue[0]
-        while cnt[_QN] and int(q[0, 2]) == _FINISH:  # void and late finish events must not open a batch
-            seq, g = int(q[0, 1]), int(q[0, 4])
-            if gi[GI_EVENT, g] == seq and gi[GI_FINISH, g] == _QUEUED:
-                break
-            pop(q)
-            if gi[GI_EVENT, g] == seq:  # late: move it to the actual finish
-                time, flow = first_finish(g)
-                queue_finish(g, time, flow)
-                q = queue[0]
+        settle(net, active, res_ptr, now)
         if not cnt[_QN]:
             break
+        q = queue[0]
         now = q[0, 0]
         horizon = now + _HORIZON * max(1.0, abs(now))
         while cnt[_QN] and q[0, 0] <= horizon:
-            time, seq, kind, i, g = pop(q)
+            time, seq, kind, i, g = event_pop(queue, cnt)
             arrived = -1  # the transfer whose bytes are now at its receiver, if any
-            if kind == _FINISH:
-                if gi[GI_EVENT, g] != seq:
-                    continue  # void: a later event replaced it
-                if gi[GI_FINISH, g] == _LATE:
-                    time, i = first_finish(g)
-                    if time > horizon:
-                        queue_finish(g, time, i)
-                        q = queue[0]
-                        continue
-                t[T_ACT, i] = 0  # net.remove(i, now)
-                gi[GI_SIZE, g] -= 1
-                touch(g)
-                for p in range(res_ptr[g], res_ptr[g + 1]):
-                    r = ni[NI_RES, p]
-                    ri[RI_LOAD, r] -= 1
-                    if not ri[RI_LOAD, r]:
-                        rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
-                if gi[GI_SIZE, g]:
-                    time, flow = first_finish(g)
-                    queue_finish(g, time, flow)
-                else:
-                    gi[GI_FINISH, g] = _NONE
-                    gi[GI_EVENT, g] = 0
-                arrived, time = i, now
+            if kind == _FINISH:  # -1: a void or late event
+                arrived, time = flow_leaves(net, active, res_ptr, g, seq, i, now, horizon), now
             elif kind == _ENTER:
                 nb = bytes_by_count[chunk_ptr[i + 1] - chunk_ptr[i]]
                 if nb > 0:
-                    net_add(i, t[T_ROUTE, i], nb, now)
+                    net_add(net, active, res_ptr, i, t[T_ROUTE, i], nb, now)
                 else:
                     arrived = i  # at the event's time
             else:
@@ -806,8 +868,5 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
             if not ok:
                 break
             q = queue[0]
-    for r in range(num_res):  # finish_busy
-        if ri[RI_LOAD, r]:
-            rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
-            rf[RF_SINCE, r] = now
+    close_busy(net, now)
     return rf[RF_BUSY].copy(), rf[RF_CARRIED].copy(), cnt, words_box[0], fl[0]

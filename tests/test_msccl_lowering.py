@@ -221,6 +221,16 @@ def test_hub_alltoall_stages_non_contiguous_messages() -> None:
     assert verify_program(program).correct
 
 
+def test_long_staged_runs_are_cut_below_the_count_limit() -> None:
+    """Copies into and out of scratch of more than 71 contiguous chunks are cut in pieces (cnt < 72)."""
+    topo = star(4)
+    program = lower_schedule(hub_alltoall(topo, c=40), topo)  # runs of 80 chunks on both sides of the hub
+    counts = [s.cnt for gpu in program.gpus for tb in gpu.threadblocks for s in tb.steps
+              if s.type is StepType.COPY]
+    assert counts and max(counts) == 71
+    assert verify_program(program).correct
+
+
 def test_output_is_byte_identical(tmp_path: Path) -> None:
     topo = star(5)
     schedule = hub_alltoall(topo, c=2)

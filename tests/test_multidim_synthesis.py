@@ -15,7 +15,12 @@ from taccl_py.collectives import CollectiveKind
 from taccl_py.library import AstraDimension, AstraKind, astra_topology, resolve_topology
 from taccl_py.simulator import simulate
 from taccl_py.synthesis import SynthesisOptions, synthesize
-from taccl_py.synthesis.multidim import SKIP_EFFICIENCY, hierarchical_shortcut
+from taccl_py.synthesis.multidim import (
+    MACHINES_SKIP_EFFICIENCY,
+    SKIP_EFFICIENCY,
+    hierarchical_shortcut,
+    skip_efficiency,
+)
 from taccl_py.topology import Topology
 
 K = CollectiveKind
@@ -67,6 +72,22 @@ def test_the_shortcut_is_not_taken_far_from_the_bound_or_when_switched_off() -> 
     # no dimensions, or a collective the hierarchical baselines do not run
     assert hierarchical_shortcut(resolve_topology("ring8"), K.ALLREDUCE, GB, QUICK) is None
     assert hierarchical_shortcut(topology, K.ALLTOALL, GB, QUICK) is None
+
+
+def test_on_machines_the_shortcut_ends_the_search_only_near_the_bound() -> None:
+    """Where the streamed candidates apply (GPUs in machines), hier-lb must be modelled within 1% of the bound:
+    dgx-a100x2 Allgather 1 GB (98.5%) runs the solver stages, Allreduce 1 GB on dgx-a100x4-forestcoll (99.4%)
+    does not; the same network without its machines takes the shortcut at 90% as before."""
+    cluster = resolve_topology("dgx-a100x2")
+    assert skip_efficiency(cluster, K.ALLGATHER) == MACHINES_SKIP_EFFICIENCY == 0.99
+    assert skip_efficiency(cluster, K.ALLTOALL) == SKIP_EFFICIENCY  # no streamed candidates for Alltoall
+    assert skip_efficiency(ring_switch(), K.ALLGATHER) == SKIP_EFFICIENCY
+    assert hierarchical_shortcut(cluster, K.ALLGATHER, GB, QUICK) is None
+    flat = replace(cluster, machines=())
+    shortcut = hierarchical_shortcut(flat, K.ALLGATHER, GB, QUICK)
+    assert shortcut is not None and SKIP_EFFICIENCY <= shortcut.efficiency < MACHINES_SKIP_EFFICIENCY
+    near = hierarchical_shortcut(resolve_topology("dgx-a100x4-forestcoll"), K.ALLREDUCE, GB, QUICK)
+    assert near is not None and near.efficiency >= MACHINES_SKIP_EFFICIENCY
 
 
 def test_the_shortcut_note_names_its_figures() -> None:

@@ -425,6 +425,7 @@ def test_ctrl_c_in_each_synthesize_phase(phase: str, ring4: Path, tmp_path: Path
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # its own process: a library another test loaded (Ray) may have replaced the SIGINT handler
 def test_ctrl_c_stops_a_cp_sat_solve_at_once() -> None:
     """CP-SAT would swallow the first Ctrl-C (and then leave SIGINT at its default); ours stops and propagates."""
     from ortools.sat.python import cp_model
@@ -450,6 +451,7 @@ def test_ctrl_c_stops_a_cp_sat_solve_at_once() -> None:
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = 60
     solver.parameters.num_workers = 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # what a user's Ctrl-C meets
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     started = time.perf_counter()
     timer.start()

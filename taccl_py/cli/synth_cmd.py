@@ -171,6 +171,10 @@ class _Written:
     proto_source: str = ""
     calibrated: Prediction | None = None
     """The written schedule under the runtime model with the XML's protocol (None without a runtime model)."""
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    """The choices tried before the one written that could not be lowered: algorithm, time_us, reason."""
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    """Hierarchical baselines planned again with fewer splits so that they lower: algorithm, time_us, splits."""
 
     def timed(self, stage: str, started: float) -> None:
         self.stages_s[stage] = self.stages_s.get(stage, 0.0) + time.perf_counter() - started
@@ -241,6 +245,7 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
         except LoweringError as exc:
             written.notes.append(f"{_describe(choice)} ({choice.time_us:.4g} us) cannot be "
                                  f"written as MSCCL XML: {exc}")
+            written.refused.append({"algorithm": choice.label, "time_us": choice.time_us, "reason": str(exc)})
             progress("lowering", {"detail": f"{choice.label} with fewer splits"})
             capped = fewer_splits(topology, result.schedule.collective.kind, choice.schedule, size, exc,
                                   partial(lower, proto=chosen_proto))
@@ -248,6 +253,8 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
             fallback = capped.choice(topology, size) if capped is not None else None
             if capped is not None and fallback is not None:
                 written.notes += [f"the {capped.name} baseline with {reason}" for reason in capped.refused[1:]]
+                written.fallbacks.append({"algorithm": fallback.label, "time_us": fallback.time_us,
+                                          "splits": capped.splits})
                 lowered[id(fallback)] = (chosen_proto, capped.program)
                 pending.append(fallback)
                 pending.sort(key=rank)  # stable: an equal earlier choice stays first
@@ -391,6 +398,8 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
         "solver_stages": [s.to_dict() for s in result.stats],
         "notes": notes,
         "best_overall": best_overall,
+        "xml_refused": written.refused if written else [],
+        "xml_fallbacks": written.fallbacks if written else [],
         **({"endpoint": endpoint} if endpoint is not None else {}),
         **switch_model_keys(topology),
     }
@@ -524,6 +533,9 @@ def _without_shortcut(band: _Band, result: SynthesisResult, written: _Written, s
                        *(n for n in first if n not in again.notes)]
     for stage, seconds in written.stages_s.items():
         again.stages_s[stage] = again.stages_s.get(stage, 0.0) + seconds
+    for mine, theirs in ((again.refused, written.refused), (again.fallbacks, written.fallbacks)):
+        known = {entry["algorithm"] for entry in mine}  # the first attempt's findings hold for the same baselines
+        mine[:0] = [entry for entry in theirs if entry["algorithm"] not in known]
     return full, again
 
 

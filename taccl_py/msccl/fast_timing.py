@@ -18,51 +18,22 @@ from typing import Any
 
 import numpy as np
 from numba import njit
-from numba.typed import List
 
 from taccl_py.errors import TopologyError
 from taccl_py.fast_kernel import (
     _FINISH,
     _HORIZON,
-    _JOIN,
-    _LATE,
-    _MN,
-    _NONE,
     _QN,
-    _QUEUED,
-    _TN,
-    EVENTS,
-    GF_DRAINED,
-    GF_DUE,
     GF_LATENCY,
-    GF_RATE,
-    GF_UPDATED,
-    GI_EVENT,
-    GI_FINISH,
-    GI_HBASE,
-    GI_HLEN,
-    GI_LINKED,
-    GI_SIZE,
-    GI_TOUCHED,
-    HI_FLOW,
-    HI_SEQ,
-    NI_GROUP,
-    NI_NEXT,
-    NI_PREV,
-    NI_RES,
     RF_BUSY,
-    RF_CAPACITY,
     RF_CARRIED,
-    RF_LEVEL,
-    RF_SINCE,
-    RI_COUNT,
-    RI_HEAD,
-    RI_LOAD,
-    RI_TAIL,
-    WG_MOVED,
-    WG_TOUCHED,
-    _less,
-    _reshare,
+    close_busy,
+    event_pop,
+    event_push,
+    flow_leaves,
+    net_add,
+    new_network,
+    settle,
 )
 from taccl_py.msccl.arrays import STEP_TYPES, T_ID, T_SEND, ProgramArrays
 from taccl_py.msccl.fast_machine import N_COUNT, N_FIRST, N_RANK, N_TB, N_TYPE, SENDS
@@ -91,193 +62,22 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
     ``latency`` (with the step overhead) and its resources ``res[res_ptr[g]:res_ptr[g + 1]]``.
     """
     n = len(group)
-    num_res = len(capacity)
-    num_groups = len(res_ptr) - 1
-    slots = len(res)
+    net = new_network(capacity, latency, res_ptr, res, route_count, int(route_count.sum()))
+    rf, gf, cnt, queue = net[0], net[3], net[12], net[13]
     start_at = np.full(n, np.nan)
     done_at = np.full(n, np.nan)
     cause = np.full(n, -1, np.int64)
-    rf = np.zeros((7, num_res))
-    rf[RF_CAPACITY] = capacity
-    rf[RF_LEVEL] = np.inf
-    ri = np.zeros((5, num_res), np.int64)
-    ri[RI_HEAD] = -1
-    ri[RI_TAIL] = -1
-    ni = np.full((4, slots), -1, np.int64)
-    ni[NI_RES] = res
-    for g in range(num_groups):
-        for q in range(res_ptr[g], res_ptr[g + 1]):
-            ni[NI_GROUP, q] = g
-    gf = np.zeros((5, num_groups))
-    gf[GF_DUE] = np.inf
-    gf[GF_LATENCY] = latency
-    gi = np.zeros((10, num_groups), np.int64)
-    base = 0
-    for g in range(num_groups):
-        gi[GI_HBASE, g] = base
-        base += route_count[g]
-    hk = np.empty(max(base, 1))
-    hi = np.empty((2, max(base, 1)), np.int32)
     active = np.zeros(n, np.bool_)
-    wg = np.empty((2, num_groups), np.int64)
-    seeds = np.empty(slots + 1, np.int64)
-    stack = np.empty(num_res, np.int64)
-    hshare = np.empty(num_res)
-    hres = np.empty(num_res, np.int64)
     work = np.empty(max(n, 1), np.int64)
-    cnt = np.zeros(20, np.int64)
-    cnt[EVENTS] = 1
-    queue = List([np.empty((1024, 5))])
-
-    # ------------------------------------------------------------------ the event heap (fast_kernel.run's)
-    def push(time: float, kind: int, item: int, grp: int) -> int:
-        q = queue[0]
-        size = cnt[_QN]
-        if size == q.shape[0]:
-            grown = np.empty((2 * size, 5))
-            grown[:size] = q
-            queue[0] = grown
-            q = grown
-        seq = cnt[EVENTS]
-        cnt[EVENTS] += 1
-        fseq = float(seq)
-        j = size
-        while j > 0:
-            parent = (j - 1) >> 1
-            pt = q[parent, 0]
-            if time < pt or (time == pt and fseq < q[parent, 1]):
-                for c in range(5):
-                    q[j, c] = q[parent, c]
-                j = parent
-            else:
-                break
-        q[j, 0] = time
-        q[j, 1] = fseq
-        q[j, 2] = kind
-        q[j, 3] = item
-        q[j, 4] = grp
-        cnt[_QN] = size + 1
-        return seq
-
-    def pop(q: Any) -> Any:
-        top = (q[0, 0], int(q[0, 1]), int(q[0, 2]), int(q[0, 3]), int(q[0, 4]))
-        m = cnt[_QN] - 1
-        cnt[_QN] = m
-        if m > 0:
-            time, fseq, kind, item, grp = q[m, 0], q[m, 1], q[m, 2], q[m, 3], q[m, 4]
-            j = 0
-            while True:
-                c = 2 * j + 1
-                if c >= m:
-                    break
-                if c + 1 < m and (q[c + 1, 0] < q[c, 0] or (q[c + 1, 0] == q[c, 0] and q[c + 1, 1] < q[c, 1])):
-                    c += 1
-                if q[c, 0] < time or (q[c, 0] == time and q[c, 1] < fseq):
-                    for k in range(5):
-                        q[j, k] = q[c, k]
-                    j = c
-                else:
-                    break
-            q[j, 0] = time
-            q[j, 1] = fseq
-            q[j, 2] = kind
-            q[j, 3] = item
-            q[j, 4] = grp
-        return top
-
-    # ------------------------------------------------------------------ flow groups (fast_kernel.run's)
-    def member_pop(at: int, length: int) -> None:
-        m = length - 1
-        if m == 0:
-            return
-        key, seq, flow = hk[at + m], hi[HI_SEQ, at + m], hi[HI_FLOW, at + m]
-        j = 0
-        while True:
-            c = 2 * j + 1
-            if c >= m:
-                break
-            if c + 1 < m and _less(hk[at + c + 1], hi[HI_SEQ, at + c + 1], hk[at + c], hi[HI_SEQ, at + c]):
-                c += 1
-            if _less(hk[at + c], hi[HI_SEQ, at + c], key, seq):
-                hk[at + j] = hk[at + c]
-                hi[HI_SEQ, at + j] = hi[HI_SEQ, at + c]
-                hi[HI_FLOW, at + j] = hi[HI_FLOW, at + c]
-                j = c
-            else:
-                break
-        hk[at + j] = key
-        hi[HI_SEQ, at + j] = seq
-        hi[HI_FLOW, at + j] = flow
-
-    def first_finish(g: int) -> Any:
-        at = gi[GI_HBASE, g]
-        while not active[hi[HI_FLOW, at]]:
-            member_pop(at, gi[GI_HLEN, g])
-            gi[GI_HLEN, g] -= 1
-        rate = gf[GF_RATE, g]
-        time = gf[GF_UPDATED, g] + (hk[at] - gf[GF_DRAINED, g]) / rate if rate > 0 else np.inf
-        return time, int(hi[HI_FLOW, at])
-
-    def queue_finish(g: int, time: float, flow: int) -> None:
-        gf[GF_DUE, g] = time
-        gi[GI_EVENT, g] = push(time, _FINISH, flow, g)
-        gi[GI_FINISH, g] = _QUEUED
-
-    def touch(g: int) -> None:
-        if not gi[GI_TOUCHED, g]:
-            gi[GI_TOUCHED, g] = 1
-            wg[WG_TOUCHED, cnt[_TN]] = g
-            cnt[_TN] += 1
-
-    def net_add(i: int, g: int, size: float, now: float) -> None:
-        if not gi[GI_LINKED, g]:
-            gi[GI_LINKED, g] = 1
-            for p in range(res_ptr[g], res_ptr[g + 1]):
-                r = ni[NI_RES, p]
-                tail = ri[RI_TAIL, r]
-                ni[NI_PREV, p] = tail
-                ni[NI_NEXT, p] = -1
-                if tail < 0:
-                    ri[RI_HEAD, r] = p
-                else:
-                    ni[NI_NEXT, tail] = p
-                ri[RI_TAIL, r] = p
-                ri[RI_COUNT, r] += 1
-        target = gf[GF_DRAINED, g] + gf[GF_RATE, g] * (now - gf[GF_UPDATED, g]) + size
-        seq = cnt[_JOIN]
-        cnt[_JOIN] += 1
-        active[i] = True
-        at, j = gi[GI_HBASE, g], gi[GI_HLEN, g]
-        while j > 0:
-            parent = (j - 1) >> 1
-            if _less(target, seq, hk[at + parent], hi[HI_SEQ, at + parent]):
-                hk[at + j] = hk[at + parent]
-                hi[HI_SEQ, at + j] = hi[HI_SEQ, at + parent]
-                hi[HI_FLOW, at + j] = hi[HI_FLOW, at + parent]
-                j = parent
-            else:
-                break
-        hk[at + j] = target
-        hi[HI_SEQ, at + j] = seq
-        hi[HI_FLOW, at + j] = i
-        gi[GI_HLEN, g] += 1
-        gi[GI_SIZE, g] += 1
-        touch(g)
-        for p in range(res_ptr[g], res_ptr[g + 1]):
-            r = ni[NI_RES, p]
-            if not ri[RI_LOAD, r]:
-                rf[RF_SINCE, r] = now
-            ri[RI_LOAD, r] += 1
-            rf[RF_CARRIED, r] += size
 
     # ------------------------------------------------------------------ the client (_Timing)
     def send(i: int, now: float) -> None:
         g = group[i]
         lat = gf[GF_LATENCY, g]
         if lat > 0 or not nbytes[i] > 0:
-            push(now + lat, _ENTER, i, -1)
+            event_push(queue, cnt, now + lat, _ENTER, i, -1)
         else:
-            net_add(i, g, nbytes[i], now)
+            net_add(net, active, res_ptr, i, g, nbytes[i], now)
 
     def complete(node: int, now: float) -> None:
         done_at[node] = now
@@ -314,66 +114,25 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
         else:
             complete(v, 0.0)
     while True:
-        if cnt[_TN]:
-            _reshare(now, rf, ri, ni, res_ptr, gf, gi, wg, seeds, stack, hshare, hres, cnt)
-            for k in range(cnt[_MN]):
-                g = wg[WG_MOVED, k]
-                time, flow = first_finish(g)
-                if gi[GI_FINISH, g] == _NONE or time < gf[GF_DUE, g]:
-                    queue_finish(g, time, flow)
-                elif gi[GI_FINISH, g] == _QUEUED:
-                    gi[GI_FINISH, g] = _LATE
-            cnt[_MN] = 0
-        q = queue[0]
-        while cnt[_QN] and int(q[0, 2]) == _FINISH:
-            seq, g = int(q[0, 1]), int(q[0, 4])
-            if gi[GI_EVENT, g] == seq and gi[GI_FINISH, g] == _QUEUED:
-                break
-            pop(q)
-            if gi[GI_EVENT, g] == seq:
-                time, flow = first_finish(g)
-                queue_finish(g, time, flow)
-                q = queue[0]
+        settle(net, active, res_ptr, now)
         if not cnt[_QN]:
             break
+        q = queue[0]
         now = q[0, 0]
         horizon = now + _HORIZON * max(1.0, abs(now))
         while cnt[_QN] and q[0, 0] <= horizon:
-            time, seq, kind, i, g = pop(q)
+            time, seq, kind, i, g = event_pop(queue, cnt)
             if kind == _FINISH:
-                if gi[GI_EVENT, g] != seq:
-                    continue
-                if gi[GI_FINISH, g] == _LATE:
-                    time, i = first_finish(g)
-                    if time > horizon:
-                        queue_finish(g, time, i)
-                        q = queue[0]
-                        continue
-                active[i] = False
-                gi[GI_SIZE, g] -= 1
-                touch(g)
-                for p in range(res_ptr[g], res_ptr[g + 1]):
-                    r = ni[NI_RES, p]
-                    ri[RI_LOAD, r] -= 1
-                    if not ri[RI_LOAD, r]:
-                        rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
-                if gi[GI_SIZE, g]:
-                    time, flow = first_finish(g)
-                    queue_finish(g, time, flow)
-                else:
-                    gi[GI_FINISH, g] = _NONE
-                    gi[GI_EVENT, g] = 0
-                complete(i, now)
+                i = flow_leaves(net, active, res_ptr, g, seq, i, now, horizon)
+                if i >= 0:
+                    complete(i, now)
             elif kind == _ENTER:
                 if nbytes[i] > 0:
-                    net_add(i, group[i], nbytes[i], now)
+                    net_add(net, active, res_ptr, i, group[i], nbytes[i], now)
                 else:
                     complete(i, time)
             q = queue[0]
-    for r in range(num_res):
-        if ri[RI_LOAD, r]:
-            rf[RF_BUSY, r] += now - rf[RF_SINCE, r]
-            rf[RF_SINCE, r] = now
+    close_busy(net, now)
     return start_at, done_at, cause, rf[RF_BUSY].copy(), rf[RF_CARRIED].copy(), cnt
 
 

@@ -356,7 +356,7 @@ class _Lowering:
         pieces = len(_pieces(len(locs)))
         if is_contiguous(locs) and not staged:
             return pieces
-        return pieces + len(contiguous_runs([(loc, loc) for loc in locs]))
+        return pieces + len(_runs(locs))
 
     def _threadblock_orders(self, structure: _Structure) -> tuple[dict[TbKey, list[Item]], _Structure]:
         """Items of every threadblock, in order; pairs that cannot be merged are dropped (and banned)."""
@@ -682,7 +682,7 @@ class _Emitter:
         else:
             start = self.allocate_scratch(tr.src, len(locs))
             base = (Buffer.SCRATCH, start)
-            for src, dst, cnt in contiguous_runs([(loc, (Buffer.SCRATCH, start + i)) for i, loc in enumerate(locs)]):
+            for src, dst, cnt in _capped_runs([(loc, (Buffer.SCRATCH, start + i)) for i, loc in enumerate(locs)]):
                 op_id = self.emit(StepType.COPY, src, dst, cnt)
                 first = op_id if first < 0 else first
         last = -1
@@ -718,7 +718,7 @@ class _Emitter:
             self.emit(StepType.RECV, loc, loc, cnt, receives=t)
         first = last = -1
         moves = [((Buffer.SCRATCH, start + i), loc) for i, loc in enumerate(locs)]
-        for src, dst, cnt in contiguous_runs(moves):
+        for src, dst, cnt in _capped_runs(moves):
             last = self.emit(StepType.REDUCE if reduce else StepType.COPY, src, dst, cnt)
             first = last if first < 0 else first
         return first, last

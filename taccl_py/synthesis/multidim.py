@@ -9,7 +9,15 @@ that on such networks, and at hundreds of GPUs they take minutes (1,024 NPUs: sy
 40 s, ordering 30 s, for a schedule 5.7x the bound). So :func:`hierarchical_shortcut` plans ``hier-lb``
 first (milliseconds to seconds) and, when its modelled efficiency reaches :data:`SKIP_EFFICIENCY`
 (:data:`LARGE_SKIP_EFFICIENCY` above :data:`LARGE_GPUS` GPUs), the synthesizer goes straight to the
-baseline comparison, which simulates it. Above :data:`LARGE_GPUS` GPUs that comparison simulates one
+baseline comparison, which simulates it. On GPUs grouped in machines (the DGX clusters) the threshold is
+:data:`MACHINES_SKIP_EFFICIENCY`: there the synthesizer's streamed candidates
+(:mod:`taccl_py.synthesis.streams`) pace the NICs and drain the pipeline, which ``hier-lb`` does not
+(``dgx-a100x4-forestcoll`` Allgather 1 GB: ``hier-lb`` 96.0% of the bound, the solver stages 99.8% in about
+20 s), so the shortcut ends the search only within 1% of the bound; below that the solver stages run and
+the faster schedule is kept (the baselines, ``hier-lb`` among them, are ranked with the candidates as
+always). On networks without machines (ASTRA-sim's) the solver stages reached about half the bound where
+``hier-lb`` is above 90% (``[Ring 2, FullyConnected 8, Switch 4]`` at 1 GB: 2,214 against 1,096 us for
+Allgather, after 30-70 s), so the 90% threshold stays there. Above :data:`LARGE_GPUS` GPUs that comparison simulates one
 hierarchical baseline only: the flat ones (ring, direct, recursive doubling, one-shot trees) send across
 every dimension from every GPU and take minutes each to simulate there, and a 1,024-GPU hierarchical
 schedule itself takes 70 to 100 s of CPU and 5 to 12 GB. Of ``hier`` and ``hier-lb`` the one whose model
@@ -26,17 +34,30 @@ from dataclasses import dataclass
 from taccl_py.bounds import lower_bound
 from taccl_py.collectives import CollectiveKind
 from taccl_py.synthesis.options import SynthesisOptions
+from taccl_py.synthesis.streams import streams_apply
 from taccl_py.topology import Topology
 
-__all__ = ["LARGE_GPUS", "LARGE_SKIP_EFFICIENCY", "RAIL_GPUS", "RERUN_MAX_GPUS", "SKIP_EFFICIENCY", "Shortcut",
-           "hierarchical_shortcut"]
+__all__ = ["LARGE_GPUS", "LARGE_SKIP_EFFICIENCY", "MACHINES_SKIP_EFFICIENCY", "RAIL_GPUS", "RERUN_MAX_GPUS",
+           "SKIP_EFFICIENCY", "Shortcut", "hierarchical_shortcut", "skip_efficiency"]
 
 SKIP_EFFICIENCY = 0.9
-"""Modelled efficiency of ``hier-lb`` from which the solver stages are skipped."""
+"""Modelled efficiency of ``hier-lb`` from which the solver stages are skipped (networks without machines)."""
 LARGE_SKIP_EFFICIENCY = 0.8
 """The same above :data:`LARGE_GPUS` GPUs, where the solver stages take minutes."""
 LARGE_GPUS = 256
 """Above this many GPUs the lower threshold applies and only hierarchical baselines are compared."""
+MACHINES_SKIP_EFFICIENCY = 0.99
+"""The same (up to :data:`LARGE_GPUS` GPUs) where the synthesizer's streamed candidates apply: GPUs grouped in
+machines, Allgather, ReduceScatter or Allreduce."""
+
+
+def skip_efficiency(topology: Topology, kind: CollectiveKind) -> float:
+    """The modelled efficiency of ``hier-lb`` from which the solver stages are skipped on ``topology``."""
+    if topology.num_gpus > LARGE_GPUS:
+        return LARGE_SKIP_EFFICIENCY
+    return MACHINES_SKIP_EFFICIENCY if streams_apply(topology, kind) else SKIP_EFFICIENCY
+
+
 RAIL_GPUS = 256
 """From this many GPUs, on a cluster of machines (:mod:`taccl_py.synthesis.railstream`), the shortcut is always
 taken and the rail-stream schedules are compared with the hierarchical baseline: the solver stages do not finish
@@ -109,7 +130,7 @@ def hierarchical_shortcut(topology: Topology, kind: CollectiveKind, size_bytes: 
         if plain is not None and plain < plan.estimate_us:
             return Shortcut(plain, bound, ("hier",), "hier", rail=True)
         return Shortcut(plan.estimate_us, bound, ("hier-lb",), rail=True)
-    if bound / plan.estimate_us < (LARGE_SKIP_EFFICIENCY if large else SKIP_EFFICIENCY):
+    if bound / plan.estimate_us < skip_efficiency(topology, kind):
         return None
     if not large:
         return Shortcut(plan.estimate_us, bound, None)

@@ -45,7 +45,7 @@ from taccl_py.schedule import Op, Transfer
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["Rotation", "StreamLayout", "stream_layouts", "stream_transfers"]
+__all__ = ["Rotation", "StreamLayout", "stream_layouts", "stream_transfers", "streams_apply"]
 
 _STREAMED_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 _DOWN, _UP, _ALONE = "down", "up", ""
@@ -75,6 +75,12 @@ class StreamLayout:
 
     def describe(self) -> str:
         return f"NIC streams ({self.rotation.value}, pieces cut in {self.parts})"
+
+
+def streams_apply(topology: Topology, kind: CollectiveKind) -> bool:
+    """Streamed candidates can be built for ``kind`` on ``topology``: Allgather, ReduceScatter or Allreduce on GPUs
+    grouped in at least two machines of several GPUs each (other conditions depend on the candidate)."""
+    return kind in _STREAMED_KINDS and 2 <= topology.num_machines < topology.num_gpus
 
 
 def stream_layouts() -> tuple[StreamLayout, ...]:
@@ -127,8 +133,7 @@ def stream_transfers(topology: Topology, collective: Collective, transfers: Sequ
     fewer than two cross-machine sends, or streams whose order the data cannot follow (relays both ways).
     """
     machine = topology.machine_of
-    if (collective.kind not in _STREAMED_KINDS or not 2 <= topology.num_machines < topology.num_gpus
-            or layout.parts < 2 or layout.parts & (layout.parts - 1)):
+    if not streams_apply(topology, collective.kind) or layout.parts < 2 or layout.parts & (layout.parts - 1):
         return None
     if any(len(t.chunks) != 1 or t.after or t.not_before_us is not None or t.exchange is not None
            for t in transfers):
