@@ -26,21 +26,23 @@ ErrorFactory = Callable[..., InputError]
 """Builds the format's error from a message and ``where=`` (an :class:`InputError` subclass, or a partial of one)."""
 
 
-def read_file_bytes(path: str | os.PathLike[str], error: ErrorFactory, *, what: str = "file") -> bytes:
-    """The bytes of ``path``; ``error`` (naming the path) when it is missing, a directory, unreadable or too big."""
+def read_file_bytes(path: str | os.PathLike[str], error: ErrorFactory, *, what: str = "file",
+                    limit: int = MAX_FILE_BYTES, limit_name: str = "MAX_FILE_BYTES") -> bytes:
+    """The bytes of ``path``; ``error`` (naming the path) when it is missing, a directory, unreadable or larger than
+    ``limit`` (the limits module's ``limit_name``)."""
     where = str(path)
     target = Path(path)
     if target.is_dir():
         raise error(f"is a directory, not a {what}", where=where)
     try:
         with open(target, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+            data = handle.read(limit + 1)
     except FileNotFoundError:
         raise error("no such file", where=where) from None
     except OSError as exc:
         raise error(f"cannot read: {exc.strerror or exc}", where=where) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise error(f"is larger than {MAX_FILE_BYTES >> 20} MiB (MAX_FILE_BYTES)", where=where)
+    if len(data) > limit:
+        raise error(f"is larger than {limit >> 20} MiB ({limit_name})", where=where)
     return data
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_SIZE_BYTES",
     "MAX_SOLVER_THREADS",
     "MAX_START_US",
+    "MAX_XML_FILE_BYTES",
     "MIN_BANDWIDTH_GBPS",
     "limit_text",
 ]
@@ -67,6 +68,11 @@ MAX_JSON_DEPTH = 64
 MAX_FILE_BYTES = 256 << 20
 """Size of an input file read whole (topology, schedule, sketch, measurements): 256 MiB, some ten times the
 schedule of a 1024-GPU ring Allgather."""
+
+MAX_XML_FILE_BYTES = 1 << 30
+"""Size of an MSCCL XML file read into arrays by the compiled reader (`taccl verify`, `simulate -a`): 1 GiB, some
+three times the Allreduce `synthesize` writes for 1,024 GPUs (318 MB). A larger file, or one above
+:data:`MAX_FILE_BYTES` not in the plain form that reader takes, is refused."""
 
 
 def limit_text(name: str, value: float, unit: str = "") -> str:

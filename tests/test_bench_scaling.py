@@ -27,3 +27,26 @@ def test_tiny_scaling_run_measures_and_renders(tmp_path: Path) -> None:
     assert "| simulate ring (NCCL channels) |" in text and " s / " in text
     assert module.fitted_growth([{"stage": "s", "gpus": n, "exit": 0, "wall_s": float(n) ** 2} for n in (2, 4, 8)],
                                 "s") == 2.0
+
+
+def test_synthesize_rows_run_again_where_the_method_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A synthesize row that timed out below 256 GPUs runs again from 256 (rail streams); other rows stay stopped."""
+    spec = importlib.util.spec_from_file_location("bench_scaling_resume", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "_topology", lambda gpus, workdir, kind: workdir / f"{kind}{gpus}.json")
+    calls: list[tuple[str, int]] = []
+
+    def fake(command: list[str], timeout_s: float) -> dict[str, object]:
+        gpus = int("".join(ch for ch in Path(command[command.index("-t") + 1]).stem if ch.isdigit()))
+        calls.append((command[1], gpus))
+        return {"exit": "timeout" if gpus == 128 else 0, "wall_s": 1.0, "peak_rss_mib": 50.0, "time_us": None}
+
+    monkeypatch.setattr(module, "_measure", fake)
+    rows = module.measure([128, 256, 512], ("simulate tree AR", "synthesize AG"), 1.0)
+    exits = {(r["stage"], r["gpus"]): r["exit"] for r in rows}
+    assert exits == {("simulate tree AR", 128): "timeout", ("simulate tree AR", 256): "not run",
+                     ("simulate tree AR", 512): "not run", ("synthesize AG", 128): "timeout",
+                     ("synthesize AG", 256): 0, ("synthesize AG", 512): 0}
+    assert calls == [("simulate", 128), ("synthesize", 128), ("synthesize", 256), ("synthesize", 512)]

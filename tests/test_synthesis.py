@@ -378,3 +378,30 @@ def test_the_forwarded_pieces_variant_is_synthesized_and_correct() -> None:
                                                                                 compare_baselines=False))
     apart = [c for c in result.candidates if "own and forwarded" in c.label]
     assert apart and all(c.time_us is not None for c in apart)
+
+
+@pytest.mark.slow
+def test_above_the_rerun_limit_the_shortcut_fallback_is_written_without_the_solver_stages(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the solver stages cannot finish (above ``RERUN_MAX_GPUS``; here lowered to 4 for an 8-NPU
+    [Ring 4, Switch 2] network), the shortcut's hier-lb, which cannot be written with 128 splits, gives way to
+    the same baseline with fewer splits, and the solver stages do not run."""
+    from cli_runner import only_json, run
+
+    import taccl_py.cli.synth_cmd as synth_cmd
+    from taccl_py.library import AstraDimension, AstraKind, astra_topology
+    from taccl_py.topology_io import save_topology
+
+    topo_path = tmp_path / "net.json"
+    save_topology(astra_topology([AstraDimension(AstraKind.RING, 4, 200.0, 500.0),
+                                  AstraDimension(AstraKind.SWITCH, 2, 50.0, 2000.0)], name="ring4-switch2"),
+                  topo_path)
+    monkeypatch.setattr(synth_cmd, "RERUN_MAX_GPUS", 4)
+    xml = tmp_path / "ar.xml"
+    code, out, _ = run(["synthesize", "-t", str(topo_path), "-c", "allreduce", "-s", "1GB", "-o", str(xml),
+                        "--json"], capsys)
+    report = only_json(out)
+    assert code == 0 and report["correct"] and xml.exists()
+    assert report["algorithm"] == "baseline hier-lb (32 splits)" and report["xml_verified"]
+    assert not any("the solver stages ran after all" in n for n in report["notes"])
+    assert report["solver_stages"] == [] and report["stages_s"]["routing"] == 0.0

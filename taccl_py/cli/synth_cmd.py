@@ -48,6 +48,7 @@ from taccl_py.sketch import load_sketch
 from taccl_py.synthesis import STAGES, SynthesisOptions, SynthesisResult, WorkBudget, synthesize
 from taccl_py.synthesis.candidates import Choice
 from taccl_py.synthesis.endpoint import channel_limit
+from taccl_py.synthesis.multidim import RERUN_MAX_GPUS
 from taccl_py.topology import SwitchModel, Topology
 from taccl_py.units import algbw_gbps, format_bytes
 
@@ -107,12 +108,12 @@ def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result
     assert name is not None
     ring_time = result.baselines.get(name)
     if ring_time is None and name not in result.baselines:
-        from taccl_py.baselines import applicable_baselines, baseline
-        from taccl_py.simulator import SimOptions, simulate
+        from taccl_py.baselines import applicable_baselines
+        from taccl_py.cli.sim_cmd import _simulate_baseline
+        from taccl_py.simulator import SimOptions
 
-        if name in applicable_baselines(topology, kind):
-            ring_time = simulate(topology, baseline(topology, kind, name, root=root), size,
-                                 SimOptions(endpoint=mode)).time_us
+        if name in applicable_baselines(topology, kind):  # a large ring as arrays, through the compiled kernel
+            ring_time = _simulate_baseline(topology, kind, name, None, root, size, SimOptions(endpoint=mode)).time_us
         else:
             name = None
     return name, ring_time, lower_bound(topology, kind, size, root=root, endpoint=mode)
@@ -332,6 +333,11 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
          written: _Written | None, started: float, time_limit: float, dialect: str,
          mode: EndpointMode = EndpointMode.GPU) -> dict[str, Any]:
     """The report of one size; the wall time runs from ``started`` to the end of the reference computations."""
+    selection: dict[str, Any] | None = None
+    selection_notes: list[str] = []
+    if written is not None and written.program is not None:
+        selection, selection_notes = _selection(written.program, size, dialect)
+        written.program = None  # written; at 1,024 GPUs millions of steps the reference ring's memory can reuse
     report_started = time.perf_counter()
     ring_name, ring_time, bound = _reference_times(topology, kind, size, result, root, mode)
     report_s = time.perf_counter() - report_started
@@ -341,11 +347,7 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
     time_us = sim.time_us
     endpoint = _endpoint_keys(topology, kind, size, schedule, time_us, root, mode, bound) \
         if topology.has_endpoint_limits or mode is not EndpointMode.GPU else None
-    notes = [*result.notes, *(written.notes if written else [])]
-    selection: dict[str, Any] | None = None
-    if written is not None and written.program is not None:
-        selection, selection_notes = _selection(written.program, size, dialect)
-        notes += selection_notes
+    notes = [*result.notes, *(written.notes if written else []), *selection_notes]
     stages = {name: round(result.stages_s.get(name, 0.0), 3) for name in STAGES}
     stages.update({name: round((written.stages_s if written else {}).get(name, 0.0), 3)
                    for name in ("lower", "verify", "write")})
@@ -548,7 +550,7 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
             written = _write_xml(result, band.topology, band.xml_path, size=band.size, dialect=band.dialect,
                                  instances=band.instances, proto=band.proto, min_bytes=band.lo, max_bytes=band.hi,
                                  progress=report, runtime=band.runtime)
-            if result.shortcut and written.label != result.chosen:
+            if result.shortcut and written.label != result.chosen and band.topology.num_gpus <= RERUN_MAX_GPUS:
                 result, written = _without_shortcut(band, result, written, started, report)
     if band.schedule_out:
         from taccl_py.schedule import save_schedule

@@ -22,6 +22,7 @@ from taccl_py.msccl.fast_rules import rules_found
 from taccl_py.msccl.report import VerifyReport, Violation
 from taccl_py.msccl.semantics import DataSpec
 from taccl_py.msccl.verify import (
+    FAST_MAX_SYMBOLIC_CONTRIBUTIONS,
     Outcome,
     PythonChecks,
     checked_dialect,
@@ -68,7 +69,7 @@ class FastChecks:
         return of_rank, index
 
     def execute(self, in_place: bool) -> Outcome:
-        spec = data_spec(self.arrays.header, in_place)
+        spec = data_spec(self.arrays.header, in_place, FAST_MAX_SYMBOLIC_CONTRIBUTIONS)
         if not isinstance(spec, DataSpec):
             return spec
         out, size = self.order

@@ -160,7 +160,7 @@ def merge(order: ScheduleOrder, recvs: list[int], sends: list[int], layout: Buff
             item = Item(send=b)
             j += 1
         elif a >= 0 and not (b >= 0 and order.waits((a, COMMIT), (b, ARRIVE))) and _recv_after(
-                order, prev, a, conns, channel):
+                order, prev, a, conns, channel, precedes):
             item = Item(recv=a)
             i += 1
         else:
@@ -181,18 +181,23 @@ def _send_after(order: ScheduleOrder, prev: Item | None, b: int) -> bool:
     return order.waits((b, START), (prev.recv, COMMIT))
 
 
-def _recv_after(order: ScheduleOrder, prev: Item | None, a: int, conns: set[tuple[int, int]], channel: int) -> bool:
-    """Placing receive ``a`` after ``prev`` delays nothing outside this threadblock."""
+def _recv_after(order: ScheduleOrder, prev: Item | None, a: int, conns: set[tuple[int, int]], channel: int,
+                precedes: Precedence | None = None) -> bool:
+    """Placing receive ``a`` after ``prev`` delays nothing outside this threadblock: by the schedule's structure,
+    or, with the simulated times at the file's size (``precedes`` with times), in those times (as
+    :func:`delays_nothing`, which checks the whole order afterwards, judges it)."""
     if prev is None or prev.send < 0:
         return True
     b = prev.send
     transfers = order.schedule.transfers
+    timed = precedes is not None and precedes.times is not None
     for d in order.dependents[a]:
         td = transfers[d]
         if td.channel == channel and (td.src, td.dst) in conns:
             continue
         event = START if (a in order.raw[d] or a in td.after) else COMMIT
-        if not order.waits((d, event), (b, ARRIVE)):
+        if not order.waits((d, event), (b, ARRIVE)) and not (timed and precedes is not None
+                                                             and precedes((d, event), (b, ARRIVE))):
             return False
     return True
 

@@ -24,6 +24,7 @@ from numba import njit
 
 from taccl_py.errors import XmlLoadError
 from taccl_py.inputs import read_file_bytes
+from taccl_py.limits import MAX_FILE_BYTES, MAX_XML_FILE_BYTES
 from taccl_py.msccl.arrays import BUFFER_CODE, TYPE_CODE, ProgramArrays, header_of, program_arrays
 from taccl_py.msccl.ir import MAX_ATTRIBUTES, Buffer, Gpu, Program, StepType
 from taccl_py.msccl.loader import FAST_MIN_BYTES, _build_program, _Node, parse_program
@@ -396,6 +397,9 @@ def arrays_from_bytes(data: bytes, *, where: str = "<string>") -> ProgramArrays:
                 shells = tuple(Gpu(rows[0][g], rows[1][g], rows[2][g], rows[3][g], (), rows[4][g])
                                for g in range(len(rows[0])))
                 return ProgramArrays(header_of(header, shells), gpus, gpu_tb, tbs, tb_step, steps)
+    if len(data) > MAX_FILE_BYTES:  # the object loader is for files of ordinary size
+        raise XmlLoadError(f"is larger than {MAX_FILE_BYTES >> 20} MiB (MAX_FILE_BYTES) and not in the plain form "
+                           "the compiled reader takes (up to MAX_XML_FILE_BYTES)", where=where, rule="file")
     program = parse_program(data, where=where)
     made = program_arrays(program)
     assert made is not None, "a loaded program's values fit 32 bits"
@@ -404,7 +408,8 @@ def arrays_from_bytes(data: bytes, *, where: str = "<string>") -> ProgramArrays:
 
 def load_arrays(path: str | os.PathLike[str]) -> ProgramArrays:
     """Read an MSCCL XML file into :class:`ProgramArrays` (errors as :func:`~taccl_py.msccl.load_program`)."""
-    data = read_file_bytes(path, partial(XmlLoadError, rule="file"), what="file")
+    data = read_file_bytes(path, partial(XmlLoadError, rule="file"), what="file", limit=MAX_XML_FILE_BYTES,
+                           limit_name="MAX_XML_FILE_BYTES")
     return arrays_from_bytes(data, where=str(path))
 
 
@@ -413,7 +418,8 @@ def read_program(path: str | os.PathLike[str]) -> Program | ProgramArrays:
 
     Errors as :func:`~taccl_py.msccl.load_program`.
     """
-    data = read_file_bytes(path, partial(XmlLoadError, rule="file"), what="file")
+    data = read_file_bytes(path, partial(XmlLoadError, rule="file"), what="file", limit=MAX_XML_FILE_BYTES,
+                           limit_name="MAX_XML_FILE_BYTES")
     if len(data) >= FAST_MIN_BYTES:
         return arrays_from_bytes(data, where=str(path))
     return parse_program(data, where=str(path))

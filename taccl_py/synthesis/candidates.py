@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.fast_sim import simulate_large
 from taccl_py.msccl.ir import MAX_NODES_PER_RANK
 from taccl_py.schedule import Schedule
-from taccl_py.simulator import SimOptions, SimResult, simulate
+from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.synthesis.chunking import chunks_per_loop, min_nodes_per_rank, selectable_at
 from taccl_py.synthesis.options import Run
 from taccl_py.synthesis.variants import CandidateSchedule, Variant
@@ -42,6 +43,8 @@ class Candidate:
     """A switch-offload schedule whose pipeline depth the synthesizer searched (:mod:`taccl_py.synthesis.offload`)."""
     switch: bool = False
     """Routed by the synthesizer through multicast or reduce switches (:mod:`taccl_py.synthesis.multicast`)."""
+    rail: bool = False
+    """A rail-stream schedule of the synthesizer's (:mod:`taccl_py.synthesis.railstream`)."""
 
 
 @dataclass(frozen=True)
@@ -59,14 +62,14 @@ class Choice:
 
     @property
     def is_baseline(self) -> bool:
-        return self.candidate.variant is None
+        return self.candidate.variant is None and not self.candidate.rail
 
     @property
     def label(self) -> str:
         """How the report names it: ``synthesized``, ``baseline <name>`` or ``tuned <offload schedule>``."""
         if self.candidate.tuned:
             return f"tuned {self.candidate.label}"
-        if self.candidate.switch:
+        if self.candidate.switch or self.candidate.rail:
             return f"synthesized {self.candidate.label}"
         return f"baseline {self.candidate.label}" if self.is_baseline else "synthesized"
 
@@ -116,7 +119,7 @@ def simulate_candidates(run: Run, topology: Topology, collective: Collective, si
                             notes={"generator": "taccl_py synthesize", "chunk_factor": c, "ordering": how})
         run.report("simulating", chunk_factor=c, ordering=how, transfers=len(transfers))
         with run.stage("simulate"):
-            sim = simulate(topology, schedule, size_bytes, run.sim_options)
+            sim = simulate_large(topology, schedule, size_bytes, run.sim_options)
         cand = Candidate(label=f"chunk factor {c}, {how}", chunk_factor=c, time_us=sim.time_us,
                          transfers=len(transfers), note=sim.error or "", variant=cand_schedule.variant)
         candidates.append(cand)
@@ -165,7 +168,7 @@ def compare_baselines(topology: Topology, kind: CollectiveKind, size_bytes: floa
             notes.append(f"the {name} baseline needs at least {nodes} XML nodes on a rank (the runtimes accept "
                          f"{MAX_NODES_PER_RANK}): not simulated")
             continue
-        sim = simulate(topology, schedule, size_bytes, sim_options)
+        sim = simulate_large(topology, schedule, size_bytes, sim_options)  # the same times; compiled when large
         times[name] = sim.time_us
         if sim.time_us is not None:
             correct.append(Choice(schedule, sim, Candidate(name, schedule.collective.chunk_factor, sim.time_us,

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import LoweringError
+from taccl_py.fast_sim import simulate_large
 from taccl_py.msccl.ir import Program
 from taccl_py.schedule import Schedule
-from taccl_py.simulator import simulate
 from taccl_py.synthesis.candidates import Candidate, Choice
 from taccl_py.topology import Topology
 
@@ -44,7 +44,7 @@ class Capped:
 
     def choice(self, topology: Topology, size_bytes: float) -> Choice | None:
         """As a ranked choice of the synthesizer, simulated (None if the simulator rejects it)."""
-        sim = simulate(topology, self.schedule, size_bytes)
+        sim = simulate_large(topology, self.schedule, size_bytes)  # the same times; compiled when large
         if sim.time_us is None:
             return None
         return Choice(self.schedule, sim, Candidate(f"{self.name} ({self.splits} splits)",

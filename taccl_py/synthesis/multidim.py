@@ -37,8 +37,8 @@ from taccl_py.synthesis.options import SynthesisOptions
 from taccl_py.synthesis.streams import streams_apply
 from taccl_py.topology import Topology
 
-__all__ = ["LARGE_GPUS", "LARGE_SKIP_EFFICIENCY", "MACHINES_SKIP_EFFICIENCY", "SKIP_EFFICIENCY", "Shortcut",
-           "hierarchical_shortcut", "skip_efficiency"]
+__all__ = ["LARGE_GPUS", "LARGE_SKIP_EFFICIENCY", "MACHINES_SKIP_EFFICIENCY", "RAIL_GPUS", "RERUN_MAX_GPUS",
+           "SKIP_EFFICIENCY", "Shortcut", "hierarchical_shortcut", "skip_efficiency"]
 
 SKIP_EFFICIENCY = 0.9
 """Modelled efficiency of ``hier-lb`` from which the solver stages are skipped (networks without machines)."""
@@ -58,6 +58,15 @@ def skip_efficiency(topology: Topology, kind: CollectiveKind) -> float:
     return MACHINES_SKIP_EFFICIENCY if streams_apply(topology, kind) else SKIP_EFFICIENCY
 
 
+RAIL_GPUS = 256
+"""From this many GPUs, on a cluster of machines (:mod:`taccl_py.synthesis.railstream`), the shortcut is always
+taken and the rail-stream schedules are compared with the hierarchical baseline: the solver stages do not finish
+there (Allreduce on 128 GPUs took over two minutes), and no split count of ``hier-lb`` fits the MSCCL limits from
+128 machines on."""
+RERUN_MAX_GPUS = 128
+"""Up to this many GPUs, when the shortcut's choice cannot be written, the solver stages run after all."""
+
+
 @dataclass(frozen=True)
 class Shortcut:
     """Why the solver stages were skipped, and which baselines the comparison simulates (None: all)."""
@@ -67,12 +76,23 @@ class Shortcut:
     baselines: tuple[str, ...] | None
     name: str = "hier-lb"
     """The hierarchical baseline the estimate is of."""
+    rail: bool = False
+    """The rail-stream schedules are compared too, and the hierarchical baseline only when its model estimate is
+    below their simulated time (:data:`RAIL_GPUS`)."""
 
     @property
     def efficiency(self) -> float:
         return self.bound_us / self.estimate_us
 
-    def note(self, num_gpus: int) -> str:
+    def note(self, num_gpus: int, hierarchical_simulated: bool = True) -> str:
+        if self.rail:
+            text = (f"multi-dimensional shortcut: from {RAIL_GPUS} GPUs on a cluster of machines the routing, "
+                    "ordering and scheduling stages are skipped (`--no-multidim-shortcut` runs them) and the "
+                    f"rail-stream schedules are compared with {self.name} (modelled at {self.estimate_us:.6g} us, "
+                    f"{100 * self.efficiency:.1f}% of the bound)")
+            if not hierarchical_simulated:
+                text += ", which was not simulated: its model is slower than the rail-stream schedule simulated"
+            return text
         text = (f"multi-dimensional shortcut: {self.name} is modelled at {self.estimate_us:.6g} us, "
                 f"{100 * self.efficiency:.1f}% of the bound ({self.bound_us:.6g} us), so the routing, ordering "
                 "and scheduling stages were skipped (`--no-multidim-shortcut` runs them)")
@@ -87,6 +107,7 @@ def hierarchical_shortcut(topology: Topology, kind: CollectiveKind, size_bytes: 
     """The shortcut when ``hier-lb`` is modelled near enough the bound, else None (see the module doc)."""
     from taccl_py.baselines import NotApplicable
     from taccl_py.baselines.hierarchical import HIERARCHICAL_KINDS, hierarchical_plan
+    from taccl_py.synthesis.railstream import rail_stream_applies
 
     if not options.multidim_shortcut or kind not in HIERARCHICAL_KINDS or not topology.dimensions:
         return None
@@ -102,6 +123,13 @@ def hierarchical_shortcut(topology: Topology, kind: CollectiveKind, size_bytes: 
         return None
     bound = lower_bound(topology, kind, size_bytes, root=options.root).bound_us
     large = topology.num_gpus > LARGE_GPUS
+    rail = topology.num_gpus >= RAIL_GPUS and not topology.has_endpoint_limits \
+        and rail_stream_applies(topology, kind) is None
+    if rail:
+        plain = hierarchical_plan(topology, kind, balanced=False, size_bytes=size_bytes).estimate_us
+        if plain is not None and plain < plan.estimate_us:
+            return Shortcut(plain, bound, ("hier",), "hier", rail=True)
+        return Shortcut(plan.estimate_us, bound, ("hier-lb",), rail=True)
     if bound / plan.estimate_us < skip_efficiency(topology, kind):
         return None
     if not large:

@@ -143,22 +143,57 @@ def _channel_limit(run: Run, topology: Topology) -> int | None:
 
 def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_bytes: float,
                     shortcut: Shortcut) -> SynthesisResult:
-    """The result when the multi-dimensional shortcut skips the solver stages: the best baseline."""
+    """The result when the multi-dimensional shortcut skips the solver stages: the best baseline (and, on large
+    clusters of machines, the rail-stream schedules)."""
     options = run.options
     run.report("shortcut", estimate_us=shortcut.estimate_us, bound_us=shortcut.bound_us)
+    rail: list[Choice] = []
+    rail_candidates: list[Candidate] = []
+    names = shortcut.baselines
+    if shortcut.rail:
+        with run.stage("simulate"):
+            rail_candidates, rail = _rail_streams(run, topology, kind, size_bytes)
+        if rail and shortcut.estimate_us >= rail[0].time_us:
+            names = ()  # the hierarchical baseline's model is slower than a schedule simulated: not simulated
     with run.stage("baselines"):
         comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances,
-                                       shortcut.baselines, sim_options=run.sim_options,
+                                       names, sim_options=run.sim_options,
                                        channel_limit=_channel_limit(run, topology))
-    ranking = rank_choices([], comparison, size_bytes, options.element_bytes, options.instances)
+    ranking = rank_choices(rail, comparison, size_bytes, options.element_bytes, options.instances)
     if not ranking.ranked:
         raise Infeasible("no baseline applies and the solver stages were skipped")
     best = ranking.ranked[0]
-    notes = (shortcut.note(topology.num_gpus), *comparison.notes,
+    notes = (shortcut.note(topology.num_gpus, names != ()), *comparison.notes,
              *(n for n in ranking.notes if not n.startswith("no synthesized candidate")))
     skipped = "not computed (multi-dimensional shortcut)"
-    return SynthesisResult(schedule=best.schedule, sim=best.sim, chosen=best.label, synthesized=None,
-                           candidates=(), baselines=comparison.times_us, stats=(), symmetry=skipped,
-                           sketch=skipped, synthesis_s=run.elapsed_s(), notes=notes,
+    synthesized = min(rail_candidates, key=lambda c: c.time_us if c.time_us is not None else float("inf"),
+                      default=None)
+    return SynthesisResult(schedule=best.schedule, sim=best.sim, chosen=best.label, synthesized=synthesized,
+                           candidates=tuple(rail_candidates), baselines=comparison.times_us, stats=(),
+                           symmetry=skipped, sketch=skipped, synthesis_s=run.elapsed_s(), notes=notes,
                            stages_s={name: run.stages_s.get(name, 0.0) for name in STAGES}, ranked=ranking.ranked,
                            shortcut=True)
+
+
+def _rail_streams(run: Run, topology: Topology, kind: CollectiveKind,
+                  size_bytes: float) -> tuple[list[Candidate], list[Choice]]:
+    """The rail-stream schedules of :func:`~taccl_py.synthesis.railstream.rail_variants`, simulated (through the
+    compiled kernel when large); the correct ones as choices, fastest first. Only the fastest keeps its
+    schedule (the others' are dropped: at 1,024 GPUs each holds millions of transfers)."""
+    from taccl_py.fast_sim import simulate_large
+    from taccl_py.synthesis.railstream import rail_stream_schedule, rail_variants
+
+    candidates: list[Candidate] = []
+    best: Choice | None = None
+    for streams, groups in rail_variants(topology.dimensions[1].size):
+        label = f"rail streams ({streams} per GPU" + (f", {groups} far groups)" if groups > 1 else ")")
+        run.report("simulate", detail=label)
+        schedule = rail_stream_schedule(topology, kind, streams, groups)
+        sim = simulate_large(topology, schedule, size_bytes, run.sim_options)
+        candidate = Candidate(label, schedule.collective.chunk_factor, sim.time_us, len(schedule.transfers),
+                              rail=True)
+        candidates.append(candidate)
+        if sim.time_us is not None and (best is None or sim.time_us < best.time_us):  # ties: the earlier
+            best = Choice(schedule, sim, candidate)
+        del schedule, sim
+    return candidates, [best] if best is not None else []
