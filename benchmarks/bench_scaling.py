@@ -24,6 +24,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -151,10 +152,42 @@ def fitted_growth(rows: list[dict[str, Any]], stage: str, last: int = 4) -> floa
 
 
 def run(quick: bool) -> dict[str, Any]:
-    """Quick: 8 and 32 GPUs (below the compiled paths' thresholds), 30 s per stage; full: 8..4096, 600 s (``TACCL_SCALING_TIMEOUT`` overrides the budget)."""
+    """Quick: 8 and 32 GPUs (below the compiled paths' thresholds), 30 s per stage; full: 8..4096, 600 s
+    (``TACCL_SCALING_TIMEOUT`` overrides the budget). ``TACCL_SCALING_STAGES="a;b"`` and
+    ``TACCL_SCALING_GPUS=256,512`` re-measure only those cells of the stored full table; the others are kept,
+    each with the date it was measured."""
     sizes = [8, 32] if quick else [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
     timeout_s = float(os.environ.get("TACCL_SCALING_TIMEOUT", 30.0 if quick else 600.0))
-    return {"sizes": sizes, "timeout_s": timeout_s, "rows": measure(sizes, STAGES, timeout_s)}
+    stages = [s for s in os.environ.get("TACCL_SCALING_STAGES", "").split(";") if s]
+    gpus = [int(n) for n in os.environ.get("TACCL_SCALING_GPUS", "").split(",") if n]
+    if not (stages or gpus):
+        return {"sizes": sizes, "timeout_s": timeout_s, "rows": measure(sizes, STAGES, timeout_s)}
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        raise SystemExit(f"TACCL_SCALING_STAGES: unknown stage(s) {unknown}; known: {list(STAGES)}")
+    return remeasure(stages or list(STAGES), gpus or sizes, timeout_s)
+
+
+def remeasure(stages: list[str], gpus: list[int], timeout_s: float) -> dict[str, Any]:
+    """The stored table with the cells (stage, GPU count) of ``stages`` x ``gpus`` measured again (a stage that
+    reads a file, such as verify, needs the stage that writes it in ``stages`` too)."""
+    from harness import load_envelope
+
+    envelope = load_envelope(NAME)
+    if envelope is None:
+        raise SystemExit("no stored scaling results to update: run the whole benchmark first")
+    old = envelope["data"]
+    order = tuple(s for s in STAGES if s in stages)
+    when = time.strftime("%Y-%m-%d %H:%M")
+    fresh = [dict(r, measured=when) for r in measure(sorted(gpus), order, timeout_s)]
+    done = {(r["stage"], r["gpus"]) for r in fresh}
+    kept = [{**r, "measured": r.get("measured", envelope["date"])} for r in old["rows"]
+            if (r["stage"], r["gpus"]) not in done]
+    rows = sorted(kept + fresh, key=lambda r: (STAGES.index(r["stage"]), r["gpus"]))
+    update = {"when": when, "stages": list(order), "gpus": sorted(gpus), "timeout_s": timeout_s,
+              "load_average": os.getloadavg()[0]}
+    return {**old, "rows": rows, "updates": [*old.get("updates", []), update],
+            "full_run": old.get("full_run", envelope["date"])}
 
 
 def run_tiny() -> dict[str, Any]:
@@ -189,6 +222,12 @@ def render(data: dict[str, Any], figures: Path) -> str:
             else:
                 cells.append(f"{row['wall_s']:.1f} s / {row['peak_rss_mib']:.0f}")
         lines.append(f"| {stage} | " + " | ".join(cells) + f" | {'-' if k is None else f'n^{k:.2f}'} |")
+    for u in data.get("updates", []):
+        lines += ["", f"Re-measured {u['when']} (budget {u['timeout_s']:.0f} s, load average "
+                      f"{u['load_average']:.2f} when it ended): {', '.join(u['stages'])} at "
+                      f"{', '.join(str(n) for n in u['gpus'])} GPUs, with `TACCL_SCALING_STAGES=\"{';'.join(u['stages'])}\" "
+                      f"TACCL_SCALING_GPUS={','.join(str(n) for n in u['gpus'])} .venv/bin/python benchmarks/run.py "
+                      f"--full --only scaling`; the other cells are from the full run of {data.get('full_run', 'before')}."]
     stopped = sorted({f"{r['stage']}: {r['why']}" for r in data["rows"] if r["exit"] == "not run"})
     if stopped:
         lines += ["", "Not run: " + "; ".join(stopped) + "."]
