@@ -6,7 +6,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from taccl_py.sketch import load_sketch
 from taccl_py.synthesis import STAGES, SynthesisOptions, SynthesisResult, WorkBudget, synthesize
 from taccl_py.synthesis.candidates import Choice
 from taccl_py.synthesis.endpoint import channel_limit
+from taccl_py.synthesis.loadable import Capped
 from taccl_py.topology import SwitchModel, Topology
 from taccl_py.units import algbw_gbps, format_bytes
 
@@ -58,8 +58,15 @@ _NCCL_DEFAULT = {CollectiveKind.ALLTOALL: "direct"}
 SOLVE_SHARE = 0.85
 """The solver stages' wall-clock guard is this share of --time-limit; lowering, verifying and writing use the rest."""
 
-COMMAND_STAGES = (*STAGES, "lower", "verify", "write", "report")
-"""The per-stage wall times a report shows (``stages_s``); ``report`` is the bound and the reference ring."""
+MIN_LEFT_SHARE = 0.25
+"""When the multi-dimensional shortcut's choice cannot be written, the solver stages run after all only if at least
+this share of --time-limit is left (with less they would be cut short by the guard, or push the command past it)."""
+
+XML_STAGES = ("lower", "protocol", "verify", "write")
+"""The stages of writing the XML (after the synthesis stages)."""
+COMMAND_STAGES = (*STAGES, *XML_STAGES, "report")
+"""The per-stage wall times a report shows (``stages_s``); ``protocol`` is the runtime model's prediction that
+picks the XML's protocol, ``report`` the bound and the reference ring."""
 
 
 class _Progress:
@@ -206,24 +213,60 @@ def _choose_proto(schedule: Schedule, topology: Topology, size: int, proto: str 
         prediction
 
 
+@dataclass
+class _Lowerings:
+    """What lowering found for the choices of one size, kept across :func:`_write_xml` calls: the multi-dimensional
+    shortcut's path writes twice, and its second ranking holds the first one's baseline choices (the same
+    objects, :func:`_without_shortcut`). Each schedule is lowered once, a refused hierarchical baseline is
+    planned with fewer splits once, and a protocol is chosen once per schedule written. Keyed by the schedule's
+    identity (kept alive here so that the key stays its own)."""
+
+    programs: dict[int, tuple[Schedule, Program | LoweringError]] = field(default_factory=dict)
+    capped: dict[int, tuple[Schedule, Capped | None, Choice | None]] = field(default_factory=dict)
+    """Per refused schedule: the same baseline with fewer splits and its simulated choice (None: none lowers)."""
+    protos: dict[int, tuple[Schedule, tuple[str, str, Prediction | None]]] = field(default_factory=dict)
+
+    def lower(self, schedule: Schedule, lower: Callable[[Schedule], Program]) -> Program | LoweringError:
+        """``lower(schedule)`` the first time, its program or its refusal after that."""
+        known = self.programs.get(id(schedule))
+        if known is None:
+            outcome: Program | LoweringError
+            try:
+                outcome = lower(schedule)
+            except LoweringError as exc:
+                outcome = exc
+            known = self.programs[id(schedule)] = (schedule, outcome)
+        return known[1]
+
+
 def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size: int, dialect: str, instances: int,
                proto: str | None, min_bytes: int, max_bytes: int, progress: Callable[[str, dict[str, Any]], None],
-               runtime: RuntimeModel | None = None) -> _Written:
+               runtime: RuntimeModel | None = None, lowerings: _Lowerings | None = None) -> _Written:
     """Lower the first ranked choice that fits the dialect, verify it, write it atomically.
 
     A choice that cannot be lowered (too many XML nodes or steps...) gives way to
     the next one, and the notes say so; a hierarchical baseline that cannot is planned
     again with fewer splits (:mod:`taccl_py.synthesis.loadable`), simulated, and joins
     the fallbacks in order. Nothing is written if no choice fits or the lowered
-    program fails verification.
+    program fails verification. The protocol (a runtime-model prediction per
+    protocol) is chosen only for the choice that lowers: it is an attribute of the
+    program and no limit of the lowering depends on it. ``lowerings``: what earlier
+    calls for this size found (see :class:`_Lowerings`).
     """
     from taccl_py.msccl import lower_schedule, save_xml, verify_program
     from taccl_py.synthesis.chunking import selectable_at
     from taccl_py.synthesis.loadable import fewer_splits
 
-    def lower(schedule: Schedule, proto: str, timing: SimResult | None = None) -> Program:
-        return lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=proto,
-                              min_bytes=min_bytes, max_bytes=max_bytes, timing=timing)
+    memo = lowerings if lowerings is not None else _Lowerings()
+    plain = proto or "Simple"  # the protocol lowered with; the chosen one replaces it
+
+    def lower(schedule: Schedule, timing: SimResult | None = None) -> Program:
+        outcome = memo.lower(schedule, lambda s: lower_schedule(
+            s, topology, dialect=dialect, instances=instances, proto=plain, min_bytes=min_bytes,
+            max_bytes=max_bytes, timing=timing))
+        if isinstance(outcome, LoweringError):
+            raise outcome
+        return outcome
 
     def rank(choice: Choice) -> tuple[bool, float]:  # the ranking's order: what the runtime selects, then time
         return not selectable_at(choice.schedule.collective, size, DEFAULT_TYPE_SIZE, instances), choice.time_us
@@ -231,34 +274,42 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
     first = result.ranked[0] if result.ranked else None
     written = _Written(result.schedule, result.sim, result.chosen)
     pending = list(result.ranked)
-    lowered: dict[int, tuple[str, Program]] = {}  # id(choice) -> (proto, program): a capped choice lowered when found
     while pending:
         choice = pending.pop(0)
         started = time.perf_counter()
         progress("lowering", {"detail": choice.label})
-        chosen_proto, why, prediction = _choose_proto(choice.schedule, topology, size, proto, runtime)
         try:
-            done = lowered.get(id(choice))
-            program = done[1] if done is not None and done[0] == chosen_proto else lower(choice.schedule, chosen_proto,
-                                                                                          choice.sim)
+            program = lower(choice.schedule, choice.sim)
         except LoweringError as exc:
             written.notes.append(f"{_describe(choice)} ({choice.time_us:.4g} us) cannot be "
                                  f"written as MSCCL XML: {exc}")
             written.refused.append({"algorithm": choice.label, "time_us": choice.time_us, "reason": str(exc)})
-            progress("lowering", {"detail": f"{choice.label} with fewer splits"})
-            capped = fewer_splits(topology, result.schedule.collective.kind, choice.schedule, size, exc,
-                                  partial(lower, proto=chosen_proto))
+            known = memo.capped.get(id(choice.schedule))
+            if known is None:
+                progress("lowering", {"detail": f"{choice.label} with fewer splits"})
+                capped = fewer_splits(topology, result.schedule.collective.kind, choice.schedule, size, exc, lower)
+                known = memo.capped[id(choice.schedule)] = (choice.schedule, capped, capped.choice(topology, size)
+                                                            if capped is not None else None)
             written.timed("lower", started)
-            fallback = capped.choice(topology, size) if capped is not None else None
+            _, capped, fallback = known
             if capped is not None and fallback is not None:
                 written.notes += [f"the {capped.name} baseline with {reason}" for reason in capped.refused[1:]]
                 written.fallbacks.append({"algorithm": fallback.label, "time_us": fallback.time_us,
                                           "splits": capped.splits})
-                lowered[id(fallback)] = (chosen_proto, capped.program)
                 pending.append(fallback)
                 pending.sort(key=rank)  # stable: an equal earlier choice stays first
             continue
         written.timed("lower", started)
+        started = time.perf_counter()
+        progress("protocol", {"detail": choice.label})
+        chosen = memo.protos.get(id(choice.schedule))
+        if chosen is None:
+            chosen = memo.protos[id(choice.schedule)] = (choice.schedule, _choose_proto(choice.schedule, topology,
+                                                                                         size, proto, runtime))
+        chosen_proto, why, prediction = chosen[1]
+        written.timed("protocol", started)
+        if program.proto != chosen_proto:
+            program = replace(program, proto=chosen_proto)
         written.schedule, written.sim, written.label, written.program = choice.schedule, choice.sim, choice.label, \
             program
         written.proto, written.proto_source, written.calibrated = chosen_proto, why, prediction
@@ -348,11 +399,11 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
         notes += selection_notes
     stages = {name: round(result.stages_s.get(name, 0.0), 3) for name in STAGES}
     stages.update({name: round((written.stages_s if written else {}).get(name, 0.0), 3)
-                   for name in ("lower", "verify", "write")})
+                   for name in XML_STAGES})
     stages["report"] = round(report_s, 3)
     hit = result.time_limit_hit or wall_s > time_limit
     if wall_s > time_limit:
-        xml_s = sum(stages[name] for name in ("lower", "verify", "write"))
+        xml_s = sum(stages[name] for name in XML_STAGES)
         notes.append(f"the command took {wall_s:.1f} s, over --time-limit {time_limit:g} s: lowering, verifying and "
                      f"writing the XML took {xml_s:.1f} s and cannot be cut short")
     best_overall: dict[str, Any] | None = None
@@ -508,27 +559,38 @@ class _Band:
     and gives the calibrated prediction of what is written."""
 
 
-def _without_shortcut(band: _Band, result: SynthesisResult, written: _Written, started: float,
-                      report: Any) -> tuple[SynthesisResult, _Written]:
+def _without_shortcut(band: _Band, result: SynthesisResult, written: _Written, started: float, report: Any,
+                      lowerings: _Lowerings) -> tuple[SynthesisResult, _Written]:
     """The multi-dimensional shortcut chose a hierarchical baseline the runtime cannot load (``hier-lb`` with
     more splits than MSCCL has channels) and a slower one was written: run the solver stages after all.
 
-    Their ranking holds every baseline too, so what it writes is never slower; it overwrites the file
-    (atomically) only if it writes one. The deterministic budgets stay those of the command; only the
-    wall-clock guard is what is left of it.
+    Their ranking holds every baseline too (the shortcut's comparison, not simulated again), so what it
+    writes is never slower; it overwrites the file (atomically) only if it writes one, and lowers no choice
+    the first attempt lowered (``lowerings``). The deterministic budgets stay those of the command; the
+    wall-clock guard of the solver stages is :data:`SOLVE_SHARE` of what is left of ``--time-limit``, and
+    with less than :data:`MIN_LEFT_SHARE` of it left they are not run (the report says so).
     """
+    left = band.time_limit - (time.perf_counter() - started)
+    why = (f"the multi-dimensional shortcut chose {result.chosen}, which cannot be written "
+           f"({written.label} would have been written instead)")
+    if left < MIN_LEFT_SHARE * band.time_limit:
+        written.notes.insert(0, f"{why}; the solver stages were not run: {max(0.0, left):.1f} s of --time-limit "
+                                f"{band.time_limit:g} s was left (raise --time-limit to run them)")
+        return replace(result, time_limit_hit=True), written
     options = replace(band.options, multidim_shortcut=False, budget=band.options.work,
-                      time_limit_s=max(1.0, band.options.time_limit_s - (time.perf_counter() - started)))
-    full = synthesize(band.topology, band.kind, band.size, options, report)
+                      time_limit_s=max(1.0, SOLVE_SHARE * left))
+    full = synthesize(band.topology, band.kind, band.size, options, report, baselines=result.comparison)
+    full = replace(full, synthesis_s=result.synthesis_s + full.synthesis_s,
+                   stages_s={name: result.stages_s.get(name, 0.0) + full.stages_s.get(name, 0.0) for name in STAGES})
     again = _write_xml(full, band.topology, band.xml_path, size=band.size, dialect=band.dialect,  # type: ignore[arg-type]
                        instances=band.instances, proto=band.proto, min_bytes=band.lo, max_bytes=band.hi,
-                       progress=report, runtime=band.runtime)
+                       progress=report, runtime=band.runtime, lowerings=lowerings)
     if again.path is None:
-        return result, written
+        for stage, seconds in again.stages_s.items():
+            written.stages_s[stage] = written.stages_s.get(stage, 0.0) + seconds
+        return replace(result, synthesis_s=full.synthesis_s, stages_s=full.stages_s), written
     first = [n for n in written.notes if not n.startswith("wrote ")]  # why the shortcut's choice was refused
-    again.notes[:0] = [f"the multi-dimensional shortcut chose {result.chosen}, which cannot be written "
-                       f"({written.label} would have been written instead): the solver stages ran after all",
-                       *(n for n in first if n not in again.notes)]
+    again.notes[:0] = [f"{why}: the solver stages ran after all", *(n for n in first if n not in again.notes)]
     for stage, seconds in written.stages_s.items():
         again.stages_s[stage] = again.stages_s.get(stage, 0.0) + seconds
     for mine, theirs in ((again.refused, written.refused), (again.fallbacks, written.fallbacks)):
@@ -545,11 +607,12 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
         result = synthesize(band.topology, band.kind, band.size, band.options, report)
         written: _Written | None = None
         if band.xml_path is not None:
+            lowerings = _Lowerings()
             written = _write_xml(result, band.topology, band.xml_path, size=band.size, dialect=band.dialect,
                                  instances=band.instances, proto=band.proto, min_bytes=band.lo, max_bytes=band.hi,
-                                 progress=report, runtime=band.runtime)
+                                 progress=report, runtime=band.runtime, lowerings=lowerings)
             if result.shortcut and written.label != result.chosen:
-                result, written = _without_shortcut(band, result, written, started, report)
+                result, written = _without_shortcut(band, result, written, started, report, lowerings)
     if band.schedule_out:
         from taccl_py.schedule import save_schedule
 
