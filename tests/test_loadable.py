@@ -107,8 +107,12 @@ def test_baseline_and_synthesize_write_the_capped_file_and_say_both_times(tmp_pa
     assert report["xml_refused"][0]["algorithm"] == "baseline hier-lb"
     assert report["xml_refused"][0]["time_us"] == report["best_overall"]["time_us"]
     assert "need a channel" in report["xml_refused"][0]["reason"]
+    # 64 splits were planned and refused too; 32 splits fit, lowered only if nothing faster fits before it
+    assert [r["algorithm"] for r in report["xml_refused"]][-1] == "baseline hier-lb (64 splits)"
+    capped = report["algorithm"] == "baseline hier-lb (32 splits)"
     assert report["xml_fallbacks"] == [{"algorithm": "baseline hier-lb (32 splits)",
-                                        "time_us": pytest.approx(xml["time_us"]), "splits": 32}]
+                                        "time_us": pytest.approx(xml["time_us"]), "splits": 32,
+                                        "lowered": True if capped else None}]
     assert any("the hier-lb baseline (128 splits)" in note and "cannot be written" in note
                for note in report["notes"])
 
