@@ -367,7 +367,7 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
             written.notes.append(f"wrote {_describe(choice)} instead ({choice.time_us:.4g} us), "
                                  "the fastest that fits the runtime's limits")
         break
-    # the fewer-splits files not refused: lowered (written, or ranked after it), or never tried (slower than it)
+    # the fewer-splits files not refused: lowered (True), or never tried (None: ranked after the file written)
     written.fallbacks += [{"algorithm": c.label, "time_us": c.time_us, "splits": _splits(c.schedule),
                            "lowered": memo.lowered(c.schedule)} for c in offered if memo.lowered(c.schedule) is not False]
     if program is None:
@@ -660,7 +660,8 @@ def _without_shortcut(band: _Band, result: SynthesisResult, refusal: LoweringErr
                                *written.notes]
             for stage, seconds in written.stages_s.items():
                 again.stages_s[stage] = again.stages_s.get(stage, 0.0) + seconds
-            return replace(result, synthesis_s=full.synthesis_s, stages_s=stages), again
+            return replace(result, synthesis_s=full.synthesis_s, stages_s=stages,
+                           time_limit_hit=result.time_limit_hit or full.time_limit_hit), again
     if not any(entry["algorithm"] == result.chosen for entry in written.refused):  # a faster choice came first
         written.refused.insert(0, {"algorithm": result.chosen, "time_us": result.sim.time_us,
                                    "reason": str(refusal)})
