@@ -165,3 +165,39 @@ def test_a_refused_choice_is_lowered_once_when_the_solver_stages_run_after_all(
     assert report["xml_fallbacks"][0]["splits"] < found[1]
     assert compared == [1]  # the shortcut's comparison is the solver stages' too
     assert report["stages_s"]["baselines"] > 0 and report["stages_s"]["lower"] > 0
+
+
+def test_without_time_left_the_shortcuts_next_choice_is_written_and_the_guard_reported(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """As above, with no share of --time-limit enough to run the solver stages after all: the shortcut's
+    ranking is written (hier-lb with fewer splits, lowered once) and the report says the guard bit."""
+    import taccl_py.msccl as msccl
+    from taccl_py.cli import synth_cmd
+
+    topo = astra_topology([AstraDimension(AstraKind.RING, 2, 200.0, 500.0),
+                           AstraDimension(AstraKind.SWITCH, 2, 50.0, 2000.0)], name="ring2-switch2")
+    topo_path = tmp_path / "net.json"
+    save_topology(topo, topo_path)
+    found = hierarchical_splits(baseline(topo, CollectiveKind.ALLREDUCE, "hier-lb", size_bytes=16 * 2**20))
+    real_lower = msccl.lower_schedule
+    lowered: list[tuple[str, int] | None] = []
+
+    def lower(schedule: Schedule, topology: Topology, **kwargs: object) -> Program:
+        lowered.append(hierarchical_splits(schedule))
+        if hierarchical_splits(schedule) == found:
+            raise LoweringError("rank 0 needs 5000 XML nodes; the runtime parser stores at most 4096 per rank",
+                                over=2.0)
+        return real_lower(schedule, topology, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(msccl, "lower_schedule", lower)
+    monkeypatch.setattr(synth_cmd, "MIN_LEFT_SHARE", 1.0)  # never enough left
+    out = tmp_path / "ar.xml"
+    code, stdout, err = run(["synthesize", "-t", str(topo_path), "-c", "allreduce", "-s", "16MB", "-o", str(out),
+                             "--time-limit", "30", "--json"], capsys)
+    assert code == 0, err
+    report = only_json(stdout)
+    assert report["correct"] and verify_program(load_program(out)).correct
+    assert any("the solver stages were not run" in note for note in report["notes"])
+    assert report["time_limit_hit"] is True and report["candidates"] == []
+    assert lowered.count(found) == 1
+    assert report["algorithm"].startswith("baseline hier-lb (") and report["xml_fallbacks"][0]["lowered"] is True
