@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +140,29 @@ def test_duplicate_keys_are_refused() -> None:
         run_jobs(square_job, square_jobs([1, 1]), InlineBackend())
 
 
-def test_a_dead_worker_loses_nothing_finished(tmp_path: Path) -> None:
-    out = tmp_path / "r.jsonl"
-    jobs = [*square_jobs([1, 2]), Job("die", (DIE, 0.0, None), {})]
-    with pytest.raises(TacclError, match="was lost"):
-        run_jobs(exit_job, jobs, ProcessBackend(1), sink=ResultsFile(out))
+class LateLookingBackend(ProcessBackend):
+    """A process pool whose runner looks late, as on a loaded machine: after submitting the job that kills its
+    worker, it waits until that job is over, so the runner then finds it lost and the job before it finished,
+    both at once ("die" sorts before "v=2": the order it handles them in)."""
+
+    def submit(self, function: Any, job: Job) -> Future[Any]:
+        future = super().submit(function, job)
+        if job.payload[0] == DIE:
+            wait([future])
+        return future
+
+
+@pytest.mark.parametrize("backend", [ProcessBackend, LateLookingBackend])
+def test_a_dead_worker_loses_nothing_finished(tmp_path: Path, backend: type[ProcessBackend]) -> None:
+    out, log = tmp_path / "r.jsonl", tmp_path / "calls.log"
+    jobs = [*square_jobs([1, 2], log=log), Job("die", (DIE, 0.0, None), {})]
+    with pytest.raises(TacclError, match="'die' was lost"):
+        run_jobs(exit_job, jobs, backend(1), sink=ResultsFile(out))
     assert [line["key"] for line in without_measured(out)] == ["v=1", "v=2"]
+    assert log.read_text().split() == ["1", "2"]
+    records = run_jobs(square_job, square_jobs([1, 2, 3], log=log), InlineBackend(), sink=ResultsFile(out))
+    assert [r.resumed for r in records] == [True, True, False]  # a rerun resumes: only v=3 is computed
+    assert log.read_text().split() == ["1", "2", "3"]
 
 
 DIE = 13

@@ -225,7 +225,7 @@ def test_command_output_is_byte_identical_under_cpu_load_and_reports_wall_time(
     scheduling = [s for s in report["solver_stages"] if s["stage"].startswith("scheduling")]
     assert scheduling and all(s["stopped_by"] == "work limit" for s in scheduling), scheduling
     assert set(report["stages_s"]) == {"prepare", "routing", "ordering", "scheduling", "simulate", "baselines",
-                                       "lower", "verify", "write", "report"}
+                                       "lower", "protocol", "verify", "write", "report"}
     assert report["stages_s"]["lower"] > 0 and report["stages_s"]["verify"] > 0
     assert sum(report["stages_s"].values()) <= report["wall_s"] + 1e-3
     assert report["time_limit_hit"] is False and report["xml_verified"] is True

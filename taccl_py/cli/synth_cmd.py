@@ -6,7 +6,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +58,15 @@ _NCCL_DEFAULT = {CollectiveKind.ALLTOALL: "direct"}
 SOLVE_SHARE = 0.85
 """The solver stages' wall-clock guard is this share of --time-limit; lowering, verifying and writing use the rest."""
 
-COMMAND_STAGES = (*STAGES, "lower", "verify", "write", "report")
-"""The per-stage wall times a report shows (``stages_s``); ``report`` is the bound and the reference ring."""
+MIN_LEFT_SHARE = 0.25
+"""When the multi-dimensional shortcut's choice cannot be written, the solver stages run after all only if at least
+this share of --time-limit is left (with less they would be cut short by the guard, or push the command past it)."""
+
+XML_STAGES = ("lower", "protocol", "verify", "write")
+"""The stages of writing the XML (after the synthesis stages)."""
+COMMAND_STAGES = (*STAGES, *XML_STAGES, "report")
+"""The per-stage wall times a report shows (``stages_s``); ``protocol`` is the runtime model's prediction that
+picks the XML's protocol, ``report`` the bound and the reference ring."""
 
 
 class _Progress:
@@ -207,24 +213,121 @@ def _choose_proto(schedule: Schedule, topology: Topology, size: int, proto: str 
         prediction
 
 
+@dataclass
+class _Lowerings:
+    """Lowering of the choices of one size to one file's dialect and range, each schedule once.
+
+    What it found is kept across :func:`_write_xml` calls: on the multi-dimensional shortcut's path the
+    shortcut's choice is lowered first, and the ranking written after the solver stages holds the same
+    baseline choices (the same objects, :func:`_without_shortcut`). Each schedule is lowered once, a refused
+    hierarchical baseline is planned with fewer splits once, and a protocol is chosen once per schedule. Keyed
+    by the schedule's identity (the schedule kept alive here so that the key stays its own). Programs are
+    lowered with ``proto`` (``--proto``, else Simple) and take the chosen protocol afterwards: it is an
+    attribute of the program, and no limit of the lowering depends on it.
+    """
+
+    topology: Topology
+    dialect: str
+    instances: int
+    proto: str
+    min_bytes: int
+    max_bytes: int
+    programs: dict[int, tuple[Schedule, Program | LoweringError]] = field(default_factory=dict)
+    capped: dict[int, tuple[Schedule, Choice | None]] = field(default_factory=dict)
+    """Per refused hierarchical schedule: the same baseline with the next smaller split count, simulated (None:
+    there is none, or :data:`~taccl_py.synthesis.loadable.MAX_ATTEMPTS` were planned already)."""
+    attempts: dict[int, int] = field(default_factory=dict)
+    """How many times the baseline of a fewer-splits schedule was planned again to get it."""
+    protos: dict[int, tuple[Schedule, tuple[str, str, Prediction | None]]] = field(default_factory=dict)
+
+    def lower(self, schedule: Schedule, timing: SimResult | None = None) -> Program:
+        """The program of ``schedule`` (lowered the first time it is asked for); raises its refusal."""
+        from taccl_py.msccl import lower_schedule
+
+        known = self.programs.get(id(schedule))
+        if known is None:
+            outcome: Program | LoweringError
+            try:
+                outcome = lower_schedule(schedule, self.topology, dialect=self.dialect, instances=self.instances,
+                                         proto=self.proto, min_bytes=self.min_bytes, max_bytes=self.max_bytes,
+                                         timing=timing)
+            except LoweringError as exc:
+                outcome = exc
+            known = self.programs[id(schedule)] = (schedule, outcome)
+        if isinstance(known[1], LoweringError):
+            raise known[1]
+        return known[1]
+
+    def lowered(self, schedule: Schedule) -> bool | None:
+        """True: ``schedule`` was lowered; False: it was refused; None: it was never tried."""
+        known = self.programs.get(id(schedule))
+        return None if known is None else not isinstance(known[1], LoweringError)
+
+    def fewer_splits(self, choice: Choice, failure: LoweringError, kind: CollectiveKind, size: int,
+                     progress: Callable[[str, dict[str, Any]], None]) -> Choice | None:
+        """``choice`` (refused with ``failure``) planned with the next smaller split count and simulated, once per
+        refused schedule; None when it is not hierarchical or no smaller count is left to try."""
+        from taccl_py.synthesis.loadable import (
+            MAX_ATTEMPTS,
+            hierarchical_splits,
+            next_splits,
+            split_choice,
+            with_splits,
+        )
+
+        known = self.capped.get(id(choice.schedule))
+        if known is not None:
+            return known[1]
+        fallback: Choice | None = None
+        found = hierarchical_splits(choice.schedule)
+        attempts = self.attempts.get(id(choice.schedule), 0)
+        splits = next_splits(found[1], failure) if found is not None and attempts < MAX_ATTEMPTS else None
+        if found is not None and splits is not None:
+            progress("lowering", {"detail": f"{found[0]} with {splits} splits"})
+            fallback = split_choice(self.topology, with_splits(self.topology, kind, found[0], splits, size), size)
+            if fallback is not None:
+                self.attempts[id(fallback.schedule)] = attempts + 1
+        self.capped[id(choice.schedule)] = (choice.schedule, fallback)
+        return fallback
+
+    def protocol(self, schedule: Schedule, size: int, proto: str | None,
+                 runtime: RuntimeModel | None) -> tuple[str, str, Prediction | None]:
+        """:func:`_choose_proto` of ``schedule``, once."""
+        known = self.protos.get(id(schedule))
+        if known is None:
+            known = self.protos[id(schedule)] = (schedule, _choose_proto(schedule, self.topology, size, proto,
+                                                                         runtime))
+        return known[1]
+
+    def refusal(self, choice: Choice) -> LoweringError | None:
+        """Why ``choice`` cannot be lowered, or None (it is lowered now if it was not yet)."""
+        try:
+            self.lower(choice.schedule, choice.sim)
+        except LoweringError as exc:
+            return exc
+        return None
+
+
 def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size: int, dialect: str, instances: int,
                proto: str | None, min_bytes: int, max_bytes: int, progress: Callable[[str, dict[str, Any]], None],
-               runtime: RuntimeModel | None = None) -> _Written:
+               runtime: RuntimeModel | None = None, lowerings: _Lowerings | None = None) -> _Written:
     """Lower the first ranked choice that fits the dialect, verify it, write it atomically.
 
     A choice that cannot be lowered (too many XML nodes or steps...) gives way to
     the next one, and the notes say so; a hierarchical baseline that cannot is planned
-    again with fewer splits (:mod:`taccl_py.synthesis.loadable`), simulated, and joins
-    the fallbacks in order. Nothing is written if no choice fits or the lowered
-    program fails verification.
+    again with fewer splits (:func:`taccl_py.synthesis.loadable.next_splits`),
+    simulated, and joins the choices in order (lowered only when its turn comes; if
+    refused, the next smaller count joins in turn). Nothing is written if no choice
+    fits or the lowered program fails verification. The protocol (a runtime-model
+    prediction per protocol) is chosen only for the choice that lowers. ``lowerings``:
+    what earlier calls for this size found (see :class:`_Lowerings`; made from the
+    arguments when None).
     """
-    from taccl_py.msccl import lower_schedule, save_xml, verify_program
+    from taccl_py.msccl import save_xml, verify_program
     from taccl_py.synthesis.chunking import selectable_at
-    from taccl_py.synthesis.loadable import fewer_splits
 
-    def lower(schedule: Schedule, proto: str, timing: SimResult | None = None) -> Program:
-        return lower_schedule(schedule, topology, dialect=dialect, instances=instances, proto=proto,
-                              min_bytes=min_bytes, max_bytes=max_bytes, timing=timing)
+    memo = lowerings if lowerings is not None else \
+        _Lowerings(topology, dialect, instances, proto or "Simple", min_bytes, max_bytes)
 
     def rank(choice: Choice) -> tuple[bool, float]:  # the ranking's order: what the runtime selects, then time
         return not selectable_at(choice.schedule.collective, size, DEFAULT_TYPE_SIZE, instances), choice.time_us
@@ -232,34 +335,32 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
     first = result.ranked[0] if result.ranked else None
     written = _Written(result.schedule, result.sim, result.chosen)
     pending = list(result.ranked)
-    lowered: dict[int, tuple[str, Program]] = {}  # id(choice) -> (proto, program): a capped choice lowered when found
+    offered: list[Choice] = []  # hierarchical baselines planned again with fewer splits
+    program: Program | None = None
     while pending:
         choice = pending.pop(0)
         started = time.perf_counter()
         progress("lowering", {"detail": choice.label})
-        chosen_proto, why, prediction = _choose_proto(choice.schedule, topology, size, proto, runtime)
         try:
-            done = lowered.get(id(choice))
-            program = done[1] if done is not None and done[0] == chosen_proto else lower(choice.schedule, chosen_proto,
-                                                                                          choice.sim)
+            program = memo.lower(choice.schedule, choice.sim)
         except LoweringError as exc:
             written.notes.append(f"{_describe(choice)} ({choice.time_us:.4g} us) cannot be "
                                  f"written as MSCCL XML: {exc}")
             written.refused.append({"algorithm": choice.label, "time_us": choice.time_us, "reason": str(exc)})
-            progress("lowering", {"detail": f"{choice.label} with fewer splits"})
-            capped = fewer_splits(topology, result.schedule.collective.kind, choice.schedule, size, exc,
-                                  partial(lower, proto=chosen_proto))
+            fallback = memo.fewer_splits(choice, exc, result.schedule.collective.kind, size, progress)
             written.timed("lower", started)
-            fallback = capped.choice(topology, size) if capped is not None else None
-            if capped is not None and fallback is not None:
-                written.notes += [f"the {capped.name} baseline with {reason}" for reason in capped.refused[1:]]
-                written.fallbacks.append({"algorithm": fallback.label, "time_us": fallback.time_us,
-                                          "splits": capped.splits})
-                lowered[id(fallback)] = (chosen_proto, capped.program)
+            if fallback is not None:
+                offered.append(fallback)
                 pending.append(fallback)
                 pending.sort(key=rank)  # stable: an equal earlier choice stays first
             continue
         written.timed("lower", started)
+        started = time.perf_counter()
+        progress("protocol", {"detail": choice.label})
+        chosen_proto, why, prediction = memo.protocol(choice.schedule, size, proto, runtime)
+        written.timed("protocol", started)
+        if program.proto != chosen_proto:
+            program = replace(program, proto=chosen_proto)
         written.schedule, written.sim, written.label, written.program = choice.schedule, choice.sim, choice.label, \
             program
         written.proto, written.proto_source, written.calibrated = chosen_proto, why, prediction
@@ -267,7 +368,10 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
             written.notes.append(f"wrote {_describe(choice)} instead ({choice.time_us:.4g} us), "
                                  "the fastest that fits the runtime's limits")
         break
-    else:
+    # the fewer-splits files not refused: lowered (True), or never tried (None: ranked after the file written)
+    written.fallbacks += [{"algorithm": c.label, "time_us": c.time_us, "splits": _splits(c.schedule),
+                           "lowered": memo.lowered(c.schedule)} for c in offered if memo.lowered(c.schedule) is not False]
+    if program is None:
         written.notes.append("nothing was written: no candidate fits the runtime's limits")
         return written
     started = time.perf_counter()
@@ -285,6 +389,15 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
     written.timed("write", started)
     written.path = path
     return written
+
+
+def _splits(schedule: Schedule) -> int:
+    """The split count of a hierarchical baseline schedule."""
+    from taccl_py.synthesis.loadable import hierarchical_splits
+
+    found = hierarchical_splits(schedule)
+    assert found is not None
+    return found[1]
 
 
 def _describe(choice: Choice) -> str:
@@ -350,13 +463,15 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
     notes = [*result.notes, *(written.notes if written else []), *selection_notes]
     stages = {name: round(result.stages_s.get(name, 0.0), 3) for name in STAGES}
     stages.update({name: round((written.stages_s if written else {}).get(name, 0.0), 3)
-                   for name in ("lower", "verify", "write")})
+                   for name in XML_STAGES})
     stages["report"] = round(report_s, 3)
     hit = result.time_limit_hit or wall_s > time_limit
     if wall_s > time_limit:
-        xml_s = sum(stages[name] for name in ("lower", "verify", "write"))
-        notes.append(f"the command took {wall_s:.1f} s, over --time-limit {time_limit:g} s: lowering, verifying and "
-                     f"writing the XML took {xml_s:.1f} s and cannot be cut short")
+        xml_s = sum(stages[name] for name in XML_STAGES)
+        solve_s = sum(stages[name] for name in STAGES)
+        notes.append(f"the command took {wall_s:.1f} s, over --time-limit {time_limit:g} s: the synthesis stages took "
+                     f"{solve_s:.1f} s (the guard lets the first chunk factor and the baselines finish), "
+                     f"lowering, verifying and writing the XML {xml_s:.1f} s, which cannot be cut short")
     best_overall: dict[str, Any] | None = None
     if written is not None and result.schedule is not written.schedule and result.sim.time_us is not None:
         # the fastest choice could not be XML (switch offload, or past the runtime's limits): the headline figures
@@ -510,33 +625,51 @@ class _Band:
     and gives the calibrated prediction of what is written."""
 
 
-def _without_shortcut(band: _Band, result: SynthesisResult, written: _Written, started: float,
-                      report: Any) -> tuple[SynthesisResult, _Written]:
+def _without_shortcut(band: _Band, result: SynthesisResult, refusal: LoweringError, started: float, report: Any,
+                      lowerings: _Lowerings) -> tuple[SynthesisResult, _Written]:
     """The multi-dimensional shortcut chose a hierarchical baseline the runtime cannot load (``hier-lb`` with
-    more splits than MSCCL has channels) and a slower one was written: run the solver stages after all.
+    more splits than MSCCL has channels or XML nodes, ``refusal``): run the solver stages after all.
 
-    Their ranking holds every baseline too, so what it writes is never slower; it overwrites the file
-    (atomically) only if it writes one. The deterministic budgets stay those of the command; only the
-    wall-clock guard is what is left of it.
+    Their ranking holds every baseline too (the shortcut's comparison, not simulated again), so what it writes
+    is never slower than what the shortcut's ranking would give, and no choice is lowered twice
+    (``lowerings``). The deterministic budgets stay those of the command; the wall-clock guard of the solver
+    stages is :data:`SOLVE_SHARE` of what is left of ``--time-limit``. With less than :data:`MIN_LEFT_SHARE`
+    of it left, or when nothing of their ranking can be written, the shortcut's ranking is written (the next
+    choice that fits); the report says which.
     """
+    def write(ranked: SynthesisResult) -> _Written:
+        return _write_xml(ranked, band.topology, band.xml_path, size=band.size,  # type: ignore[arg-type]
+                          dialect=band.dialect, instances=band.instances, proto=band.proto, min_bytes=band.lo,
+                          max_bytes=band.hi, progress=report, runtime=band.runtime, lowerings=lowerings)
+
+    left = band.time_limit - (time.perf_counter() - started)
+    why = f"the multi-dimensional shortcut chose {result.chosen}, which cannot be written as MSCCL XML"
+    if left < MIN_LEFT_SHARE * band.time_limit:
+        written = write(result)
+        written.notes.insert(0, f"{why}; the solver stages were not run: {max(0.0, left):.1f} s of --time-limit "
+                                f"{band.time_limit:g} s was left (raise --time-limit to run them)")
+        return replace(result, time_limit_hit=True), written
     options = replace(band.options, multidim_shortcut=False, budget=band.options.work,
-                      time_limit_s=max(1.0, band.options.time_limit_s - (time.perf_counter() - started)))
-    full = synthesize(band.topology, band.kind, band.size, options, report)
-    again = _write_xml(full, band.topology, band.xml_path, size=band.size, dialect=band.dialect,  # type: ignore[arg-type]
-                       instances=band.instances, proto=band.proto, min_bytes=band.lo, max_bytes=band.hi,
-                       progress=report, runtime=band.runtime)
-    if again.path is None:
-        return result, written
-    first = [n for n in written.notes if not n.startswith("wrote ")]  # why the shortcut's choice was refused
-    again.notes[:0] = [f"the multi-dimensional shortcut chose {result.chosen}, which cannot be written "
-                       f"({written.label} would have been written instead): the solver stages ran after all",
-                       *(n for n in first if n not in again.notes)]
-    for stage, seconds in written.stages_s.items():
-        again.stages_s[stage] = again.stages_s.get(stage, 0.0) + seconds
-    for mine, theirs in ((again.refused, written.refused), (again.fallbacks, written.fallbacks)):
-        known = {entry["algorithm"] for entry in mine}  # the first attempt's findings hold for the same baselines
-        mine[:0] = [entry for entry in theirs if entry["algorithm"] not in known]
-    return full, again
+                      time_limit_s=max(1.0, SOLVE_SHARE * left))
+    full = synthesize(band.topology, band.kind, band.size, options, report, baselines=result.comparison)
+    stages = {name: result.stages_s.get(name, 0.0) + full.stages_s.get(name, 0.0) for name in STAGES}
+    full = replace(full, synthesis_s=result.synthesis_s + full.synthesis_s, stages_s=stages)
+    written = write(full)
+    if written.path is None:  # nothing of it fits, or its program did not verify: the shortcut's ranking
+        again = write(result)
+        if again.path is not None:
+            again.notes[:0] = [f"{why}; the solver stages ran after all, and nothing of theirs could be written",
+                               *written.notes]
+            for stage, seconds in written.stages_s.items():
+                again.stages_s[stage] = again.stages_s.get(stage, 0.0) + seconds
+            return replace(result, synthesis_s=full.synthesis_s, stages_s=stages,
+                           time_limit_hit=result.time_limit_hit or full.time_limit_hit), again
+    if not any(entry["algorithm"] == result.chosen for entry in written.refused):  # a faster choice came first
+        written.refused.insert(0, {"algorithm": result.chosen, "time_us": result.sim.time_us,
+                                   "reason": str(refusal)})
+        why += f": {refusal}"
+    written.notes.insert(0, f"{why}; the solver stages ran after all")
+    return full, written
 
 
 def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -547,11 +680,23 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
         result = synthesize(band.topology, band.kind, band.size, band.options, report)
         written: _Written | None = None
         if band.xml_path is not None:
-            written = _write_xml(result, band.topology, band.xml_path, size=band.size, dialect=band.dialect,
-                                 instances=band.instances, proto=band.proto, min_bytes=band.lo, max_bytes=band.hi,
-                                 progress=report, runtime=band.runtime)
-            if result.shortcut and written.label != result.chosen and band.topology.num_gpus <= RERUN_MAX_GPUS:
-                result, written = _without_shortcut(band, result, written, started, report)
+            lowerings = _Lowerings(band.topology, band.dialect, band.instances, band.proto or "Simple", band.lo,
+                                   band.hi)
+            lowered = time.perf_counter()
+            if result.shortcut and result.ranked:
+                report("lowering", {"detail": result.chosen})
+            refusal = lowerings.refusal(result.ranked[0]) if result.shortcut and result.ranked else None
+            first_s = time.perf_counter() - lowered  # the shortcut's choice lowered (or refused) before the rest
+            if refusal is not None and band.topology.num_gpus <= RERUN_MAX_GPUS:
+                # it cannot be a file: the solver stages run after all (above RERUN_MAX_GPUS they would take
+                # longer than anything they could gain; the next loadable choice is written)
+                result, written = _without_shortcut(band, result, refusal, started, report, lowerings)
+            else:
+                written = _write_xml(result, band.topology, band.xml_path, size=band.size, dialect=band.dialect,
+                                     instances=band.instances, proto=band.proto, min_bytes=band.lo,
+                                     max_bytes=band.hi, progress=report, runtime=band.runtime, lowerings=lowerings)
+            written.stages_s["lower"] = written.stages_s.get("lower", 0.0) + first_s
+            del lowerings  # its programs (millions of steps at 1,024 GPUs) go before the reference ring is simulated
     if band.schedule_out:
         from taccl_py.schedule import save_schedule
 

@@ -18,7 +18,7 @@ import socket
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -115,6 +115,14 @@ def execute_job(function: JobFunction, payload: Any) -> tuple[Any, str | None, d
                            "host": socket.gethostname()}
 
 
+def _failure(future: Future[Any]) -> BaseException | None:
+    """Why a finished future has no result (its worker died, it was cancelled), or None."""
+    try:
+        return future.exception()
+    except CancelledError as exc:
+        return exc
+
+
 def _check_keys(jobs: Sequence[Job]) -> None:
     seen: set[str] = set()
     for job in jobs:
@@ -149,14 +157,13 @@ def run_jobs(function: JobFunction, jobs: Sequence[Job], backend: Backend, *, si
             if not futures:
                 break
             ready, _ = wait(list(futures), return_when=FIRST_COMPLETED)
+            lost = next(((futures[f], exc) for f in sorted(ready, key=lambda f: futures[f].key)
+                         if (exc := _failure(f)) is not None), None)
+            if lost is not None:  # first save every job that did finish, those ready with it and since
+                ready = {f for f in futures if f.done() and _failure(f) is None}
             for future in sorted(ready, key=lambda f: futures[f].key):
                 job = futures.pop(future)
-                try:
-                    result, error, measured = future.result()
-                except Exception as exc:  # the worker died (killed, out of memory) or the cluster went away
-                    raise TacclError(f"job {job.key!r} was lost on the {backend.name} backend "
-                                     f"({type(exc).__name__}: {exc}); every finished job is saved, rerun to "
-                                     "resume") from exc
+                result, error, measured = future.result()
                 record = JobRecord(job.key, dict(job.describe), result, error, measured)
                 if sink is not None:
                     sink.append(record)
@@ -164,6 +171,11 @@ def run_jobs(function: JobFunction, jobs: Sequence[Job], backend: Backend, *, si
                 finished += 1
                 if progress:
                     progress(finished, total, record)
+            if lost is not None:
+                job, exc = lost
+                raise TacclError(f"job {job.key!r} was lost on the {backend.name} backend "
+                                 f"({type(exc).__name__}: {exc}); every finished job is saved, rerun to "
+                                 "resume") from exc
     except BaseException:
         backend.close(cancel=True)
         raise

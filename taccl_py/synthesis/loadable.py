@@ -24,7 +24,8 @@ from taccl_py.schedule import Schedule
 from taccl_py.synthesis.candidates import Candidate, Choice
 from taccl_py.topology import Topology
 
-__all__ = ["MAX_ATTEMPTS", "Capped", "fewer_splits", "hierarchical_splits"]
+__all__ = ["MAX_ATTEMPTS", "Capped", "fewer_splits", "hierarchical_splits", "next_splits", "split_choice",
+           "with_splits"]
 
 MAX_ATTEMPTS = 4
 """Split counts lowered at most after the first failure."""
@@ -44,12 +45,20 @@ class Capped:
 
     def choice(self, topology: Topology, size_bytes: float) -> Choice | None:
         """As a ranked choice of the synthesizer, simulated (None if the simulator rejects it)."""
-        sim = simulate_large(topology, self.schedule, size_bytes)  # the same times; compiled when large
-        if sim.time_us is None:
-            return None
-        return Choice(self.schedule, sim, Candidate(f"{self.name} ({self.splits} splits)",
-                                                    self.schedule.collective.chunk_factor, sim.time_us,
-                                                    len(self.schedule.transfers)))
+        return split_choice(topology, self.schedule, size_bytes)
+
+
+def split_choice(topology: Topology, schedule: Schedule, size_bytes: float) -> Choice | None:
+    """A hierarchical baseline planned with fewer splits as a ranked choice, labelled ``hier-lb (16 splits)``,
+    simulated (None if the simulator rejects it, or the schedule is not hierarchical)."""
+    found = hierarchical_splits(schedule)
+    if found is None:
+        return None
+    sim = simulate_large(topology, schedule, size_bytes)  # the same times; compiled when large
+    if sim.time_us is None:
+        return None
+    return Choice(schedule, sim, Candidate(f"{found[0]} ({found[1]} splits)", schedule.collective.chunk_factor,
+                                           sim.time_us, len(schedule.transfers)))
 
 
 def hierarchical_splits(schedule: Schedule) -> tuple[str, int] | None:
@@ -62,31 +71,45 @@ def hierarchical_splits(schedule: Schedule) -> tuple[str, int] | None:
     return (str(name), splits) if isinstance(splits, int) else None
 
 
+def next_splits(splits: int, failure: LoweringError) -> int | None:
+    """The split count to try after ``splits`` failed to lower with ``failure``: the largest power of two at most
+    ``splits / over`` (half when the error does not say how far over), None when there is none."""
+    from taccl_py.baselines.hierarchical import SPLIT_CHOICES
+
+    over = failure.over
+    target = splits / over if over is not None and over > 1 else splits / 2
+    smaller = [c for c in SPLIT_CHOICES if c < splits and c <= target]
+    return max(smaller) if smaller else None
+
+
+def with_splits(topology: Topology, kind: CollectiveKind, name: str, splits: int, size_bytes: float) -> Schedule:
+    """The hierarchical baseline ``name`` (``hier`` or ``hier-lb``) planned with ``splits`` splits."""
+    from taccl_py.baselines.hierarchical import hierarchical_plan, hierarchical_schedule
+
+    plan = hierarchical_plan(topology, kind, balanced=name == "hier-lb", splits=splits, size_bytes=size_bytes)
+    return hierarchical_schedule(topology, kind, plan=plan)
+
+
 def fewer_splits(topology: Topology, kind: CollectiveKind, schedule: Schedule, size_bytes: float,
                  failure: LoweringError, lower: Callable[[Schedule], Program]) -> Capped | None:
     """``schedule`` (a hierarchical baseline whose lowering failed with ``failure``) planned again with the most
     splits that ``lower`` accepts; None when it is not hierarchical or no smaller count lowers."""
-    from taccl_py.baselines.hierarchical import SPLIT_CHOICES, hierarchical_plan, hierarchical_schedule
-
     found = hierarchical_splits(schedule)
     if found is None:
         return None
     name, splits = found
     refused: list[str] = [f"{splits} splits: {failure}"]
-    over = failure.over
     for _ in range(MAX_ATTEMPTS):
-        target = splits / over if over is not None and over > 1 else splits / 2
-        smaller = [c for c in SPLIT_CHOICES if c < splits and c <= target]
-        if not smaller:
+        smaller = next_splits(splits, failure)
+        if smaller is None:
             return None
-        splits = max(smaller)
-        plan = hierarchical_plan(topology, kind, balanced=name == "hier-lb", splits=splits, size_bytes=size_bytes)
-        capped = hierarchical_schedule(topology, kind, plan=plan)
+        splits = smaller
+        capped = with_splits(topology, kind, name, splits, size_bytes)
         try:
             program = lower(capped)
         except LoweringError as exc:
             refused.append(f"{splits} splits: {exc}")
-            over = exc.over
+            failure = exc
             continue
         return Capped(capped, program, name, splits, tuple(refused))
     return None

@@ -52,16 +52,25 @@ class SynthesisResult:
     """Every kept choice in order of preference, ``schedule`` first: fallbacks for when it cannot be written."""
     shortcut: bool = False
     """The multi-dimensional shortcut skipped the solver stages (:mod:`taccl_py.synthesis.multidim`)."""
+    comparison: BaselineComparison | None = field(default=None, compare=False, repr=False)
+    """Every applicable baseline as simulated (None if not all were): a later run with the same topology,
+    collective, size and options passes it back (``synthesize(..., baselines=)``) instead of simulating them
+    again."""
 
 
 def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
-               options: SynthesisOptions | None = None, progress: ProgressFn | None = None) -> SynthesisResult:
+               options: SynthesisOptions | None = None, progress: ProgressFn | None = None, *,
+               baselines: BaselineComparison | None = None) -> SynthesisResult:
     """Synthesize, verify by simulation, compare with baselines and the bound; return the fastest correct result.
 
     The stages: prepare (sketch, logical graph, symmetry) -> route pools (column
     generation per direction) -> chunk factors -> per factor: variants (integer
     routing, orderings, channel layouts) -> simulate candidates -> rank the best
     of each factor with the baselines (a faster baseline is returned instead).
+
+    ``baselines``: the comparison of an earlier run on the same inputs (its
+    :attr:`SynthesisResult.comparison`), used instead of simulating every
+    baseline again; its choices (the same objects) rank with the candidates.
     """
     options = options or SynthesisOptions()
     if size_bytes <= 0:
@@ -102,10 +111,15 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
             best_per_factor.append(simulated.best)
     comparison = BaselineComparison({}, ())
     if options.compare_baselines:
-        with run.stage("baselines"):
-            comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances,
-                                           sim_options=run.sim_options, channel_limit=_channel_limit(run, topology))
+        if baselines is not None:
+            comparison = baselines
+        else:
+            with run.stage("baselines"):
+                comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances,
+                                               sim_options=run.sim_options,
+                                               channel_limit=_channel_limit(run, topology))
         notes += comparison.notes
+    simulated_baselines = comparison if options.compare_baselines else None  # before the tuned ones join
     if tuned:  # switch-offload schedules with a searched pipeline depth rank with the baselines
         candidates += [choice.candidate for choice in tuned]
         comparison = BaselineComparison(comparison.times_us, tuple(sorted(
@@ -129,7 +143,8 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
                            symmetry=prepared.symmetry.describe(), sketch=prepared.sketch.describe(),
                            synthesis_s=run.elapsed_s(), notes=tuple(notes),
                            stages_s={name: run.stages_s.get(name, 0.0) for name in STAGES},
-                           time_limit_hit=bool(guarded or stopped), ranked=ranking.ranked)
+                           time_limit_hit=bool(guarded or stopped), ranked=ranking.ranked,
+                           comparison=simulated_baselines)
 
 
 def _channel_limit(run: Run, topology: Topology) -> int | None:
@@ -172,7 +187,7 @@ def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_byt
                            candidates=tuple(rail_candidates), baselines=comparison.times_us, stats=(),
                            symmetry=skipped, sketch=skipped, synthesis_s=run.elapsed_s(), notes=notes,
                            stages_s={name: run.stages_s.get(name, 0.0) for name in STAGES}, ranked=ranking.ranked,
-                           shortcut=True)
+                           shortcut=True, comparison=comparison if names is None else None)
 
 
 def _rail_streams(run: Run, topology: Topology, kind: CollectiveKind,
