@@ -290,6 +290,29 @@ def test_an_exhausted_race_check_is_unknown_on_the_compiled_path_too(monkeypatch
     assert got.verdict == "unknown" and got.rules == {"unchecked-races"}
 
 
+def test_a_wrong_program_past_the_python_execution_limit_is_incorrect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the Python execution's contribution limit and the compiled one's, a wrong program is reported
+    incorrect with the Python message (not ``unknown``: the compiled execution ran it and found it wrong)."""
+    from taccl_py.baselines import baseline
+    from taccl_py.library import resolve_topology
+
+    topo = resolve_topology("dgx-a100")
+    program = lower_schedule(baseline(topo, CollectiveKind.ALLGATHER, "ring"), topo)
+    gpu = program.gpus[1]
+    tb = gpu.threadblocks[0]
+    k = next(i for i, step in enumerate(tb.steps) if step.type is StepType.RECV)
+    steps = list(tb.steps)
+    steps[k] = replace(steps[k], dstoff=(steps[k].dstoff + 1) % program.nchunksperloop)
+    gpus = list(program.gpus)
+    gpus[1] = replace(gpu, threadblocks=(replace(tb, steps=tuple(steps)), *gpu.threadblocks[1:]))
+    broken = replace(program, gpus=tuple(gpus))
+    want = python_report(broken, "v2")
+    assert want.verdict == "incorrect"
+    monkeypatch.setattr(verify_module, "_MAX_SYMBOLIC_CONTRIBUTIONS", 1)  # the program is past the Python limit
+    assert python_report(broken, "v2").verdict == "unknown"  # which alone could not execute it
+    assert verify_arrays(program_arrays(broken), "v2") == want  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("proto", ["Simple", "LL", "LL128"])
 def test_calibrated_timing_is_the_same_compiled(proto: str) -> None:
     """Under a topology's runtime model (protocol costs: route latency, link shares, launch) the times agree too."""

@@ -78,7 +78,9 @@ class FastChecks:
                                          race_budget(self.machine.nodes.shape[1]))
         if status == fast_execute.CLEAN:
             return Outcome((), (), {})
-        return self.python.execute(in_place)
+        # the Python execution describes what the compiled one found, within the same limit (a wrong program of
+        # 1M to 16M contributions is wrong, not unknown)
+        return self.python.execute(in_place, FAST_MAX_SYMBOLIC_CONTRIBUTIONS)
 
 
 def verify_arrays(arrays: ProgramArrays, dialect: str | None = None) -> VerifyReport:

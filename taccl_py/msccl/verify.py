@@ -72,8 +72,9 @@ class PythonChecks:
     def deadlock(self) -> Violation | None:
         return find_deadlock(self.machine)
 
-    def execute(self, in_place: bool) -> Outcome:
-        return execute_program(self.machine, in_place)
+    def execute(self, in_place: bool, limit: int | None = None) -> Outcome:
+        """``limit``: the most contributions executed (default the Python execution's own)."""
+        return execute_program(self.machine, in_place, limit)
 
 
 def verify_program(program: Program, dialect: str | None = None) -> VerifyReport:
@@ -180,9 +181,10 @@ class Outcome:
     """Every (rank, buffer, offset) with two unordered conflicting accesses (errors list at most 20)."""
 
 
-def execute_program(machine: Machine, in_place: bool) -> Outcome:
-    """Run a deadlock-free program on symbolic data in one buffer mode and check the result."""
-    spec = data_spec(machine.program, in_place)
+def execute_program(machine: Machine, in_place: bool, limit: int | None = None) -> Outcome:
+    """Run a deadlock-free program on symbolic data in one buffer mode and check the result (``limit``: as
+    :func:`data_spec`'s)."""
+    spec = data_spec(machine.program, in_place, limit)
     if not isinstance(spec, DataSpec):
         return spec
     run = _Execution(machine, spec)
