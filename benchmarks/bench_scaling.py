@@ -181,12 +181,15 @@ def remeasure(stages: list[str], gpus: list[int], timeout_s: float) -> dict[str,
     when = time.strftime("%Y-%m-%d %H:%M")
     fresh = [dict(r, measured=when) for r in measure(sorted(gpus), order, timeout_s)]
     done = {(r["stage"], r["gpus"]) for r in fresh}
+    # a re-measured stage's "not run" cells said why in the old run (a timeout below): that no longer holds
     kept = [{**r, "measured": r.get("measured", envelope["date"])} for r in old["rows"]
-            if (r["stage"], r["gpus"]) not in done]
+            if (r["stage"], r["gpus"]) not in done and not (r["stage"] in order and r["exit"] == "not run")]
     rows = sorted(kept + fresh, key=lambda r: (STAGES.index(r["stage"]), r["gpus"]))
     update = {"when": when, "stages": list(order), "gpus": sorted(gpus), "timeout_s": timeout_s,
               "load_average": os.getloadavg()[0]}
-    return {**old, "rows": rows, "updates": [*old.get("updates", []), update],
+    covered = {(s, n) for s in order for n in gpus}  # earlier updates whose cells were all measured again go
+    earlier = [u for u in old.get("updates", []) if not {(s, n) for s in u["stages"] for n in u["gpus"]} <= covered]
+    return {**old, "rows": rows, "updates": [*earlier, update],
             "full_run": old.get("full_run", envelope["date"])}
 
 
