@@ -108,16 +108,7 @@ def _transmissions(tb_rank: Any, tb_step: Any, steps: Any) -> Any:
                 if have_current:  # finish the fused 're'
                     have_current = False
                     node, counter, nso = _finish(nodes, so_ptr, w_ptr, node, counter, cur_hasdep, nso)
-                nodes[N_RANK, node] = rank
-                nodes[N_TB, node] = g
-                nodes[N_SEQ, node] = node - first
-                nodes[N_TYPE, node] = kind
-                nodes[N_FIRST, node] = local
-                nodes[N_LAST, node] = local
-                nodes[N_COUNT, node] = steps[S_CNT, pos]
-                nodes[N_SRCBUF, node] = steps[S_SRCBUF, pos]
-                nodes[N_DSTBUF, node] = steps[S_DSTBUF, pos]
-                nodes[N_DSTOFF, node] = steps[S_DSTOFF, pos]
+                _open_node(nodes, steps, node, pos, rank, g, node - first, kind, local)
                 srcoffs[nso] = steps[S_SRCOFF, pos]
                 nso += 1
                 so_ptr[node + 1] = nso
@@ -145,16 +136,7 @@ def _transmissions(tb_rank: Any, tb_step: Any, steps: Any) -> Any:
                 if have_current:
                     node, counter, nso = _finish(nodes, so_ptr, w_ptr, node, counter, cur_hasdep, nso)
                 have_current = True
-                nodes[N_RANK, node] = rank
-                nodes[N_TB, node] = g
-                nodes[N_SEQ, node] = node - first
-                nodes[N_TYPE, node] = kind
-                nodes[N_FIRST, node] = local
-                nodes[N_LAST, node] = local
-                nodes[N_COUNT, node] = steps[S_CNT, pos]
-                nodes[N_SRCBUF, node] = steps[S_SRCBUF, pos]
-                nodes[N_DSTBUF, node] = steps[S_DSTBUF, pos]
-                nodes[N_DSTOFF, node] = steps[S_DSTOFF, pos]
+                _open_node(nodes, steps, node, pos, rank, g, node - first, kind, local)
                 cur_hasdep = steps[S_HASDEP, pos]
                 srcoffs[nso] = steps[S_SRCOFF, pos]
                 nso += 1
@@ -177,6 +159,22 @@ def _transmissions(tb_rank: Any, tb_step: Any, steps: Any) -> Any:
     tb_node[num_tbs] = node
     return nodes[:, :node].copy(), so_ptr[:node + 1].copy(), srcoffs[:nso].copy(), w_ptr[:node + 1].copy(), \
         w_depid[:nw].copy(), w_deps[:nw].copy(), tb_node
+
+
+@njit(cache=True, inline="always")
+def _open_node(nodes: Any, steps: Any, node: int, pos: int, rank: int, g: int, seq: int, kind: int,
+               local: int) -> None:
+    """Node ``node`` starts at step ``pos`` (local index ``local`` of threadblock ``g``, ``seq``-th of its rank)."""
+    nodes[N_RANK, node] = rank
+    nodes[N_TB, node] = g
+    nodes[N_SEQ, node] = seq
+    nodes[N_TYPE, node] = kind
+    nodes[N_FIRST, node] = local
+    nodes[N_LAST, node] = local
+    nodes[N_COUNT, node] = steps[S_CNT, pos]
+    nodes[N_SRCBUF, node] = steps[S_SRCBUF, pos]
+    nodes[N_DSTBUF, node] = steps[S_DSTBUF, pos]
+    nodes[N_DSTOFF, node] = steps[S_DSTOFF, pos]
 
 
 @njit(cache=True)
