@@ -26,6 +26,11 @@ latencies; these algorithms keep that number at the topology's minimum.
     machine's sum from a GPU of that machine with a direct route to it, then
     the result copied (along latency trees) to the GPUs that exchange could
     not reach;
+  - *rotated*: the hierarchical exchanges with the buffer in as many parts as
+    rounds, part j taking the rounds in the order rotated by j (one part
+    crosses the network while another is reduced inside the machine), where
+    the rounds form a product of groups (every GPU reached, every input
+    summed once in every order; checked by counting);
   - *sliced* (for larger sizes across machines): slice j of the buffer has a
     receiving GPU in every machine (one reached directly from every other
     machine); it is reduced inside every machine into that GPU and into the
@@ -70,7 +75,7 @@ SIMULATED_UP_TO = 32
 """Up to this many GPUs the Allreduce form is chosen by simulating every form; above, by :func:`estimate_us`."""
 SIMULATED_TREES_UP_TO = 64
 """Up to this many GPUs the tree variants (spread or not, merged or not) are simulated and the fastest kept."""
-ALLREDUCE_FORMS = ("one-shot", "grid", "hierarchical", "sliced", "reduce-broadcast")
+ALLREDUCE_FORMS = ("one-shot", "grid", "hierarchical", "rotated", "sliced", "reduce-broadcast")
 """The Allreduce forms, in the order they are tried."""
 _KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
           CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
@@ -251,12 +256,27 @@ def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float, step_
     (route latency plus bytes over the route's bandwidth, along the chunks each
     transfer reads) and its busiest link's bytes over that link's bandwidth
     after the latency (an exchange's slowest route, a tree's fastest);
-    segments add up.
+    segments add up. The parts of the *rotated* form run side by side on
+    their own channels: each is estimated on its own (its links loaded by
+    every part of the same exchange) and the slowest counts.
     """
+    if schedule.notes.get("form") == "rotated":
+        shared: dict[int | None, list[Transfer]] = {}
+        for t in schedule.transfers:
+            shared.setdefault(t.exchange, []).append(t)
+        channels = sorted({t.channel for t in schedule.transfers})
+        return max(_estimate_segments(topology, schedule, [t for t in schedule.transfers if t.channel == c],
+                                      size_bytes, step_overhead_us, shared) for c in channels)
+    return _estimate_segments(topology, schedule, schedule.transfers, size_bytes, step_overhead_us, {})
+
+
+def _estimate_segments(topology: Topology, schedule: Schedule, transfers: Sequence[Transfer], size_bytes: float,
+                       step_overhead_us: float, shared: dict[int | None, list[Transfer]]) -> float:
+    """:func:`estimate_us` of ``transfers``; an exchange's links are loaded by ``shared[exchange]`` if given."""
     chunk = schedule.collective.chunk_bytes(size_bytes)
     segments: list[list[Transfer]] = []
     previous: object = object()
-    for t in schedule.transfers:
+    for t in transfers:
         key = ("exchange", t.exchange) if t.exchange is not None else "trees"
         if key != previous:
             segments.append([])
@@ -267,10 +287,11 @@ def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float, step_
         load = [0.0] * len(topology.links)
         ready: dict[tuple[int, int], float] = {}
         finish = 0.0
+        for t in shared.get(members[0].exchange, members) if members[0].exchange is not None else members:
+            for li in t.route:
+                load[li] += len(t.chunks) * chunk
         for t in members:
             size = len(t.chunks) * chunk
-            for li in t.route:
-                load[li] += size
             start = 0.0 if t.exchange is not None else max((ready.get((t.src, c), 0.0) for c in t.chunks),
                                                             default=0.0)
             end = start + topology.route_latency(t.route) + step_overhead_us + size / gbps_to_bytes_per_us(
@@ -278,7 +299,8 @@ def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float, step_
             finish = max(finish, end)
             for c in t.chunks:
                 ready[(t.dst, c)] = max(ready.get((t.dst, c), 0.0), end)
-        busiest = max(load[li] / gbps_to_bytes_per_us(link.bandwidth) for li, link in enumerate(topology.links))
+        used = {li for t in members for li in t.route}
+        busiest = max(load[li] / gbps_to_bytes_per_us(topology.links[li].bandwidth) for li in used)
         latencies = [topology.route_latency(t.route) for t in members]
         # no byte moves before its transfer's latency: an exchange's bytes after its slowest route's latency
         first = max(latencies) if members[0].exchange is not None else min(latencies)
@@ -297,18 +319,20 @@ def _allreduce_form(topology: Topology, collective: Collective, form: str,
     plan = _exchange_plan(topology, form)
     # with several dimensions, part j of the buffer takes them in the order rotated by j, so every round keeps
     # every dimension's links busy (DGX-1: half the buffer goes quads then pairs, the other half pairs then quads)
-    parts = len(plan.rounds) if form == "grid" else 1
-    if collective.num_chunks % parts:
+    parts = len(plan.rounds) if form in ("grid", "rotated") else 1
+    if (form == "grid" and collective.num_chunks % parts) or collective.num_chunks < parts:
         raise NotApplicable(f"{collective.num_chunks} chunks do not split into {parts} parts", where=topology.name)
-    share = collective.num_chunks // parts
+    bounds = [j * collective.num_chunks // parts for j in range(parts + 1)]
     out: list[Transfer] = []
     for k in range(len(plan.rounds)):
         for j in range(parts):
-            chunks = everything[j * share:(j + 1) * share]
+            chunks = everything[bounds[j]:bounds[j + 1]]
             for s, d in plan.rounds[(k + j) % len(plan.rounds)]:
                 route = topology.gpu_route(s, d)
                 assert route is not None
-                out.append(Transfer(s, d, chunks, route, Op.REDUCE, 0, exchange=k))
+                # rotated parts cross a connection in different rounds: a channel each, so one part's message
+                # does not queue behind another's on a route of a different latency
+                out.append(Transfer(s, d, chunks, route, Op.REDUCE, j if form == "rotated" else 0, exchange=k))
     if plan.incomplete:
         complete = [g for g in range(topology.num_gpus) if g not in plan.incomplete]
         tree = latency_tree(topology, complete, members=range(topology.num_gpus))
@@ -512,7 +536,30 @@ def _exchange_plan(topology: Topology, form: str) -> _Plan:
             raise NotApplicable(f"no GPU of machine {m} has a direct route from every other machine",
                                 where=topology.name)
     rounds.append(sorted(inter, key=lambda p: ((p[1] - p[0]) % n, p[0])))
+    if form == "rotated":
+        if incomplete:
+            raise NotApplicable(f"GPU {min(incomplete)} has no direct route from some other machine",
+                                where=topology.name)
+        if len(rounds) < 2 or not all(_sums_everything(n, rounds[j:] + rounds[:j]) for j in range(len(rounds))):
+            raise NotApplicable("the exchanges inside and between machines do not form a product of groups, so "
+                                "their order cannot be rotated", where=topology.name)
     return _Plan(rounds, frozenset(incomplete))
+
+
+def _sums_everything(n: int, rounds: Sequence[Sequence[tuple[int, int]]]) -> bool:
+    """Whether these exchange rounds, in this order, leave every GPU with every input exactly once.
+
+    Counts how many times each input is in each GPU's buffer: an exchange adds the senders' buffers as they
+    were before it.
+    """
+    held = np.eye(n, dtype=np.int64)
+    for pairs in rounds:
+        if not pairs:
+            continue
+        src, dst = np.asarray(pairs, dtype=np.int64).T
+        before = held.copy()
+        np.add.at(held, dst, before[src])
+    return bool((held == 1).all())
 
 
 def _clique_pairs(groups: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
