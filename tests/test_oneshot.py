@@ -279,6 +279,40 @@ def test_rotation_needs_a_product_of_groups() -> None:
     assert _sums_everything(4, [machines]) is False  # never crosses between the pairs
 
 
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), n=st.integers(2, 70))
+def test_the_bitset_count_agrees_with_counting_every_input(data: st.DataObject, n: int) -> None:
+    """On random exchange rounds (repeated senders included), the bitset check says what a plain count of
+    every input in every buffer says."""
+    import numpy as np
+
+    from taccl_py.baselines.oneshot import _sums_everything
+
+    pair = st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).filter(lambda p: p[0] != p[1])
+    rounds = data.draw(st.lists(st.lists(pair, max_size=3 * n), min_size=1, max_size=3))
+    held = np.eye(n, dtype=np.int64)
+    for pairs in rounds:
+        before = held.copy()
+        for s, d in pairs:
+            held[d] += before[s]
+    assert _sums_everything(n, rounds) is bool((held == 1).all())
+
+
+def test_a_product_of_groups_is_found_in_every_order() -> None:
+    """Groups of 4 by 3 by 2 (24 GPUs as coordinates): every order of the three dimensions sums everything."""
+    import itertools
+
+    from taccl_py.baselines.oneshot import _sums_everything
+
+    coords = list(itertools.product(range(4), range(3), range(2)))
+    index = {c: i for i, c in enumerate(coords)}
+    rounds = [[(index[a], index[b]) for a in coords for b in coords if a != b
+               and all(a[j] == b[j] for j in range(3) if j != dim)] for dim in range(3)]
+    for order in itertools.permutations(rounds):
+        assert _sums_everything(24, list(order))
+    assert not _sums_everything(24, rounds[:2])
+
+
 @pytest.mark.parametrize("name", ["dgx-a100x2", "dgx-h100x2", "dgx-a100x4"])
 def test_rotated_crosses_the_network_while_the_machines_reduce(name: str) -> None:
     """Half the buffer crosses the rails raw while the other half is reduced over NVLink, then they swap: at

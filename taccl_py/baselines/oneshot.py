@@ -499,6 +499,16 @@ def _exchange_plan(topology: Topology, form: str) -> _Plan:
         if grid is None or len(grid) < 2:
             raise NotApplicable("the GPUs do not form a product of fully connected groups", where=topology.name)
         return _Plan([_clique_pairs(groups) for groups in grid], frozenset())
+    if form == "rotated":
+        plan = _exchange_plan(topology, "hierarchical")
+        if plan.incomplete:
+            raise NotApplicable(f"GPU {min(plan.incomplete)} has no direct route from some other machine",
+                                where=topology.name)
+        rounds = plan.rounds
+        if len(rounds) < 2 or not all(_sums_everything(n, rounds[j:] + rounds[:j]) for j in range(len(rounds))):
+            raise NotApplicable("the exchanges inside and between machines do not form a product of groups, so "
+                                "their order cannot be rotated", where=topology.name)
+        return plan
     # hierarchical
     machines = [list(m) for m in topology.machines]
     if len(machines) < 2:
@@ -536,30 +546,38 @@ def _exchange_plan(topology: Topology, form: str) -> _Plan:
             raise NotApplicable(f"no GPU of machine {m} has a direct route from every other machine",
                                 where=topology.name)
     rounds.append(sorted(inter, key=lambda p: ((p[1] - p[0]) % n, p[0])))
-    if form == "rotated":
-        if incomplete:
-            raise NotApplicable(f"GPU {min(incomplete)} has no direct route from some other machine",
-                                where=topology.name)
-        if len(rounds) < 2 or not all(_sums_everything(n, rounds[j:] + rounds[:j]) for j in range(len(rounds))):
-            raise NotApplicable("the exchanges inside and between machines do not form a product of groups, so "
-                                "their order cannot be rotated", where=topology.name)
     return _Plan(rounds, frozenset(incomplete))
 
 
 def _sums_everything(n: int, rounds: Sequence[Sequence[tuple[int, int]]]) -> bool:
     """Whether these exchange rounds, in this order, leave every GPU with every input exactly once.
 
-    Counts how many times each input is in each GPU's buffer: an exchange adds the senders' buffers as they
-    were before it.
+    Each GPU's buffer is two bitsets over the inputs: those it holds, and those it holds more than once. An
+    exchange adds the senders' buffers as they were before it; the senders into one GPU are added one layer at
+    a time (the k-th sender of every receiver together), so an input arriving twice is seen.
     """
-    held = np.eye(n, dtype=np.int64)
+    words = (n + 63) // 64
+    gpus = np.arange(n)
+    held = np.zeros((n, words), dtype=np.uint64)
+    held[gpus, gpus // 64] = np.left_shift(np.uint64(1), (gpus % 64).astype(np.uint64))
+    twice = np.zeros_like(held)
     for pairs in rounds:
         if not pairs:
             continue
         src, dst = np.asarray(pairs, dtype=np.int64).T
-        before = held.copy()
-        np.add.at(held, dst, before[src])
-    return bool((held == 1).all())
+        order = np.argsort(dst, kind="stable")
+        src, dst = src[order], dst[order]
+        first = np.searchsorted(dst, dst)  # where each receiver's senders start
+        layer = np.arange(len(dst)) - first
+        held_before, twice_before = held.copy(), twice.copy()
+        for k in range(int(layer.max()) + 1):
+            s, d = src[layer == k], dst[layer == k]
+            twice[d] |= twice_before[s] | (held[d] & held_before[s])
+            held[d] |= held_before[s]
+    full = np.full(words, np.iinfo(np.uint64).max, dtype=np.uint64)
+    if n % 64:
+        full[-1] = np.uint64((1 << (n % 64)) - 1)
+    return bool((held == full).all() and not twice.any())
 
 
 def _clique_pairs(groups: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
