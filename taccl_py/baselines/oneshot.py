@@ -504,8 +504,8 @@ def _exchange_plan(topology: Topology, form: str) -> _Plan:
         if plan.incomplete:
             raise NotApplicable(f"GPU {min(plan.incomplete)} has no direct route from some other machine",
                                 where=topology.name)
-        rounds = plan.rounds
-        if len(rounds) < 2 or not all(_sums_everything(n, rounds[j:] + rounds[:j]) for j in range(len(rounds))):
+        k = len(plan.rounds)
+        if k < 2 or not all(_sums_everything(n, plan.rounds[j:] + plan.rounds[:j]) for j in range(k)):
             raise NotApplicable("the exchanges inside and between machines do not form a product of groups, so "
                                 "their order cannot be rotated", where=topology.name)
         return plan
