@@ -290,15 +290,16 @@ def _estimate_segments(topology: Topology, schedule: Schedule, transfers: Sequen
         for t in shared.get(members[0].exchange, members) if members[0].exchange is not None else members:
             for li in t.route:
                 load[li] += len(t.chunks) * chunk
+        exchange = members[0].exchange is not None  # every member starts at once: no chunk waits for another
         for t in members:
             size = len(t.chunks) * chunk
-            start = 0.0 if t.exchange is not None else max((ready.get((t.src, c), 0.0) for c in t.chunks),
-                                                            default=0.0)
+            start = 0.0 if exchange else max((ready.get((t.src, c), 0.0) for c in t.chunks), default=0.0)
             end = start + topology.route_latency(t.route) + step_overhead_us + size / gbps_to_bytes_per_us(
                 topology.route_bandwidth(t.route))
             finish = max(finish, end)
-            for c in t.chunks:
-                ready[(t.dst, c)] = max(ready.get((t.dst, c), 0.0), end)
+            if not exchange:
+                for c in t.chunks:
+                    ready[(t.dst, c)] = max(ready.get((t.dst, c), 0.0), end)
         used = {li for t in members for li in t.route}
         busiest = max(load[li] / gbps_to_bytes_per_us(topology.links[li].bandwidth) for li in used)
         latencies = [topology.route_latency(t.route) for t in members]
