@@ -333,3 +333,16 @@ def test_rotated_crosses_the_network_while_the_machines_reduce(name: str) -> Non
 def test_rotated_is_refused_where_a_machine_cannot_be_reached_directly() -> None:
     with pytest.raises(NotApplicable, match="no direct route from some other machine"):
         oneshot_schedule(shipped("ndv2x2"), CollectiveKind.ALLREDUCE, size_bytes=4 * KB, form="rotated")
+
+
+@pytest.mark.slow
+@pytest.mark.simgrid
+@pytest.mark.parametrize("size", [4 * KB, 64 * KB])
+def test_rotated_matches_simgrid(oracle: Callable[[dict[str, Any]], dict[str, Any]], size: int) -> None:
+    """SimGrid times the rotated form (parts on their own channels, exchanges of different latencies) the same,
+    on two DGX A100 machines joined through leaf and spine switches."""
+    from test_simgrid_oracle import assert_agrees
+
+    topo = shipped("dgx-a100x2")
+    assert_agrees(oracle, topo, oneshot_schedule(topo, CollectiveKind.ALLREDUCE, size_bytes=size, form="rotated"),
+                  size)
