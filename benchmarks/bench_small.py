@@ -81,6 +81,26 @@ def _pair_floor(topology: Any, kind: str, size: int) -> float | None:
     return None if found is None else found.bound_us
 
 
+def _crossing_floor(topology: Any, kind: str, size: int) -> float | None:
+    """``taccl_py.bounds.crossing_bound``: latency and data across a cut of direct GPU-to-GPU links (proof in
+    docs/simulator.md, "Latency and data across a cut"); None where no such cut exists."""
+    from taccl_py.bounds import crossing_bound
+
+    found = crossing_bound(topology, kind, size)
+    return None if found is None else found.bound_us
+
+
+def apply_floor(row: dict[str, Any], topology: Any) -> None:
+    """The row's floor (the largest of the three) and whether it puts the target out of reach."""
+    kind, size = row["collective"], row["size_bytes"]
+    floors = [f for f in (two_latency_floor(topology, kind, size), _pair_floor(topology, kind, size),
+                          _crossing_floor(topology, kind, size)) if f is not None]
+    row["floor_us"] = max(floors) if floors else None
+    # the target cannot be met when even the floor is above target x bound
+    row["out_of_reach"] = (row["floor_us"] is not None
+                           and row["floor_us"] > row["target"] * row["bound_us"] * (1 + 1e-9))
+
+
 def measure(name: str, kind: str, sizes: list[int], target: float, synthesize: bool) -> list[dict[str, Any]]:
     from taccl_py.baselines import applicable_baselines, baseline
     from taccl_py.bounds import lower_bound
@@ -124,12 +144,8 @@ def measure(name: str, kind: str, sizes: list[int], target: float, synthesize: b
                 row["best"], row["best_us"] = "synthesized", result.sim.time_us
         row["ratio"] = row["best_us"] / bound.bound_us
         row["met"] = row["ratio"] <= target + 1e-9
-        floors = [f for f in (two_latency_floor(topology, kind, size), _pair_floor(topology, kind, size))
-                  if f is not None]
-        floor = max(floors) if floors else None
-        row["floor_us"] = floor
-        # the target cannot be met when even the floor is above target x bound
-        row["out_of_reach"] = floor is not None and floor > target * bound.bound_us * (1 + 1e-9)
+        apply_floor(row, topology)
+        floor = row["floor_us"]
         rows.append(row)
         print(f"{name:12} {kind:10} {size // KB:>3} KB  bound {bound.bound_us:7.3f}  best {row['best_us']:7.3f} "
               f"({best}{'/' + form if best == 'oneshot' and form else ''})  ratio {row['ratio']:.3f}"
@@ -138,15 +154,20 @@ def measure(name: str, kind: str, sizes: list[int], target: float, synthesize: b
     return rows
 
 
-def markdown(rows: list[dict[str, Any]], command: str) -> str:
+def markdown(rows: list[dict[str, Any]], command: str, measured: str | None = None) -> str:
+    """The table; ``measured``: when the times were measured, if not today (the floors were recomputed)."""
+    when = (f"measured {measured}; floors recomputed {time.strftime('%Y-%m-%d')} with `--refloor`" if measured
+            else time.strftime('%Y-%m-%d'))
     lines = ["# Small collectives against the latency bound", "",
-             f"Command: `{command}` ({platform.node() or 'this machine'}, {time.strftime('%Y-%m-%d')}).", "",
+             f"Command: `{command}` ({platform.node() or 'this machine'}, {when}).", "",
              "Times are simulated (us); `ratio` = best / bound; targets: Allreduce 1-32 KB on one machine "
-             "<= 1.15, Allgather and Allreduce 1-64 KB across machines <= 1.25. `floor`: the larger of two "
+             "<= 1.15, Allgather and Allreduce 1-64 KB across machines <= 1.25. `floor`: the largest of three "
              "lower bounds `taccl bound` does not fold in: (Allreduce) min(2 alpha, alpha + (N-1) size / B_in) "
-             "(`two_latency_floor` in the script), and the farthest pair's latency plus the data that must "
+             "(`two_latency_floor` in the script); the farthest pair's latency plus the data that must "
              "enter the destination, each link into it counted from when the source's data can reach it "
-             "(`taccl_py.bounds.pair_bound`, proof in docs/simulator.md, \"Latency and data together\"); "
+             "(`taccl_py.bounds.pair_bound`, proof in docs/simulator.md, \"Latency and data together\"); and "
+             "the same across a cut of direct GPU-to-GPU links, such as the one link each way between the two "
+             "machines of `ndv2x2` (`taccl_py.bounds.crossing_bound`, \"Latency and data across a cut\"); "
              "`out of reach` when the floor is above target x bound.", "",
              "| topology | collective | size | bound (us) | floor (us) | best (us) | best | oneshot (us) | ratio | "
              "target |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -171,7 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topology", action="append", help="only these topologies (repeatable)")
     parser.add_argument("--synthesize", action="store_true", help="also run taccl synthesize (10 s each)")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--refloor", action="store_true",
+                        help="recompute only the floors of the stored rows (results/small.json; the measured times "
+                             "are kept, the command they were measured with too)")
     args = parser.parse_args(argv)
+    if args.refloor:
+        return refloor(not args.no_write)
     names = args.topology or list(QUICK if args.quick else SINGLE + MULTI)
     command = "python benchmarks/bench_small.py" + (" " + " ".join(sys.argv[1:]) if len(sys.argv) > 1 else "")
     rows: list[dict[str, Any]] = []
@@ -185,8 +211,28 @@ def main(argv: list[str] | None = None) -> int:
         results = HERE / "results"
         results.mkdir(exist_ok=True)
         (results / "small.json").write_text(json.dumps({"command": command, "wall_s": round(wall, 1),
-                                                        "rows": rows}, indent=1) + "\n", encoding="utf-8")
+                                                        "date": time.strftime("%Y-%m-%d"), "rows": rows},
+                                                       indent=1) + "\n", encoding="utf-8")
         (results / "small.md").write_text(markdown(rows, command), encoding="utf-8")
+    return 0
+
+
+def refloor(write: bool) -> int:
+    """The floors of the stored rows, recomputed (they depend on the topology, the collective and the size
+    only), and the table written again."""
+    from taccl_py.library import resolve_topology
+
+    path = HERE / "results" / "small.json"
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    rows = stored["rows"]
+    for row in rows:
+        apply_floor(row, resolve_topology(row["topology"]))
+    print(f"{sum(r['met'] for r in rows)} of {len(rows)} cases within their target, "
+          f"{sum(r['out_of_reach'] for r in rows)} provably out of reach (floors recomputed)")
+    if write:
+        path.write_text(json.dumps({**stored, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+        measured = stored.get("date")
+        (HERE / "results" / "small.md").write_text(markdown(rows, stored["command"], measured), encoding="utf-8")
     return 0
 
 

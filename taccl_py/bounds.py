@@ -59,8 +59,8 @@ from taccl_py.tolerances import SEARCH_IMPROVEMENT_REL
 from taccl_py.topology import Topology, Vertex
 from taccl_py.units import algbw_gbps, bytes_per_us_to_gbps, gbps_to_bytes_per_us
 
-__all__ = ["Bound", "BoundProfile", "JointBound", "PairBound", "bound_profile", "joint_lower_bound", "leave_demand",
-           "lower_bound", "pair_bound", "unicast_view"]
+__all__ = ["Bound", "BoundProfile", "CrossingBound", "JointBound", "PairBound", "bound_profile", "crossing_bound",
+           "joint_lower_bound", "leave_demand", "lower_bound", "pair_bound", "unicast_view"]
 
 _ECCENTRICITY_SOURCES = 64
 """Above this many GPUs the latency eccentricity is taken over this many evenly spaced sources (still valid)."""
@@ -818,6 +818,94 @@ def pair_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: float
             if t > best.bound_us:
                 best = PairBound(t, s, r, need)
     return best if best.source >= 0 else None
+
+
+@dataclass(frozen=True)
+class CrossingBound:
+    """Latency and data across a cut of direct GPU-to-GPU links: see :func:`crossing_bound`."""
+
+    bound_us: float
+    side: tuple[int, ...]
+    """The GPUs on the sources' side of the cut."""
+    sources: tuple[int, ...]
+    destination: int
+    bytes: float
+
+    @property
+    def explanation(self) -> str:
+        return (f"latency and data across a cut: {self.bytes:.6g} B of GPU(s) {format_gpus(self.sources)}' data must "
+                f"leave GPUs {format_gpus(self.side)} over direct links and then reach GPU {self.destination}: "
+                f"{self.bound_us:.6g} us")
+
+
+def format_gpus(gpus: Sequence[int]) -> str:
+    """``0-7`` for a run, else the list."""
+    ordered = sorted(gpus)
+    if ordered and ordered == list(range(ordered[0], ordered[-1] + 1)) and len(ordered) > 2:
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ",".join(map(str, ordered))
+
+
+def crossing_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: float, *, root: int = 0,
+                   step_overhead_us: float = 0.0) -> CrossingBound | None:
+    """A lower bound that adds latency and data across a cut made of direct GPU-to-GPU links (None if none).
+
+    The sides tried: every machine (of several), and every single GPU, whose outgoing links all join two
+    GPUs. A transfer over such a link ``l = (g, h)`` goes from ``g`` to ``h`` and nowhere else (a route passes
+    through switches only). If its bytes carry data of GPU ``s`` (on the side), it starts once ``g`` holds
+    data depending on ``s``, no earlier than ``d(s, g)`` (the cheapest chain of routes), and its bytes move
+    from ``latency(l)`` after the start; that data then reaches GPU ``r`` (off the side) no earlier than
+    ``d(h, r)`` after the transfer arrives. So ``s``'s bytes cross ``l`` only within
+    ``[d(s, g) + latency(l), T - d(h, r)]``. Every element of ``s``'s data that ``r``'s result needs crosses
+    the cut (every path from ``s`` to ``r`` does): ``B`` bytes (as in :func:`pair_bound`), so
+    ``B <= sum_l bandwidth(l) x max(0, T - d(s, g) - latency(l) - d(h, r))``. For Allgather and Alltoall,
+    whose bytes each carry one GPU's data, the blocks of several sources ``S`` add up, each link counted from
+    the nearest of them; ``S`` ranges over the side's GPUs at least a given distance from the cut. On
+    ``ndv2x2`` (the machines joined by one 12.5 GB/s link each way) Allreduce 16 KB: 1.4 + 1.3 + 1.4 +
+    16384 B / 12.5 GB/s = 5.41 us, where the latency bound is 4.1 us. Proof: docs/simulator.md, "Latency and
+    data across a cut".
+    """
+    kind = kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
+    if not size_bytes > 0:
+        raise InputError(f"must be > 0 bytes (got {size_bytes!r})", where="--size")
+    n = topology.num_gpus
+    if n < 2:
+        return None
+    sides = [tuple(m) for m in topology.machines] if len(topology.machines) > 1 else []
+    sides += [(g,) for g in range(n)]
+    block = size_bytes / n
+    whole = kind in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCE, CollectiveKind.BROADCAST)
+    forward: dict[int, list[float]] = {}
+    backward: dict[int, list[float]] = {}
+    best: CrossingBound | None = None
+    for side in sides:
+        inside = set(side)
+        cut = [li for g in side for li in topology.out_links[g] if topology.links[li].dst not in inside]
+        if not cut or any(not isinstance(topology.links[li].dst, int) for li in cut):
+            continue  # a link into a switch: its transfers may end anywhere, the window does not apply
+        sources = [s for s in side if kind is not CollectiveKind.BROADCAST or s == root]
+        targets = [r for r in range(n) if r not in inside and (kind is not CollectiveKind.REDUCE or r == root)]
+        for s in sources:
+            if s not in forward:
+                forward[s] = _distances_from(topology, s)
+        for r in targets:
+            if r not in backward:
+                backward[r] = _distances_from(topology, r, reverse=True)
+            to_r = backward[r]
+            groups: list[list[int]] = [[s] for s in sources]
+            if kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL) and len(sources) > 1:
+                near = {s: min(forward[s][topology.links[li].src] for li in cut) for s in sources}
+                groups += [[s for s in sources if near[s] >= level] for level in sorted(set(near.values()))]
+            for group in groups:
+                need = float(size_bytes) if whole else block * len(group)
+                arrivals = sorted((min(forward[s][topology.links[li].src] for s in group)
+                                   + topology.links[li].latency + step_overhead_us
+                                   + to_r[topology.vertex_id[topology.links[li].dst]],
+                                   gbps_to_bytes_per_us(topology.links[li].bandwidth)) for li in cut)
+                t = _fill_time(arrivals, need)
+                if best is None or t > best.bound_us:
+                    best = CrossingBound(t, tuple(side), tuple(group), r, need)
+    return best
 
 
 def _fill_time(arrivals: Sequence[tuple[float, float]], need: float) -> float:

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taccl_py.baselines import applicable_baselines, baseline
-from taccl_py.bounds import lower_bound, pair_bound
+from taccl_py.bounds import crossing_bound, lower_bound, pair_bound
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import InputError
-from taccl_py.library import ring, switch_star
+from taccl_py.library import resolve_topology, ring, switch_star
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.simulator import SimOptions, simulate
 from taccl_py.testing import topologies
@@ -347,3 +347,75 @@ def test_no_baseline_beats_the_pair_bound(topology: Topology, kind: CollectiveKi
         result = simulate(topology, schedule, size, SimOptions(step_overhead_us=overhead))
         assert result.correct and result.time_us is not None, f"{algorithm}: {result.error}"
         assert result.time_us >= bound.bound_us * (1 - 1e-9), (algorithm, result.time_us, bound)
+
+
+# ------------------------------------------------- latency and data across a cut
+def _two_pairs() -> Topology:
+    """Machines {0, 1} and {2, 3}: 1 us, 1 GB/s inside; one 0.5 GB/s link each way between GPUs 1 and 2."""
+    links = [Link(0, 1, 1.0, 1.0), Link(1, 0, 1.0, 1.0), Link(2, 3, 1.0, 1.0), Link(3, 2, 1.0, 1.0),
+             Link(1, 2, 0.5, 1.0), Link(2, 1, 0.5, 1.0)]
+    return check_topology(Topology("two-pairs", 4, tuple(links), machines=((0, 1), (2, 3))))
+
+
+def test_crossing_bound_adds_the_blocks_that_must_cross_one_link() -> None:
+    """Allgather 4000 B (1000 B blocks): both blocks of {0, 1} cross 1 -> 2 (500 B/us) no earlier than 1 us
+    (its latency, GPU 1's own block) and must still go 2 -> 3 (1 us): T >= 1 + 2000 / 500 + 1 = 6 us, where the
+    pair bound, which sees only the links into each GPU, gives 4 us. Every baseline takes at least that."""
+    topology = _two_pairs()
+    got = crossing_bound(topology, "allgather", 4000)
+    assert got is not None and got.bound_us == pytest.approx(6.0)
+    assert got.side == (0, 1) and got.sources == (0, 1) and got.destination == 3 and got.bytes == 2000
+    assert pair_bound(topology, "allgather", 4000).bound_us == pytest.approx(4.0)
+    # Allreduce: one source's whole buffer at a time (sums combine sources): GPU 0 is 1 us from the link
+    assert crossing_bound(topology, "allreduce", 4000).bound_us == pytest.approx(1 + 1 + 1 + 4000 / 500)
+    for kind in ("allgather", "allreduce", "reducescatter", "alltoall"):
+        bound = crossing_bound(topology, kind, 4000)
+        assert bound is not None
+        for algorithm in applicable_baselines(topology, kind):
+            result = simulate(topology, baseline(topology, kind, algorithm, size_bytes=4000), 4000)
+            assert result.time_us is not None and result.time_us >= bound.bound_us * (1 - 1e-9), (kind, algorithm)
+
+
+def test_crossing_bound_on_ndv2x2_is_the_path_plus_the_buffer_over_the_one_link() -> None:
+    """ndv2x2: one 12.5 GB/s link from machine 0 to machine 1 (GPU 0 -> 9, 1.3 us). GPU 5 is 1.4 us from GPU 0,
+    GPU 12 1.4 us from GPU 9: Allreduce 16 KB >= 1.4 + 1.3 + 1.4 + 16384 B / 12.5 GB/s."""
+    topology = resolve_topology("ndv2x2")
+    got = crossing_bound(topology, "allreduce", 16384)
+    assert got is not None and got.side == tuple(range(8))
+    assert got.bound_us == pytest.approx(4.1 + 16384 / 12500)
+    assert "leave GPUs 0-7" in got.explanation
+    assert crossing_bound(resolve_topology("dgx-a100x2"), "allreduce", 16384) is None  # its cuts pass NICs
+
+
+@pytest.mark.slow
+@settings(max_examples=60)
+@given(topology=topologies(max_gpus=7), kind=st.sampled_from(list(CollectiveKind)),
+       size=st.sampled_from([1, 1000, 65536, 1 << 20]) | st.integers(1, 1 << 24),
+       overhead=st.sampled_from([0.0, 0.0, 0.8]), data=st.data())
+def test_no_baseline_beats_the_crossing_bound(topology: Topology, kind: CollectiveKind, size: int, overhead: float,
+                                              data: st.DataObject) -> None:
+    """Simulated time of every correct baseline >= the crossing bound (its single-GPU sides on random graphs)."""
+    root = data.draw(st.integers(0, topology.num_gpus - 1), label="root")
+    bound = crossing_bound(topology, kind, size, root=root, step_overhead_us=overhead)
+    if bound is None:
+        return
+    for algorithm in applicable_baselines(topology, kind, root=root):
+        schedule = baseline(topology, kind, algorithm, root=root, size_bytes=size, step_overhead_us=overhead)
+        result = simulate(topology, schedule, size, SimOptions(step_overhead_us=overhead))
+        assert result.correct and result.time_us is not None, f"{algorithm}: {result.error}"
+        assert result.time_us >= bound.bound_us * (1 - 1e-9), (algorithm, result.time_us, bound)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["allgather", "allreduce"])
+def test_nothing_written_for_ndv2x2_beats_the_crossing_bound(kind: str) -> None:
+    """What ``taccl synthesize`` keeps on ndv2x2 (synthesized, or the fastest baseline) at 8 and 64 KB."""
+    from taccl_py.collectives import parse_collective
+    from taccl_py.synthesis import SynthesisOptions, synthesize
+
+    topology = resolve_topology("ndv2x2")
+    for size in (8192, 65536):
+        bound = crossing_bound(topology, kind, size)
+        result = synthesize(topology, parse_collective(kind), size, SynthesisOptions(time_limit_s=10.0))
+        assert bound is not None and result.sim.time_us is not None
+        assert result.sim.time_us >= bound.bound_us * (1 - 1e-9), (size, result.chosen, result.sim.time_us, bound)
