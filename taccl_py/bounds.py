@@ -875,6 +875,7 @@ def crossing_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: f
     sides += [(g,) for g in range(n)]
     block = size_bytes / n
     whole = kind in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCE, CollectiveKind.BROADCAST)
+    vid = topology.vertex_id
     forward: dict[int, list[float]] = {}
     backward: dict[int, list[float]] = {}
     best: CrossingBound | None = None
@@ -894,13 +895,12 @@ def crossing_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: f
             to_r = backward[r]
             groups: list[list[int]] = [[s] for s in sources]
             if kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL) and len(sources) > 1:
-                near = {s: min(forward[s][topology.links[li].src] for li in cut) for s in sources}
+                near = {s: min(forward[s][vid[topology.links[li].src]] for li in cut) for s in sources}
                 groups += [[s for s in sources if near[s] >= level] for level in sorted(set(near.values()))]
             for group in groups:
                 need = float(size_bytes) if whole else block * len(group)
-                arrivals = sorted((min(forward[s][topology.links[li].src] for s in group)
-                                   + topology.links[li].latency + step_overhead_us
-                                   + to_r[topology.vertex_id[topology.links[li].dst]],
+                arrivals = sorted((min(forward[s][vid[topology.links[li].src]] for s in group)
+                                   + topology.links[li].latency + step_overhead_us + to_r[vid[topology.links[li].dst]],
                                    gbps_to_bytes_per_us(topology.links[li].bandwidth)) for li in cut)
                 t = _fill_time(arrivals, need)
                 if best is None or t > best.bound_us:
