@@ -792,9 +792,7 @@ def pair_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: float
     (still a valid bound). Proof and figures: docs/simulator.md, "Latency
     and data together".
     """
-    kind = kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
-    if not size_bytes > 0:
-        raise InputError(f"must be > 0 bytes (got {size_bytes!r})", where="--size")
+    kind = _pair_kind(kind, size_bytes)
     n = topology.num_gpus
     if n < 2:
         return None
@@ -865,9 +863,7 @@ def crossing_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: f
     16384 B / 12.5 GB/s = 5.41 us, where the latency bound is 4.1 us. Proof: docs/simulator.md, "Latency and
     data across a cut".
     """
-    kind = kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
-    if not size_bytes > 0:
-        raise InputError(f"must be > 0 bytes (got {size_bytes!r})", where="--size")
+    kind = _pair_kind(kind, size_bytes)
     n = topology.num_gpus
     if n < 2:
         return None
@@ -906,6 +902,13 @@ def crossing_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: f
                 if best is None or t > best.bound_us:
                     best = CrossingBound(t, tuple(side), tuple(group), r, need)
     return best
+
+
+def _pair_kind(kind: CollectiveKind | str, size_bytes: float) -> CollectiveKind:
+    """The collective of a latency-and-data bound, and its size checked."""
+    if not size_bytes > 0:
+        raise InputError(f"must be > 0 bytes (got {size_bytes!r})", where="--size")
+    return kind if isinstance(kind, CollectiveKind) else parse_collective(kind)
 
 
 def _fill_time(arrivals: Sequence[tuple[float, float]], need: float) -> float:
