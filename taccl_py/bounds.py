@@ -848,8 +848,8 @@ def crossing_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: f
                    step_overhead_us: float = 0.0) -> CrossingBound | None:
     """A lower bound that adds latency and data across a cut made of direct GPU-to-GPU links (None if none).
 
-    The sides tried: every machine (of several), and every single GPU, whose outgoing links all join two
-    GPUs. A transfer over such a link ``l = (g, h)`` goes from ``g`` to ``h`` and nowhere else (a route passes
+    The sides tried: every machine (of several), and every single GPU (above 64 GPUs, 64 evenly spaced),
+    whose outgoing links all join two GPUs. A transfer over such a link ``l = (g, h)`` goes from ``g`` to ``h`` and nowhere else (a route passes
     through switches only). If its bytes carry data of GPU ``s`` (on the side), it starts once ``g`` holds
     data depending on ``s``, no earlier than ``d(s, g)`` (the cheapest chain of routes), and its bytes move
     from ``latency(l)`` after the start; that data then reaches GPU ``r`` (off the side) no earlier than
@@ -868,12 +868,11 @@ def crossing_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: f
     if n < 2:
         return None
     sides = [tuple(m) for m in topology.machines] if len(topology.machines) > 1 else []
-    sides += [(g,) for g in range(n)]
+    sides += [(g,) for g in range(0, n, max(1, n // _ECCENTRICITY_SOURCES))]
     block = size_bytes / n
     whole = kind in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCE, CollectiveKind.BROADCAST)
     vid = topology.vertex_id
-    forward: dict[int, list[float]] = {}
-    backward: dict[int, list[float]] = {}
+    forward: dict[int, list[float]] = {}  # latency from a GPU to every vertex
     best: CrossingBound | None = None
     for side in sides:
         inside = set(side)
@@ -882,13 +881,10 @@ def crossing_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: f
             continue  # a link into a switch: its transfers may end anywhere, the window does not apply
         sources = [s for s in side if kind is not CollectiveKind.BROADCAST or s == root]
         targets = [r for r in range(n) if r not in inside and (kind is not CollectiveKind.REDUCE or r == root)]
-        for s in sources:
-            if s not in forward:
-                forward[s] = _distances_from(topology, s)
+        heads = {vid[topology.links[li].dst] for li in cut}
+        for g in {*sources, *heads} - forward.keys():
+            forward[g] = _distances_from(topology, g)
         for r in targets:
-            if r not in backward:
-                backward[r] = _distances_from(topology, r, reverse=True)
-            to_r = backward[r]
             groups: list[list[int]] = [[s] for s in sources]
             if kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL) and len(sources) > 1:
                 near = {s: min(forward[s][vid[topology.links[li].src]] for li in cut) for s in sources}
@@ -896,7 +892,8 @@ def crossing_bound(topology: Topology, kind: CollectiveKind | str, size_bytes: f
             for group in groups:
                 need = float(size_bytes) if whole else block * len(group)
                 arrivals = sorted((min(forward[s][vid[topology.links[li].src]] for s in group)
-                                   + topology.links[li].latency + step_overhead_us + to_r[vid[topology.links[li].dst]],
+                                   + topology.links[li].latency + step_overhead_us
+                                   + forward[vid[topology.links[li].dst]][r],
                                    gbps_to_bytes_per_us(topology.links[li].bandwidth)) for li in cut)
                 t = _fill_time(arrivals, need)
                 if best is None or t > best.bound_us:

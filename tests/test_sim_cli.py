@@ -76,6 +76,18 @@ def test_bound_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["busbw_GBps"] == pytest.approx(data["algbw_GBps"] * 7 / 8)
 
 
+def test_bound_reports_latency_and_data_beside_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """ndv2x2 Allreduce 16 KB: the bound is the 4.1 us latency; the crossing bound (path 1.4 + 1.3 + 1.4 us
+    plus 16 KB over the one 12.5 GB/s link between the machines) is listed next to it, not folded in."""
+    code, out, _ = run(["bound", "-t", "ndv2x2", "-c", "allreduce", "-s", "16KiB", "--json"], capsys)
+    data = only_json(out)
+    assert code == 0 and data["bound_us"] == pytest.approx(4.1)
+    assert data["latency_and_data_us"] == pytest.approx(4.1 + 16384 / 12500)
+    assert "across a cut" in data["latency_and_data"]
+    code, out, _ = run(["bound", "-t", "ndv2x2", "-c", "allreduce", "-s", "16KiB"], capsys)
+    assert code == 0 and "latency + data, a lower bound too" in out and "5.41" in out
+
+
 def test_baseline_json_lists_every_applicable_baseline(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "4MB", "--json"], capsys)
     assert code == 0
