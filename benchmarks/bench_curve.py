@@ -19,9 +19,12 @@ the section says which topologies were measured when and which shipped ones are 
 ``TACCL_CURVE_JOBS=1`` runs one point at a time.
 
 "Never slower than the best baseline" compares what was written with the fastest baseline whose file the
-runtime can load: a baseline the lowering refuses (``hier-lb`` with more splits than MSCCL has channels or XML
-nodes) counts with the time of the file ``synthesize -o`` would write for it (the same baseline with fewer
-splits, ``xml_fallbacks`` of the JSON); the section also lists where that differs from the fastest baseline.
+runtime can load and would select at the size: a baseline the lowering refuses (``hier-lb`` with more splits than
+MSCCL has channels or XML nodes) counts with the time of the file ``synthesize -o`` would write for it (the same
+baseline with fewer splits, ``xml_fallbacks`` of the JSON), one whose file the runtime would skip at the size
+(``baselines_unselected``: its ``nchunksperloop`` does not divide the element count) with the form rebuilt with
+counts it selects, if any (``baselines_rebuilt_us``); the section also lists where that differs from the fastest
+baseline.
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ def curve_point(payload: tuple[str, str, int, str]) -> tuple[dict[str, Any], dic
               "efficiency": row["efficiency"], "selected_at_size": row["selection"].get("selected_at_size"),
               "time_limit_hit": row["time_limit_hit"],
               "xml_refused": [{"algorithm": r["algorithm"], "time_us": r["time_us"]} for r in row["xml_refused"]],
-              "xml_fallbacks": [{"algorithm": f["algorithm"], "time_us": f["time_us"]} for f in row["xml_fallbacks"]]}
+              "xml_fallbacks": [{"algorithm": f["algorithm"], "time_us": f["time_us"]} for f in row["xml_fallbacks"]],
+              "baselines_unselected": row["baselines_unselected"], "baselines_rebuilt_us": row["baselines_rebuilt_us"]}
     measured = {"wall_s": row["wall_s"], "synthesis_s": row["synthesis_s"], "stages_s": row["stages_s"]}
     return result, measured
 
@@ -147,10 +151,14 @@ def best_baseline(row: dict[str, Any]) -> tuple[str | None, float | None]:
 
 
 def best_writable_baseline(row: dict[str, Any]) -> tuple[str | None, float | None]:
-    """The fastest baseline whose file the runtime can load (name, time): a baseline the lowering refused counts
-    with its fewer-splits file (``xml_fallbacks``); rows measured before those were recorded: the fastest one."""
+    """The fastest baseline whose file the runtime can load and would select at the size (name, time): a baseline
+    the lowering refused counts with its fewer-splits file (``xml_fallbacks``), one whose file the runtime would
+    skip at the size (``baselines_unselected``) with its rebuilt selectable form if there is one
+    (``baselines_rebuilt_us``); rows measured before those were recorded: the fastest one."""
     refused = {r["algorithm"].removeprefix("baseline ") for r in row.get("xml_refused", ())}
+    refused |= set(row.get("baselines_unselected", ()))
     times = {k: v for k, v in row["baselines_us"].items() if v is not None and k not in refused}
+    times.update(row.get("baselines_rebuilt_us", {}))
     times.update({f["algorithm"].removeprefix("baseline "): f["time_us"] for f in row.get("xml_fallbacks", ())
                   if f["time_us"] is not None})
     if not times:
@@ -215,9 +223,10 @@ def _summary(rows: list[dict[str, Any]], failed: list[dict[str, Any]], data: dic
                if carried else []),
              f"* Never slower than the best baseline the runtime can load: {len(ok) - len(slower)} of {len(ok)} points"
              + ("" if not slower else " (slower at " + _points(slower) + ")") + ".",
-             f"* Slower than a faster baseline that cannot be written as a loadable MSCCL file (hier-lb past the "
-             f"runtime's channel or XML-node limits; its fewer-splits file is the one compared): {len(unloadable)} "
-             "points" + (f" ({_points(unloadable)})" if unloadable else "") + ".",
+             f"* Slower than a faster baseline that cannot be written as a loadable MSCCL file the runtime selects "
+             f"at the size (hier-lb past the runtime's channel or XML-node limits: its fewer-splits file is the one "
+             f"compared; a file whose nchunksperloop does not divide the size: its form rebuilt with selectable "
+             f"counts is): {len(unloadable)} points" + (f" ({_points(unloadable)})" if unloadable else "") + ".",
              f"* The synthesized algorithm was written at {len(synthesized)} points; a faster baseline at "
              f"{len(ok) - len(synthesized)}.",
              f"* Efficiency (bound / time): median {100 * _median(effs):.1f}%, lowest {100 * effs[0]:.1f}%."

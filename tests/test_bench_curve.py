@@ -41,6 +41,18 @@ def test_a_refused_baseline_counts_with_its_fewer_splits_file() -> None:
     assert bench_curve._slower_than_baseline(_row(8126.0))
 
 
+def test_a_baseline_the_runtime_would_skip_counts_with_its_rebuilt_form() -> None:
+    # the ring (8,100 us) has nchunksperloop 96, which 2^28 elements are not a multiple of; rebuilt with 16
+    # channels it takes 8,400 us: that is the best baseline the runtime would run
+    row = _row(8126.0, baselines_unselected=["ring", "hier-lb"], baselines_rebuilt_us={"ring": 8400.0},
+               baselines_us={"ring": 8000.0, "hier-lb": 8100.0, "tree": 8600.0})
+    assert bench_curve.best_baseline(row) == ("ring", 8000.0)
+    assert bench_curve.best_writable_baseline(row) == ("ring", 8400.0)
+    assert not bench_curve._slower_than_baseline(row) and bench_curve._slower_than_baseline(row, writable=False)
+    # without a rebuilt form the next baseline the runtime selects is the one
+    assert bench_curve.best_writable_baseline({**row, "baselines_rebuilt_us": {}}) == ("tree", 8600.0)
+
+
 def test_the_summary_names_both_comparisons() -> None:
     rows = [_row(8126.0, xml_refused=[{"algorithm": "baseline hier-lb", "time_us": 8100.0}],
                  xml_fallbacks=[{"algorithm": "baseline hier-lb (16 splits)", "time_us": 8300.0}]),

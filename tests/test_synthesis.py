@@ -108,6 +108,29 @@ def test_a_faster_baseline_is_returned_and_reported() -> None:
         assert any("faster" in note for note in result.notes)
 
 
+def test_a_faster_baseline_the_runtime_would_skip_is_rebuilt_so_it_is_selected() -> None:
+    """DGX-1 Allreduce 1 MB: the 12-channel ring (nchunksperloop 96) is the fastest baseline, but the runtime
+    skips its file at 1 MB (2^18 elements); rebuilt with 16 channels and chunk factor 16 (128) it is selected and
+    still beats every selectable baseline, so it ranks with them and the report names both."""
+    from taccl_py.synthesis.candidates import compare_baselines, deployable_baselines
+
+    topo, kind, size = resolve_topology("dgx1"), CollectiveKind.ALLREDUCE, 2**20
+    comparison = compare_baselines(topo, kind, size, 0)
+    ring = next(c for c in comparison.correct if c.candidate.label == "ring")
+    assert not _runtime_picks(ring.schedule.collective, size)
+    deployable = deployable_baselines(topo, kind, size, 0, comparison, [], 4, 1)
+    assert "ring" in deployable.unselected and set(deployable.rebuilt_us) == {"ring"}
+    rebuilt = [c for c in deployable.comparison.correct if c.candidate.label == "ring" and c is not ring]
+    assert len(rebuilt) == 1 and _runtime_picks(rebuilt[0].schedule.collective, size)
+    assert rebuilt[0].time_us == deployable.rebuilt_us["ring"] < _best_baseline(topo, kind, size,
+                                                                                 selectable_only=True)
+    assert "rebuilt with 16 channels instead of 12, chunk factor 16 instead of 12" in deployable.notes[0]
+    result = synthesize(topo, kind, size, SynthesisOptions(time_limit_s=5))
+    assert _runtime_picks(result.schedule.collective, size)
+    assert result.sim.time_us is not None and result.sim.time_us <= rebuilt[0].time_us * (1 + 1e-9)
+    assert result.rebuilt_baselines_us == deployable.rebuilt_us and "ring" in result.unselected_baselines
+
+
 # ------------------------------------------------------------------ TACCL inputs
 @pytest.mark.slow
 @pytest.mark.parametrize(("profile", "sketch"), [

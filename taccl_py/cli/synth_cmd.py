@@ -509,6 +509,8 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
         "symmetry": result.symmetry,
         "sketch": result.sketch,
         "baselines_us": result.baselines,
+        "baselines_unselected": list(result.unselected_baselines),
+        "baselines_rebuilt_us": result.rebuilt_baselines_us,
         "candidates": [{"label": c.label, "time_us": c.time_us, "transfers": c.transfers} for c in result.candidates],
         "solver_stages": [s.to_dict() for s in result.stats],
         "notes": notes,

@@ -21,8 +21,8 @@ from taccl_py.synthesis.options import Run
 from taccl_py.synthesis.variants import CandidateSchedule, Variant
 from taccl_py.topology import Topology
 
-__all__ = ["BaselineComparison", "Candidate", "Choice", "Ranking", "Simulated", "compare_baselines",
-           "rank_choices", "simulate_candidates"]
+__all__ = ["BaselineComparison", "Candidate", "Choice", "Deployable", "Ranking", "Simulated", "compare_baselines",
+           "deployable_baselines", "rank_choices", "simulate_candidates"]
 
 _BASELINE_MARGIN = 1e-9
 """A baseline must be faster by this fraction to be preferred: ties go to the synthesized algorithm."""
@@ -193,6 +193,73 @@ def _within_channels(topology: Topology, kind: CollectiveKind, name: str, root: 
                            f"communication ({limit}): compared with {fewer.num_channels}")
     return schedule, (f"the {name} baseline uses {schedule.num_channels} channels, more than the GPUs give "
                       f"communication ({limit}), and cannot be built with fewer: compared as it is")
+
+
+@dataclass(frozen=True)
+class Deployable:
+    """The baselines as the runtime would run them at the size (see :func:`deployable_baselines`)."""
+
+    comparison: BaselineComparison
+    """The comparison with the rebuilt baselines among its correct choices."""
+    unselected: tuple[str, ...]
+    """Baselines whose own file the runtime would not select at the size."""
+    rebuilt_us: dict[str, float]
+    """The time of each baseline rebuilt with counts the runtime selects."""
+    notes: tuple[str, ...]
+
+
+def deployable_baselines(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int,
+                         comparison: BaselineComparison, synthesized: Sequence[Choice], element_bytes: int,
+                         instances: int, sim_options: SimOptions | None = None,
+                         channel_limit: int | None = None) -> Deployable:
+    """Rebuild the baselines that beat every selectable choice but whose file the runtime would skip at the size.
+
+    Such a baseline (a tree with 10 channels: ``nchunksperloop`` 320) is rebuilt with power-of-two channel and
+    chunk counts the runtime selects (:func:`~taccl_py.baselines.selectable.selectable_baseline`, what ``taccl
+    baseline -o`` writes), simulated, and ranked with the rest; otherwise the synthesizer would return a slower
+    schedule when a deployable form of the faster baseline exists.
+    """
+    from taccl_py.baselines import NotApplicable
+    from taccl_py.baselines.selectable import selectable_baseline
+    from taccl_py.errors import InputError
+
+    def selected(choice: Choice) -> bool:
+        return choice.schedule.uses_switch_offload or selectable_at(choice.schedule.collective, size_bytes,
+                                                                    element_bytes, instances)
+
+    baselines = [c for c in comparison.correct if c.is_baseline and not c.candidate.tuned]
+    unselected = tuple(c.candidate.label for c in baselines if not selected(c))
+    best_selected = min((c.time_us for c in [*synthesized, *comparison.correct] if selected(c)), default=float("inf"))
+    added: list[Choice] = []
+    rebuilt: dict[str, float] = {}
+    notes: list[str] = []
+    size = int(size_bytes)
+    for choice in baselines:
+        name = choice.candidate.label
+        if size != size_bytes or selected(choice) or choice.time_us >= best_selected:
+            continue
+        try:
+            placed = selectable_baseline(topology, kind, name, size, root=root, type_size=element_bytes)
+        except (NotApplicable, InputError):
+            continue
+        schedule = placed.schedule
+        if (not placed.selected or not selectable_at(schedule.collective, size_bytes, element_bytes, instances)
+                or (channel_limit is not None and schedule.num_channels > channel_limit)
+                or min_nodes_per_rank(schedule.transfers, topology.num_gpus, instances) > MAX_NODES_PER_RANK):
+            continue
+        sim = simulate_large(topology, schedule, size_bytes, sim_options)
+        if sim.time_us is None:
+            continue
+        added.append(Choice(schedule, sim, Candidate(name, schedule.collective.chunk_factor, sim.time_us,
+                                                     len(schedule.transfers))))
+        rebuilt[name] = sim.time_us
+        notes.append(f"the {name} baseline's own file would not be selected by the runtime at {size} bytes; rebuilt "
+                     f"with {placed.changed} (nchunksperloop {placed.nchunksperloop}) it is: {sim.time_us:.4g} us")
+    if not added:
+        return Deployable(comparison, unselected, {}, ())
+    correct = tuple(sorted([*comparison.correct, *added], key=lambda c: c.time_us))
+    return Deployable(BaselineComparison(comparison.times_us, correct, comparison.notes), unselected, rebuilt,
+                      tuple(notes))
 
 
 @dataclass(frozen=True)

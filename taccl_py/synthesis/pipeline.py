@@ -14,6 +14,7 @@ from taccl_py.synthesis.candidates import (
     Candidate,
     Choice,
     compare_baselines,
+    deployable_baselines,
     rank_choices,
     simulate_candidates,
 )
@@ -52,6 +53,10 @@ class SynthesisResult:
     """Every kept choice in order of preference, ``schedule`` first: fallbacks for when it cannot be written."""
     shortcut: bool = False
     """The multi-dimensional shortcut skipped the solver stages (:mod:`taccl_py.synthesis.multidim`)."""
+    unselected_baselines: tuple[str, ...] = ()
+    """Baselines whose own file the runtime would not select at the size."""
+    rebuilt_baselines_us: dict[str, float] = field(default_factory=dict)
+    """Those of them rebuilt with counts the runtime selects, and their times."""
     comparison: BaselineComparison | None = field(default=None, compare=False, repr=False)
     """Every applicable baseline as simulated (None if not all were): a later run with the same topology,
     collective, size and options passes it back (``synthesize(..., baselines=)``) instead of simulating them
@@ -124,6 +129,11 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
         candidates += [choice.candidate for choice in tuned]
         comparison = BaselineComparison(comparison.times_us, tuple(sorted(
             [*comparison.correct, *tuned], key=lambda choice: choice.time_us)), comparison.notes)
+    deployable = deployable_baselines(topology, kind, size_bytes, options.root, comparison, best_per_factor,
+                                      options.element_bytes, options.instances, run.sim_options,
+                                      _channel_limit(run, topology))
+    comparison = deployable.comparison
+    notes += deployable.notes
     ranking = rank_choices(best_per_factor, comparison, size_bytes, options.element_bytes, options.instances)
     notes += ranking.notes
     if not ranking.ranked:
@@ -144,6 +154,7 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
                            synthesis_s=run.elapsed_s(), notes=tuple(notes),
                            stages_s={name: run.stages_s.get(name, 0.0) for name in STAGES},
                            time_limit_hit=bool(guarded or stopped), ranked=ranking.ranked,
+                           unselected_baselines=deployable.unselected, rebuilt_baselines_us=deployable.rebuilt_us,
                            comparison=simulated_baselines)
 
 
@@ -174,11 +185,16 @@ def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_byt
         comparison = compare_baselines(topology, kind, size_bytes, options.root, options.instances,
                                        names, sim_options=run.sim_options,
                                        channel_limit=_channel_limit(run, topology))
+    raw = comparison
+    deployable = deployable_baselines(topology, kind, size_bytes, options.root, comparison, rail,
+                                      options.element_bytes, options.instances, run.sim_options,
+                                      _channel_limit(run, topology))
+    comparison = deployable.comparison
     ranking = rank_choices(rail, comparison, size_bytes, options.element_bytes, options.instances)
     if not ranking.ranked:
         raise Infeasible("no baseline applies and the solver stages were skipped")
     best = ranking.ranked[0]
-    notes = (shortcut.note(topology.num_gpus, names != ()), *comparison.notes,
+    notes = (shortcut.note(topology.num_gpus, names != ()), *comparison.notes, *deployable.notes,
              *(n for n in ranking.notes if not n.startswith("no synthesized candidate")))
     skipped = "not computed (multi-dimensional shortcut)"
     synthesized = min(rail_candidates, key=lambda c: c.time_us if c.time_us is not None else float("inf"),
@@ -187,7 +203,8 @@ def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_byt
                            candidates=tuple(rail_candidates), baselines=comparison.times_us, stats=(),
                            symmetry=skipped, sketch=skipped, synthesis_s=run.elapsed_s(), notes=notes,
                            stages_s={name: run.stages_s.get(name, 0.0) for name in STAGES}, ranked=ranking.ranked,
-                           shortcut=True, comparison=comparison if names is None else None)
+                           shortcut=True, unselected_baselines=deployable.unselected,
+                           rebuilt_baselines_us=deployable.rebuilt_us, comparison=raw if names is None else None)
 
 
 def _rail_streams(run: Run, topology: Topology, kind: CollectiveKind,
