@@ -107,6 +107,7 @@ def run(quick: bool) -> dict[str, Any]:
     points = grid(quick)
     sizes = sorted({size for _, _, size in points})
     resume = os.environ.get("TACCL_CURVE_RESUME")
+    resumed = _resumed_points(resume, {f"{name}|{kind.value}|{size}|tl={TIME_LIMIT_S:g}" for name, kind, size in points})
     with tempfile.TemporaryDirectory(prefix="taccl-curve-") as directory:
         jobs = [Job(f"{name}|{kind.value}|{size}|tl={TIME_LIMIT_S:g}", (name, kind.value, size, directory),
                     {"topology": name, "collective": kind.value, "size_bytes": size}) for name, kind, size in points]
@@ -125,8 +126,20 @@ def run(quick: bool) -> dict[str, Any]:
             rows.append({**record.result, **record.measured})
     carried = _carried_rows({name for name, _, _ in points}) if os.environ.get("TACCL_CURVE_TOPOLOGIES") else []
     return {"rows": [*rows, *carried], "failed": failed, "time_limit_s": TIME_LIMIT_S, "jobs": JOBS, "sizes": sizes,
+            "resumed": resumed,
             "shipped": list(shipped()), "environment": {k: v for k, v in os.environ.items()
                                                        if k in ("TACCL_CURVE_TOPOLOGIES", "TACCL_CURVE_JOBS")}}
+
+
+def _resumed_points(path: str | None, keys: set[str]) -> int:
+    """How many of this run's points the resume file already holds (measured by an earlier run, read back)."""
+    import json
+
+    if not path or not Path(path).is_file():
+        return 0
+    with open(path, encoding="utf-8") as handle:
+        return len({record["key"] for line in handle if line.strip()
+                    if (record := json.loads(line)).get("result") is not None and record["key"] in keys})
 
 
 def _carried_rows(measured: set[str]) -> list[dict[str, Any]]:
@@ -221,6 +234,9 @@ def _summary(rows: list[dict[str, Any]], failed: list[dict[str, Any]], data: dic
                 + "; ".join(f"{', '.join(names)} are carried over from the run of {date}"
                             for date, names in sorted(carried.items())) + " (not re-measured).", ""]
                if carried else []),
+             *([f"{data['resumed']} of this run's points were read back from its resume file (TACCL_CURVE_RESUME): "
+                "they were measured by an earlier run, interrupted or partial, and keep its wall times.", ""]
+               if data.get("resumed") else []),
              f"* Never slower than the best baseline the runtime can load: {len(ok) - len(slower)} of {len(ok)} points"
              + ("" if not slower else " (slower at " + _points(slower) + ")") + ".",
              f"* Slower than a faster baseline that cannot be written as a loadable MSCCL file the runtime selects "

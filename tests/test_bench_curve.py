@@ -66,6 +66,9 @@ def test_the_summary_names_both_comparisons() -> None:
     assert "This run measured dgx-a100x4 (with TACCL_CURVE_TOPOLOGIES=dgx-a100x4); rows of dgx-a100x4 are carried " \
            "over from the run of 2026-11-26 22:54 (not re-measured)." in text
     assert "1 point at a time" in text
+    assert "read back from its resume file" not in text
+    assert "7 of this run's points were read back from its resume file" in "\n".join(
+        bench_curve._summary(rows, [], {**data, "resumed": 7}))
 
 
 def test_rows_of_other_topologies_are_carried_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
