@@ -132,14 +132,13 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def _resumed_points(path: str | None, keys: set[str]) -> int:
-    """How many of this run's points the resume file already holds (measured by an earlier run, read back)."""
-    import json
+    """How many of this run's points the resume file already holds (measured by an earlier run, read back; a
+    line cut by an interrupted run is repaired as the runner does)."""
+    from taccl_py.sweep.store import ResultsFile
 
-    if not path or not Path(path).is_file():
+    if not path:
         return 0
-    with open(path, encoding="utf-8") as handle:
-        return len({record["key"] for line in handle if line.strip()
-                    if (record := json.loads(line)).get("result") is not None and record["key"] in keys})
+    return sum(1 for key, record in ResultsFile(path).load().items() if key in keys and record.result is not None)
 
 
 def _carried_rows(measured: set[str]) -> list[dict[str, Any]]:

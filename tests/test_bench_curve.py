@@ -80,3 +80,13 @@ def test_rows_of_other_topologies_are_carried_over(tmp_path: Path, monkeypatch: 
     kept = bench_curve._carried_rows({"dgx-a100x4"})
     assert [(r["topology"], r["measured"]) for r in kept] == [("ndv2x2", "2026-11-26 22:54"),
                                                               ("dgx2x2", "2026-11-25 08:00")]
+
+
+def test_resumed_points_are_counted_even_after_a_cut_line(tmp_path: Path) -> None:
+    """An interrupted run leaves its last line half-written: the count repairs it as the runner does."""
+    path = tmp_path / "resume.jsonl"
+    done = {"key": "a|allreduce|1024|tl=60", "job": {}, "result": {"time_us": 1.0}, "error": None, "measured": {}}
+    other = {**done, "key": "b|allreduce|1024|tl=60"}
+    path.write_text(json.dumps(done) + "\n" + json.dumps(other) + "\n" + json.dumps(done)[:20], encoding="utf-8")
+    assert bench_curve._resumed_points(str(path), {"a|allreduce|1024|tl=60", "c|allgather|1024|tl=60"}) == 1
+    assert bench_curve._resumed_points(None, {"a|allreduce|1024|tl=60"}) == 0

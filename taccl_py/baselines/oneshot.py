@@ -54,6 +54,7 @@ Allgather, ReduceScatter, Allreduce; 1 for Broadcast and Reduce).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from functools import lru_cache
@@ -258,15 +259,26 @@ def estimate_us(topology: Topology, schedule: Schedule, size_bytes: float, step_
     after the latency (an exchange's slowest route, a tree's fastest);
     segments add up. The parts of the *rotated* form run side by side on
     their own channels: each is estimated on its own (its links loaded by
-    every part of the same exchange) and the slowest counts.
+    every part of the same exchange), and so is every link with all the
+    parts' bytes after its earliest route latency (the parts cross the
+    network in different rounds but on the same NICs); the slowest counts.
     """
     if schedule.notes.get("form") == "rotated":
         shared: dict[int | None, list[Transfer]] = {}
+        load = [0.0] * len(topology.links)
+        first = [math.inf] * len(topology.links)
+        chunk = schedule.collective.chunk_bytes(size_bytes)
         for t in schedule.transfers:
             shared.setdefault(t.exchange, []).append(t)
+            latency = topology.route_latency(t.route)
+            for li in t.route:
+                load[li] += len(t.chunks) * chunk
+                first[li] = min(first[li], latency)
+        links = max(first[li] + step_overhead_us + load[li] / gbps_to_bytes_per_us(link.bandwidth)
+                    for li, link in enumerate(topology.links) if load[li] > 0)
         channels = sorted({t.channel for t in schedule.transfers})
-        return max(_estimate_segments(topology, schedule, [t for t in schedule.transfers if t.channel == c],
-                                      size_bytes, step_overhead_us, shared) for c in channels)
+        return max(links, *(_estimate_segments(topology, schedule, [t for t in schedule.transfers if t.channel == c],
+                                               size_bytes, step_overhead_us, shared) for c in channels))
     return _estimate_segments(topology, schedule, schedule.transfers, size_bytes, step_overhead_us, {})
 
 

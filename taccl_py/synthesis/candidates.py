@@ -250,8 +250,8 @@ def deployable_baselines(topology: Topology, kind: CollectiveKind, size_bytes: f
         sim = simulate_large(topology, schedule, size_bytes, sim_options)
         if sim.time_us is None:
             continue
-        added.append(Choice(schedule, sim, Candidate(name, schedule.collective.chunk_factor, sim.time_us,
-                                                     len(schedule.transfers))))
+        added.append(Choice(schedule, sim, Candidate(f"{name}, rebuilt", schedule.collective.chunk_factor,
+                                                     sim.time_us, len(schedule.transfers))))
         rebuilt[name] = sim.time_us
         notes.append(f"the {name} baseline's own file would not be selected by the runtime at {size} bytes; rebuilt "
                      f"with {placed.changed} (nchunksperloop {placed.nchunksperloop}) it is: {sim.time_us:.4g} us")
