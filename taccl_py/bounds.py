@@ -831,8 +831,8 @@ class CrossingBound:
 
     @property
     def explanation(self) -> str:
-        return (f"latency and data across a cut: {self.bytes:.6g} B of GPU(s) {format_gpus(self.sources)}' data must "
-                f"leave GPUs {format_gpus(self.side)} over direct links and then reach GPU {self.destination}: "
+        return (f"latency and data across a cut: {self.bytes:.6g} B of the data of GPU(s) {format_gpus(self.sources)} "
+                f"must leave GPUs {format_gpus(self.side)} over direct links and then reach GPU {self.destination}: "
                 f"{self.bound_us:.6g} us")
 
 

@@ -129,9 +129,10 @@ def synthesize(topology: Topology, kind: CollectiveKind, size_bytes: float,
         candidates += [choice.candidate for choice in tuned]
         comparison = BaselineComparison(comparison.times_us, tuple(sorted(
             [*comparison.correct, *tuned], key=lambda choice: choice.time_us)), comparison.notes)
-    deployable = deployable_baselines(topology, kind, size_bytes, options.root, comparison, best_per_factor,
-                                      options.element_bytes, options.instances, run.sim_options,
-                                      _channel_limit(run, topology))
+    with run.stage("baselines"):
+        deployable = deployable_baselines(topology, kind, size_bytes, options.root, comparison, best_per_factor,
+                                          options.element_bytes, options.instances, run.sim_options,
+                                          _channel_limit(run, topology))
     comparison = deployable.comparison
     notes += deployable.notes
     ranking = rank_choices(best_per_factor, comparison, size_bytes, options.element_bytes, options.instances)
@@ -186,9 +187,10 @@ def _baselines_only(run: Run, topology: Topology, kind: CollectiveKind, size_byt
                                        names, sim_options=run.sim_options,
                                        channel_limit=_channel_limit(run, topology))
     raw = comparison
-    deployable = deployable_baselines(topology, kind, size_bytes, options.root, comparison, rail,
-                                      options.element_bytes, options.instances, run.sim_options,
-                                      _channel_limit(run, topology))
+    with run.stage("baselines"):
+        deployable = deployable_baselines(topology, kind, size_bytes, options.root, comparison, rail,
+                                          options.element_bytes, options.instances, run.sim_options,
+                                          _channel_limit(run, topology))
     comparison = deployable.comparison
     ranking = rank_choices(rail, comparison, size_bytes, options.element_bytes, options.instances)
     if not ranking.ranked:
