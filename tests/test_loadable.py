@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_runner import only_json, run
@@ -117,26 +118,19 @@ def test_baseline_and_synthesize_write_the_capped_file_and_say_both_times(tmp_pa
                for note in report["notes"])
 
 
-@pytest.mark.slow
-def test_a_refused_choice_is_lowered_once_when_the_solver_stages_run_after_all(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The multi-dimensional shortcut's hier-lb is refused (a stand-in lowering refuses its split count), a
-    fewer-splits file is written, the solver stages run after all and the XML is written again: that second
-    ranking holds the refused hier-lb and its fewer-splits choice again, and neither is lowered a second time
-    (nor the baselines simulated again). [Ring 2, Switch 2] Allreduce 16 MB: hier-lb at 94% of the bound."""
+def _hier_lb_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                     ) -> tuple[Path, tuple[str, int] | None, list[Schedule]]:
+    """[Ring 2, Switch 2] saved to a file, and a stand-in lowering that refuses the split count hier-lb plans for
+    Allreduce 16 MB there: (the file, that split count, every schedule the lowering was given)."""
     import taccl_py.msccl as msccl
-    from taccl_py.synthesis import candidates
 
     topo = astra_topology([AstraDimension(AstraKind.RING, 2, 200.0, 500.0),
                            AstraDimension(AstraKind.SWITCH, 2, 50.0, 2000.0)], name="ring2-switch2")
     topo_path = tmp_path / "net.json"
     save_topology(topo, topo_path)
-    full = baseline(topo, CollectiveKind.ALLREDUCE, "hier-lb", size_bytes=16 * 2**20)
-    found = hierarchical_splits(full)
-    assert found is not None and found[1] > 1
-    real_lower, real_compare = msccl.lower_schedule, candidates.compare_baselines
+    found = hierarchical_splits(baseline(topo, CollectiveKind.ALLREDUCE, "hier-lb", size_bytes=16 * 2**20))
+    real_lower = msccl.lower_schedule
     lowered: list[Schedule] = []
-    compared: list[int] = []
 
     def lower(schedule: Schedule, topology: Topology, **kwargs: object) -> Program:
         lowered.append(schedule)
@@ -145,18 +139,42 @@ def test_a_refused_choice_is_lowered_once_when_the_solver_stages_run_after_all(
                                 over=2.0)
         return real_lower(schedule, topology, **kwargs)  # type: ignore[arg-type]
 
-    def compare(*args: object, **kwargs: object) -> candidates.BaselineComparison:
-        compared.append(1)
-        return real_compare(*args, **kwargs)  # type: ignore[arg-type]
-
     monkeypatch.setattr(msccl, "lower_schedule", lower)
-    monkeypatch.setattr("taccl_py.synthesis.pipeline.compare_baselines", compare)
+    return topo_path, found, lowered
+
+
+def _synthesize_written(topo_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """``synthesize -c allreduce -s 16MB -o`` on the saved topology: its JSON report, the XML written and
+    verified."""
     out = tmp_path / "ar.xml"
     code, stdout, err = run(["synthesize", "-t", str(topo_path), "-c", "allreduce", "-s", "16MB", "-o", str(out),
                              "--time-limit", "30", "--json"], capsys)
     assert code == 0, err
     report = only_json(stdout)
     assert report["correct"] and verify_program(load_program(out)).correct
+    return report
+
+
+@pytest.mark.slow
+def test_a_refused_choice_is_lowered_once_when_the_solver_stages_run_after_all(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The multi-dimensional shortcut's hier-lb is refused (a stand-in lowering refuses its split count), a
+    fewer-splits file is written, the solver stages run after all and the XML is written again: that second
+    ranking holds the refused hier-lb and its fewer-splits choice again, and neither is lowered a second time
+    (nor the baselines simulated again). [Ring 2, Switch 2] Allreduce 16 MB: hier-lb at 94% of the bound."""
+    from taccl_py.synthesis import candidates
+
+    topo_path, found, lowered = _hier_lb_refused(tmp_path, monkeypatch)
+    assert found is not None and found[1] > 1
+    real_compare = candidates.compare_baselines
+    compared: list[int] = []
+
+    def compare(*args: object, **kwargs: object) -> candidates.BaselineComparison:
+        compared.append(1)
+        return real_compare(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("taccl_py.synthesis.pipeline.compare_baselines", compare)
+    report = _synthesize_written(topo_path, tmp_path, capsys)
     assert any("the solver stages ran after all" in note for note in report["notes"])
     refused = [s for s in lowered if hierarchical_splits(s) == found]
     assert len(refused) == 1  # the first attempt's refusal stands for the second ranking
@@ -171,33 +189,12 @@ def test_without_time_left_the_shortcuts_next_choice_is_written_and_the_guard_re
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """As above, with no share of --time-limit enough to run the solver stages after all: the shortcut's
     ranking is written (hier-lb with fewer splits, lowered once) and the report says the guard bit."""
-    import taccl_py.msccl as msccl
     from taccl_py.cli import synth_cmd
 
-    topo = astra_topology([AstraDimension(AstraKind.RING, 2, 200.0, 500.0),
-                           AstraDimension(AstraKind.SWITCH, 2, 50.0, 2000.0)], name="ring2-switch2")
-    topo_path = tmp_path / "net.json"
-    save_topology(topo, topo_path)
-    found = hierarchical_splits(baseline(topo, CollectiveKind.ALLREDUCE, "hier-lb", size_bytes=16 * 2**20))
-    real_lower = msccl.lower_schedule
-    lowered: list[tuple[str, int] | None] = []
-
-    def lower(schedule: Schedule, topology: Topology, **kwargs: object) -> Program:
-        lowered.append(hierarchical_splits(schedule))
-        if hierarchical_splits(schedule) == found:
-            raise LoweringError("rank 0 needs 5000 XML nodes; the runtime parser stores at most 4096 per rank",
-                                over=2.0)
-        return real_lower(schedule, topology, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(msccl, "lower_schedule", lower)
+    topo_path, found, lowered = _hier_lb_refused(tmp_path, monkeypatch)
     monkeypatch.setattr(synth_cmd, "MIN_LEFT_SHARE", 1.0)  # never enough left
-    out = tmp_path / "ar.xml"
-    code, stdout, err = run(["synthesize", "-t", str(topo_path), "-c", "allreduce", "-s", "16MB", "-o", str(out),
-                             "--time-limit", "30", "--json"], capsys)
-    assert code == 0, err
-    report = only_json(stdout)
-    assert report["correct"] and verify_program(load_program(out)).correct
+    report = _synthesize_written(topo_path, tmp_path, capsys)
     assert any("the solver stages were not run" in note for note in report["notes"])
     assert report["time_limit_hit"] is True and report["candidates"] == []
-    assert lowered.count(found) == 1
+    assert [hierarchical_splits(s) for s in lowered].count(found) == 1
     assert report["algorithm"].startswith("baseline hier-lb (") and report["xml_fallbacks"][0]["lowered"] is True

@@ -195,6 +195,13 @@ def _within_channels(topology: Topology, kind: CollectiveKind, name: str, root: 
                       f"communication ({limit}), and cannot be built with fewer: compared as it is")
 
 
+def _selected(choice: Choice, size_bytes: float, element_bytes: int, instances: int) -> bool:
+    """Would the runtime run ``choice``'s file at the size? A schedule using the switches is never an XML file,
+    so the runtime's file selection does not apply to it."""
+    return choice.schedule.uses_switch_offload or selectable_at(choice.schedule.collective, size_bytes,
+                                                                element_bytes, instances)
+
+
 @dataclass(frozen=True)
 class Deployable:
     """The baselines as the runtime would run them at the size (see :func:`deployable_baselines`)."""
@@ -224,8 +231,7 @@ def deployable_baselines(topology: Topology, kind: CollectiveKind, size_bytes: f
     from taccl_py.errors import InputError
 
     def selected(choice: Choice) -> bool:
-        return choice.schedule.uses_switch_offload or selectable_at(choice.schedule.collective, size_bytes,
-                                                                    element_bytes, instances)
+        return _selected(choice, size_bytes, element_bytes, instances)
 
     baselines = [c for c in comparison.correct if c.is_baseline and not c.candidate.tuned]
     unselected = tuple(c.candidate.label for c in baselines if not selected(c))
@@ -234,9 +240,9 @@ def deployable_baselines(topology: Topology, kind: CollectiveKind, size_bytes: f
     rebuilt: dict[str, float] = {}
     notes: list[str] = []
     size = int(size_bytes)
-    for choice in baselines:
+    for choice in baselines if size == size_bytes else []:
         name = choice.candidate.label
-        if size != size_bytes or selected(choice) or choice.time_us >= best_selected:
+        if selected(choice) or choice.time_us >= best_selected:
             continue
         try:
             placed = selectable_baseline(topology, kind, name, size, root=root, type_size=element_bytes)
@@ -279,9 +285,7 @@ def rank_choices(synthesized: Sequence[Choice], baselines: BaselineComparison, s
     more than :data:`_BASELINE_MARGIN`.
     """
     def selectable(choice: Choice) -> bool:
-        # a schedule using the switches is never an XML file, so the runtime's file selection does not apply to it
-        return choice.schedule.uses_switch_offload or selectable_at(choice.schedule.collective, size_bytes,
-                                                                    element_bytes, instances)
+        return _selected(choice, size_bytes, element_bytes, instances)
 
     def key(choice: Choice) -> tuple[bool, float]:
         return (not selectable(choice), choice.time_us * (1 + _BASELINE_MARGIN) if choice.is_baseline
