@@ -33,7 +33,8 @@ from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["NCCL_ALGORITHMS", "Prediction", "best_protocol", "nccl_algorithms", "nccl_protocols", "predict_baseline",
-           "predict_nccl", "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies"]
+           "predict_nccl", "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies",
+           "with_network_posts"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 
@@ -168,10 +169,12 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
                     topology, kind, "ring", channels=channels, root=root, chunk_factor=count * pieces,
                     size_bytes=size_bytes)
             costs = replace(costs, hop_latency_us=ring_step_latencies(topology, costs, size_bytes, pieces,
-                                                                      model.channels))
+                                                                      model.channels, kind, model.net_overhead_us))
         else:
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop)
+            if kind is CollectiveKind.ALLTOALL and algorithm == "direct" and isinstance(schedule, Schedule):
+                schedule = with_network_posts(topology, schedule, costs, model.net_overhead_us)
         sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
         times[p.value] = sim.time_us
         kept = schedule
@@ -185,29 +188,75 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
 
 
 def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: float, pieces: int,
-                        runtime_channels: int) -> dict[str, float]:
+                        runtime_channels: int, kind: CollectiveKind = CollectiveKind.ALLREDUCE,
+                        net_overhead_us: float = 0.0) -> dict[str, float]:
     """Per link class, the per-step latency a transfer of the calibrated ring carries (its share of the hop).
 
-    On GPU links (NVLink, PCI) the step's work is the threadblock's own (it copies the data), so the ring pays
-    ``nsteps x`` the hop latency once per collective, as tuning.cc charges it (``baseLat + nsteps x hwLat``):
-    the chunk loops overlap in the connection's NCCL_STEPS slots and each of the ring's ``pieces`` carries
-    ``1 / pieces`` of it. Every protocol but Simple is charged so on the network too. A Simple step over
-    the network pipelines its slices through the NIC (:func:`taccl_py.runtime.simple_step_latency`): it
-    hides the hop latency behind the slices after its first, computed for NCCL's own ``runtime_channels``
-    channels, each moving ``size / (ranks x channels x loops)`` per step at the NIC's rate x the share /
-    ``runtime_channels`` (the baseline's channel count only shapes the simulated schedule).
+    The ring pays ``nsteps x`` a hop latency once per collective, as tuning.cc charges it: the chunk loops
+    overlap in the connection's NCCL_STEPS slots and each of the ring's ``pieces`` carries ``1 / pieces`` of
+    it. Across machines tuning.cc charges the network's latency on ``nInterSteps`` of the ``nsteps`` only
+    (``baseLat + (nsteps - nInterSteps) x intraLat + nInterSteps x interLat``; ``nInterSteps`` is
+    ``2 (machines - 1)`` for Allreduce, ``machines - 1`` for Allgather and ReduceScatter): a ring's connection
+    over the network sends every step, but its steps are in flight together and the chain of data waits on
+    the network once per crossing. The network's transfers therefore carry ``intraLat + (interLat - intraLat)
+    x nInterSteps / nsteps``, which gives that sum over the ring's serial steps. A ring across machines pays
+    at least ``net_overhead_us`` per step (three times it with Simple: tuning.cc's ``intraLat = max(intraLat,
+    netOverhead)``), on every class. A Simple step over the network
+    also pipelines its slices through the NIC (:func:`taccl_py.runtime.simple_step_latency`): it hides that
+    latency behind the slices after its first, computed for NCCL's own ``runtime_channels`` channels, each
+    moving ``size / (ranks x channels x loops)`` per step at the NIC's rate x the share / ``runtime_channels``
+    (the baseline's channel count only shapes the simulated schedule).
     """
-    out = {c: v / pieces for c, v in costs.hop_latency_us.items()}
-    if costs.protocol is not Protocol.SIMPLE or "net" not in costs.hop_latency_us:
-        return out
+    hops = dict(costs.hop_latency_us)
     n = max(topology.num_gpus, 1)
+    machines = len(topology.machines)
+    if machines > 1 and "net" in hops:
+        floor = net_overhead_us * (3 if costs.protocol is Protocol.SIMPLE else 1)
+        hops = {c: max(v, floor) for c, v in hops.items()}
+    out = {c: v / pieces for c, v in hops.items()}
+    if "net" not in hops:
+        return out
+    net = hops["net"]
+    if machines > 1 and n > 1:
+        nsteps = 2 * (n - 1) if kind is CollectiveKind.ALLREDUCE else n - 1
+        inter = 2 * (machines - 1) if kind is CollectiveKind.ALLREDUCE else machines - 1
+        intra_class = "nvlink" if widest_gpu_link(topology, "nvlink") is not None else "pci"
+        intra = hops.get(intra_class, net)
+        net = intra + (net - intra) * min(inter, nsteps) / nsteps
+    out["net"] = net / pieces
+    if costs.protocol is not Protocol.SIMPLE:
+        return out
     channels = max(runtime_channels, 1)
     loops = nccl_ring_pieces(Protocol.SIMPLE, size_bytes, n, channels)
     chunk = size_bytes / (n * channels * loops)
     widest = widest_gpu_link(topology, "net")
     rate = 0.0 if widest is None else gbps_to_bytes_per_us(widest) * costs.fraction["net"] / channels
-    out["net"] = simple_step_latency(costs.hop_latency_us["net"], chunk, rate) / pieces
+    out["net"] = simple_step_latency(net, chunk, rate) / pieces
     return out
+
+
+def with_network_posts(topology: Topology, schedule: Schedule, costs: TransferCosts, overhead_us: float) -> Schedule:
+    """``schedule`` with its transfers over the network started no earlier than their proxies post them.
+
+    NCCL's point-to-point sends and receives over the network go through each rank's proxy thread, which
+    posts them one after another, each costing the network post overhead (tuning.cc ``getNetOverhead``: 1 us,
+    2 us on AMD hosts), in the order of the group's rounds (the schedule's order: peer ``r + d`` and ``r - d``
+    in round ``d``). A transfer starts when its sender has posted the send and its receiver the receive.
+    Transfers within a machine and schedules on one machine are unchanged; so is a schedule when
+    ``overhead_us`` is 0.
+    """
+    if overhead_us <= 0 or len(topology.machines) < 2:
+        return schedule
+    posted: dict[int, float] = {}
+    out = []
+    for t in schedule.transfers:
+        if costs.route_class(topology, t.route) == "net":
+            send = posted[t.src] = posted.get(t.src, 0.0) + overhead_us
+            receive = posted[t.dst] = posted.get(t.dst, 0.0) + overhead_us
+            start = max(send, receive, t.not_before_us or 0.0)
+            t = replace(t, not_before_us=start)
+        out.append(t)
+    return replace(schedule, transfers=tuple(out))
 
 
 def nccl_protocols(kind: CollectiveKind, algorithm: str) -> tuple[Protocol, ...]:

@@ -30,7 +30,8 @@ per-hop latencies (``hwLat``, ring: NVLink 0.47 / 1.9 / 3.4, PCI 1.0 / 2.5 / 5.7
 NET 2.7 / 4.0 / 9.6 us for LL / LL128 / Simple), LL's bandwidth factor (1/4 for
 Allreduce and multi-machine runs, else 1/3), LL128's (0.92, or 0.7 with one GPU per
 machine) and its per-channel cap (``ll128MaxBwPerCh``: 18.8 Broadcast, 12.0 Reduce,
-18.3 Allgather, 15.2 ReduceScatter, 16.7 Allreduce GB/s). The calibrated figures
+18.3 Allgather, 15.2 ReduceScatter, 16.7 Allreduce GB/s), and the network post overhead that is the least
+per-step latency of a ring across machines (``getNetOverhead``: 1 us, 2 us on AMD hosts, x3 with Simple). The calibrated figures
 (Simple's achievable share of each link type) carry their sources in
 :data:`PRESETS`. Units: us, bytes, GB/s of 1e9 bytes.
 """
@@ -50,7 +51,7 @@ from taccl_py.units import gbps_to_bytes_per_us
 if TYPE_CHECKING:  # the topology module refers back to this one only for types
     from taccl_py.topology import Topology
 
-__all__ = ["LINK_CLASSES", "PRESETS", "Protocol", "RuntimeModel", "TransferCosts", "link_class_of", "nccl_ring_pieces",
+__all__ = ["COPY_KINDS", "LINK_CLASSES", "PRESETS", "Protocol", "RuntimeModel", "TransferCosts", "link_class_of", "nccl_ring_pieces",
            "payload_fraction", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
            "wire_bytes", "with_figures"]
 
@@ -230,6 +231,13 @@ class RuntimeModel:
     """Share of the NVLink rate NCCL's NVLS algorithm reaches (NVLink SHARP); None: the NVLink efficiency."""
     tree_caps: bool = False
     """Cap trees at tuning.cc's ``maxTreeBw`` per GPU (figures of the NCCL of the A100 era; later NCCLs raised them)."""
+    net_overhead_us: float = 1.0
+    """Least per-step latency of a ring that spans machines (tuning.cc ``getNetOverhead``: the proxy posts every
+    step to the network; 1 us on Intel hosts, 2 us on AMD ones, three times that with Simple)."""
+    copy_efficiency: Mapping[str, float] = field(default_factory=dict)
+    """Per link class, Simple's share for collectives that only copy (:data:`COPY_KINDS`); a class not named
+    here takes ``efficiency``. A reduction's step also reads the local buffer and adds, so the same channels
+    move its data more slowly than a copy's."""
 
     def costs(self, protocol: Protocol | str, kind: CollectiveKind, topology: Topology, *,
               algorithm: str | None = None, size_bytes: float | None = None) -> TransferCosts:
@@ -247,6 +255,8 @@ class RuntimeModel:
         fractions: dict[str, float] = {}
         for c in LINK_CLASSES:
             base = self.efficiency.get(c, 1.0)
+            if kind in COPY_KINDS:
+                base = self.copy_efficiency.get(c, base)
             if algorithm == "nvls" and c == "nvlink" and self.nvls_efficiency is not None:
                 base = self.nvls_efficiency
             widest = widest_gpu_link(topology, c)
@@ -267,6 +277,10 @@ class RuntimeModel:
                 fractions[c] = base
         hops = {c: self.hop_latency_us.get(c, NCCL_HOP_LATENCY_US[c])[p] for c in LINK_CLASSES}
         return TransferCosts(p, hops, fractions, self.launch_us[p], self.name)
+
+
+COPY_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL, CollectiveKind.BROADCAST})
+"""Collectives whose steps only copy (no reduction): :attr:`RuntimeModel.copy_efficiency` applies to them."""
 
 
 # tuning.cc: trees stop at maxTreeBw per GPU (more than two machines / at most two), LL128 on A100 a little higher
@@ -312,27 +326,41 @@ def widest_gpu_link(topology: Topology, link_class: str) -> float | None:
 
 _NCCL_SOURCE = ("per-hop and launch latencies, LL / LL128 factors: NVIDIA/nccl src/graph/tuning.cc "
                 "(commit 01afd20a77b5804e0ecf1042509dd9d20ebf9e93)")
-_HDR = ("net: 24 GB/s per 200 Gb/s HDR NIC of 25 GB/s = 0.96 (S. Jeaugey, NVIDIA, "
-        "https://github.com/NVIDIA/nccl-tests/issues/119)")
 _NDR = ("net: 48-49 GB/s per 400 Gb/s NDR NIC of 50 GB/s, 48.5 / 50 = 0.97 (NVIDIA, "
         "https://github.com/NVIDIA/nccl-tests/issues/267)")
 
 _A100_FIT = ("nvlink (per-step latency per protocol, Simple efficiency, LL128 cap): fitted by `taccl profile fit "
-             "--runtime tests/data/nccl_tests/azure_nda100v4_all_reduce.csv --into "
+             "--runtime tests/data/nccl_tests/azure_nda100v4_all_reduce.csv --per-rank "
+             "tests/data/nccl_tests/mscclpp_ndmv4.csv --select machines=1 --collective allreduce --into "
              "tests/data/nccl_tests/dgx-a100-start.json -o FILE` (from tuning.cc's figures) on the published "
-             "all_reduce_perf curve of Azure ND A100 v4 (8 x A100-SXM4-80GB, NCCL 2.18.5, 1 KB..8 GB: "
-             "https://github.com/Azure/AI-benchmarking-guide/blob/3f6a4d7c08c6fb1996437ff8d3aeb17a60d3ffd2/"
-             "Azure_Results/ND_A100_v4_results.md): 4.0 % rms over its 24 rows (worst 11.2 %); no row runs LL, whose "
-             "latency is only bounded (LL not faster than LL128 below 16 MB); the fitted launch offset of that "
-             "run (11.0 us, all_reduce_perf -g 8 in one process) is the harness's, not kept here")
+             "all_reduce_perf curve of Azure ND A100 v4 (8 x A100-SXM4-80GB, NCCL 2.18.5, 1 KB..8 GB, -g 8 in one "
+             "process: https://github.com/Azure/AI-benchmarking-guide/blob/3f6a4d7c08c6fb1996437ff8d3aeb17a60d3ffd2/"
+             "Azure_Results/ND_A100_v4_results.md) together with the one-GPU-per-rank Allreduce of Azure NDm A100 v4 "
+             "at 1 KB and 1 GB (NCCL 2.17.1: https://github.com/microsoft/mscclpp/blob/"
+             "7f3f36696f99719f72a5171baccc9465ba08a657/docs/performance-ndmv4.md), which tells the harness's launch "
+             "cost from NCCL's per-step latency: 3.9 % rms over the 26 rows (worst 11.1 %); no row runs LL, whose "
+             "latency is only bounded (LL not faster than LL128 at 1 KB); the launch offset fitted on the -g 8 rows "
+             "(25.0 us) is that harness's, not kept here")
+_A100_COPY = ("nvlink copy_efficiency 0.8651: the share at which NCCL's ring Allgather on dgx-a100 predicts the "
+              "published 1 GB busbw of Azure NDm A100 v4 (253.59 GB/s, one GPU per rank, NCCL 2.17.1, same page); its "
+              "Alltoall row (254.69 GB/s) is held out")
+
+_A100_NET = ("net (per-step latency per protocol, Simple efficiency): fitted by `taccl profile fit --runtime --per-rank "
+             "tests/data/nccl_tests/mscclpp_ndmv4.csv --select machines=2 --collective allreduce --class net --into "
+             "tests/data/nccl_tests/dgx-a100x2-start.json -o FILE` (from tuning.cc's latencies and 24 of 25 GB/s per "
+             "HDR NIC: S. Jeaugey, NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/119) on the one-GPU-per-rank "
+             "Allreduce of 2 x Azure NDm A100 v4 (one 200 Gb/s HDR NIC per GPU, same page) at 1 KB, 1 GB and 4 GB: "
+             "2.4 % rms (worst 3.8 %); the LL and LL128 latencies (8.62, 8.67 us, from 2.7 and 4.0) rest on its 1 KB "
+             "row only; 0.9306 of 25 GB/s is 23.3 GB/s per NIC")
 
 PRESETS: dict[str, RuntimeModel] = {
     "dgx-a100": RuntimeModel(
-        name="dgx-a100", efficiency={"nvlink": 0.7629, "pci": 1.0, "net": 0.96}, channels=24,
-        hop_latency_us={"nvlink": {Protocol.LL: 1.968, Protocol.LL128: 1.512, Protocol.SIMPLE: 11.72},
-                        "pci": dict(NCCL_HOP_LATENCY_US["pci"]), "net": dict(NCCL_HOP_LATENCY_US["net"])},
-        ll128_channels=7.729, tree_caps=True,
-        sources=(_A100_FIT, _HDR, _NCCL_SOURCE)),
+        name="dgx-a100", efficiency={"nvlink": 0.7668, "pci": 1.0, "net": 0.9306}, channels=24,
+        hop_latency_us={"nvlink": {Protocol.LL: 0.963, Protocol.LL128: 0.5071, Protocol.SIMPLE: 10.89},
+                        "pci": dict(NCCL_HOP_LATENCY_US["pci"]),
+                        "net": {Protocol.LL: 8.62, Protocol.LL128: 8.671, Protocol.SIMPLE: 9.602}},
+        ll128_channels=7.724, tree_caps=True, copy_efficiency={"nvlink": 0.8651}, net_overhead_us=2.0,
+        sources=(_A100_FIT, _A100_COPY, _A100_NET, _NCCL_SOURCE)),
     "dgx-h100": RuntimeModel(
         name="dgx-h100", efficiency={"nvlink": 370.0 / 450.0, "pci": 1.0, "net": 0.97}, channels=32,
         nvls_efficiency=0.623,
@@ -361,6 +389,10 @@ def runtime_to_dict(model: RuntimeModel) -> dict[str, Any]:
         data["nvls_efficiency"] = model.nvls_efficiency
     if model.tree_caps:
         data["tree_caps"] = True
+    if model.copy_efficiency:
+        data["copy_efficiency"] = dict(model.copy_efficiency)
+    if model.net_overhead_us != 1.0:
+        data["net_overhead_us"] = model.net_overhead_us
     if model.fitted is not None:
         data["fitted"] = dict(model.fitted)
     return data
@@ -379,12 +411,13 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
         if extra:
             raise InputError(f"a preset takes no other keys (got {sorted(extra)})", where=f"{where}: runtime")
         return PRESETS[name]
-    known = {"name", "efficiency", "channels", "ll128_channels", "nvls_efficiency", "tree_caps", "hop_latency_us",
-             "launch_us", "sources", "fitted"}
+    known = {"name", "efficiency", "copy_efficiency", "net_overhead_us", "channels", "ll128_channels", "nvls_efficiency", "tree_caps",
+             "hop_latency_us", "launch_us", "sources", "fitted"}
     unknown = set(raw) - known
     if unknown:
         raise InputError(f"unknown key(s) {sorted(unknown)}", where=f"{where}: runtime")
     efficiency = _class_numbers(raw.get("efficiency", {}), f"{where}: runtime.efficiency", upper=1.0)
+    copy_efficiency = _class_numbers(raw.get("copy_efficiency", {}), f"{where}: runtime.copy_efficiency", upper=1.0)
     channels = raw.get("channels", 24)
     if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= 256:
         raise InputError(f"must be an integer in 1..256 (got {channels!r})", where=f"{where}: runtime.channels")
@@ -413,12 +446,16 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
     tree_caps = raw.get("tree_caps", False)
     if not isinstance(tree_caps, bool):
         raise InputError(f"must be true or false (got {tree_caps!r})", where=f"{where}: runtime.tree_caps")
+    overhead = raw.get("net_overhead_us", 1.0)
+    if isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or not 0 <= overhead <= 1e3:
+        raise InputError(f"must be a number in 0..1000 us (got {overhead!r})", where=f"{where}: runtime.net_overhead_us")
     name = raw.get("name", "custom")
     if not isinstance(name, str):
         raise InputError("must be a string", where=f"{where}: runtime.name")
     return RuntimeModel(name=name, efficiency=efficiency, channels=channels, hop_latency_us=hops, launch_us=launch,
                         sources=tuple(sources), fitted=fitted, ll128_channels=None if ll128 is None else float(ll128),
-                        nvls_efficiency=None if nvls is None else float(nvls), tree_caps=tree_caps)
+                        nvls_efficiency=None if nvls is None else float(nvls), tree_caps=tree_caps,
+                        copy_efficiency=copy_efficiency, net_overhead_us=float(overhead))
 
 
 def _class_numbers(raw: Any, where: str, *, upper: float) -> dict[str, float]:
@@ -448,13 +485,20 @@ def _protocol_numbers(raw: Any, where: str) -> dict[Protocol, float]:
 
 
 def with_figures(model: RuntimeModel, link_class: str, *, efficiency: float | None = None,
+                 copy_efficiency: float | None = None,
                  hop_latency_us: Mapping[Protocol, float] | None = None, launch_us: Mapping[Protocol, float] | None = None,
                  channels: int | None = None, ll128_channels: float | None = None, name: str | None = None,
                  fitted: Mapping[str, Any] | None = None, source: str | None = None) -> RuntimeModel:
-    """``model`` with the figures of one link class (and the launch overheads, channels) replaced."""
+    """``model`` with the figures of one link class (and the launch overheads, channels) replaced.
+
+    ``copy_efficiency``: the class's share for collectives that only copy (:attr:`RuntimeModel.copy_efficiency`).
+    """
     eff = dict(model.efficiency)
     if efficiency is not None:
         eff[link_class] = efficiency
+    copy = dict(model.copy_efficiency)
+    if copy_efficiency is not None:
+        copy[link_class] = copy_efficiency
     hops = {c: dict(v) for c, v in model.hop_latency_us.items()}
     if hop_latency_us is not None:
         hops.setdefault(link_class, dict(NCCL_HOP_LATENCY_US[link_class])).update(hop_latency_us)
@@ -462,7 +506,8 @@ def with_figures(model: RuntimeModel, link_class: str, *, efficiency: float | No
     if launch_us is not None:
         launch.update(launch_us)
     sources = model.sources if source is None else (*model.sources, source)
-    return replace(model, name=name or model.name, efficiency=eff, hop_latency_us=hops, launch_us=launch,
+    return replace(model, name=name or model.name, efficiency=eff, copy_efficiency=copy, hop_latency_us=hops,
+                   launch_us=launch,
                    channels=model.channels if channels is None else channels,
                    ll128_channels=model.ll128_channels if ll128_channels is None else ll128_channels,
                    fitted=model.fitted if fitted is None else dict(fitted), sources=sources)

@@ -113,6 +113,63 @@ def test_tree_and_nvls_shares_follow_tuning_cc() -> None:
     assert model.costs("Simple", CollectiveKind.ALLREDUCE, topo).fraction["nvlink"] == 0.8
 
 
+def test_copy_collectives_take_the_copy_share() -> None:
+    """Allgather, Alltoall and Broadcast take ``copy_efficiency``; reductions and unnamed classes ``efficiency``."""
+    topo = resolve_topology("dgx-a100")
+    model = RuntimeModel(name="t", efficiency={"nvlink": 0.8, "net": 0.9}, copy_efficiency={"nvlink": 0.88})
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL, CollectiveKind.BROADCAST):
+        costs = model.costs("Simple", kind, topo)
+        assert costs.fraction["nvlink"] == 0.88 and costs.fraction["net"] == 0.9
+    for kind in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER, CollectiveKind.REDUCE):
+        assert model.costs("Simple", kind, topo).fraction["nvlink"] == 0.8
+    assert model.costs("LL", CollectiveKind.ALLGATHER, topo).fraction["nvlink"] == pytest.approx(0.88 / 3)
+    back = runtime_from_dict(json.loads(json.dumps(runtime_to_dict(model))), where="t.json")
+    assert back.copy_efficiency == {"nvlink": 0.88}
+
+
+def test_ring_across_machines_pays_the_network_on_its_crossings_only() -> None:
+    """tuning.cc's ring latency: (nsteps - nInterSteps) x intraLat + nInterSteps x interLat, intraLat at least
+    the network post overhead (x3 with Simple), spread over the ring's steps on its network connection."""
+    from taccl_py.predict import ring_step_latencies
+    from taccl_py.topology_io import load_topology
+
+    topo = load_topology(FIXTURES / "a100x3-4nic.json")  # 3 machines x 8 GPUs
+    hops = {"nvlink": 0.5, "pci": 1.0, "net": 9.0}
+    ll = TransferCosts(Protocol.LL, hops, {"nvlink": 1.0, "pci": 1.0, "net": 1.0}, 3.6)
+    # Allreduce: nsteps 2 x 23 = 46, nInterSteps 2 x 2 = 4; the intra floor (2 us) lifts NVLink's 0.5
+    out = ring_step_latencies(topo, ll, 1024, 1, 24, CollectiveKind.ALLREDUCE, net_overhead_us=2.0)
+    assert out["nvlink"] == 2.0 and out["net"] == pytest.approx(2.0 + (9.0 - 2.0) * 4 / 46)
+    assert 42 * out["nvlink"] + 4 * 9.0 == pytest.approx(46 * out["nvlink"] + 46 * (out["net"] - out["nvlink"]))
+    # Allgather: nsteps 23, nInterSteps 2; two pieces carry half each
+    out = ring_step_latencies(topo, ll, 1024, 2, 24, CollectiveKind.ALLGATHER, net_overhead_us=0.0)
+    assert out["nvlink"] == 0.25 and out["net"] == pytest.approx((0.5 + (9.0 - 0.5) * 2 / 23) / 2)
+    simple = replace(ll, protocol=Protocol.SIMPLE)
+    assert ring_step_latencies(topo, simple, 1024, 1, 24, CollectiveKind.ALLREDUCE,
+                               net_overhead_us=2.0)["nvlink"] == 6.0  # Simple: three times the overhead
+    one = resolve_topology("dgx-a100")  # one machine: no crossing, no floor
+    assert ring_step_latencies(one, ll, 1024, 1, 24, CollectiveKind.ALLREDUCE, net_overhead_us=2.0)["nvlink"] == 0.5
+
+
+def test_alltoall_across_machines_waits_for_its_proxies_to_post() -> None:
+    """Each rank's proxy posts its 8 network sends and 8 receives in turn, 2 us each on this AMD host: the last
+    network transfer starts at 32 us, then pays the network hop and the launch (1 KB: the data is negligible)."""
+    from taccl_py.predict import predict_baseline, with_network_posts
+
+    topo = resolve_topology("dgx-a100x2")
+    model = PRESETS["dgx-a100"]
+    pred = predict_baseline(topo, CollectiveKind.ALLTOALL, "direct", 1024, model, protocols=(Protocol.SIMPLE,))
+    assert isinstance(pred.schedule, Schedule)
+    costs = model.costs(Protocol.SIMPLE, CollectiveKind.ALLTOALL, topo)
+    starts = [t.not_before_us for t in pred.schedule.transfers if costs.route_class(topo, t.route) == "net"]
+    assert len(starts) == 16 * 8 and max(s or 0 for s in starts) == pytest.approx(16 * model.net_overhead_us)
+    assert all(t.not_before_us is None for t in pred.schedule.transfers if costs.route_class(topo, t.route) != "net")
+    expected = 16 * 2.0 + model.hop_latency_us["net"][Protocol.SIMPLE] + model.launch_us[Protocol.SIMPLE]
+    assert pred.sim.time_us == pytest.approx(expected, abs=0.1)
+    one = resolve_topology("dgx-a100")
+    plain = baseline(one, "alltoall", "direct", size_bytes=1024)
+    assert with_network_posts(one, plain, costs, 2.0) is plain  # one machine: nothing to post
+
+
 def test_nccl_runs_point_to_point_and_nvls_with_simple_only() -> None:
     from taccl_py.predict import nccl_protocols
 
@@ -181,6 +238,8 @@ def test_runtime_round_trips_through_a_topology_file() -> None:
     ({"efficiency": {"wifi": 0.5}}, "runtime.efficiency"),
     ({"channels": 0}, "runtime.channels"),
     ({"launch_us": {"LL": -1}}, "runtime.launch_us.LL"),
+    ({"copy_efficiency": {"nvlink": 0}}, "runtime.copy_efficiency.nvlink"),
+    ({"net_overhead_us": "2"}, "runtime.net_overhead_us"),
     ({"colour": 1}, "runtime"),
 ])
 def test_bad_runtime_objects_name_the_field(runtime: object, field: str) -> None:
@@ -239,17 +298,37 @@ def test_published_tables_give_busbw_or_time(tmp_path: Path) -> None:
         read_timing_table(bad)
 
 
+MISSED_ROWS = {
+    "Azure ND A100 v4 all_reduce (calibration)": {1 << 20, 128 << 20},
+    "Galvatron 8 x A100 all_reduce": {1 << 20, 2 << 20, 4 << 20, 8 << 20},
+    "NDmv4 1 x 8 A100 allreduce (calibration)": set(),
+    "NDmv4 1 x 8 A100 allgather 1 GB (calibration)": set(),
+    "NDmv4 1 x 8 A100 allgather 1 KB": set(),
+    "NDmv4 1 x 8 A100 alltoall": {1 << 10},
+    "NDmv4 2 x 8 A100 allgather": set(),
+    "NDmv4 2 x 8 A100 alltoall": {1 << 30, 4 << 30},
+    "nccl#527 p4dn 8 x A100 all_reduce": set(),
+    "Azure ND H100 v5 all_reduce (NVLS)": {1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 1 << 20, 2 << 20, 4 << 20},
+}
+"""Per cited run (the quick ones), the sizes whose prediction misses its target, as benchmarks/RESULTS.md reports
+them (docs/runtime.md "Limits, stated plainly" says why); every other row is within it."""
+
+
 @pytest.mark.slow
 def test_published_runs_stay_where_they_were_measured() -> None:
-    """Regression: the predicted/published ratio of cited runs, as benchmarks/RESULTS.md reports it."""
+    """Regression: which rows of the cited runs meet the targets, and the error of two multi-machine rows."""
     cases = {c.name: c for c in load_cases(FIXTURES)}
+    for name, missed in MISSED_ROWS.items():
+        rows = predict_case(cases[name], FIXTURES)
+        assert {r.size_bytes for r in rows if not r.met} == missed, name
+        if name.startswith("NDmv4 1 x 8 A100 allgather 1 GB"):  # the copy share is the one that predicts it
+            assert rows[0].error == pytest.approx(0.0, abs=0.002)
     rows = predict_case(cases["nccl-tests#119 3 x 8 A100 all_reduce"], FIXTURES, max_rows=1)
-    assert rows[0].error == pytest.approx(-0.001, abs=0.01) and rows[0].proto == "Simple"
-    p4dn = predict_case(cases["nccl#527 p4dn 8 x A100 all_reduce"], FIXTURES)
-    assert p4dn[0].met and p4dn[0].error == pytest.approx(-0.029, abs=0.01)
+    assert rows[0].error == pytest.approx(-0.031, abs=0.01) and rows[0].proto == "Simple"
+    two = predict_case(cases["NDmv4 2 x 8 A100 allreduce (calibration)"], FIXTURES, max_rows=1)
+    assert two[0].error == pytest.approx(0.04, abs=0.01) and two[0].algorithm == "tree"
     nvls = predict_case(cases["Azure ND H100 v5 all_reduce (NVLS)"], FIXTURES)
-    assert all(r.met for r in nvls if r.size_bytes >= 64 << 20) and all(r.algorithm == "nvls" for r in nvls)
-    assert not all(r.met for r in nvls)  # 32 KB..32 MB: NCCL's NVLS chunking is not modelled (docs/runtime.md)
+    assert all(r.algorithm == "nvls" for r in nvls)
 
 
 # ------------------------------------------------------------------------ taccl profile fit --runtime
@@ -312,6 +391,52 @@ def test_runtime_fit_recovers_the_model_that_made_the_log(tmp_path: Path,
     assert fitted["fitted"]["files"] == [str(log)] and fitted["name"] == "start+fit"
     back = runtime_from_dict(fitted, where="fitted.json")  # the written object loads again
     assert back.launch_us[Protocol.SIMPLE] == pytest.approx(20.4, abs=0.5)
+
+
+@pytest.mark.slow
+def test_runtime_fit_tells_the_harness_from_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-process log 12 us slower than the model, fitted with per-rank rows of the same model: the 12 us is
+    the harness's (reported, not written into the model), and the model keeps tuning.cc's launch overheads."""
+    from taccl_py.predict import predict_nccl
+    from taccl_py.runtime import NCCL_BASE_LATENCY_US, NCCL_HOP_LATENCY_US
+
+    topo = switch_star(4, 100.0, 0.5)
+    hops = {c: dict(v) for c, v in NCCL_HOP_LATENCY_US.items()}
+    hops["nvlink"] = {Protocol.LL: 0.9, Protocol.LL128: 2.5, Protocol.SIMPLE: 6.0}
+    truth = RuntimeModel(name="truth", efficiency={"nvlink": 0.7}, channels=8, hop_latency_us=hops)
+
+    def time_of(size: int) -> float:
+        found = predict_nccl(topo, CollectiveKind.ALLREDUCE, size, truth)
+        assert found is not None and found[1].sim.time_us is not None
+        return round(found[1].sim.time_us, 2)
+
+    log = tmp_path / "all_reduce.log"
+    log.write_text(_nccl_tests_text([(1 << e, time_of(1 << e) + 12.0) for e in range(10, 29)], 4))
+    table = tmp_path / "per_rank.csv"
+    table.write_text("collective,size_bytes,placement,time_us,busbw_GBps,machines\n"
+                     + "".join(f"allreduce,{1 << e},in-place,{time_of(1 << e)},,{m}\n" for e in (10, 12, 20, 24)
+                               for m in (1, 2)))  # the machines=2 rows are another run: --select drops them
+    start = tmp_path / "star.json"
+    start.write_text(json.dumps({**topology_to_dict(topo), "runtime": {"name": "start", "efficiency": {"nvlink": 0.9},
+                                                                       "channels": 8}}))
+    out = tmp_path / "fitted.json"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", "fit", "--runtime", str(log), "--per-rank", str(table), "--select", "machines=1",
+              "--into", str(start), "-o", str(out), "--json"])
+    assert exit_info.value.code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["fit"]["harness_launch_offset_us"] == pytest.approx(12.0, abs=0.5)
+    assert sum(r["per_rank"] for r in report["rows"]) == 4 and report["fit"]["select"] == {"machines": "1"}
+    assert report["fit"]["rms_error"] < 0.03
+    fitted = json.loads(out.read_text())["runtime"]
+    assert fitted["launch_us"] == {p.value: v for p, v in NCCL_BASE_LATENCY_US.items()}  # the offset stays out
+    assert fitted["hop_latency_us"]["nvlink"]["LL"] == pytest.approx(0.9, abs=0.1)
+    with pytest.raises(SystemExit) as exit_info:  # a malformed selection is one line, status 2
+        main(["profile", "fit", "--runtime", str(log), "--select", "machines", "--into", str(start), "-o", str(out)])
+    assert exit_info.value.code == 2 and "--select" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # --per-rank is a --runtime option
+        main(["profile", "fit", str(log), "--per-rank", str(table)])
+    assert exit_info.value.code == 2 and "--per-rank applies to --runtime" in capsys.readouterr().err
 
 
 @pytest.mark.slow

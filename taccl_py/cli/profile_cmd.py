@@ -99,7 +99,7 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 
 
 @profile.command("fit")
-@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.argument("files", nargs=-1, metavar="FILE...")
 @click.option("-o", "--output", metavar="FILE", help="Write the fitted topology here.")
 @click.option("--into", "into", metavar="TOPO",
               help="Re-calibrate this topology file (overwritten unless -o is given) or shipped topology "
@@ -119,10 +119,17 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
                    "instead of its links; --class picks the class (nvlink, pci, net).")
 @click.option("--rows", "rows_kept", type=click.Choice(["all", "even", "odd"]), default="all", show_default=True,
               help="With --runtime: fit every row, or every other one (the rest held out to check the fit).")
+@click.option("--per-rank", "per_rank", multiple=True, metavar="FILE",
+              help="With --runtime: more logs or tables measured with one GPU per process (MPI, torchrun). The "
+                   "launch offset is fitted on FILE... only, as their harness's extra cost, and is not written "
+                   "into the model (e.g. all_reduce_perf -g 8 runs calibrated together with per-rank ones).")
+@click.option("--select", "select", multiple=True, metavar="COLUMN=VALUE",
+              help="With --runtime: a published table with this column keeps only the rows with this value "
+                   "(a table holding several runs, e.g. machines=1).")
 @json_option
 def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
             ranks: int | None, group: str | None, class_name: str | None, name: str | None, runtime: bool,
-            rows_kept: str, as_json: bool) -> None:
+            rows_kept: str, per_rank: tuple[str, ...], select: tuple[str, ...], as_json: bool) -> None:
     """Fit alpha (us) and bandwidth (GB/s) per link from nccl-tests logs or CSVs.
 
     FILE is an nccl-tests log (sendrecv_perf, all_gather_perf, all_reduce_perf,
@@ -131,10 +138,14 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
     topology (a ring, fully connected or measured-pairs topology); with --into
     the fitted values replace the links of the measured pairs or link classes.
     """
-    if rows_kept != "all" and not runtime:
-        raise ProfileInputError("--rows applies to --runtime fits only", where="--rows")
+    if not files and not (runtime and per_rank):
+        raise ProfileInputError("give at least one FILE (or, with --runtime, --per-rank FILE)", where="FILE")
+    for flag, given in (("--rows", rows_kept != "all"), ("--per-rank", bool(per_rank)), ("--select", bool(select))):
+        if given and not runtime:
+            raise ProfileInputError(f"{flag} applies to --runtime fits only", where=flag)
     if runtime:
-        _fit_runtime_cmd(files, output, into, collective, class_name, rows_kept, as_json)
+        _fit_runtime_cmd(files, output, into, collective, class_name, rows_kept, per_rank, _selection(select),
+                         as_json)
         return
     base = None
     if into is not None:
@@ -153,11 +164,23 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
     _report_fit(outcome, target, as_json)
 
 
-_RUNTIME_COLUMNS = ("size", "measured us", "predicted us", "error", "algorithm", "proto")
+_RUNTIME_COLUMNS = ("size", "measured us", "predicted us", "error", "algorithm", "proto", "harness")
+
+
+def _selection(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--select COLUMN=VALUE`` options as a mapping."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        column, sep, value = pair.partition("=")
+        if not sep or not column.strip():
+            raise ProfileInputError(f"expected COLUMN=VALUE (got {pair!r})", where="--select")
+        out[column.strip()] = value.strip()
+    return out
 
 
 def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
-                     class_name: str | None, rows_kept: str, as_json: bool) -> None:
+                     class_name: str | None, rows_kept: str, per_rank: tuple[str, ...], select: dict[str, str],
+                     as_json: bool) -> None:
     """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
     from dataclasses import replace
 
@@ -171,10 +194,16 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     base = _load_base(into, "--into")
     target = output or into
     check_output_file(target, "-o" if output else "--into")
-    rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept)
+    rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
+                                             per_rank=per_rank, select=select)
     fit = fit_runtime(base, rows, link_class=class_name)
-    record = {**fit.as_dict(), "files": list(files), "rows_kept": rows_kept}
-    label = ", ".join(Path(f).name for f in files)
+    record: dict[str, object] = {**fit.as_dict(), "files": list(files), "rows_kept": rows_kept}
+    if per_rank:
+        record["per_rank_files"] = list(per_rank)
+        record["harness_launch_offset_us"] = round(fit.figures["launch"], 6)
+    if select:
+        record["select"] = dict(select)
+    label = ", ".join(Path(f).name for f in (*files, *per_rank))
     model = replace(fit.model, name=f"{fit.model.name.removesuffix('+fit')}+fit", fitted=record,
                     sources=(*fit.model.sources, f"{fit.link_class}: fitted by taccl profile fit --runtime from {label}"))
     save_topology(replace(base, runtime=model), target)
@@ -184,17 +213,21 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
                    "fit": record, "warnings": all_warnings,
                    "rows": [{"size_bytes": r.row.size_bytes, "measured_us": r.row.time_us,
                              "predicted_us": r.predicted_us, "error": r.error, "algorithm": r.algorithm,
-                             "proto": r.protocol} for r in fit.rows]})
+                             "proto": r.protocol, "per_rank": not r.row.offset} for r in fit.rows]})
         return
     _warn(all_warnings)
     for line in inputs:
         out_console.print(f"read {line}", markup=False)
     figures = ", ".join(f"{k} {v:.4g}" for k, v in fit.figures.items())
     out_console.print(f"fitted {fit.link_class}: {figures} (fitted: {', '.join(fit.fitted)})", markup=False)
+    if per_rank and files:
+        out_console.print(f"launch {fit.figures['launch']:.4g} us is the harness's of {', '.join(files)} (over one "
+                          "GPU per process); it is not written into the model", markup=False)
     out_console.print(make_table(f"rows: rms error {fit.rms_error:.1%}, worst {fit.max_error:.1%}",
                                  _RUNTIME_COLUMNS,
                                  [[format_bytes(r.row.size_bytes), float(r.row.time_us), float(r.predicted_us),
-                                   f"{r.error:+.1%}", r.algorithm, r.protocol] for r in fit.rows]))
+                                   f"{r.error:+.1%}", r.algorithm, r.protocol,
+                                   "offset" if r.row.offset else "per-rank"] for r in fit.rows]))
     out_console.print(f"wrote {target}: runtime model {model.name!r}", markup=False)
 
 

@@ -10,7 +10,8 @@ This module fits those figures for one link class to measured times (nccl-tests 
 * ``hop LL``, ``hop LL128``, ``hop Simple``: the class's per-step latency of each protocol (fitted
   when at least :data:`MIN_ROWS_PER_PROTOCOL` rows run fastest with it; otherwise the rows only bound
   it: that protocol must not beat the ones they ran);
-* ``efficiency``: Simple's share of the class's link rate (LL and LL128 follow by tuning.cc's factors);
+* ``efficiency``: Simple's share of the class's link rate (LL and LL128 follow by tuning.cc's factors); when
+  every row only copies (Allgather, Alltoall, Broadcast) it is the class's ``copy_efficiency``;
 * ``ll128 channels``: how many channels' worth of LL128 bandwidth a GPU drives (when LL128 rows exist).
 
 Method: least squares on relative residuals ``(predicted - measured) / measured``. Each iteration
@@ -39,6 +40,7 @@ from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline
 from taccl_py.profiler.nccl_tests import BINARY_MODELS, binary_from_name, parse_nccl_tests_log, resolve_binary
 from taccl_py.profiler.tables import is_timing_table, read_timing_table
 from taccl_py.runtime import (
+    COPY_KINDS,
     LINK_CLASSES,
     NCCL_LL128_MAX_BW_PER_CHANNEL,
     PROTOCOLS,
@@ -73,6 +75,9 @@ class TimedRow:
     size_bytes: int
     time_us: float
     origin: str = ""
+    offset: bool = True
+    """Whether the fitted launch offset applies (False: a row of the reference harness, one GPU per process,
+    whose launch costs are the model's own)."""
 
 
 @dataclass(frozen=True)
@@ -137,8 +142,13 @@ class _Problem:
         self.base_launch = {p: base.launch_us[p] for p in PROTOCOLS}
         hops = base.hop_latency_us.get(link_class, {})
         lanes = base.channels if base.ll128_channels is None else base.ll128_channels
+        self.copy = all(r.kind in COPY_KINDS for r in rows)
+        """Every row only copies: the efficiency fitted is the class's copy share (``copy_efficiency``)."""
+        share = base.efficiency.get(link_class, 1.0)
+        if self.copy:
+            share = base.copy_efficiency.get(link_class, share)
         self.start = np.array([0.0, hops.get(Protocol.LL, 0.0), hops.get(Protocol.LL128, 0.0),
-                               hops.get(Protocol.SIMPLE, 0.0), base.efficiency.get(link_class, 1.0), float(lanes)])
+                               hops.get(Protocol.SIMPLE, 0.0), share, float(lanes)])
         self.lower = np.array([-min(self.base_launch.values()), 0.0, 0.0, 0.0, 0.02, 0.5])
         self.upper = np.array([1e4, 1e3, 1e3, 1e3, 1.0, 256.0])
         self.scale = np.array([10.0, 1.0, 2.0, 4.0, 0.5, max(8.0, float(lanes))])
@@ -152,11 +162,14 @@ class _Problem:
         """LL128's share per channel of the cap (Allreduce's per-channel rate over the widest link; the cap's scale)."""
         self._cache: dict[tuple[int, str, Protocol, tuple[float, ...]], float] = {}
 
-    def model(self, x: np.ndarray) -> RuntimeModel:
-        launch = {p: self.base_launch[p] + float(x[0]) for p in PROTOCOLS}
+    def model(self, x: np.ndarray, *, offset: bool = True) -> RuntimeModel:
+        """The model of figures ``x``; ``offset`` False leaves the launch offset out (the harness's, not the model's)."""
+        launch = {p: self.base_launch[p] + (float(x[0]) if offset else 0.0) for p in PROTOCOLS}
         hops = {Protocol.LL: float(x[1]), Protocol.LL128: float(x[2]), Protocol.SIMPLE: float(x[3])}
-        return with_figures(self.base, self.link_class, efficiency=float(x[4]), hop_latency_us=hops,
-                            launch_us=launch, ll128_channels=float(x[5]))
+        share = float(x[4])
+        return with_figures(self.base, self.link_class, hop_latency_us=hops, launch_us=launch,
+                            ll128_channels=float(x[5]), efficiency=None if self.copy else share,
+                            copy_efficiency=share if self.copy else None)
 
     def time(self, i: int, algorithm: str, protocol: Protocol, x: np.ndarray) -> float:
         """Predicted time of row ``i`` with ``algorithm`` and ``protocol`` (inf when it cannot run)."""
@@ -168,7 +181,7 @@ class _Problem:
             t = pred.sim.time_us
             # the launch offset is added outside the cache key: it shifts every prediction by itself
             self._cache[key] = math.inf if t is None else t - float(x[0])
-        return self._cache[key] + float(x[0])
+        return self._cache[key] + (float(x[0]) if self.rows[i].offset else 0.0)
 
     def choose(self, i: int, x: np.ndarray) -> tuple[str, Protocol, float]:
         """The fastest algorithm and protocol for row ``i`` under ``x`` (NCCL's choice as the model sees it)."""
@@ -209,6 +222,7 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     if cls not in LINK_CLASSES:
         raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net)", where="--class")
     problem = _Problem(topology, model0, cls, rows)
+    fit_launch = fit_launch and any(r.offset for r in rows)
     measured = np.array([r.time_us for r in rows])
     x = problem.start.copy()
     free = np.array([fit_launch, True, True, True, True, True])
@@ -246,7 +260,7 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     if counts[Protocol.LL128] < MIN_ROWS_PER_PROTOCOL:
         warnings.append(f"the LL128 bandwidth cap ({x[5]:.4g} channels) is only bounded by these rows")
     figures = dict(zip(_PARAMS, (float(v) for v in x), strict=True))
-    fit = RuntimeFit(problem.model(x), cls, figures, names, fitted_rows, iterations)
+    fit = RuntimeFit(problem.model(x, offset=all(r.offset for r in rows)), cls, figures, names, fitted_rows, iterations)
     if fit.rms_error > 0.15:
         warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
                         f"{fit.max_error:.0%}): the runtime model does not describe this run well")
@@ -293,9 +307,10 @@ class _Surrogate:
     def cost(self, v: np.ndarray) -> float:
         total = 0.0
         for i, options in enumerate(self.terms):
+            shift = 1.0 if self.problem.rows[i].offset else 0.0
             best = math.inf
             for p, t0, a, b in options:
-                t = t0 + (v[0] - self.x[0]) + a * (v[_HOP[p]] - self.x[_HOP[p]]) \
+                t = t0 + (v[0] - self.x[0]) * shift + a * (v[_HOP[p]] - self.x[_HOP[p]]) \
                     + b * (self.share(p, self.x) / max(self.share(p, v), 1e-9) - 1.0)
                 best = min(best, t)
             r = best / self.measured[i] - 1.0
@@ -389,53 +404,77 @@ def _cost(resid: np.ndarray, x: np.ndarray, problem: _Problem) -> float:
 
 
 def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str | None = None,
-                    rows_kept: str = "all") -> tuple[list[TimedRow], list[str], list[str]]:
+                    rows_kept: str = "all", per_rank: Sequence[str] = (),
+                    select: dict[str, str] | None = None) -> tuple[list[TimedRow], list[str], list[str]]:
     """Rows to fit from nccl-tests logs (every run; out-of-place time) and published timing tables.
 
     ``rows_kept``: ``all``, or ``even`` / ``odd`` to keep every other row of each run or table (the rest
-    held out to check the fit). Returns the rows, one line per input (what was read) and warnings. A
-    log whose ranks differ from the topology's GPUs is an error: the fit simulates every GPU of it.
+    held out to check the fit). ``per_rank``: more files, measured with one GPU per process (MPI, torchrun),
+    whose rows the fitted launch offset does not apply to (:attr:`TimedRow.offset`). ``select``: a table
+    with a column of that name keeps only the rows with that value (a table holding several runs);
+    ``collective`` also keeps only a table's rows of that collective. Returns the rows, one line per input
+    (what was read) and warnings. A log whose ranks differ from the topology's GPUs is an error: the fit
+    simulates every GPU of it.
     """
     if rows_kept not in ("all", "even", "odd"):
         raise ProfileInputError(f"must be all, even or odd (got {rows_kept!r})", where="--rows")
-    start = 1 if rows_kept == "odd" else 0
-    step = 1 if rows_kept == "all" else 2
-
     rows: list[TimedRow] = []
     inputs: list[str] = []
     warnings: list[str] = []
-    n = topology.num_gpus
     for path in files:
-        if not Path(path).is_file():
-            raise ProfileInputError("no such file", where=path)
-        if is_timing_table(path):
-            table = read_timing_table(path)[start::step]
-            rows.extend(TimedRow(r.kind, r.size_bytes, r.time(n), r.origin) for r in table)
-            inputs.append(f"{path}: published table, {len(table)} rows")
-            continue
-        for run in parse_nccl_tests_log(path):
-            at = f"{path}: line {run.first_line}"
-            if collective is not None:
-                binary = resolve_binary(collective)
-            elif run.binary is not None:
-                binary = resolve_binary(run.binary, where=at)
-            else:
-                guessed = binary_from_name(Path(path).name)
-                if guessed is None:
-                    raise ProfileInputError("cannot tell which collective this log ran; pass --collective", where=at)
-                binary = guessed
-            name = BINARY_MODELS[binary].collective
+        _read_one(path, topology, collective, rows_kept, select or {}, True, rows, inputs, warnings)
+    for path in per_rank:
+        _read_one(path, topology, collective, rows_kept, select or {}, False, rows, inputs, warnings)
+    return rows, inputs, warnings
+
+
+def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: str, select: dict[str, str],
+              offset: bool, rows: list[TimedRow], inputs: list[str], warnings: list[str]) -> None:
+    """Append one file's rows (see :func:`read_timed_rows`)."""
+    start = 1 if rows_kept == "odd" else 0
+    step = 1 if rows_kept == "all" else 2
+    n = topology.num_gpus
+    harness = "" if offset else ", one GPU per process"
+    if not Path(path).is_file():
+        raise ProfileInputError("no such file", where=path)
+    if is_timing_table(path):
+        wanted = None
+        if collective is not None:
+            name = BINARY_MODELS[resolve_binary(collective)].collective
             if name == "sendrecv":
                 raise ProfileInputError("sendrecv_perf is point-to-point: fit links with it (without --runtime)",
-                                        where=at)
-            kind = CollectiveKind(name)
-            if run.nranks != n:
-                raise ProfileInputError(f"the run has {run.nranks} ranks but the topology has {n} GPUs", where=at)
-            used = [r for r in run.rows if not r.wrong and r.size_bytes >= 4 * n]
-            if len(used) < len(run.rows):
-                warnings.append(f"{at}: {len(run.rows) - len(used)} row(s) skipped (wrong results, or fewer "
-                                "elements than ranks)")
-            used = used[start::step]
-            rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}") for r in used)
-            inputs.append(f"{path}: {binary}, {run.nranks} ranks, {len(used)} sizes")
-    return rows, inputs, warnings
+                                        where="--collective")
+            wanted = CollectiveKind(name)
+        table = [r for r in read_timing_table(path)
+                 if (wanted is None or r.kind is wanted)
+                 and all(r.extra.get(k, v) == v for k, v in select.items())][start::step]
+        if not table:
+            raise ProfileInputError("no row of the table is selected (see --collective and --select)", where=path)
+        rows.extend(TimedRow(r.kind, r.size_bytes, r.time(n), r.origin, offset) for r in table)
+        inputs.append(f"{path}: published table, {len(table)} rows{harness}")
+        return
+    for run in parse_nccl_tests_log(path):
+        at = f"{path}: line {run.first_line}"
+        if collective is not None:
+            binary = resolve_binary(collective)
+        elif run.binary is not None:
+            binary = resolve_binary(run.binary, where=at)
+        else:
+            guessed = binary_from_name(Path(path).name)
+            if guessed is None:
+                raise ProfileInputError("cannot tell which collective this log ran; pass --collective", where=at)
+            binary = guessed
+        name = BINARY_MODELS[binary].collective
+        if name == "sendrecv":
+            raise ProfileInputError("sendrecv_perf is point-to-point: fit links with it (without --runtime)",
+                                    where=at)
+        kind = CollectiveKind(name)
+        if run.nranks != n:
+            raise ProfileInputError(f"the run has {run.nranks} ranks but the topology has {n} GPUs", where=at)
+        used = [r for r in run.rows if not r.wrong and r.size_bytes >= 4 * n]
+        if len(used) < len(run.rows):
+            warnings.append(f"{at}: {len(run.rows) - len(used)} row(s) skipped (wrong results, or fewer "
+                            "elements than ranks)")
+        used = used[start::step]
+        rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset) for r in used)
+        inputs.append(f"{path}: {binary}, {run.nranks} ranks, {len(used)} sizes{harness}")
