@@ -260,7 +260,8 @@ def with_network_posts(topology: Topology, schedule: Schedule, costs: TransferCo
 
 
 def nccl_protocols(kind: CollectiveKind, algorithm: str) -> tuple[Protocol, ...]:
-    """The protocols NCCL runs ``algorithm`` with: Simple only for NVLS and for Alltoall (point-to-point sends)."""
+    """The protocols NCCL runs ``algorithm`` with: Simple only for NVLS; Alltoall (point-to-point sends) is modelled
+    with Simple only (NCCL uses LL for at most 16 KB per peer within a machine, with no published latency for it)."""
     if algorithm == "nvls" or kind is CollectiveKind.ALLTOALL:
         return (Protocol.SIMPLE,)
     return PROTOCOLS

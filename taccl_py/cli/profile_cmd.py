@@ -123,13 +123,17 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
               help="With --runtime: more logs or tables measured with one GPU per process (MPI, torchrun). The "
                    "launch offset is fitted on FILE... only, as their harness's extra cost, and is not written "
                    "into the model (e.g. all_reduce_perf -g 8 runs calibrated together with per-rank ones).")
+@click.option("--algorithm", "algorithms", multiple=True, type=click.Choice(["ring", "tree", "nvls", "direct"]),
+              help="With --runtime: an algorithm the runs allowed (their NCCL_ALGO); repeat for several. Default: "
+                   "NCCL's own choice among all.")
 @click.option("--select", "select", multiple=True, metavar="COLUMN=VALUE",
               help="With --runtime: a published table with this column keeps only the rows with this value "
                    "(a table holding several runs, e.g. machines=1).")
 @json_option
 def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
             ranks: int | None, group: str | None, class_name: str | None, name: str | None, runtime: bool,
-            rows_kept: str, per_rank: tuple[str, ...], select: tuple[str, ...], as_json: bool) -> None:
+            rows_kept: str, per_rank: tuple[str, ...], algorithms: tuple[str, ...], select: tuple[str, ...],
+            as_json: bool) -> None:
     """Fit alpha (us) and bandwidth (GB/s) per link from nccl-tests logs or CSVs.
 
     FILE is an nccl-tests log (sendrecv_perf, all_gather_perf, all_reduce_perf,
@@ -140,12 +144,13 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
     """
     if not files and not (runtime and per_rank):
         raise ProfileInputError("give at least one FILE (or, with --runtime, --per-rank FILE)", where="FILE")
-    for flag, given in (("--rows", rows_kept != "all"), ("--per-rank", bool(per_rank)), ("--select", bool(select))):
+    for flag, given in (("--rows", rows_kept != "all"), ("--per-rank", bool(per_rank)), ("--select", bool(select)),
+                        ("--algorithm", bool(algorithms))):
         if given and not runtime:
             raise ProfileInputError(f"{flag} applies to --runtime fits only", where=flag)
     if runtime:
         _fit_runtime_cmd(files, output, into, collective, class_name, rows_kept, per_rank, _selection(select),
-                         as_json)
+                         algorithms, as_json)
         return
     base = None
     if into is not None:
@@ -180,7 +185,7 @@ def _selection(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
                      class_name: str | None, rows_kept: str, per_rank: tuple[str, ...], select: dict[str, str],
-                     as_json: bool) -> None:
+                     algorithms: tuple[str, ...], as_json: bool) -> None:
     """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
     from dataclasses import replace
 
@@ -196,13 +201,15 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     check_output_file(target, "-o" if output else "--into")
     rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
                                              per_rank=per_rank, select=select)
-    fit = fit_runtime(base, rows, link_class=class_name)
+    fit = fit_runtime(base, rows, link_class=class_name, algorithms=algorithms or None)
     record: dict[str, object] = {**fit.as_dict(), "files": list(files), "rows_kept": rows_kept}
     if per_rank:
         record["per_rank_files"] = list(per_rank)
         record["harness_launch_offset_us"] = round(fit.figures["launch"], 6)
     if select:
         record["select"] = dict(select)
+    if algorithms:
+        record["algorithms"] = list(algorithms)
     label = ", ".join(Path(f).name for f in (*files, *per_rank))
     model = replace(fit.model, name=f"{fit.model.name.removesuffix('+fit')}+fit", fitted=record,
                     sources=(*fit.model.sources, f"{fit.link_class}: fitted by taccl profile fit --runtime from {label}"))

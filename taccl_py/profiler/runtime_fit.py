@@ -134,7 +134,8 @@ def default_link_class(topology: Topology) -> str:
 class _Problem:
     """Figures <-> model, and cached predictions of a row under one algorithm and protocol."""
 
-    def __init__(self, topology: Topology, base: RuntimeModel, link_class: str, rows: Sequence[TimedRow]) -> None:
+    def __init__(self, topology: Topology, base: RuntimeModel, link_class: str, rows: Sequence[TimedRow],
+                 allowed: Sequence[str] | None = None) -> None:
         self.topology = topology
         self.base = base
         self.link_class = link_class
@@ -152,10 +153,12 @@ class _Problem:
         self.lower = np.array([-min(self.base_launch.values()), 0.0, 0.0, 0.0, 0.02, 0.5])
         self.upper = np.array([1e4, 1e3, 1e3, 1e3, 1.0, 256.0])
         self.scale = np.array([10.0, 1.0, 2.0, 4.0, 0.5, max(8.0, float(lanes))])
-        self.algorithms = {kind: nccl_algorithms(topology, kind) for kind in {r.kind for r in rows}}
+        self.algorithms = {kind: [a for a in nccl_algorithms(topology, kind) if allowed is None or a in allowed]
+                           for kind in {r.kind for r in rows}}
         for kind, names in self.algorithms.items():
             if not names:
-                raise ProfileInputError(f"no NCCL algorithm applies to {kind.value} on {topology.name!r}",
+                among = "" if allowed is None else f" among {', '.join(allowed)}"
+                raise ProfileInputError(f"no NCCL algorithm{among} applies to {kind.value} on {topology.name!r}",
                                         where="taccl profile fit --runtime")
         widest = widest_gpu_link(topology, link_class)
         self.ll128_per_lane = 0.0 if not widest else NCCL_LL128_MAX_BW_PER_CHANNEL[CollectiveKind.ALLREDUCE] / widest
@@ -197,8 +200,10 @@ class _Problem:
 
 def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel | None = None,
                 link_class: str | None = None, fit_launch: bool = True,
-                max_iterations: int = MAX_ITERATIONS) -> RuntimeFit:
+                max_iterations: int = MAX_ITERATIONS, algorithms: Sequence[str] | None = None) -> RuntimeFit:
     """Fit ``base``'s figures of ``link_class`` (default :func:`default_link_class`) to ``rows``.
+
+    ``algorithms``: the NCCL algorithms the runs allowed (their ``NCCL_ALGO``); None: NCCL's own choice.
 
     ``base`` defaults to the topology's runtime model, else NCCL's published figures with efficiency 1.
 
@@ -221,7 +226,7 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     cls = link_class or default_link_class(topology)
     if cls not in LINK_CLASSES:
         raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net)", where="--class")
-    problem = _Problem(topology, model0, cls, rows)
+    problem = _Problem(topology, model0, cls, rows, algorithms)
     fit_launch = fit_launch and any(r.offset for r in rows)
     measured = np.array([r.time_us for r in rows])
     x = problem.start.copy()
