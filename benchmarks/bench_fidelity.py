@@ -17,6 +17,9 @@ import harness  # same directory
 HERE = Path(__file__).parent
 
 NAME, TITLE, ORDER = "fidelity", "Fidelity against published nccl-tests runs", 90
+FIGURE = "fidelity-curves.png"
+MIN_FIGURE_ROWS = 6
+"""Cases with at least this many rows are drawn (a curve, not one or two points)."""
 
 FIXTURES = HERE.parent / "tests" / "data" / "nccl_tests"
 
@@ -85,8 +88,54 @@ def render(data: dict[str, Any], figures: Path) -> str:
             err = "-" if r["error"] is None else f"{r['error']:+.1%}"
             body.append(f"| {_size(r['size_bytes'])} | {r['published_busbw_GBps']:.2f} | {pred} | "
                         f"{r['algorithm'] or '-'} | {r['proto'] or '-'} | {err} | {'yes' if r['met'] else 'no'} |")
+    curves = [c for c in data["cases"] if len(c["rows"]) >= MIN_FIGURE_ROWS]
+    if curves:
+        _figure(curves, figures / FIGURE)
+        lines += [f"![predicted and published busbw per cited run](figures/{FIGURE})", "",
+                  "Published busbw (dots) and predicted (line) of every cited run with at least "
+                  f"{MIN_FIGURE_ROWS} rows; the shaded band is the target around the published figure "
+                  "(10 % from 1 MB, 25 % below).", ""]
     totals = []
     for role in ("held-out", "calibration"):
         rows = [r for case in data["cases"] if case["role"] == role for r in case["rows"]]
         totals.append(f"{role} rows within target: {sum(r['met'] for r in rows)} of {len(rows)}")
     return "\n".join([*lines, "; ".join(totals) + ".", "", *summary, *body])
+
+
+def _figure(cases: list[dict[str, Any]], path: Path) -> None:
+    """Small multiples: per case, published busbw against size (dots), the prediction (line), the target band."""
+    from taccl_py.plots import save_figure
+    from taccl_py.plots._files import new_figure
+    from taccl_py.plots.curves import size_axis
+
+    cols = min(4, len(cases))
+    nrows = -(-len(cases) // cols)
+    figure = new_figure(3.4 * cols, 2.6 * nrows)
+    axes = figure.subplots(nrows, cols, squeeze=False)
+    for k, case in enumerate(cases):
+        ax = axes[k // cols][k % cols]
+        rows = sorted(case["rows"], key=lambda r: r["size_bytes"])
+        sizes = [r["size_bytes"] for r in rows]
+        published = [r["published_busbw_GBps"] for r in rows]
+        band = [(1 - (0.10 if s >= 1 << 20 else 0.25)) for s in sizes]
+        ax.fill_between(sizes, [p * b for p, b in zip(published, band, strict=True)],
+                        [p * (2 - b) for p, b in zip(published, band, strict=True)], color="C0", alpha=0.15,
+                        linewidth=0)
+        ax.plot(sizes, published, "o", color="C0", markersize=3, label="published")
+        predicted = [(r["size_bytes"], r["predicted_busbw_GBps"]) for r in rows if r["predicted_busbw_GBps"]]
+        if predicted:
+            ax.plot(*zip(*predicted, strict=True), color="C3", linewidth=1.4, label="predicted")
+        missed = [(r["size_bytes"], r["published_busbw_GBps"]) for r in rows if not r["met"]]
+        if missed:
+            ax.plot(*zip(*missed, strict=True), "x", color="C3", markersize=6, label="missed")
+        ax.set_yscale("log")
+        title = case["name"] if case["role"] in case["name"] else f"{case['name']} ({case['role']})"
+        ax.set_title(title, fontsize=7)
+        ax.grid(True, alpha=0.3)
+        size_axis(ax, sizes)
+        ax.tick_params(labelsize=6)
+    for k in range(len(cases), nrows * cols):
+        axes[k // cols][k % cols].set_visible(False)
+    axes[0][0].set_ylabel("busbw GB/s")
+    axes[0][0].legend(fontsize=6, loc="lower right")
+    save_figure(figure, path)
