@@ -33,7 +33,7 @@ from taccl_py.errors import InputError
 from taccl_py.predict import predict_nccl
 from taccl_py.profiler.nccl_tests import BINARY_MODELS, parse_nccl_tests_log
 from taccl_py.profiler.tables import read_timing_table
-from taccl_py.runtime import PROTOCOLS, RuntimeModel, with_figures
+from taccl_py.runtime import RuntimeModel, with_launch_offset
 from taccl_py.topology import Topology
 from taccl_py.units import algbw_gbps
 
@@ -204,10 +204,7 @@ def case_model(case: FidelityCase, topology: Topology, offsets: dict[str, float]
     model = topology.runtime
     if model is None:
         raise InputError("the topology has no runtime model to predict with", where=case.topology)
-    offset = offsets.get(case.harness, 0.0)
-    if offset == 0.0:
-        return model
-    return with_figures(model, "nvlink", launch_us={p: model.launch_us[p] + offset for p in PROTOCOLS})
+    return with_launch_offset(model, offsets.get(case.harness, 0.0))
 
 
 def predict_case(case: FidelityCase, directory: str | os.PathLike[str], *,

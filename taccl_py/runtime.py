@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # the topology module refers back to this one only for types
 
 __all__ = ["COPY_KINDS", "LINK_CLASSES", "PRESETS", "Protocol", "RuntimeModel", "TransferCosts", "link_class_of", "nccl_ring_pieces",
            "payload_fraction", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
-           "wire_bytes", "with_figures"]
+           "wire_bytes", "with_figures", "with_launch_offset"]
 
 
 class Protocol(StrEnum):
@@ -511,3 +511,12 @@ def with_figures(model: RuntimeModel, link_class: str, *, efficiency: float | No
                    channels=model.channels if channels is None else channels,
                    ll128_channels=model.ll128_channels if ll128_channels is None else ll128_channels,
                    fitted=model.fitted if fitted is None else dict(fitted), sources=sources)
+
+
+def with_launch_offset(model: RuntimeModel, offset_us: float) -> RuntimeModel:
+    """``model`` with ``offset_us`` added to every protocol's launch overhead (a harness's host cost per collective:
+    ``all_reduce_perf -g 8`` launches every GPU from one thread); named ``<model>+<offset>us``."""
+    if offset_us == 0:
+        return model
+    return replace(model, name=f"{model.name}+{offset_us:g}us",
+                   launch_us={p: v + offset_us for p, v in model.launch_us.items()})

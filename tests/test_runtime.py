@@ -203,6 +203,23 @@ def test_ideal_flag_reproduces_the_raw_link_figures(capsys: pytest.CaptureFixtur
     assert calibrated["bound_us"] == data["bound_us"]  # bounds stay on the raw-link model
 
 
+def test_launch_offset_adds_a_harness_cost_to_the_calibrated_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """``taccl --launch-offset`` adds its microseconds once per collective (the -g 8 harness of the fidelity check)."""
+    times = []
+    for extra in ([], ["--launch-offset", "24.98"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*extra, "baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "64MB", "-a", "ring", "--json"])
+        assert exit_info.value.code == 0
+        data = json.loads(capsys.readouterr().out)
+        times.append(data["baselines"][0]["time_us"])
+    assert data["model"] == "dgx-a100+24.98us" and times[1] == pytest.approx(times[0] + 24.98, abs=1e-6)
+    for bad in (["--ideal", "--launch-offset", "5", "baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB"],
+                ["--launch-offset", "5", "baseline", "-t", "ndv2x2", "-c", "allreduce", "-s", "1KB"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(bad)
+        assert exit_info.value.code == 2 and "--launch-offset" in capsys.readouterr().err
+
+
 def test_xml_proto_is_honoured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "ring.xml"
     with pytest.raises(SystemExit):

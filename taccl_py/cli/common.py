@@ -429,13 +429,31 @@ def ideal_requested() -> bool:
     return bool(ctx is not None and ctx.find_root().params.get("ideal"))
 
 
+def launch_offset_requested() -> float:
+    """The ``taccl --launch-offset`` (us), 0 when not given."""
+    ctx = click.get_current_context(silent=True)
+    return float(ctx.find_root().params.get("launch_offset") or 0.0) if ctx is not None else 0.0
+
+
 def runtime_model_for(topology: Topology) -> RuntimeModel | None:
     """The topology's calibrated runtime model, unless ``--ideal`` (then None: the raw-link model).
 
-    Store-and-forward switches are a raw-link model of their own: with a runtime model too, one line
-    asks for ``--ideal`` (the calibrated costs are per step of a cut-through route).
+    ``taccl --launch-offset`` is added to its launch overheads (a harness's host cost). Store-and-forward
+    switches are a raw-link model of their own: with a runtime model too, one line asks for ``--ideal``
+    (the calibrated costs are per step of a cut-through route).
     """
+    from taccl_py.runtime import with_launch_offset
+
+    offset = launch_offset_requested()
+    if offset and ideal_requested():
+        raise InputError("a launch offset applies to the calibrated runtime model, not to the raw-link model of "
+                         "--ideal", where="--launch-offset")
+    if offset and topology.runtime is None:
+        raise InputError(f"topology {topology.name!r} has no calibrated runtime model to add a launch offset to",
+                         where="--launch-offset")
     model = None if ideal_requested() else topology.runtime
+    if model is not None and offset:
+        model = with_launch_offset(model, offset)
     if model is not None and topology.store_and_forward:
         raise InputError(f"store-and-forward switches are simulated on the raw-link model only, and topology "
                          f"{topology.name!r} has the calibrated runtime model {model.name!r}: add taccl --ideal",

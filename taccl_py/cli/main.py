@@ -71,7 +71,11 @@ class _Commands(click.Group):
 @click.option("--ideal", is_flag=True, default=False,
               help="The raw-link model only: ignore a topology's calibrated runtime costs (protocols, per-step and "
                    "launch overheads; shipped DGX A100 / H100 carry them). Bounds are always on the raw-link model.")
-def cli(ideal: bool) -> None:
+@click.option("--launch-offset", "launch_offset", type=click.FloatRange(0, 1e6), default=0.0, metavar="US",
+              help="Add US microseconds per collective to the calibrated runtime model's launch: what a benchmark "
+                   "harness adds beyond one GPU per process (nccl-tests -g 8 on the calibrated DGX A100 host: 25.0). "
+                   "Not with --ideal.")
+def cli(ideal: bool, launch_offset: float) -> None:
     """Synthesize, verify and time collective algorithms for multi-GPU topologies.
 
     Units: time in microseconds, sizes in bytes (K/M/G binary, as nccl-tests),
