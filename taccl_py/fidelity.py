@@ -45,6 +45,8 @@ LARGE_BYTES = 1 << 20
 LARGE_TARGET = 0.10
 SMALL_TARGET = 0.25
 ROLES = ("calibration", "held-out")
+KNOWN_ALGORITHMS = ("ring", "tree", "nvls", "direct")
+"""What a case's ``algorithms`` (its run's ``NCCL_ALGO``) may name."""
 HARNESSES = ("per-rank", "one-process")
 
 
@@ -137,8 +139,20 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
     root, raw = _manifest(directory)
     where = str(root / "manifest.json")
     cases = []
-    for k, entry in enumerate(raw.get("cases", [])):
+    entries = raw.get("cases", [])
+    if not isinstance(entries, list):
+        raise InputError("cases must be a list", where=where)
+    for k, entry in enumerate(entries):
         at = f"{where}: cases[{k}]"
+        if not isinstance(entry, dict):
+            raise InputError("must be an object", where=at)
+        if not isinstance(entry.get("select", {}), dict):
+            raise InputError("select must be an object of column: value", where=at)
+        algorithms = entry.get("algorithms")
+        if algorithms is not None and (not isinstance(algorithms, list) or not algorithms
+                                       or not all(a in KNOWN_ALGORITHMS for a in algorithms)):
+            raise InputError(f"algorithms must be a non-empty list of {', '.join(KNOWN_ALGORITHMS)} "
+                             f"(got {algorithms!r})", where=at)
         try:
             has_log, has_table = "log" in entry, "table" in entry
             if has_log == has_table:
@@ -167,11 +181,18 @@ def harness_offsets(directory: str | os.PathLike[str]) -> dict[str, float]:
     """Launch offset (us) of each harness, from the manifest's ``harness`` object (0 when absent)."""
     root, raw = _manifest(directory)
     out = dict.fromkeys(HARNESSES, 0.0)
-    for name, entry in raw.get("harness", {}).items():
+    harnesses = raw.get("harness", {})
+    if not isinstance(harnesses, dict):
+        raise InputError("harness must be an object", where=str(root / "manifest.json"))
+    for name, entry in harnesses.items():
         if name not in HARNESSES or not isinstance(entry, dict) or "launch_offset_us" not in entry:
             raise InputError(f"harness {name!r}: expected one of {', '.join(HARNESSES)} with launch_offset_us",
                              where=str(root / "manifest.json"))
-        out[name] = float(entry["launch_offset_us"])
+        value = entry["launch_offset_us"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
+            raise InputError(f"harness {name!r}: launch_offset_us must be a number of us in 0..1e6 (got {value!r})",
+                             where=str(root / "manifest.json"))
+        out[name] = float(value)
     return out
 
 

@@ -199,9 +199,9 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     ``2 (machines - 1)`` for Allreduce, ``machines - 1`` for Allgather and ReduceScatter): a ring's connection
     over the network sends every step, but its steps are in flight together and the chain of data waits on
     the network once per crossing. The network's transfers therefore carry ``intraLat + (interLat - intraLat)
-    x nInterSteps / nsteps``, which gives that sum over the ring's serial steps. A ring across machines pays
-    at least ``net_overhead_us`` per step (three times it with Simple: tuning.cc's ``intraLat = max(intraLat,
-    netOverhead)``), on every class. A Simple step over the network
+    x nInterSteps / nsteps``, which gives that sum over the ring's serial steps (``nInterSteps`` as at the cited
+    commit of tuning.cc). A ring across machines pays at least ``net_overhead_us`` per step within a machine
+    (three times it with Simple: ``intraLat = max(intraLat, netOverhead)`` of later tuning.cc, NCCL 2.19 on). A Simple step over the network
     also pipelines its slices through the NIC (:func:`taccl_py.runtime.simple_step_latency`): it hides that
     latency behind the slices after its first, computed for NCCL's own ``runtime_channels`` channels, each
     moving ``size / (ranks x channels x loops)`` per step at the NIC's rate x the share / ``runtime_channels``
@@ -212,7 +212,7 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     machines = len(topology.machines)
     if machines > 1 and "net" in hops:
         floor = net_overhead_us * (3 if costs.protocol is Protocol.SIMPLE else 1)
-        hops = {c: max(v, floor) for c, v in hops.items()}
+        hops = {c: v if c == "net" else max(v, floor) for c, v in hops.items()}
     out = {c: v / pieces for c, v in hops.items()}
     if "net" not in hops:
         return out

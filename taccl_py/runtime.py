@@ -232,8 +232,9 @@ class RuntimeModel:
     tree_caps: bool = False
     """Cap trees at tuning.cc's ``maxTreeBw`` per GPU (figures of the NCCL of the A100 era; later NCCLs raised them)."""
     net_overhead_us: float = 1.0
-    """Least per-step latency of a ring that spans machines (tuning.cc ``getNetOverhead``: the proxy posts every
-    step to the network; 1 us on Intel hosts, 2 us on AMD ones, three times that with Simple)."""
+    """Least per-step latency within a machine of a ring that spans machines, and the proxy's cost per posted
+    network send or receive (tuning.cc ``getNetOverhead``, NCCL 2.19 on: 1 us on Intel hosts, 2 us on AMD ones;
+    three times that per ring step with Simple)."""
     copy_efficiency: Mapping[str, float] = field(default_factory=dict)
     """Per link class, Simple's share for collectives that only copy (:data:`COPY_KINDS`); a class not named
     here takes ``efficiency``. A reduction's step also reads the local buffer and adds, so the same channels

@@ -294,6 +294,26 @@ def test_every_cited_run_parses_with_its_source() -> None:
         assert case.load_topology(FIXTURES).num_gpus == case.ranks
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"select": ["machines", "1"]}, "select must be an object"),
+    ({"algorithms": "ring"}, "algorithms must be a non-empty list"),
+    ({"algorithms": ["rings"]}, "algorithms must be a non-empty list"),
+    ({"role": "training"}, "role must be one of"),
+])
+def test_a_bad_manifest_case_is_one_line(tmp_path: Path, change: dict[str, object], message: str) -> None:
+    from taccl_py.fidelity import harness_offsets
+
+    raw = json.loads((FIXTURES / "manifest.json").read_text())
+    raw["cases"] = [{**raw["cases"][0], **change}]
+    (tmp_path / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(InputError, match=message):
+        load_cases(tmp_path)
+    raw["harness"]["one-process"]["launch_offset_us"] = "x"
+    (tmp_path / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(InputError, match="launch_offset_us must be a number"):
+        harness_offsets(tmp_path)
+
+
 def test_even_and_odd_rows_split_a_log() -> None:
     cases = {c.name: c for c in load_cases(FIXTURES)}
     even = published_rows(cases["A3 Mega 2 x 8 H100 all_reduce, even rows (calibration)"])
@@ -453,12 +473,46 @@ def test_runtime_fit_tells_the_harness_from_the_model(tmp_path: Path, capsys: py
     with pytest.raises(SystemExit) as exit_info:  # a malformed selection is one line, status 2
         main(["profile", "fit", "--runtime", str(log), "--select", "machines", "--into", str(start), "-o", str(out)])
     assert exit_info.value.code == 2 and "--select" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # a mistyped column selects nothing: refused, not ignored
+        main(["profile", "fit", "--runtime", str(log), "--per-rank", str(table), "--select", "machine=1",
+              "--into", str(start), "-o", str(out)])
+    assert exit_info.value.code == 2 and "no published table read has a column 'machine'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:  # NCCL_ALGO=NVLS on a machine without NVLink SHARP
         main(["profile", "fit", "--runtime", str(log), "--algorithm", "nvls", "--into", str(start), "-o", str(out)])
     assert exit_info.value.code == 2 and "no NCCL algorithm among nvls" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:  # --per-rank is a --runtime option
         main(["profile", "fit", str(log), "--per-rank", str(table)])
     assert exit_info.value.code == 2 and "--per-rank applies to --runtime" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_fit_of_copies_only_fits_the_copy_share(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Allgather rows only: the share fitted is ``copy_efficiency``; the reductions' ``efficiency`` stays."""
+    from taccl_py.predict import predict_nccl
+
+    topo = switch_star(4, 100.0, 0.5)
+    truth = RuntimeModel(name="truth", efficiency={"nvlink": 0.9}, copy_efficiency={"nvlink": 0.8}, channels=8)
+    times = []
+    for e in range(10, 29, 2):
+        found = predict_nccl(topo, CollectiveKind.ALLGATHER, 1 << e, truth)
+        assert found is not None and found[1].sim.time_us is not None
+        times.append((1 << e, round(found[1].sim.time_us, 2)))
+    log = tmp_path / "all_gather.log"
+    log.write_text(_nccl_tests_text(times, 4))
+    start = tmp_path / "star.json"
+    start.write_text(json.dumps({**topology_to_dict(topo), "runtime": {"name": "start", "efficiency": {"nvlink": 0.9},
+                                                                       "channels": 8}}))
+    out = tmp_path / "fitted.json"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", "fit", "--runtime", str(log), "--collective", "allgather", "--into", str(start), "-o",
+              str(out), "--json"])
+    assert exit_info.value.code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["fit"]["figures"]["copy efficiency"] == pytest.approx(0.8, rel=0.02)
+    assert "efficiency" not in report["fit"]["figures"]
+    fitted = json.loads(out.read_text())["runtime"]
+    assert fitted["copy_efficiency"]["nvlink"] == pytest.approx(0.8, rel=0.02)
+    assert fitted["efficiency"]["nvlink"] == 0.9
 
 
 @pytest.mark.slow

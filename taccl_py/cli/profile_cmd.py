@@ -205,7 +205,8 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     record: dict[str, object] = {**fit.as_dict(), "files": list(files), "rows_kept": rows_kept}
     if per_rank:
         record["per_rank_files"] = list(per_rank)
-        record["harness_launch_offset_us"] = round(fit.figures["launch"], 6)
+        if files:
+            record["harness_launch_offset_us"] = round(fit.figures["launch"], 6)
     if select:
         record["select"] = dict(select)
     if algorithms:

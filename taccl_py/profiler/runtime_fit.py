@@ -255,7 +255,8 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
                 break
     choice = [problem.choose(i, x) for i in range(len(rows))]
     fitted_rows = tuple(RuntimeFitRow(r, c[2], c[0], c[1].value) for r, c in zip(rows, choice, strict=True))
-    names = tuple(_PARAMS[j] for j in _active(choice, fit_launch))
+    names_of = _PARAMS if not problem.copy else (*_PARAMS[:4], "copy efficiency", *_PARAMS[5:])
+    names = tuple(names_of[j] for j in _active(choice, fit_launch))
     counts = {p: sum(1 for c in choice if c[1] is p) for p in PROTOCOLS}
     warnings: list[str] = []
     for p in PROTOCOLS:
@@ -264,7 +265,7 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
                             f"({x[_HOP[p]]:.4g} us) is only bounded by these rows (no faster than what they ran)")
     if counts[Protocol.LL128] < MIN_ROWS_PER_PROTOCOL:
         warnings.append(f"the LL128 bandwidth cap ({x[5]:.4g} channels) is only bounded by these rows")
-    figures = dict(zip(_PARAMS, (float(v) for v in x), strict=True))
+    figures = dict(zip(names_of, (float(v) for v in x), strict=True))
     fit = RuntimeFit(problem.model(x, offset=all(r.offset for r in rows)), cls, figures, names, fitted_rows, iterations)
     if fit.rms_error > 0.15:
         warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
@@ -426,16 +427,21 @@ def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str
     rows: list[TimedRow] = []
     inputs: list[str] = []
     warnings: list[str] = []
+    columns: set[str] = set()
     for path in files:
-        _read_one(path, topology, collective, rows_kept, select or {}, True, rows, inputs, warnings)
+        columns |= _read_one(path, topology, collective, rows_kept, select or {}, True, rows, inputs, warnings)
     for path in per_rank:
-        _read_one(path, topology, collective, rows_kept, select or {}, False, rows, inputs, warnings)
+        columns |= _read_one(path, topology, collective, rows_kept, select or {}, False, rows, inputs, warnings)
+    unknown = sorted(set(select or {}) - columns)
+    if unknown:
+        raise ProfileInputError(f"no published table read has a column {', '.join(map(repr, unknown))} (columns: "
+                                f"{', '.join(sorted(columns)) or 'none: only logs were read'})", where="--select")
     return rows, inputs, warnings
 
 
 def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: str, select: dict[str, str],
-              offset: bool, rows: list[TimedRow], inputs: list[str], warnings: list[str]) -> None:
-    """Append one file's rows (see :func:`read_timed_rows`)."""
+              offset: bool, rows: list[TimedRow], inputs: list[str], warnings: list[str]) -> set[str]:
+    """Append one file's rows (see :func:`read_timed_rows`); returns a table's extra column names (none for a log)."""
     start = 1 if rows_kept == "odd" else 0
     step = 1 if rows_kept == "all" else 2
     n = topology.num_gpus
@@ -450,14 +456,15 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
                 raise ProfileInputError("sendrecv_perf is point-to-point: fit links with it (without --runtime)",
                                         where="--collective")
             wanted = CollectiveKind(name)
-        table = [r for r in read_timing_table(path)
+        everything = read_timing_table(path)
+        table = [r for r in everything
                  if (wanted is None or r.kind is wanted)
                  and all(r.extra.get(k, v) == v for k, v in select.items())][start::step]
         if not table:
             raise ProfileInputError("no row of the table is selected (see --collective and --select)", where=path)
         rows.extend(TimedRow(r.kind, r.size_bytes, r.time(n), r.origin, offset) for r in table)
         inputs.append(f"{path}: published table, {len(table)} rows{harness}")
-        return
+        return {k for r in everything for k in r.extra}
     for run in parse_nccl_tests_log(path):
         at = f"{path}: line {run.first_line}"
         if collective is not None:
@@ -483,3 +490,4 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         used = used[start::step]
         rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset) for r in used)
         inputs.append(f"{path}: {binary}, {run.nranks} ranks, {len(used)} sizes{harness}")
+    return set()
