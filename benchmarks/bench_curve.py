@@ -298,16 +298,12 @@ def _topology_order(name: str) -> tuple[str, int, str]:
 
 def _figure(rows: list[dict[str, Any]], path: Path) -> None:
     from taccl_py.plots import save_figure
-    from taccl_py.plots._files import new_figure
+    from taccl_py.plots._files import panel_grid
     from taccl_py.plots.curves import size_axis
 
     topologies = sorted({r["topology"] for r in rows}, key=_topology_order)
-    cols = min(4, len(topologies))
-    nrows = -(-len(topologies) // cols)
-    figure = new_figure(3.2 * cols, 2.5 * nrows)
-    axes = figure.subplots(nrows, cols, squeeze=False, sharey=True)
-    for k, topology in enumerate(topologies):
-        ax = axes[k // cols][k % cols]
+    figure, panels = panel_grid(len(topologies), 3.2, 2.5, sharey=True)
+    for ax, topology in zip(panels, topologies, strict=True):
         for colour, kind in enumerate(KINDS):
             series = sorted((r for r in rows if r["topology"] == topology and r["collective"] == kind.value),
                             key=lambda r: r["size"])
@@ -324,10 +320,8 @@ def _figure(rows: list[dict[str, Any]], path: Path) -> None:
         ax.grid(True, alpha=0.3)
         size_axis(ax, sorted({r["size"] for r in rows})[::2])
         ax.tick_params(labelsize=7)
-    for k in range(len(topologies), nrows * cols):
-        axes[k // cols][k % cols].set_visible(False)
-    axes[0][0].set_ylabel("efficiency %")
-    axes[0][0].legend(fontsize=7, loc="lower right")
+    panels[0].set_ylabel("efficiency %")
+    panels[0].legend(fontsize=7, loc="lower right")
     save_figure(figure, path)
 
 

@@ -105,15 +105,11 @@ def render(data: dict[str, Any], figures: Path) -> str:
 def _figure(cases: list[dict[str, Any]], path: Path) -> None:
     """Small multiples: per case, published busbw against size (dots), the prediction (line), the target band."""
     from taccl_py.plots import save_figure
-    from taccl_py.plots._files import new_figure
+    from taccl_py.plots._files import panel_grid
     from taccl_py.plots.curves import size_axis
 
-    cols = min(4, len(cases))
-    nrows = -(-len(cases) // cols)
-    figure = new_figure(3.4 * cols, 2.6 * nrows)
-    axes = figure.subplots(nrows, cols, squeeze=False)
-    for k, case in enumerate(cases):
-        ax = axes[k // cols][k % cols]
+    figure, panels = panel_grid(len(cases), 3.4, 2.6)
+    for ax, case in zip(panels, cases, strict=True):
         rows = sorted(case["rows"], key=lambda r: r["size_bytes"])
         sizes = [r["size_bytes"] for r in rows]
         published = [r["published_busbw_GBps"] for r in rows]
@@ -134,8 +130,6 @@ def _figure(cases: list[dict[str, Any]], path: Path) -> None:
         ax.grid(True, alpha=0.3)
         size_axis(ax, sizes)
         ax.tick_params(labelsize=6)
-    for k in range(len(cases), nrows * cols):
-        axes[k // cols][k % cols].set_visible(False)
-    axes[0][0].set_ylabel("busbw GB/s")
-    axes[0][0].legend(fontsize=6, loc="lower right")
+    panels[0].set_ylabel("busbw GB/s")
+    panels[0].legend(fontsize=6, loc="lower right")
     save_figure(figure, path)

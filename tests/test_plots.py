@@ -256,3 +256,14 @@ def test_synthesize_range_plot_through_the_job_runner(tmp_path: Path, capsys: py
     rows = only_json(out)["rows"]
     assert [r["size_bytes"] for r in rows] == [1024, 2048, 4096]
     assert_drawn(curve.read_bytes())
+
+
+@pytest.mark.parametrize("count, cols, shape", [(5, 4, (2, 4)), (3, 4, (1, 3)), (1, 4, (1, 1)), (8, 4, (2, 4))])
+def test_panel_grid_gives_one_visible_panel_per_item(count: int, cols: int, shape: tuple[int, int]) -> None:
+    from taccl_py.plots._files import panel_grid
+
+    figure, panels = panel_grid(count, 2.0, 1.5, cols=cols)
+    assert len(panels) == count and all(p.get_visible() for p in panels)
+    every = figure.get_axes()
+    assert len(every) == shape[0] * shape[1] and sum(not a.get_visible() for a in every) == len(every) - count
+    assert tuple(figure.get_size_inches()) == (2.0 * shape[1], 1.5 * shape[0])

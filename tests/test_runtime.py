@@ -30,6 +30,7 @@ from taccl_py.runtime import (
 )
 from taccl_py.schedule import Schedule, Transfer
 from taccl_py.simulator import SimOptions, simulate
+from taccl_py.topology import Topology
 from taccl_py.topology_io import topology_from_dict, topology_to_dict
 
 FIXTURES = Path(__file__).parent / "data" / "nccl_tests"
@@ -388,11 +389,27 @@ def _nccl_tests_text(times: list[tuple[int, float]], ranks: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _predicted_us(topo: Topology, kind: CollectiveKind, size: int, model: RuntimeModel) -> float:
+    """What NCCL is predicted to take under ``model``, to nccl-tests' 2 decimals (a simulated measurement)."""
+    from taccl_py.predict import predict_nccl
+
+    found = predict_nccl(topo, kind, size, model)
+    assert found is not None and found[1].sim.time_us is not None
+    return round(found[1].sim.time_us, 2)
+
+
+def _start_file(tmp_path: Path, topo: Topology) -> Path:
+    """``topo`` with a start runtime model (NVLink share 0.9, 8 channels, tuning.cc's latencies) as a file."""
+    start = tmp_path / "star.json"
+    start.write_text(json.dumps({**topology_to_dict(topo), "runtime": {"name": "start", "efficiency": {"nvlink": 0.9},
+                                                                       "channels": 8}}))
+    return start
+
+
 @pytest.mark.slow
 def test_runtime_fit_recovers_the_model_that_made_the_log(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """A log simulated from a known runtime model is fitted back to that model's figures (hand-set truth)."""
-    from taccl_py.predict import predict_nccl
     from taccl_py.runtime import NCCL_HOP_LATENCY_US
 
     topo = switch_star(4, 100.0, 0.5)
@@ -400,16 +417,10 @@ def test_runtime_fit_recovers_the_model_that_made_the_log(tmp_path: Path,
     hops["nvlink"] = {Protocol.LL: 0.9, Protocol.LL128: 2.5, Protocol.SIMPLE: 6.0}
     truth = RuntimeModel(name="truth", efficiency={"nvlink": 0.7}, channels=8, hop_latency_us=hops,
                          launch_us={Protocol.LL: 15.6, Protocol.LL128: 22.0, Protocol.SIMPLE: 20.4})  # tuning.cc + 12
-    times = []
-    for e in range(10, 29):
-        found = predict_nccl(topo, CollectiveKind.ALLREDUCE, 1 << e, truth)
-        assert found is not None and found[1].sim.time_us is not None
-        times.append((1 << e, round(found[1].sim.time_us, 2)))  # nccl-tests prints 2 decimals
     log = tmp_path / "all_reduce.log"
-    log.write_text(_nccl_tests_text(times, 4))
-    start = tmp_path / "star.json"
-    start.write_text(json.dumps({**topology_to_dict(topo), "runtime": {"name": "start", "efficiency": {"nvlink": 0.9},
-                                                                       "channels": 8}}))
+    log.write_text(_nccl_tests_text([(1 << e, _predicted_us(topo, CollectiveKind.ALLREDUCE, 1 << e, truth))
+                                     for e in range(10, 29)], 4))
+    start = _start_file(tmp_path, topo)
     out = tmp_path / "fitted.json"
     with pytest.raises(SystemExit) as exit_info:
         main(["profile", "fit", "--runtime", str(log), "--into", str(start), "-o", str(out), "--json"])
@@ -435,7 +446,6 @@ def test_runtime_fit_recovers_the_model_that_made_the_log(tmp_path: Path,
 def test_runtime_fit_tells_the_harness_from_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A one-process log 12 us slower than the model, fitted with per-rank rows of the same model: the 12 us is
     the harness's (reported, not written into the model), and the model keeps tuning.cc's launch overheads."""
-    from taccl_py.predict import predict_nccl
     from taccl_py.runtime import NCCL_BASE_LATENCY_US, NCCL_HOP_LATENCY_US
 
     topo = switch_star(4, 100.0, 0.5)
@@ -444,9 +454,7 @@ def test_runtime_fit_tells_the_harness_from_the_model(tmp_path: Path, capsys: py
     truth = RuntimeModel(name="truth", efficiency={"nvlink": 0.7}, channels=8, hop_latency_us=hops)
 
     def time_of(size: int) -> float:
-        found = predict_nccl(topo, CollectiveKind.ALLREDUCE, size, truth)
-        assert found is not None and found[1].sim.time_us is not None
-        return round(found[1].sim.time_us, 2)
+        return _predicted_us(topo, CollectiveKind.ALLREDUCE, size, truth)
 
     log = tmp_path / "all_reduce.log"
     log.write_text(_nccl_tests_text([(1 << e, time_of(1 << e) + 12.0) for e in range(10, 29)], 4))
@@ -454,9 +462,7 @@ def test_runtime_fit_tells_the_harness_from_the_model(tmp_path: Path, capsys: py
     table.write_text("collective,size_bytes,placement,time_us,busbw_GBps,machines\n"
                      + "".join(f"allreduce,{1 << e},in-place,{time_of(1 << e)},,{m}\n" for e in (10, 12, 20, 24)
                                for m in (1, 2)))  # the machines=2 rows are another run: --select drops them
-    start = tmp_path / "star.json"
-    start.write_text(json.dumps({**topology_to_dict(topo), "runtime": {"name": "start", "efficiency": {"nvlink": 0.9},
-                                                                       "channels": 8}}))
+    start = _start_file(tmp_path, topo)
     out = tmp_path / "fitted.json"
     with pytest.raises(SystemExit) as exit_info:
         main(["profile", "fit", "--runtime", str(log), "--per-rank", str(table), "--select", "machines=1",
@@ -488,20 +494,12 @@ def test_runtime_fit_tells_the_harness_from_the_model(tmp_path: Path, capsys: py
 @pytest.mark.slow
 def test_a_fit_of_copies_only_fits_the_copy_share(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Allgather rows only: the share fitted is ``copy_efficiency``; the reductions' ``efficiency`` stays."""
-    from taccl_py.predict import predict_nccl
-
     topo = switch_star(4, 100.0, 0.5)
     truth = RuntimeModel(name="truth", efficiency={"nvlink": 0.9}, copy_efficiency={"nvlink": 0.8}, channels=8)
-    times = []
-    for e in range(10, 29, 2):
-        found = predict_nccl(topo, CollectiveKind.ALLGATHER, 1 << e, truth)
-        assert found is not None and found[1].sim.time_us is not None
-        times.append((1 << e, round(found[1].sim.time_us, 2)))
     log = tmp_path / "all_gather.log"
-    log.write_text(_nccl_tests_text(times, 4))
-    start = tmp_path / "star.json"
-    start.write_text(json.dumps({**topology_to_dict(topo), "runtime": {"name": "start", "efficiency": {"nvlink": 0.9},
-                                                                       "channels": 8}}))
+    log.write_text(_nccl_tests_text([(1 << e, _predicted_us(topo, CollectiveKind.ALLGATHER, 1 << e, truth))
+                                     for e in range(10, 29, 2)], 4))
+    start = _start_file(tmp_path, topo)
     out = tmp_path / "fitted.json"
     with pytest.raises(SystemExit) as exit_info:
         main(["profile", "fit", "--runtime", str(log), "--collective", "allgather", "--into", str(start), "-o",

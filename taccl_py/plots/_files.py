@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from taccl_py.errors import InputError
 
-__all__ = ["FIGURE_FORMATS", "check_figure_path", "figure_bytes", "new_figure", "save_figure"]
+__all__ = ["FIGURE_FORMATS", "check_figure_path", "figure_bytes", "new_figure", "panel_grid", "save_figure"]
 
 FIGURE_FORMATS = {".png": "png", ".svg": "svg"}
 """File suffix -> matplotlib format."""
@@ -34,6 +34,19 @@ def new_figure(width_in: float, height_in: float) -> Figure:
     figure = Figure(figsize=(width_in, height_in), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(figure)
     return figure
+
+
+def panel_grid(count: int, panel_width_in: float, panel_height_in: float, *, cols: int = 4,
+               sharey: bool = False) -> tuple[Figure, list[Any]]:
+    """A figure of ``count`` panels, at most ``cols`` a row, read row by row; the grid's spare cells hidden."""
+    cols = max(1, min(cols, count))
+    rows = -(-count // cols)
+    figure = new_figure(panel_width_in * cols, panel_height_in * rows)
+    grid = figure.subplots(rows, cols, squeeze=False, sharey=sharey)
+    cells = [grid[k // cols][k % cols] for k in range(rows * cols)]
+    for spare in cells[count:]:
+        spare.set_visible(False)
+    return figure, cells[:count]
 
 
 def check_figure_path(path: str | os.PathLike[str], *, where: str) -> str:
