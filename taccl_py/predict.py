@@ -201,11 +201,12 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     the network once per crossing. The network's transfers therefore carry ``intraLat + (interLat - intraLat)
     x nInterSteps / nsteps``, which gives that sum over the ring's serial steps (``nInterSteps`` as at the cited
     commit of tuning.cc). A ring across machines pays at least ``net_overhead_us`` per step within a machine
-    (three times it with Simple: ``intraLat = max(intraLat, netOverhead)`` of later tuning.cc, NCCL 2.19 on). A Simple step over the network
-    also pipelines its slices through the NIC (:func:`taccl_py.runtime.simple_step_latency`): it hides that
-    latency behind the slices after its first, computed for NCCL's own ``runtime_channels`` channels, each
-    moving ``size / (ranks x channels x loops)`` per step at the NIC's rate x the share / ``runtime_channels``
-    (the baseline's channel count only shapes the simulated schedule).
+    (three times it with Simple: ``intraLat = max(intraLat, netOverhead)`` of later tuning.cc, NCCL 2.19 on).
+    A Simple step over the network also pipelines its slices through the NIC
+    (:func:`taccl_py.runtime.simple_step_latency`): it hides that latency behind the slices after its first,
+    computed for NCCL's own ``runtime_channels`` channels, each moving ``size / (ranks x channels x loops)``
+    per step at the NIC's rate x the share / ``runtime_channels`` (the baseline's channel count only shapes
+    the simulated schedule).
     """
     hops = dict(costs.hop_latency_us)
     n = max(topology.num_gpus, 1)
