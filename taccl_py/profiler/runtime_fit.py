@@ -6,7 +6,9 @@ with the protocol's per-step latency, its share of each link's rate and its laun
 This module fits those figures for one link class to measured times (nccl-tests rows):
 
 * ``launch``: one offset (us) added to every protocol's launch overhead (what the harness and the
-  host add per collective: ``-g 8`` in one process costs more than one GPU per MPI rank);
+  host add per collective: ``-g 8`` in one process costs more than one GPU per MPI rank); rows marked
+  per-rank (:attr:`TimedRow.offset` False) do not take it, and with them it is the other rows' harness
+  cost, kept out of the fitted model;
 * ``hop LL``, ``hop LL128``, ``hop Simple``: the class's per-step latency of each protocol (fitted
   when at least :data:`MIN_ROWS_PER_PROTOCOL` rows run fastest with it; otherwise the rows only bound
   it: that protocol must not beat the ones they ran);
