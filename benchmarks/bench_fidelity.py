@@ -133,3 +133,14 @@ def _figure(cases: list[dict[str, Any]], path: Path) -> None:
     panels[0].set_ylabel("busbw GB/s")
     panels[0].legend(fontsize=6, loc="lower right")
     save_figure(figure, path)
+
+
+def headline(data: dict[str, Any]) -> list[list[str]]:
+    """README row: held-out rows within target, and runs met in full."""
+    cases = data["cases"]
+    held = [r for c in cases if c["role"] == "held-out" for r in c["rows"]]
+    whole = sum(1 for c in cases if c["rows"] and all(r["met"] for r in c["rows"]))
+    return [[f"Calibrated predictions against {len(cases)} cited nccl-tests runs",
+             f"{sum(r['met'] for r in held)} of {len(held)} held-out rows within target ({data['large_target']:.0%} "
+             f"from 1 MB, {data['small_target']:.0%} below); {whole} of {len(cases)} runs within it at every size",
+             ""]]
