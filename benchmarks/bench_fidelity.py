@@ -95,10 +95,8 @@ def render(data: dict[str, Any], figures: Path) -> str:
                   "Published busbw (dots) and predicted (line) of every cited run with at least "
                   f"{MIN_FIGURE_ROWS} rows; the shaded band is the target around the published figure "
                   "(10 % from 1 MB, 25 % below).", ""]
-    totals = []
-    for role in ("held-out", "calibration"):
-        rows = [r for case in data["cases"] if case["role"] == role for r in case["rows"]]
-        totals.append(f"{role} rows within target: {sum(r['met'] for r in rows)} of {len(rows)}")
+    totals = [f"{role} rows within target: {met} of {count}"
+              for role in ("held-out", "calibration") for met, count in [_within(data, role)]]
     return "\n".join([*lines, "; ".join(totals) + ".", "", *summary, *body])
 
 
@@ -135,12 +133,18 @@ def _figure(cases: list[dict[str, Any]], path: Path) -> None:
     save_figure(figure, path)
 
 
+def _within(data: dict[str, Any], role: str) -> tuple[int, int]:
+    """Rows of the cases of ``role`` within their target, and all rows of them."""
+    rows = [r for case in data["cases"] if case["role"] == role for r in case["rows"]]
+    return sum(r["met"] for r in rows), len(rows)
+
+
 def headline(data: dict[str, Any]) -> list[list[str]]:
     """README row: held-out rows within target, and runs met in full."""
     cases = data["cases"]
-    held = [r for c in cases if c["role"] == "held-out" for r in c["rows"]]
+    met, count = _within(data, "held-out")
     whole = sum(1 for c in cases if c["rows"] and all(r["met"] for r in c["rows"]))
     return [[f"Calibrated predictions against {len(cases)} cited nccl-tests runs",
-             f"{sum(r['met'] for r in held)} of {len(held)} held-out rows within target ({data['large_target']:.0%} "
+             f"{met} of {count} held-out rows within target ({data['large_target']:.0%} "
              f"from 1 MB, {data['small_target']:.0%} below); {whole} of {len(cases)} runs within it at every size",
              ""]]

@@ -188,8 +188,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
 
 
 def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: float, pieces: int,
-                        runtime_channels: int, kind: CollectiveKind = CollectiveKind.ALLREDUCE,
-                        net_overhead_us: float = 0.0) -> dict[str, float]:
+                        runtime_channels: int, kind: CollectiveKind, net_overhead_us: float) -> dict[str, float]:
     """Per link class, the per-step latency a transfer of the calibrated ring carries (its share of the hop).
 
     The ring pays ``nsteps x`` a hop latency once per collective, as tuning.cc charges it: the chunk loops
@@ -211,19 +210,18 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     hops = dict(costs.hop_latency_us)
     n = max(topology.num_gpus, 1)
     machines = len(topology.machines)
-    if machines > 1 and "net" in hops:
+    net = hops.get("net")
+    if net is not None and machines > 1:
         floor = net_overhead_us * (3 if costs.protocol is Protocol.SIMPLE else 1)
         hops = {c: v if c == "net" else max(v, floor) for c, v in hops.items()}
-    out = {c: v / pieces for c, v in hops.items()}
-    if "net" not in hops:
-        return out
-    net = hops["net"]
-    if machines > 1 and n > 1:
         nsteps = 2 * (n - 1) if kind is CollectiveKind.ALLREDUCE else n - 1
         inter = 2 * (machines - 1) if kind is CollectiveKind.ALLREDUCE else machines - 1
         intra_class = "nvlink" if widest_gpu_link(topology, "nvlink") is not None else "pci"
         intra = hops.get(intra_class, net)
         net = intra + (net - intra) * min(inter, nsteps) / nsteps
+    out = {c: v / pieces for c, v in hops.items()}
+    if net is None:
+        return out
     out["net"] = net / pieces
     if costs.protocol is not Protocol.SIMPLE:
         return out
