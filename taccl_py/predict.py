@@ -32,7 +32,7 @@ from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["NCCL_ALGORITHMS", "Prediction", "best_protocol", "nccl_algorithms", "nccl_protocols", "predict_baseline",
+__all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_protocol", "nccl_algorithms", "nccl_protocols", "predict_baseline",
            "predict_nccl", "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies",
            "with_network_posts"]
 
@@ -258,11 +258,22 @@ def with_network_posts(topology: Topology, schedule: Schedule, costs: TransferCo
     return replace(schedule, transfers=tuple(out))
 
 
-def nccl_protocols(kind: CollectiveKind, algorithm: str) -> tuple[Protocol, ...]:
-    """The protocols NCCL runs ``algorithm`` with: Simple only for NVLS; Alltoall (point-to-point sends) is modelled
-    with Simple only (NCCL uses LL for at most 16 KB per peer within a machine, with no published latency for it)."""
-    if algorithm == "nvls" or kind is CollectiveKind.ALLTOALL:
+P2P_LL_THRESHOLD_BYTES = 16384
+"""NCCL sends a point-to-point message of at most this many bytes with LL, a larger one with Simple
+(enqueue.cc ``NCCL_P2P_LL_THRESHOLD``, default 16384)."""
+
+
+def nccl_protocols(kind: CollectiveKind, algorithm: str, size_bytes: float | None = None,
+                   num_ranks: int | None = None) -> tuple[Protocol, ...]:
+    """The protocols NCCL runs ``algorithm`` with: Simple only for NVLS; for Alltoall (point-to-point sends of
+    ``size_bytes / num_ranks`` per peer) the one its threshold picks: LL up to :data:`P2P_LL_THRESHOLD_BYTES` per
+    peer, else Simple (both when the size is not given)."""
+    if algorithm == "nvls":
         return (Protocol.SIMPLE,)
+    if kind is CollectiveKind.ALLTOALL:
+        if size_bytes is None or not num_ranks:
+            return (Protocol.LL, Protocol.SIMPLE)
+        return (Protocol.LL,) if size_bytes / num_ranks <= P2P_LL_THRESHOLD_BYTES else (Protocol.SIMPLE,)
     return PROTOCOLS
 
 
@@ -282,7 +293,7 @@ def predict_nccl(topology: Topology, kind: CollectiveKind, size_bytes: int, mode
     """
     best: tuple[str, Prediction] | None = None
     for name in nccl_algorithms(topology, kind) if algorithms is None else algorithms:
-        protocols = nccl_protocols(kind, name)
+        protocols = nccl_protocols(kind, name, size_bytes, topology.num_gpus)
         try:
             pred = predict_baseline(topology, kind, name, size_bytes, model, protocols=protocols)
         except NotApplicable:

@@ -330,38 +330,37 @@ _NCCL_SOURCE = ("per-hop and launch latencies, LL / LL128 factors: NVIDIA/nccl s
 _NDR = ("net: 48-49 GB/s per 400 Gb/s NDR NIC of 50 GB/s, 48.5 / 50 = 0.97 (NVIDIA, "
         "https://github.com/NVIDIA/nccl-tests/issues/267)")
 
-_A100_FIT = ("nvlink (per-step latency per protocol, Simple efficiency, LL128 cap): fitted by `taccl profile fit "
-             "--runtime tests/data/nccl_tests/azure_nda100v4_all_reduce.csv --per-rank "
-             "tests/data/nccl_tests/mscclpp_ndmv4.csv --select machines=1 --collective allreduce --into "
-             "tests/data/nccl_tests/dgx-a100-start.json -o FILE` (from tuning.cc's figures) on the published "
-             "all_reduce_perf curve of Azure ND A100 v4 (8 x A100-SXM4-80GB, NCCL 2.18.5, 1 KB..8 GB, -g 8 in one "
-             "process: https://github.com/Azure/AI-benchmarking-guide/blob/3f6a4d7c08c6fb1996437ff8d3aeb17a60d3ffd2/"
-             "Azure_Results/ND_A100_v4_results.md) together with the one-GPU-per-rank Allreduce of Azure NDm A100 v4 "
-             "at 1 KB and 1 GB (NCCL 2.17.1: https://github.com/microsoft/mscclpp/blob/"
-             "7f3f36696f99719f72a5171baccc9465ba08a657/docs/performance-ndmv4.md), which tells the harness's launch "
-             "cost from NCCL's per-step latency: 3.9 % rms over the 26 rows (worst 11.1 %); no row runs LL, whose "
-             "latency is only bounded (LL not faster than LL128 at 1 KB); the launch offset fitted on the -g 8 rows "
-             "(25.0 us) is that harness's, not kept here")
-_A100_COPY = ("nvlink copy_efficiency 0.8651: the share at which NCCL's ring Allgather on dgx-a100 predicts the "
-              "published 1 GB busbw of Azure NDm A100 v4 (253.59 GB/s, one GPU per rank, NCCL 2.17.1, same page); its "
-              "Alltoall row (254.69 GB/s) is held out")
+_A100_FIT = ("nvlink (per-step latency per protocol, LL's launch latency, Simple efficiency and its share for copies, "
+             "LL128 cap): fitted by `taccl profile fit --runtime tests/data/nccl_tests/azure_nda100v4_all_reduce.csv "
+             "--per-rank tests/data/nccl_tests/mscclpp_ndmv4.csv --select machines=1 --collective "
+             "allreduce,allgather,alltoall --into tests/data/nccl_tests/dgx-a100-start.json -o FILE` (from tuning.cc's "
+             "figures) on the published all_reduce_perf curve of Azure ND A100 v4 (8 x A100-SXM4-80GB, NCCL 2.18.5, "
+             "1 KB..8 GB, -g 8 in one process: https://github.com/Azure/AI-benchmarking-guide/blob/"
+             "3f6a4d7c08c6fb1996437ff8d3aeb17a60d3ffd2/Azure_Results/ND_A100_v4_results.md) together with the "
+             "one-GPU-per-rank Allreduce, Allgather and Alltoall of Azure NDm A100 v4 at 1 KB and 1 GB (NCCL 2.17.1: "
+             "https://github.com/microsoft/mscclpp/blob/7f3f36696f99719f72a5171baccc9465ba08a657/docs/"
+             "performance-ndmv4.md), which tell the harness's launch cost from NCCL's per-step latency and, running LL "
+             "over 7 ring steps (Allgather) and one point-to-point step (Alltoall), LL's launch latency (8.574 us) "
+             "from its per-step one: 3.7 % rms over the 30 rows (worst 11.1 %); the launch offset fitted on the -g 8 "
+             "rows (25.1 us) is that harness's, not kept here")
 
 _A100_NET = ("net (per-step latency per protocol, Simple efficiency): fitted by `taccl profile fit --runtime --per-rank "
              "tests/data/nccl_tests/mscclpp_ndmv4.csv --select machines=2 --collective allreduce --class net --into "
              "tests/data/nccl_tests/dgx-a100x2-start.json -o FILE` (from tuning.cc's latencies and 24 of 25 GB/s per "
              "HDR NIC: S. Jeaugey, NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/119) on the one-GPU-per-rank "
              "Allreduce of 2 x Azure NDm A100 v4 (one 200 Gb/s HDR NIC per GPU, same page) at 1 KB, 1 GB and 4 GB: "
-             "2.4 % rms (worst 3.8 %); the LL and LL128 latencies (8.62, 8.67 us, from 2.7 and 4.0) rest on its 1 KB "
+             "2.4 % rms (worst 3.9 %); the LL and LL128 latencies (8.68, 8.731 us, from 2.7 and 4.0) rest on its 1 KB "
              "row only; 0.9306 of 25 GB/s is 23.3 GB/s per NIC")
 
 PRESETS: dict[str, RuntimeModel] = {
     "dgx-a100": RuntimeModel(
-        name="dgx-a100", efficiency={"nvlink": 0.7668, "pci": 1.0, "net": 0.9306}, channels=24,
-        hop_latency_us={"nvlink": {Protocol.LL: 0.963, Protocol.LL128: 0.5071, Protocol.SIMPLE: 10.89},
+        name="dgx-a100", efficiency={"nvlink": 0.7661, "pci": 1.0, "net": 0.9306}, channels=24,
+        hop_latency_us={"nvlink": {Protocol.LL: 0.5981, Protocol.LL128: 0.4975, Protocol.SIMPLE: 10.74},
                         "pci": dict(NCCL_HOP_LATENCY_US["pci"]),
-                        "net": {Protocol.LL: 8.62, Protocol.LL128: 8.671, Protocol.SIMPLE: 9.602}},
-        ll128_channels=7.724, tree_caps=True, copy_efficiency={"nvlink": 0.8651}, net_overhead_us=2.0,
-        sources=(_A100_FIT, _A100_COPY, _A100_NET, _NCCL_SOURCE)),
+                        "net": {Protocol.LL: 8.68, Protocol.LL128: 8.731, Protocol.SIMPLE: 9.6}},
+        launch_us={**NCCL_BASE_LATENCY_US, Protocol.LL: 8.574},
+        ll128_channels=7.722, tree_caps=True, copy_efficiency={"nvlink": 0.8586}, net_overhead_us=2.0,
+        sources=(_A100_FIT, _A100_NET, _NCCL_SOURCE)),
     "dgx-h100": RuntimeModel(
         name="dgx-h100", efficiency={"nvlink": 370.0 / 450.0, "pci": 1.0, "net": 0.97}, channels=32,
         nvls_efficiency=0.623,

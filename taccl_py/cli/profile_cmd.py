@@ -105,7 +105,9 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
               help="Re-calibrate this topology file (overwritten unless -o is given) or shipped topology "
                    "(then -o is required).")
 @click.option("--collective", metavar="NAME",
-              help="nccl-tests binary when the log does not say (sendrecv, allgather, allreduce, ...).")
+              help="nccl-tests binary when the log does not say (sendrecv, allgather, allreduce, ...). With "
+                   "--runtime: the collectives to fit, several separated by commas (allreduce,allgather): a table "
+                   "keeps their rows, a log the runs of those binaries.")
 @click.option("--ranks", type=click.IntRange(1, MAX_GPUS),
               help="Ranks of the nccl-tests run when the log lacks Rank lines.")
 @click.option("--group", type=click.Choice(["pair", "class"]),

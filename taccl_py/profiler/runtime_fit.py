@@ -14,7 +14,12 @@ This module fits those figures for one link class to measured times (nccl-tests 
   it: that protocol must not beat the ones they ran);
 * ``efficiency``: Simple's share of the class's link rate (LL and LL128 follow by tuning.cc's factors); when
   every row only copies (Allgather, Alltoall, Broadcast) it is the class's ``copy_efficiency``;
-* ``ll128 channels``: how many channels' worth of LL128 bandwidth a GPU drives (when LL128 rows exist).
+* ``copy efficiency``: with rows that reduce and rows that only copy, the copies' share (``copy_efficiency``),
+  fitted next to the reductions' ``efficiency``;
+* ``ll128 channels``: how many channels' worth of LL128 bandwidth a GPU drives (when LL128 rows exist);
+* ``launch LL``: LL's own fixed cost (us, tuning.cc's ``baseLat`` plus this), fitted when rows measured one GPU
+  per process run LL with at least two different numbers of ring steps (an Allreduce and an Allgather at 1 KB,
+  say): only then is that cost told from LL's per-step latency and from the harness's launch offset.
 
 Method: least squares on relative residuals ``(predicted - measured) / measured``. Each iteration
 simulates every row under every algorithm and protocol at the current figures, with the protocol's
@@ -65,7 +70,10 @@ MAX_ITERATIONS = 8
 FIT_METHOD = ("least squares on relative residuals: simulated launch + latency + bandwidth surrogate per row, algorithm "
               f"and protocol, minimized by Nelder-Mead in a trust region, pull {PRIOR_WEIGHT:g} toward the starting figures")
 
-_PARAMS = ("launch", "hop LL", "hop LL128", "hop Simple", "efficiency", "ll128 channels")
+_PARAMS = ("launch", "hop LL", "hop LL128", "hop Simple", "efficiency", "ll128 channels", "launch LL",
+           "copy efficiency")
+_LAUNCH_LL = 6
+_COPY = 7
 _HOP = {Protocol.LL: 1, Protocol.LL128: 2, Protocol.SIMPLE: 3}
 
 
@@ -147,14 +155,18 @@ class _Problem:
         lanes = base.channels if base.ll128_channels is None else base.ll128_channels
         self.copy = all(r.kind in COPY_KINDS for r in rows)
         """Every row only copies: the efficiency fitted is the class's copy share (``copy_efficiency``)."""
+        self.mixed = not self.copy and any(r.kind in COPY_KINDS for r in rows)
+        """Rows that reduce and rows that only copy: the copies' share is fitted too (``copy efficiency``)."""
         share = base.efficiency.get(link_class, 1.0)
+        copy_share = base.copy_efficiency.get(link_class, share)
         if self.copy:
-            share = base.copy_efficiency.get(link_class, share)
+            share = copy_share
         self.start = np.array([0.0, hops.get(Protocol.LL, 0.0), hops.get(Protocol.LL128, 0.0),
-                               hops.get(Protocol.SIMPLE, 0.0), share, float(lanes)])
-        self.lower = np.array([-min(self.base_launch.values()), 0.0, 0.0, 0.0, 0.02, 0.5])
-        self.upper = np.array([1e4, 1e3, 1e3, 1e3, 1.0, 256.0])
-        self.scale = np.array([10.0, 1.0, 2.0, 4.0, 0.5, max(8.0, float(lanes))])
+                               hops.get(Protocol.SIMPLE, 0.0), share, float(lanes), 0.0, copy_share])
+        self.lower = np.array([-min(self.base_launch.values()), 0.0, 0.0, 0.0, 0.02, 0.5,
+                               -self.base_launch[Protocol.LL], 0.02])
+        self.upper = np.array([1e4, 1e3, 1e3, 1e3, 1.0, 256.0, 1e3, 1.0])
+        self.scale = np.array([10.0, 1.0, 2.0, 4.0, 0.5, max(8.0, float(lanes)), 4.0, 0.5])
         self.algorithms = {kind: [a for a in nccl_algorithms(topology, kind) if allowed is None or a in allowed]
                            for kind in {r.kind for r in rows}}
         for kind, names in self.algorithms.items():
@@ -169,12 +181,14 @@ class _Problem:
 
     def model(self, x: np.ndarray, *, offset: bool = True) -> RuntimeModel:
         """The model of figures ``x``; ``offset`` False leaves the launch offset out (the harness's, not the model's)."""
-        launch = {p: self.base_launch[p] + (float(x[0]) if offset else 0.0) for p in PROTOCOLS}
+        launch = {p: self.base_launch[p] + (float(x[0]) if offset else 0.0)
+                  + (float(x[_LAUNCH_LL]) if p is Protocol.LL else 0.0) for p in PROTOCOLS}
         hops = {Protocol.LL: float(x[1]), Protocol.LL128: float(x[2]), Protocol.SIMPLE: float(x[3])}
         share = float(x[4])
+        copy_share = share if self.copy else float(x[_COPY]) if self.mixed else None
         return with_figures(self.base, self.link_class, hop_latency_us=hops, launch_us=launch,
                             ll128_channels=float(x[5]), efficiency=None if self.copy else share,
-                            copy_efficiency=share if self.copy else None)
+                            copy_efficiency=copy_share)
 
     def time(self, i: int, algorithm: str, protocol: Protocol, x: np.ndarray) -> float:
         """Predicted time of row ``i`` with ``algorithm`` and ``protocol`` (inf when it cannot run)."""
@@ -192,7 +206,7 @@ class _Problem:
         """The fastest algorithm and protocol for row ``i`` under ``x`` (NCCL's choice as the model sees it)."""
         best: tuple[str, Protocol, float] | None = None
         for name in self.algorithms[self.rows[i].kind]:
-            for p in nccl_protocols(self.rows[i].kind, name):
+            for p in nccl_protocols(self.rows[i].kind, name, self.rows[i].size_bytes, self.topology.num_gpus):
                 t = self.time(i, name, p, x)
                 if best is None or t < best[2]:
                     best = (name, p, t)
@@ -232,7 +246,8 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     fit_launch = fit_launch and any(r.offset for r in rows)
     measured = np.array([r.time_us for r in rows])
     x = problem.start.copy()
-    free = np.array([fit_launch, True, True, True, True, True])
+    fit_ll_launch = _ll_launch_identified(problem, x)
+    free = np.array([fit_launch, True, True, True, True, True, fit_ll_launch, problem.mixed])
     radius = 1.0
     iterations = 0
     cost = _true_cost(problem, x, measured)
@@ -258,7 +273,7 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     choice = [problem.choose(i, x) for i in range(len(rows))]
     fitted_rows = tuple(RuntimeFitRow(r, c[2], c[0], c[1].value) for r, c in zip(rows, choice, strict=True))
     names_of = _PARAMS if not problem.copy else (*_PARAMS[:4], "copy efficiency", *_PARAMS[5:])
-    names = tuple(names_of[j] for j in _active(choice, fit_launch))
+    names = tuple(names_of[j] for j in _active(choice, fit_launch, fit_ll_launch, problem.mixed))
     counts = {p: sum(1 for c in choice if c[1] is p) for p in PROTOCOLS}
     warnings: list[str] = []
     for p in PROTOCOLS:
@@ -267,7 +282,8 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
                             f"({x[_HOP[p]]:.4g} us) is only bounded by these rows (no faster than what they ran)")
     if counts[Protocol.LL128] < MIN_ROWS_PER_PROTOCOL:
         warnings.append(f"the LL128 bandwidth cap ({x[5]:.4g} channels) is only bounded by these rows")
-    figures = dict(zip(names_of, (float(v) for v in x), strict=True))
+    figures = {name: float(v) for j, (name, v) in enumerate(zip(names_of, x, strict=True))
+               if (j != _LAUNCH_LL or fit_ll_launch) and (j != _COPY or problem.mixed)}
     fit = RuntimeFit(problem.model(x, offset=all(r.offset for r in rows)), cls, figures, names, fitted_rows, iterations)
     if fit.rms_error > 0.15:
         warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
@@ -289,13 +305,17 @@ class _Surrogate:
         self.x = x
         self.measured = measured
         self.terms: list[list[tuple[Protocol, float, float, float]]] = []
+        self.copies: list[bool] = []
+        """Per row: it takes the copies' share (``x[_COPY]``) rather than the reductions'."""
         half = x.copy()
         half[4] /= 2  # the efficiency halves the share of LL and Simple ...
+        half[_COPY] /= 2  # ... (of copies too) ...
         half[5] /= 2  # ... and, with the LL128 cap, of LL128
         for i in range(len(problem.rows)):
             options = []
             for name in problem.algorithms[problem.rows[i].kind]:
-                for p in nccl_protocols(problem.rows[i].kind, name):
+                for p in nccl_protocols(problem.rows[i].kind, name, problem.rows[i].size_bytes,
+                                         problem.topology.num_gpus):
                     t0 = problem.time(i, name, p, x)
                     if not math.isfinite(t0):
                         continue
@@ -304,22 +324,28 @@ class _Surrogate:
                     a = problem.time(i, name, p, bumped) - t0
                     b = problem.time(i, name, p, half) - t0
                     options.append((p, t0, max(a, 0.0), max(b, 0.0)))
+            self.copies.append(problem.mixed and problem.rows[i].kind in COPY_KINDS)
             self.terms.append(options)
 
-    def share(self, p: Protocol, v: np.ndarray) -> float:
-        """The protocol's share of the class's link rate under figures ``v`` (up to the LL128 cap's scale)."""
+    def share(self, p: Protocol, v: np.ndarray, copy: bool = False) -> float:
+        """The protocol's share of the class's link rate under figures ``v`` (up to the LL128 cap's scale);
+        ``copy``: of a row that takes the copies' share."""
+        base = float(v[_COPY] if copy else v[4])
         if p is Protocol.LL128:
-            return min(0.92 * v[4], v[5] * self.problem.ll128_per_lane)
-        return float(v[4])
+            return min(0.92 * base, v[5] * self.problem.ll128_per_lane)
+        return base
 
     def cost(self, v: np.ndarray) -> float:
         total = 0.0
         for i, options in enumerate(self.terms):
             shift = 1.0 if self.problem.rows[i].offset else 0.0
             best = math.inf
+            copy = self.copies[i]
             for p, t0, a, b in options:
                 t = t0 + (v[0] - self.x[0]) * shift + a * (v[_HOP[p]] - self.x[_HOP[p]]) \
-                    + b * (self.share(p, self.x) / max(self.share(p, v), 1e-9) - 1.0)
+                    + b * (self.share(p, self.x, copy) / max(self.share(p, v, copy), 1e-9) - 1.0)
+                if p is Protocol.LL:
+                    t += v[_LAUNCH_LL] - self.x[_LAUNCH_LL]
                 best = min(best, t)
             r = best / self.measured[i] - 1.0
             total += r * r
@@ -396,9 +422,30 @@ def _nelder_mead(f: Any, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, fixe
     return full(simplex[int(np.argmin(values))])
 
 
-def _active(choice: Sequence[tuple[str, Protocol, float]], fit_launch: bool) -> list[int]:
+def _ring_steps(kind: CollectiveKind, ranks: int) -> int:
+    """Serial steps of NCCL's ring for ``kind`` (2 (n - 1) for Allreduce, n - 1 else; 1 for point-to-point)."""
+    if kind is CollectiveKind.ALLTOALL:
+        return 1
+    return 2 * (ranks - 1) if kind is CollectiveKind.ALLREDUCE else ranks - 1
+
+
+def _ll_launch_identified(problem: _Problem, x: np.ndarray) -> bool:
+    """Whether rows tell LL's fixed cost from its per-step latency: rows of one GPU per process (no harness
+    offset) that run LL at ``x`` with at least two different numbers of steps."""
+    n = problem.topology.num_gpus
+    steps = {_ring_steps(problem.rows[i].kind, n) for i in range(len(problem.rows))
+             if not problem.rows[i].offset and problem.choose(i, x)[1] is Protocol.LL}
+    return len(steps) >= 2
+
+
+def _active(choice: Sequence[tuple[str, Protocol, float]], fit_launch: bool, fit_ll_launch: bool,
+            fit_copy: bool) -> list[int]:
     counts = {p: sum(1 for c in choice if c[1] is p) for p in PROTOCOLS}
     active = [0] if fit_launch else []
+    if fit_ll_launch:
+        active.append(_LAUNCH_LL)
+    if fit_copy:
+        active.append(_COPY)
     active += [_HOP[p] for p in PROTOCOLS if counts[p] >= MIN_ROWS_PER_PROTOCOL]
     active.append(4)
     if counts[Protocol.LL128] >= MIN_ROWS_PER_PROTOCOL:
@@ -420,7 +467,9 @@ def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str
     held out to check the fit). ``per_rank``: more files, measured with one GPU per process (MPI, torchrun),
     whose rows the fitted launch offset does not apply to (:attr:`TimedRow.offset`). ``select``: a table
     with a column of that name keeps only the rows with that value (a table holding several runs);
-    ``collective`` also keeps only a table's rows of that collective. Returns the rows, one line per input
+    ``collective`` (one name, or several separated by commas) also keeps only a table's rows of those
+    collectives; for a log one name says which binary ran when the log does not, several keep the runs of those
+    binaries. Returns the rows, one line per input
     (what was read) and warnings. A log whose ranks differ from the topology's GPUs is an error: the fit
     simulates every GPU of it.
     """
@@ -450,17 +499,17 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
     harness = "" if offset else ", one GPU per process"
     if not Path(path).is_file():
         raise ProfileInputError("no such file", where=path)
+    names = [] if collective is None else [c.strip() for c in collective.split(",")]
+    binaries = [resolve_binary(c, where="--collective") for c in names]
+    for b in binaries:
+        if BINARY_MODELS[b].collective == "sendrecv":
+            raise ProfileInputError("sendrecv_perf is point-to-point: fit links with it (without --runtime)",
+                                    where="--collective")
     if is_timing_table(path):
-        wanted = None
-        if collective is not None:
-            name = BINARY_MODELS[resolve_binary(collective)].collective
-            if name == "sendrecv":
-                raise ProfileInputError("sendrecv_perf is point-to-point: fit links with it (without --runtime)",
-                                        where="--collective")
-            wanted = CollectiveKind(name)
+        wanted = {CollectiveKind(BINARY_MODELS[b].collective) for b in binaries} or None
         everything = read_timing_table(path)
         table = [r for r in everything
-                 if (wanted is None or r.kind is wanted)
+                 if (wanted is None or r.kind in wanted)
                  and all(r.extra.get(k, v) == v for k, v in select.items())][start::step]
         if not table:
             raise ProfileInputError("no row of the table is selected (see --collective and --select)", where=path)
@@ -469,8 +518,15 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         return {k for r in everything for k in r.extra}
     for run in parse_nccl_tests_log(path):
         at = f"{path}: line {run.first_line}"
-        if collective is not None:
-            binary = resolve_binary(collective)
+        if len(binaries) > 1:
+            if run.binary is None:
+                raise ProfileInputError("the log does not say which collective it ran; give one --collective",
+                                        where=at)
+            if resolve_binary(run.binary, where=at) not in binaries:
+                continue
+            binary = resolve_binary(run.binary, where=at)
+        elif binaries:
+            binary = binaries[0]
         elif run.binary is not None:
             binary = resolve_binary(run.binary, where=at)
         else:
