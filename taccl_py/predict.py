@@ -101,11 +101,13 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
                      protocols: tuple[Protocol, ...] = PROTOCOLS, step_overhead_us: float = 0.0) -> Prediction:
     """``schedule`` under each protocol; the fastest wins (ties: the earlier in ``protocols``).
 
-    A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol whose floor is above the best time found
-    (it is then missing from ``times_us``).
+    Across machines a transfer over the network starts once the proxies have posted it
+    (:func:`with_network_posts`, in the schedule's order). A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips
+    a protocol whose floor is above the best time found (it is then missing from ``times_us``).
     """
     kind = schedule.collective.kind
     costs = {p: model.costs(p, kind, topology) for p in protocols}
+    posted = with_network_posts(topology, schedule, costs[protocols[0]]) if protocols else schedule
     order = protocols
     floors: dict[Protocol, float] = {}
     if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS:
@@ -117,7 +119,7 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
     for p in order:
         if floors and best is not None and best.time_us is not None and floors[p] >= best.time_us:
             continue
-        sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs[p]))
+        sim = _simulate(topology, posted, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs[p]))
         times[p.value] = sim.time_us
         if best is None or _better(sim, best) or (
                 sim.time_us == best.time_us and protocols.index(p) < protocols.index(chosen)):
@@ -174,7 +176,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop)
             if kind is CollectiveKind.ALLTOALL and algorithm == "direct" and isinstance(schedule, Schedule):
-                schedule = with_network_posts(topology, schedule, costs, model.net_overhead_us)
+                schedule = with_network_posts(topology, schedule, costs)
         sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
         times[p.value] = sim.time_us
         kept = schedule
@@ -234,16 +236,17 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     return out
 
 
-def with_network_posts(topology: Topology, schedule: Schedule, costs: TransferCosts, overhead_us: float) -> Schedule:
+def with_network_posts(topology: Topology, schedule: Schedule, costs: TransferCosts) -> Schedule:
     """``schedule`` with its transfers over the network started no earlier than their proxies post them.
 
-    NCCL's point-to-point sends and receives over the network go through each rank's proxy thread, which
-    posts them one after another, each costing the network post overhead (tuning.cc ``getNetOverhead``: 1 us,
-    2 us on AMD hosts), in the order of the group's rounds (the schedule's order: peer ``r + d`` and ``r - d``
-    in round ``d``). A transfer starts when its sender has posted the send and its receiver the receive.
-    Transfers within a machine and schedules on one machine are unchanged; so is a schedule when
-    ``overhead_us`` is 0.
+    NCCL's sends and receives over the network (its point-to-point ones, and an MSCCL program's connections)
+    go through each rank's proxy thread, which posts them one after another, each costing ``costs.post_us``
+    (the network post overhead, tuning.cc ``getNetOverhead``: 1 us, 2 us on AMD hosts), here in the
+    schedule's order (for NCCL's Alltoall, the group's rounds: peer ``r + d`` and ``r - d`` in round ``d``). A
+    transfer starts when its sender has posted the send and its receiver the receive. Transfers within a
+    machine and schedules on one machine are unchanged; so is a schedule when ``costs.post_us`` is 0.
     """
+    overhead_us = costs.post_us
     if overhead_us <= 0 or len(topology.machines) < 2:
         return schedule
     posted: dict[int, float] = {}

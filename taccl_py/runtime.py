@@ -176,7 +176,9 @@ class TransferCosts:
     ``hop_latency_us`` (per link class) replaces a transfer's route latency: the class of a route is
     ``net`` when any link on it is, else ``pci`` when any is, else ``nvlink``. ``fraction`` (per link
     class) is the share of a link's rate the protocol reaches: the link's capacity is scaled by it
-    (:meth:`link_capacity_us`). ``launch_us`` is added once to the collective's time.
+    (:meth:`link_capacity_us`). ``launch_us`` is added once to the collective's time. ``post_us`` is what
+    a rank's proxy thread spends posting one network send or receive (0 on one machine): a transfer over
+    the network starts once both proxies have posted it, each proxy posting one after another.
     """
 
     protocol: Protocol
@@ -184,6 +186,7 @@ class TransferCosts:
     fraction: Mapping[str, float]
     launch_us: float
     model: str = ""
+    post_us: float = 0.0
 
     def route_class(self, topology: Topology, route: Sequence[int]) -> str:
         classes = {link_class_of(topology.links[i].kind) for i in route}
@@ -277,7 +280,8 @@ class RuntimeModel:
             else:
                 fractions[c] = base
         hops = {c: self.hop_latency_us.get(c, NCCL_HOP_LATENCY_US[c])[p] for c in LINK_CLASSES}
-        return TransferCosts(p, hops, fractions, self.launch_us[p], self.name)
+        return TransferCosts(p, hops, fractions, self.launch_us[p], self.name,
+                             self.net_overhead_us if multi_machine else 0.0)
 
 
 COPY_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL, CollectiveKind.BROADCAST})

@@ -53,13 +53,17 @@ _ENTER = 0
 
 @njit(cache=True)
 def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocked: Any, capacity: Any,
-        latency: Any, res_ptr: Any, res: Any, route_count: Any) -> Any:
+        latency: Any, res_ptr: Any, res: Any, route_count: Any, post_rank: Any, post_peer: Any, post_us: float,
+        posted: Any) -> Any:
     """Time every transmission; (start, done, cause, busy_us, bytes carried, counters).
 
     Per transmission: ``group`` its route's group (-1: it does not send), ``nbytes`` what a send
     moves, ``succs[succ_ptr[n]:succ_ptr[n + 1]]`` what waits for it (in node order), ``pending``
-    how many transmissions it waits for (updated), ``blocked`` a wait nothing satisfies. Per group:
-    ``latency`` (with the step overhead) and its resources ``res[res_ptr[g]:res_ptr[g + 1]]``.
+    how many transmissions it waits for (updated), ``blocked`` a wait nothing satisfies, and for a
+    send the proxies post (-1: none) ``post_rank`` / ``post_peer``. Per group: ``latency`` (with the
+    step overhead) and its resources ``res[res_ptr[g]:res_ptr[g + 1]]``. ``posted``: per rank, when
+    its proxy has posted what it was asked (updated; each post costs ``post_us``, as
+    :func:`taccl_py.msccl.timing.proxy_posts`).
     """
     n = len(group)
     net = new_network(capacity, latency, res_ptr, res, route_count, int(route_count.sum()))
@@ -74,8 +78,15 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
     def send(i: int, now: float) -> None:
         g = group[i]
         lat = gf[GF_LATENCY, g]
-        if lat > 0 or not nbytes[i] > 0:
-            event_push(queue, cnt, now + lat, _ENTER, i, -1)
+        start = now
+        r = post_rank[i]
+        if r >= 0:  # the proxies post it first (timing.proxy_posts)
+            p = post_peer[i]
+            posted[r] = max(now, posted[r]) + post_us
+            posted[p] = posted[p] + post_us
+            start = max(posted[r], posted[p])
+        if start > now or lat > 0 or not nbytes[i] > 0:
+            event_push(queue, cnt, start + lat, _ENTER, i, -1)
         else:
             net_add(net, active, res_ptr, i, g, nbytes[i], now)
 
@@ -170,8 +181,10 @@ def simulate_arrays(arrays: ProgramArrays, topology: Topology, size_bytes: float
     pair = nodes[N_RANK].astype(np.int64) * header.ngpus + peers
     distinct, first, group_of = np.unique(pair[send_nodes], return_index=True, return_inverse=True)
     costs = options.costs  # the runtime's costs of the program's protocol (taccl_py.runtime), if any
+    post_us = 0.0 if costs is None else costs.post_us
     routes: list[tuple[int, ...]] = [()] * len(distinct)
     latency = np.empty(len(distinct))
+    posts = np.zeros(len(distinct), np.bool_)
     for g in np.argsort(first, kind="stable").tolist():  # in node order: the first send without a route fails
         rank, peer = divmod(int(distinct[g]), header.ngpus)
         route = topology.gpu_route(rank, peer)
@@ -179,10 +192,16 @@ def simulate_arrays(arrays: ProgramArrays, topology: Topology, size_bytes: float
             raise TopologyError(f"ranks {rank} and {peer} communicate but topology {topology.name!r} has "
                                 "no route between them through switches only", where="topology")
         routes[g] = route
+        posts[g] = post_us > 0 and costs is not None and costs.route_class(topology, route) == "net"
         hop = topology.route_latency(route) if costs is None else costs.route_latency_us(topology, route)
         latency[g] = hop + options.step_overhead_us
     group = np.full(count, -1, np.int64)
     group[send_nodes] = group_of
+    post_rank = np.full(count, -1, np.int64)
+    post_peer = np.full(count, -1, np.int64)
+    posting = send_nodes[posts[group_of]]
+    post_rank[posting] = nodes[N_RANK][posting]
+    post_peer[posting] = peers[posting]
     chunk_bytes = size_bytes / header.nchunksperloop
     nbytes = np.array([k * chunk_bytes for k in range(int(nodes[N_COUNT].max(initial=0)) + 1)])[nodes[N_COUNT]]
     capacity = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None else
@@ -199,7 +218,8 @@ def simulate_arrays(arrays: ProgramArrays, topology: Topology, size_bytes: float
     succ_ptr[1:] = np.cumsum(np.bincount(machine.preds, minlength=count))
     pending = np.diff(machine.pred_ptr).astype(np.int64)
     start_at, done_at, cause, busy, carried, _ = run(group, nbytes, succ_ptr, succs, pending, machine.blocked,
-                                                     capacity, latency, res_ptr, res, route_count)
+                                                     capacity, latency, res_ptr, res, route_count, post_rank,
+                                                     post_peer, float(post_us), np.zeros(topology.num_gpus))
     tb_ids = arrays.tbs[T_ID]
 
     def describe(node: int) -> str:

@@ -188,15 +188,27 @@ def _collective(program: Program, kind: CollectiveKind) -> Collective:
     return Collective(kind, n, max(factor, 1))
 
 
+def proxy_posts(posted: list[float], rank: int, peer: int, now: float, post_us: float) -> float:
+    """When a send from ``rank`` to ``peer`` over the network, ready at ``now``, can start: ``rank``'s proxy posts
+    it after what it posted before (no earlier than ``now``), ``peer``'s proxy posts the receive after what it
+    posted before (receives are posted ahead of the data); each post costs ``post_us``. Updates ``posted``."""
+    send = posted[rank] = max(now, posted[rank]) + post_us
+    receive = posted[peer] = posted[peer] + post_us
+    return max(send, receive)
+
+
 class _Timing(EventKernel):
     """The XML timing on the event kernel: transmissions become ready, sends become transfers, transfers arrive.
 
     Transmission ids are the kernel's transfer ids; only send-type ones have
     resources, latency and bytes. Steps: :meth:`ready` (every predecessor is
-    done), :meth:`arrive` (a send's data is there) and :meth:`complete`.
+    done), :meth:`arrive` (a send's data is there) and :meth:`complete`. Under a
+    runtime model across machines a send over the network also waits for the
+    proxies to post it (:func:`proxy_posts`).
     """
 
-    __slots__ = ("cause", "done_at", "machine", "pending", "sends", "start_at", "succs", "topology")
+    __slots__ = ("cause", "done_at", "machine", "pending", "post_us", "posted", "posting", "sends", "start_at",
+                 "succs", "topology")
 
     def __init__(self, machine: Machine, topology: Topology, chunk_bytes: float, options: SimOptions) -> None:
         self.machine = machine
@@ -215,13 +227,20 @@ class _Timing(EventKernel):
         latency: list[float] = []
         num_bytes: list[float] = []
         costs = options.costs  # the runtime's costs of the program's protocol (taccl_py.runtime), if any
-        for t in machine.nodes:
+        self.post_us = 0.0 if costs is None else costs.post_us
+        self.posting: list[tuple[int, int] | None] = [None] * n
+        """Per send over the network under a runtime model that posts: (its rank, the peer)."""
+        self.posted = [0.0] * topology.num_gpus
+        """Per rank: when its proxy has posted everything asked of it so far."""
+        for node, t in enumerate(machine.nodes):
             if t.type.sends:
                 peer = machine.tbs[t.tb][1].send
                 route = topology.gpu_route(t.rank, peer)
                 if not route:  # the verifier rejects a send to itself, so no route means none through switches
                     raise TopologyError(f"ranks {t.rank} and {peer} communicate but topology {topology.name!r} has "
                                         "no route between them through switches only", where="topology")
+                if self.post_us > 0 and costs is not None and costs.route_class(topology, route) == "net":
+                    self.posting[node] = (t.rank, peer)
                 routes.append(route)
                 hop = topology.route_latency(route) if costs is None else costs.route_latency_us(topology, route)
                 latency.append(hop + options.step_overhead_us)
@@ -249,12 +268,21 @@ class _Timing(EventKernel):
             self.ready(node, 0.0)
 
     def ready(self, node: int, now: float) -> None:
-        """All predecessors are done: start the send or complete at once."""
+        """All predecessors are done: start the send (once posted) or complete at once."""
         self.start_at[node] = now
         if self.sends[node]:
-            self.send(node, now)
+            pair = self.posting[node]
+            start = now if pair is None else proxy_posts(self.posted, pair[0], pair[1], now, self.post_us)
+            if start > now:
+                self.wake_at(start, node)
+            else:
+                self.send(node, now)
         else:
             self.complete(node, now)
+
+    def wake(self, item: int, time: float) -> None:
+        """A send's proxies have posted it: it starts."""
+        self.send(item, time)
 
     def arrive(self, transfer: int, now: float) -> None:
         """A send's data is at the receiver: the send is done."""

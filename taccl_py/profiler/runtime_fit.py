@@ -17,9 +17,10 @@ This module fits those figures for one link class to measured times (nccl-tests 
 * ``copy efficiency``: with rows that reduce and rows that only copy, the copies' share (``copy_efficiency``),
   fitted next to the reductions' ``efficiency``;
 * ``ll128 channels``: how many channels' worth of LL128 bandwidth a GPU drives (when LL128 rows exist);
-* ``launch LL``: LL's own fixed cost (us, tuning.cc's ``baseLat`` plus this), fitted when rows measured one GPU
-  per process run LL with at least two different numbers of ring steps (an Allreduce and an Allgather at 1 KB,
-  say): only then is that cost told from LL's per-step latency and from the harness's launch offset.
+* ``launch LL``: LL's own fixed cost beyond the starting model's (us), fitted when rows measured one GPU per
+  process run LL with at least two different numbers of steps (an Allreduce and an Allgather at 1 KB, say):
+  only then is that cost told from LL's per-step latency and from the harness's launch offset (a warning
+  says so when the rows no longer do at the fitted figures).
 
 Method: least squares on relative residuals ``(predicted - measured) / measured``. Each iteration
 simulates every row under every algorithm and protocol at the current figures, with the protocol's
@@ -272,8 +273,11 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
                 break
     choice = [problem.choose(i, x) for i in range(len(rows))]
     fitted_rows = tuple(RuntimeFitRow(r, c[2], c[0], c[1].value) for r, c in zip(rows, choice, strict=True))
-    names_of = _PARAMS if not problem.copy else (*_PARAMS[:4], "copy efficiency", *_PARAMS[5:])
-    names = tuple(names_of[j] for j in _active(choice, fit_launch, fit_ll_launch, problem.mixed))
+    names_of = list(_PARAMS)
+    if problem.copy:  # the one share fitted is the copies'; no second one
+        names_of[4], names_of[_COPY] = "copy efficiency", ""
+    ll_told = fit_ll_launch and _ll_launch_identified(problem, x)
+    names = tuple(names_of[j] for j in _active(choice, fit_launch, ll_told, problem.mixed))
     counts = {p: sum(1 for c in choice if c[1] is p) for p in PROTOCOLS}
     warnings: list[str] = []
     for p in PROTOCOLS:
@@ -282,8 +286,11 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
                             f"({x[_HOP[p]]:.4g} us) is only bounded by these rows (no faster than what they ran)")
     if counts[Protocol.LL128] < MIN_ROWS_PER_PROTOCOL:
         warnings.append(f"the LL128 bandwidth cap ({x[5]:.4g} channels) is only bounded by these rows")
+    if fit_ll_launch and not ll_told:
+        warnings.append(f"at the fitted figures the per-rank rows no longer run LL with two numbers of steps: LL's "
+                        f"launch latency ({x[_LAUNCH_LL]:+.4g} us) is only held by the pull toward its start")
     figures = {name: float(v) for j, (name, v) in enumerate(zip(names_of, x, strict=True))
-               if (j != _LAUNCH_LL or fit_ll_launch) and (j != _COPY or problem.mixed)}
+               if name and (j != _LAUNCH_LL or fit_ll_launch) and (j != _COPY or problem.mixed)}
     fit = RuntimeFit(problem.model(x, offset=all(r.offset for r in rows)), cls, figures, names, fitted_rows, iterations)
     if fit.rms_error > 0.15:
         warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
@@ -422,19 +429,26 @@ def _nelder_mead(f: Any, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, fixe
     return full(simplex[int(np.argmin(values))])
 
 
-def _ring_steps(kind: CollectiveKind, ranks: int) -> int:
-    """Serial steps of NCCL's ring for ``kind`` (2 (n - 1) for Allreduce, n - 1 else; 1 for point-to-point)."""
-    if kind is CollectiveKind.ALLTOALL:
+def _serial_steps(kind: CollectiveKind, algorithm: str, ranks: int) -> int | None:
+    """Serial steps of NCCL's ``algorithm`` for ``kind``: one point-to-point step (``direct``), the ring's
+    2 (n - 1) for Allreduce and n - 1 else; None for other algorithms."""
+    if algorithm == "direct":
         return 1
+    if algorithm != "ring":
+        return None
     return 2 * (ranks - 1) if kind is CollectiveKind.ALLREDUCE else ranks - 1
 
 
 def _ll_launch_identified(problem: _Problem, x: np.ndarray) -> bool:
     """Whether rows tell LL's fixed cost from its per-step latency: rows of one GPU per process (no harness
-    offset) that run LL at ``x`` with at least two different numbers of steps."""
+    offset) that run LL at ``x`` (ring or point-to-point) with at least two different numbers of steps."""
     n = problem.topology.num_gpus
-    steps = {_ring_steps(problem.rows[i].kind, n) for i in range(len(problem.rows))
-             if not problem.rows[i].offset and problem.choose(i, x)[1] is Protocol.LL}
+    steps = set()
+    for i, row in enumerate(problem.rows):
+        algorithm, protocol, _ = problem.choose(i, x)
+        if not row.offset and protocol is Protocol.LL:
+            steps.add(_serial_steps(row.kind, algorithm, n))
+    steps.discard(None)
     return len(steps) >= 2
 
 
@@ -468,8 +482,8 @@ def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str
     whose rows the fitted launch offset does not apply to (:attr:`TimedRow.offset`). ``select``: a table
     with a column of that name keeps only the rows with that value (a table holding several runs);
     ``collective`` (one name, or several separated by commas) also keeps only a table's rows of those
-    collectives; for a log one name says which binary ran when the log does not, several keep the runs of those
-    binaries. Returns the rows, one line per input
+    collectives; in a log, a run that names its binary is kept when it is among them (a warning says which
+    were skipped; a log that keeps none is an error), and one name is the binary of a run that does not say. Returns the rows, one line per input
     (what was read) and warnings. A log whose ranks differ from the topology's GPUs is an error: the fit
     simulates every GPU of it.
     """
@@ -516,24 +530,24 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         rows.extend(TimedRow(r.kind, r.size_bytes, r.time(n), r.origin, offset) for r in table)
         inputs.append(f"{path}: published table, {len(table)} rows{harness}")
         return {k for r in everything for k in r.extra}
+    kept = 0
     for run in parse_nccl_tests_log(path):
         at = f"{path}: line {run.first_line}"
-        if len(binaries) > 1:
-            if run.binary is None:
-                raise ProfileInputError("the log does not say which collective it ran; give one --collective",
-                                        where=at)
-            if resolve_binary(run.binary, where=at) not in binaries:
+        if run.binary is not None:
+            binary = resolve_binary(run.binary, where=at)
+            if binaries and binary not in binaries:
+                warnings.append(f"{at}: a run of {binary} skipped (not among --collective {collective})")
                 continue
-            binary = resolve_binary(run.binary, where=at)
-        elif binaries:
+        elif len(binaries) == 1:
             binary = binaries[0]
-        elif run.binary is not None:
-            binary = resolve_binary(run.binary, where=at)
+        elif binaries:
+            raise ProfileInputError("the log does not say which collective it ran; give one --collective", where=at)
         else:
             guessed = binary_from_name(Path(path).name)
             if guessed is None:
                 raise ProfileInputError("cannot tell which collective this log ran; pass --collective", where=at)
             binary = guessed
+        kept += 1
         name = BINARY_MODELS[binary].collective
         if name == "sendrecv":
             raise ProfileInputError("sendrecv_perf is point-to-point: fit links with it (without --runtime)",
@@ -548,4 +562,6 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         used = used[start::step]
         rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset) for r in used)
         inputs.append(f"{path}: {binary}, {run.nranks} ranks, {len(used)} sizes{harness}")
+    if not kept:
+        raise ProfileInputError(f"no run of the log is among --collective {collective}", where=path)
     return set()
