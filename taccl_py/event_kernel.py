@@ -149,6 +149,10 @@ class EventKernel:
         else:
             self.net.add(transfer, self.resources[transfer], self.num_bytes[transfer], now, self.weights[transfer])
 
+    def send_at(self, transfer: int, start: float) -> None:
+        """Start ``transfer`` at ``start`` (a later time than the batch's): its latency, then its bytes."""
+        heapq.heappush(self._queue, (start + self.latency_us[transfer], next(self._seq), _ENTER, transfer, None))
+
     def wake_at(self, time: float, item: int) -> None:
         """Call :meth:`wake` with ``item`` at ``time``."""
         heapq.heappush(self._queue, (time, next(self._seq), _TIMER, item, None))

@@ -683,13 +683,15 @@ def close_busy(net: Any, now: float) -> None:
 @njit(cache=True)
 def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: Any, bytes_by_count: Any,
         capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, state: Any, words: Any,
-        num_chunks: int, n_ranks: int) -> Any:
+        num_chunks: int, n_ranks: int, route_posts: Any, post_us: float, posted: Any) -> Any:
     """Run every transfer of the tables (see the layout above; ``t`` and ``f`` are updated in place).
 
     ``capacity`` per resource, ``latency`` per route (with the step overhead), ``res_ptr``/``res`` the
     resources of each route, ``route_count`` the transfers on each route, ``state`` the mask id of every
-    (rank, chunk) key (updated in place), ``words`` the mask pool. Returns (busy_us, bytes carried,
-    counters, pool words, fault time); ``counters[FAULT_KIND]`` is a fault code (0: none).
+    (rank, chunk) key (updated in place), ``words`` the mask pool; ``route_posts`` per route whether its
+    transfers wait for the proxies to post them (``post_us`` each; ``posted`` per rank, updated: as
+    :func:`taccl_py.runtime.proxy_posts`). Returns (busy_us, bytes carried, counters, pool words, fault time);
+    ``counters[FAULT_KIND]`` is a fault code (0: none).
 
     The rules are closures over the tables and the fluid network's steps are inline functions (numba inlines
     both), so the hot path passes no arrays.
@@ -726,8 +728,14 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
         g = t[T_ROUTE, i]  # send: the latency, then the bytes
         lat = gf[GF_LATENCY, g]
         nb = bytes_by_count[p1 - p0]
-        if lat > 0 or not nb > 0:
-            event_push(queue, cnt, now + lat, _ENTER, i, -1)
+        start = now
+        if route_posts[g]:  # the proxies post it first (runtime.proxy_posts)
+            r, p = t[T_SRC, i], t[T_DST, i]
+            posted[r] = max(now, posted[r]) + post_us
+            posted[p] = posted[p] + post_us
+            start = max(posted[r], posted[p])
+        if start > now or lat > 0 or not nb > 0:
+            event_push(queue, cnt, start + lat, _ENTER, i, -1)
         else:
             net_add(net, active, res_ptr, i, g, nb, now)
         return True

@@ -32,11 +32,13 @@ from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_protocol", "nccl_algorithms", "nccl_protocols", "predict_baseline",
-           "predict_nccl", "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies",
-           "with_network_posts"]
+__all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_protocol", "nccl_algorithms", "nccl_protocols",
+           "predict_baseline", "predict_nccl", "predict_program", "predict_schedule", "protocol_floor_us",
+           "ring_step_latencies"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
+_TUNED_ALGORITHMS = frozenset({"ring", "tree", "nvls"})
+"""NCCL's algorithms of tuning.cc: their per-step latencies carry the proxy's post overhead (no posts)."""
 
 NCCL_ALGORITHMS: dict[CollectiveKind, tuple[str, ...]] = {
     CollectiveKind.ALLREDUCE: ("ring", "tree", "nvls"),
@@ -101,13 +103,12 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
                      protocols: tuple[Protocol, ...] = PROTOCOLS, step_overhead_us: float = 0.0) -> Prediction:
     """``schedule`` under each protocol; the fastest wins (ties: the earlier in ``protocols``).
 
-    Across machines a transfer over the network starts once the proxies have posted it
-    (:func:`with_network_posts`, in the schedule's order). A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips
-    a protocol whose floor is above the best time found (it is then missing from ``times_us``).
+    Across machines a transfer over the network starts once the proxies have posted it (the simulator's
+    :func:`taccl_py.runtime.proxy_posts`). A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol
+    whose floor is above the best time found (it is then missing from ``times_us``).
     """
     kind = schedule.collective.kind
     costs = {p: model.costs(p, kind, topology) for p in protocols}
-    posted = with_network_posts(topology, schedule, costs[protocols[0]]) if protocols else schedule
     order = protocols
     floors: dict[Protocol, float] = {}
     if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS:
@@ -119,7 +120,7 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
     for p in order:
         if floors and best is not None and best.time_us is not None and floors[p] >= best.time_us:
             continue
-        sim = _simulate(topology, posted, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs[p]))
+        sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs[p]))
         times[p.value] = sim.time_us
         if best is None or _better(sim, best) or (
                 sim.time_us == best.time_us and protocols.index(p) < protocols.index(chosen)):
@@ -136,6 +137,10 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     A large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`, in NCCL's pieces too) is built as
     arrays and simulated by the compiled kernel (``schedule`` is then the arrays), and a protocol whose floor
     (:func:`protocol_floor_us`) is above the best time found is not simulated (missing from ``times_us``).
+    Across machines the transfers over the network of algorithms other than NCCL's ring, tree and NVLS wait for
+    the proxies to post them (in the order they become ready: for NCCL's Alltoall, its group's rounds, peer
+    ``r + d`` and ``r - d`` in round ``d``); those three carry that cost as tuning.cc does, in their per-step
+    latencies (the ring's floor, :func:`ring_step_latencies`; the network latencies fitted on NCCL's runs).
     Raises :class:`NotApplicable` as :func:`taccl_py.baselines.baseline` does.
     """
     from taccl_py.baselines import baseline
@@ -156,6 +161,8 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
         if floors and best is not None and best.sim.time_us is not None and floors[p] >= best.sim.time_us:
             continue
         costs = costs_of(p)
+        if algorithm in _TUNED_ALGORITHMS:
+            costs = replace(costs, post_us=0.0)
         hop = max(costs.hop_latency_us.values())
         schedule: Schedule | CompactSchedule
         if pieced:
@@ -175,8 +182,6 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
         else:
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop)
-            if kind is CollectiveKind.ALLTOALL and algorithm == "direct" and isinstance(schedule, Schedule):
-                schedule = with_network_posts(topology, schedule, costs)
         sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
         times[p.value] = sim.time_us
         kept = schedule
@@ -234,31 +239,6 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     rate = 0.0 if widest is None else gbps_to_bytes_per_us(widest) * costs.fraction["net"] / channels
     out["net"] = simple_step_latency(net, chunk, rate) / pieces
     return out
-
-
-def with_network_posts(topology: Topology, schedule: Schedule, costs: TransferCosts) -> Schedule:
-    """``schedule`` with its transfers over the network started no earlier than their proxies post them.
-
-    NCCL's sends and receives over the network (its point-to-point ones, and an MSCCL program's connections)
-    go through each rank's proxy thread, which posts them one after another, each costing ``costs.post_us``
-    (the network post overhead, tuning.cc ``getNetOverhead``: 1 us, 2 us on AMD hosts), here in the
-    schedule's order (for NCCL's Alltoall, the group's rounds: peer ``r + d`` and ``r - d`` in round ``d``). A
-    transfer starts when its sender has posted the send and its receiver the receive. Transfers within a
-    machine and schedules on one machine are unchanged; so is a schedule when ``costs.post_us`` is 0.
-    """
-    overhead_us = costs.post_us
-    if overhead_us <= 0 or len(topology.machines) < 2:
-        return schedule
-    posted: dict[int, float] = {}
-    out = []
-    for t in schedule.transfers:
-        if costs.route_class(topology, t.route) == "net":
-            send = posted[t.src] = posted.get(t.src, 0.0) + overhead_us
-            receive = posted[t.dst] = posted.get(t.dst, 0.0) + overhead_us
-            start = max(send, receive, t.not_before_us or 0.0)
-            t = replace(t, not_before_us=start)
-        out.append(t)
-    return replace(schedule, transfers=tuple(out))
 
 
 P2P_LL_THRESHOLD_BYTES = 16384

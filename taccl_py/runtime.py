@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the topology module refers back to this one only for types
     from taccl_py.topology import Topology
 
 __all__ = ["COPY_KINDS", "LINK_CLASSES", "PRESETS", "Protocol", "RuntimeModel", "TransferCosts", "link_class_of", "nccl_ring_pieces",
-           "payload_fraction", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
+           "payload_fraction", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
            "wire_bytes", "with_figures", "with_launch_offset"]
 
 
@@ -208,6 +208,15 @@ class TransferCosts:
         """
         return [gbps_to_bytes_per_us(link.bandwidth) * self.fraction[link_class_of(link.kind)]
                 for link in topology.links]
+
+
+def proxy_posts(posted: list[float], rank: int, peer: int, now: float, post_us: float) -> float:
+    """When a send from ``rank`` to ``peer`` over the network, ready at ``now``, can start: ``rank``'s proxy posts
+    it after what it posted before (no earlier than ``now``), ``peer``'s proxy posts the receive after what it
+    posted before (receives are posted ahead of the data); each post costs ``post_us``. Updates ``posted``."""
+    send = posted[rank] = max(now, posted[rank]) + post_us
+    receive = posted[peer] = posted[peer] + post_us
+    return max(send, receive)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from taccl_py.collectives import Collective
 from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout, endpoint_sides
 from taccl_py.errors import InputError
 from taccl_py.event_kernel import EventKernel, Fault
-from taccl_py.runtime import TransferCosts
+from taccl_py.runtime import TransferCosts, proxy_posts
 from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
 from taccl_py.store_forward import LegPlan
 from taccl_py.topology import Topology
@@ -328,6 +328,9 @@ class _Run(EventKernel):
         "launch_us",
         "memory",
         "num_chunks",
+        "post_us",
+        "posted",
+        "posting",
         "schedule",
         "size_bytes",
         "snapshot",
@@ -446,6 +449,16 @@ class _Run(EventKernel):
             super().__init__(capacities, resources, latency, num_bytes, weights)
         self.launch_us = 0.0 if costs is None else costs.launch_us
         """Added once to the collective's time (the runtime's launch overhead)."""
+        self.post_us = 0.0 if costs is None else costs.post_us
+        self.posting: list[bool] = [False] * n
+        """Per transfer: it crosses the network under a runtime model whose proxies post (not a multicast group's)."""
+        self.posted = [0.0] * topology.num_gpus
+        """Per rank: when its proxy has posted everything asked of it so far (runtime.proxy_posts)."""
+        if self.post_us > 0 and costs is not None and len(topology.machines) > 1:
+            in_group = self.group_leader
+            for i, t in enumerate(transfers):
+                self.posting[i] = (in_group is None or in_group[i] < 0) and \
+                    costs.route_class(topology, t.route) == "net"
         nan = math.nan
         self.start_at = [nan] * n
         self.arrive_at = [nan] * n
@@ -498,6 +511,11 @@ class _Run(EventKernel):
             self.send(first, now)
             return
         self.start_at[i] = now
+        if self.posting[i]:  # its proxies post it first (taccl_py.runtime.proxy_posts)
+            start = proxy_posts(self.posted, t.src, t.dst, now, self.post_us)
+            if start > now:
+                self.send_at(i, start)
+                return
         self.send(i, now)
 
     def wake(self, item: int, time: float) -> None:

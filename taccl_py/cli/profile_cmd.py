@@ -128,14 +128,17 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 @click.option("--algorithm", "algorithms", multiple=True, type=click.Choice(["ring", "tree", "nvls", "direct"]),
               help="With --runtime: an algorithm the runs allowed (their NCCL_ALGO); repeat for several. Default: "
                    "NCCL's own choice among all.")
+@click.option("--harness-offset", "harness_offset", type=click.FloatRange(0, 1e6), metavar="US",
+              help="With --runtime: the host cost per collective of FILE...'s harness (e.g. all_reduce_perf -g 8), "
+                   "known from another fit: not fitted, and not written into the model.")
 @click.option("--select", "select", multiple=True, metavar="COLUMN=VALUE",
               help="With --runtime: a published table with this column keeps only the rows with this value "
                    "(a table holding several runs, e.g. machines=1).")
 @json_option
 def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
             ranks: int | None, group: str | None, class_name: str | None, name: str | None, runtime: bool,
-            rows_kept: str, per_rank: tuple[str, ...], algorithms: tuple[str, ...], select: tuple[str, ...],
-            as_json: bool) -> None:
+            rows_kept: str, per_rank: tuple[str, ...], algorithms: tuple[str, ...], harness_offset: float | None,
+            select: tuple[str, ...], as_json: bool) -> None:
     """Fit alpha (us) and bandwidth (GB/s) per link from nccl-tests logs or CSVs.
 
     FILE is an nccl-tests log (sendrecv_perf, all_gather_perf, all_reduce_perf,
@@ -147,12 +150,12 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
     if not files and not (runtime and per_rank):
         raise ProfileInputError("give at least one FILE (or, with --runtime, --per-rank FILE)", where="FILE")
     for flag, given in (("--rows", rows_kept != "all"), ("--per-rank", bool(per_rank)), ("--select", bool(select)),
-                        ("--algorithm", bool(algorithms))):
+                        ("--algorithm", bool(algorithms)), ("--harness-offset", harness_offset is not None)):
         if given and not runtime:
             raise ProfileInputError(f"{flag} applies to --runtime fits only", where=flag)
     if runtime:
         _fit_runtime_cmd(files, output, into, collective, class_name, rows_kept, per_rank, _selection(select),
-                         algorithms, as_json)
+                         algorithms, harness_offset, as_json)
         return
     base = None
     if into is not None:
@@ -187,7 +190,7 @@ def _selection(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
                      class_name: str | None, rows_kept: str, per_rank: tuple[str, ...], select: dict[str, str],
-                     algorithms: tuple[str, ...], as_json: bool) -> None:
+                     algorithms: tuple[str, ...], harness_offset: float | None, as_json: bool) -> None:
     """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
     from dataclasses import replace
 
@@ -201,14 +204,19 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     base = _load_base(into, "--into")
     target = output or into
     check_output_file(target, "-o" if output else "--into")
+    if harness_offset is not None and not files:
+        raise ProfileInputError("the harness offset is that of FILE...'s rows: give FILE", where="--harness-offset")
     rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
                                              per_rank=per_rank, select=select)
-    fit = fit_runtime(base, rows, link_class=class_name, algorithms=algorithms or None)
+    fit = fit_runtime(base, rows, link_class=class_name, algorithms=algorithms or None,
+                      harness_offset_us=harness_offset)
     record: dict[str, object] = {**fit.as_dict(), "files": list(files), "rows_kept": rows_kept}
     if per_rank:
         record["per_rank_files"] = list(per_rank)
-        if files:
-            record["harness_launch_offset_us"] = round(fit.figures["launch"], 6)
+    if (per_rank or harness_offset is not None) and files:
+        record["harness_launch_offset_us"] = round(fit.figures["launch"], 6)
+    if harness_offset is not None:
+        record["harness_offset_given"] = True
     if select:
         record["select"] = dict(select)
     if algorithms:
@@ -230,9 +238,10 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
         out_console.print(f"read {line}", markup=False)
     figures = ", ".join(f"{k} {v:.4g}" for k, v in fit.figures.items())
     out_console.print(f"fitted {fit.link_class}: {figures} (fitted: {', '.join(fit.fitted)})", markup=False)
-    if per_rank and files:
-        out_console.print(f"launch {fit.figures['launch']:.4g} us is the harness's of {', '.join(files)} (over one "
-                          "GPU per process); it is not written into the model", markup=False)
+    if (per_rank or harness_offset is not None) and files:
+        how = "given" if harness_offset is not None else "fitted"
+        out_console.print(f"launch {fit.figures['launch']:.4g} us ({how}) is the harness's of {', '.join(files)} "
+                          "(over one GPU per process); it is not written into the model", markup=False)
     out_console.print(make_table(f"rows: rms error {fit.rms_error:.1%}, worst {fit.max_error:.1%}",
                                  _RUNTIME_COLUMNS,
                                  [[format_bytes(r.row.size_bytes), float(r.row.time_us), float(r.predicted_us),

@@ -63,7 +63,7 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
     send the proxies post (-1: none) ``post_rank`` / ``post_peer``. Per group: ``latency`` (with the
     step overhead) and its resources ``res[res_ptr[g]:res_ptr[g + 1]]``. ``posted``: per rank, when
     its proxy has posted what it was asked (updated; each post costs ``post_us``, as
-    :func:`taccl_py.msccl.timing.proxy_posts`).
+    :func:`taccl_py.runtime.proxy_posts`).
     """
     n = len(group)
     net = new_network(capacity, latency, res_ptr, res, route_count, int(route_count.sum()))
@@ -80,7 +80,7 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
         lat = gf[GF_LATENCY, g]
         start = now
         r = post_rank[i]
-        if r >= 0:  # the proxies post it first (timing.proxy_posts)
+        if r >= 0:  # the proxies post it first (runtime.proxy_posts)
             p = post_peer[i]
             posted[r] = max(now, posted[r]) + post_us
             posted[p] = posted[p] + post_us

@@ -12,7 +12,9 @@ Sends are buffered like NCCL's FIFOs: they never wait for the receiver. A
 receive completes as soon as its threadblock reaches it and the matching send
 has arrived; ``cpy``, ``re`` and ``nop`` take no time. A schedule and its
 lowering therefore take the same time, because a schedule's connection
-``(src, dst, channel)`` is a FIFO too.
+``(src, dst, channel)`` is a FIFO too (under a runtime model across machines, up to
+the order in which sends ready at the same time are posted by the proxies:
+:func:`taccl_py.runtime.proxy_posts`).
 
 One chunk is ``size_bytes / nchunksperloop`` bytes, where ``size_bytes`` is the
 nccl-tests size (Allgather output, ReduceScatter input, Alltoall per-rank
@@ -36,6 +38,7 @@ from taccl_py.msccl.ir import Program
 from taccl_py.msccl.machine import Machine, build_machine
 from taccl_py.msccl.report import VerifyReport
 from taccl_py.msccl.verify import verify_program
+from taccl_py.runtime import proxy_posts
 from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.store_forward import LegPlan
 from taccl_py.topology import Route, Topology
@@ -188,15 +191,6 @@ def _collective(program: Program, kind: CollectiveKind) -> Collective:
     return Collective(kind, n, max(factor, 1))
 
 
-def proxy_posts(posted: list[float], rank: int, peer: int, now: float, post_us: float) -> float:
-    """When a send from ``rank`` to ``peer`` over the network, ready at ``now``, can start: ``rank``'s proxy posts
-    it after what it posted before (no earlier than ``now``), ``peer``'s proxy posts the receive after what it
-    posted before (receives are posted ahead of the data); each post costs ``post_us``. Updates ``posted``."""
-    send = posted[rank] = max(now, posted[rank]) + post_us
-    receive = posted[peer] = posted[peer] + post_us
-    return max(send, receive)
-
-
 class _Timing(EventKernel):
     """The XML timing on the event kernel: transmissions become ready, sends become transfers, transfers arrive.
 
@@ -204,7 +198,7 @@ class _Timing(EventKernel):
     resources, latency and bytes. Steps: :meth:`ready` (every predecessor is
     done), :meth:`arrive` (a send's data is there) and :meth:`complete`. Under a
     runtime model across machines a send over the network also waits for the
-    proxies to post it (:func:`proxy_posts`).
+    proxies to post it (:func:`taccl_py.runtime.proxy_posts`).
     """
 
     __slots__ = ("cause", "done_at", "machine", "pending", "post_us", "posted", "posting", "sends", "start_at",
@@ -274,15 +268,11 @@ class _Timing(EventKernel):
             pair = self.posting[node]
             start = now if pair is None else proxy_posts(self.posted, pair[0], pair[1], now, self.post_us)
             if start > now:
-                self.wake_at(start, node)
+                self.send_at(node, start)
             else:
                 self.send(node, now)
         else:
             self.complete(node, now)
-
-    def wake(self, item: int, time: float) -> None:
-        """A send's proxies have posted it: it starts."""
-        self.send(item, time)
 
     def arrive(self, transfer: int, now: float) -> None:
         """A send's data is at the receiver: the send is done."""

@@ -217,10 +217,13 @@ class _Problem:
 
 def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel | None = None,
                 link_class: str | None = None, fit_launch: bool = True,
-                max_iterations: int = MAX_ITERATIONS, algorithms: Sequence[str] | None = None) -> RuntimeFit:
+                max_iterations: int = MAX_ITERATIONS, algorithms: Sequence[str] | None = None,
+                harness_offset_us: float | None = None) -> RuntimeFit:
     """Fit ``base``'s figures of ``link_class`` (default :func:`default_link_class`) to ``rows``.
 
     ``algorithms``: the NCCL algorithms the runs allowed (their ``NCCL_ALGO``); None: NCCL's own choice.
+    ``harness_offset_us``: the launch offset of the rows that take one, known (not fitted) and kept out of the
+    model: their harness's host cost per collective, measured elsewhere.
 
     ``base`` defaults to the topology's runtime model, else NCCL's published figures with efficiency 1.
 
@@ -244,7 +247,9 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     if cls not in LINK_CLASSES:
         raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net)", where="--class")
     problem = _Problem(topology, model0, cls, rows, algorithms)
-    fit_launch = fit_launch and any(r.offset for r in rows)
+    fit_launch = fit_launch and harness_offset_us is None and any(r.offset for r in rows)
+    if harness_offset_us is not None:
+        problem.start[0] = harness_offset_us
     measured = np.array([r.time_us for r in rows])
     x = problem.start.copy()
     fit_ll_launch = _ll_launch_identified(problem, x)
@@ -291,7 +296,8 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
                         f"launch latency ({x[_LAUNCH_LL]:+.4g} us) is only held by the pull toward its start")
     figures = {name: float(v) for j, (name, v) in enumerate(zip(names_of, x, strict=True))
                if name and (j != _LAUNCH_LL or fit_ll_launch) and (j != _COPY or problem.mixed)}
-    fit = RuntimeFit(problem.model(x, offset=all(r.offset for r in rows)), cls, figures, names, fitted_rows, iterations)
+    in_model = harness_offset_us is None and all(r.offset for r in rows)
+    fit = RuntimeFit(problem.model(x, offset=in_model), cls, figures, names, fitted_rows, iterations)
     if fit.rms_error > 0.15:
         warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
                         f"{fit.max_error:.0%}): the runtime model does not describe this run well")
