@@ -37,8 +37,9 @@ __all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_prot
            "ring_step_latencies"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
-_TUNED_ALGORITHMS = frozenset({"ring", "tree", "nvls"})
-"""NCCL's algorithms of tuning.cc: their per-step latencies carry the proxy's post overhead (no posts)."""
+_TUNED_ALGORITHMS = frozenset({"tree", "nvls"})
+"""NCCL's algorithms whose per-step latencies carry the proxy's post overhead (no posts), with the rings of
+:data:`_PIECED_RINGS` (their floor, :func:`ring_step_latencies`)."""
 
 NCCL_ALGORITHMS: dict[CollectiveKind, tuple[str, ...]] = {
     CollectiveKind.ALLREDUCE: ("ring", "tree", "nvls"),
@@ -137,10 +138,11 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     A large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`, in NCCL's pieces too) is built as
     arrays and simulated by the compiled kernel (``schedule`` is then the arrays), and a protocol whose floor
     (:func:`protocol_floor_us`) is above the best time found is not simulated (missing from ``times_us``).
-    Across machines the transfers over the network of algorithms other than NCCL's ring, tree and NVLS wait for
-    the proxies to post them (in the order they become ready: for NCCL's Alltoall, its group's rounds, peer
-    ``r + d`` and ``r - d`` in round ``d``); those three carry that cost as tuning.cc does, in their per-step
-    latencies (the ring's floor, :func:`ring_step_latencies`; the network latencies fitted on NCCL's runs).
+    Across machines the transfers over the network wait for the proxies to post them (in the order they become
+    ready: for NCCL's Alltoall, its group's rounds, peer ``r + d`` and ``r - d`` in round ``d``), except those of
+    NCCL's Allgather, ReduceScatter and Allreduce rings, its tree and NVLS, which carry that cost as tuning.cc
+    does, in their per-step latencies (the ring's floor, :func:`ring_step_latencies`; the network latencies
+    fitted on NCCL's runs).
     Raises :class:`NotApplicable` as :func:`taccl_py.baselines.baseline` does.
     """
     from taccl_py.baselines import baseline
@@ -161,7 +163,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
         if floors and best is not None and best.sim.time_us is not None and floors[p] >= best.sim.time_us:
             continue
         costs = costs_of(p)
-        if algorithm in _TUNED_ALGORITHMS:
+        if pieced or algorithm in _TUNED_ALGORITHMS:
             costs = replace(costs, post_us=0.0)
         hop = max(costs.hop_latency_us.values())
         schedule: Schedule | CompactSchedule
