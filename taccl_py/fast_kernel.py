@@ -450,6 +450,15 @@ def new_network(capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count
 
 
 @njit(cache=True, inline="always")
+def proxy_post(posted: Any, rank: int, peer: int, now: float, post_us: float) -> float:
+    """When a send over the network, ready at ``now``, starts: both proxies have posted it
+    (:func:`taccl_py.runtime.proxy_posts`, over arrays; ``posted`` is updated)."""
+    posted[rank] = max(now, posted[rank]) + post_us
+    posted[peer] = posted[peer] + post_us
+    return max(posted[rank], posted[peer])
+
+
+@njit(cache=True, inline="always")
 def event_push(queue: Any, cnt: Any, time: float, kind: int, item: int, group: int) -> int:
     """Push ``(time, seq, kind, item, group)`` on the event heap (``seq`` counts pushes: FIFO ties); its seq."""
     q = queue[0]
@@ -728,12 +737,7 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
         g = t[T_ROUTE, i]  # send: the latency, then the bytes
         lat = gf[GF_LATENCY, g]
         nb = bytes_by_count[p1 - p0]
-        start = now
-        if route_posts[g]:  # the proxies post it first (runtime.proxy_posts)
-            r, p = t[T_SRC, i], t[T_DST, i]
-            posted[r] = max(now, posted[r]) + post_us
-            posted[p] = posted[p] + post_us
-            start = max(posted[r], posted[p])
+        start = proxy_post(posted, t[T_SRC, i], t[T_DST, i], now, post_us) if route_posts[g] else now
         if start > now or lat > 0 or not nb > 0:
             event_push(queue, cnt, start + lat, _ENTER, i, -1)
         else:

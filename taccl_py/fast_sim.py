@@ -270,9 +270,7 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
     capacity = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None
                         else costs.link_capacity_us(topology), np.float64)
     launch_us = 0.0 if costs is None else costs.launch_us
-    post_us = 0.0 if costs is None or len(topology.machines) < 2 else costs.post_us
-    route_posts = np.array([post_us > 0 and costs is not None and costs.route_class(topology, r) == "net"
-                            for r in schedule.routes], np.bool_)
+    route_posts = np.array([costs is not None and costs.posts(topology, r) for r in schedule.routes], np.bool_)
     res_ptr = np.zeros(len(schedule.routes) + 1, np.int64)
     res_ptr[1:] = np.cumsum([len(r) for r in schedule.routes])
     res = np.array([li for r in schedule.routes for li in r], np.int64)
@@ -285,7 +283,8 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
     state = _initial(schedule, num_keys)
     busy_us, carried, cnt, words, fault_time = fk.run(
         t, f, schedule.chunk_ptr, cs, ep, ed, not_before, bytes_by_count, capacity, latency, res_ptr, res,
-        route_count, state, words, nc, n, route_posts, float(post_us), np.zeros(max(n, topology.num_gpus)))
+        route_count, state, words, nc, n, route_posts, 0.0 if costs is None else costs.post_us,
+        np.zeros(max(n, topology.num_gpus)))
     start_at, arrive_at, commit_at = f[fk.F_START], f[fk.F_ARRIVE], f[fk.F_COMMIT]
     start_cause, commit_cause = t[fk.T_SC], t[fk.T_CC]
 

@@ -195,6 +195,10 @@ class TransferCosts:
                 return c
         return "nvlink"
 
+    def posts(self, topology: Topology, route: Sequence[int]) -> bool:
+        """Whether a transfer along ``route`` waits for the proxies to post it (it crosses the network)."""
+        return self.post_us > 0 and self.route_class(topology, route) == "net"
+
     def route_latency_us(self, topology: Topology, route: Sequence[int]) -> float:
         """The runtime's per-step latency for a transfer along ``route``."""
         return self.hop_latency_us[self.route_class(topology, route)]

@@ -454,11 +454,10 @@ class _Run(EventKernel):
         """Per transfer: it crosses the network under a runtime model whose proxies post (not a multicast group's)."""
         self.posted = [0.0] * topology.num_gpus
         """Per rank: when its proxy has posted everything asked of it so far (runtime.proxy_posts)."""
-        if self.post_us > 0 and costs is not None and len(topology.machines) > 1:
+        if costs is not None and self.post_us > 0:
             in_group = self.group_leader
             for i, t in enumerate(transfers):
-                self.posting[i] = (in_group is None or in_group[i] < 0) and \
-                    costs.route_class(topology, t.route) == "net"
+                self.posting[i] = (in_group is None or in_group[i] < 0) and costs.posts(topology, t.route)
         nan = math.nan
         self.start_at = [nan] * n
         self.arrive_at = [nan] * n

@@ -33,6 +33,7 @@ from taccl_py.fast_kernel import (
     flow_leaves,
     net_add,
     new_network,
+    proxy_post,
     settle,
 )
 from taccl_py.msccl.arrays import STEP_TYPES, T_ID, T_SEND, ProgramArrays
@@ -78,13 +79,7 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
     def send(i: int, now: float) -> None:
         g = group[i]
         lat = gf[GF_LATENCY, g]
-        start = now
-        r = post_rank[i]
-        if r >= 0:  # the proxies post it first (runtime.proxy_posts)
-            p = post_peer[i]
-            posted[r] = max(now, posted[r]) + post_us
-            posted[p] = posted[p] + post_us
-            start = max(posted[r], posted[p])
+        start = proxy_post(posted, post_rank[i], post_peer[i], now, post_us) if post_rank[i] >= 0 else now
         if start > now or lat > 0 or not nbytes[i] > 0:
             event_push(queue, cnt, start + lat, _ENTER, i, -1)
         else:
@@ -181,7 +176,6 @@ def simulate_arrays(arrays: ProgramArrays, topology: Topology, size_bytes: float
     pair = nodes[N_RANK].astype(np.int64) * header.ngpus + peers
     distinct, first, group_of = np.unique(pair[send_nodes], return_index=True, return_inverse=True)
     costs = options.costs  # the runtime's costs of the program's protocol (taccl_py.runtime), if any
-    post_us = 0.0 if costs is None else costs.post_us
     routes: list[tuple[int, ...]] = [()] * len(distinct)
     latency = np.empty(len(distinct))
     posts = np.zeros(len(distinct), np.bool_)
@@ -192,7 +186,7 @@ def simulate_arrays(arrays: ProgramArrays, topology: Topology, size_bytes: float
             raise TopologyError(f"ranks {rank} and {peer} communicate but topology {topology.name!r} has "
                                 "no route between them through switches only", where="topology")
         routes[g] = route
-        posts[g] = post_us > 0 and costs is not None and costs.route_class(topology, route) == "net"
+        posts[g] = costs is not None and costs.posts(topology, route)
         hop = topology.route_latency(route) if costs is None else costs.route_latency_us(topology, route)
         latency[g] = hop + options.step_overhead_us
     group = np.full(count, -1, np.int64)
@@ -219,7 +213,8 @@ def simulate_arrays(arrays: ProgramArrays, topology: Topology, size_bytes: float
     pending = np.diff(machine.pred_ptr).astype(np.int64)
     start_at, done_at, cause, busy, carried, _ = run(group, nbytes, succ_ptr, succs, pending, machine.blocked,
                                                      capacity, latency, res_ptr, res, route_count, post_rank,
-                                                     post_peer, float(post_us), np.zeros(topology.num_gpus))
+                                                     post_peer, 0.0 if costs is None else costs.post_us,
+                                                     np.zeros(topology.num_gpus))
     tb_ids = arrays.tbs[T_ID]
 
     def describe(node: int) -> str:

@@ -233,7 +233,7 @@ class _Timing(EventKernel):
                 if not route:  # the verifier rejects a send to itself, so no route means none through switches
                     raise TopologyError(f"ranks {t.rank} and {peer} communicate but topology {topology.name!r} has "
                                         "no route between them through switches only", where="topology")
-                if self.post_us > 0 and costs is not None and costs.route_class(topology, route) == "net":
+                if costs is not None and costs.posts(topology, route):
                     self.posting[node] = (t.rank, peer)
                 routes.append(route)
                 hop = topology.route_latency(route) if costs is None else costs.route_latency_us(topology, route)

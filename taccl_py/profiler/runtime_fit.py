@@ -489,8 +489,8 @@ def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str
     with a column of that name keeps only the rows with that value (a table holding several runs);
     ``collective`` (one name, or several separated by commas) also keeps only a table's rows of those
     collectives; in a log, a run that names its binary is kept when it is among them (a warning says which
-    were skipped; a log that keeps none is an error), and one name is the binary of a run that does not say. Returns the rows, one line per input
-    (what was read) and warnings. A log whose ranks differ from the topology's GPUs is an error: the fit
+    were skipped; a log that keeps none is an error), and one name is the binary of a run that does not say.
+    Returns the rows, one line per input (what was read) and warnings. A log whose ranks differ from the topology's GPUs is an error: the fit
     simulates every GPU of it.
     """
     if rows_kept not in ("all", "even", "odd"):
