@@ -60,9 +60,12 @@ def render(data: dict[str, Any], figures: Path) -> str:
         f"{data['large_target']:.0%} at sizes >= 1 MB, within {data['small_target']:.0%} below. "
         "Calibration rows are what the runtime figures were fitted on (`taccl profile fit --runtime`, "
         "commands in `tests/data/nccl_tests/README.md`); held-out rows were not used by any fit. Runs made "
-        "with `all_reduce_perf -g 8` (one process launching every GPU) carry a launch offset of "
-        f"{offsets.get('one-process', 0.0):.1f} us (fitted on the Azure A100 curve together with one-GPU-per-rank "
-        "rows, which tell that harness's host cost from NCCL's own latency). Bounds and the "
+        "with `all_reduce_perf -g 8` (one process launching every GPU) carry their host's launch offset, "
+        "fitted together with one-GPU-per-rank rows, which tell that harness's host cost from NCCL's own "
+        "latency: " + ", ".join(f"{name} {value:.2f} us" for name, value in sorted(offsets.items())
+                                if name != "per-rank")
+        + " (the case's `harness`; `one-process` is the Azure A100 host's, used for -g 8 runs of hosts "
+        "whose own cost is not measured). Bounds and the "
         "published-comparison tables elsewhere stay on the raw-link model (`taccl --ideal`).",
         "",
     ]
