@@ -159,6 +159,10 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
                                        or not all(a in KNOWN_ALGORITHMS for a in algorithms)):
             raise InputError(f"algorithms must be a non-empty list of {', '.join(KNOWN_ALGORITHMS)} "
                              f"(got {algorithms!r})", where=at)
+        sizes = entry.get("sizes")
+        if sizes is not None and not isinstance(sizes, str):
+            raise InputError(f"sizes must be a range LO:HI (got {sizes!r})", where=at)
+        bounds = None if sizes is None else parse_size_bounds(sizes, where=f"{at}: sizes")
         try:
             has_log, has_table = "log" in entry, "table" in entry
             if has_log == has_table:
@@ -171,7 +175,7 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
                 note=entry.get("note", ""), select={str(a): str(b) for a, b in entry.get("select", {}).items()},
                 rows=entry.get("rows", "all"),
                 algorithms=tuple(entry["algorithms"]) if "algorithms" in entry else None,
-                sizes=parse_size_bounds(entry["sizes"], where=f"{at}: sizes") if "sizes" in entry else None)
+                sizes=bounds)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"bad entry ({exc})", where=at) from None
         if case.role not in ROLES:
@@ -228,6 +232,8 @@ def published_rows(case: FidelityCase) -> list[PublishedRow]:
         out = [r for r in out if lo <= r.size_bytes <= hi]
     if case.rows != "all":
         out = out[0 if case.rows == "even" else 1::2]
+    if not out:
+        raise InputError("no published row is kept (see its sizes, rows and select)", where=case.name)
     return out
 
 

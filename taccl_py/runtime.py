@@ -383,7 +383,8 @@ _H100_FIT = ("nvlink (per-step latency per protocol, Simple efficiency and its s
              "say, and its times jump at 1 MB, where NVLS is expected), "
              "which tell that host's -g 8 cost (20.25 us, not kept here) from NCCL's own latency: 6.6 % rms over the 70 "
              "rows (worst 26.1 %, DGX Cloud's 4 KB row, 23.6 us between 17.1 and 17.4); LL's latency is only bounded "
-             "(LL128 is faster at every size of these runs); the same host's reduce_scatter_perf is held out")
+             "(one row runs LL, the 128 B Allgather, LL128 the others up to 128 MB); the same host's "
+             "reduce_scatter_perf is held out")
 
 PRESETS: dict[str, RuntimeModel] = {
     "dgx-a100": RuntimeModel(
@@ -401,7 +402,7 @@ PRESETS: dict[str, RuntimeModel] = {
         ll128_channels=32.0, copy_efficiency={"nvlink": 0.8055}, nvls_efficiency=0.623,
         sources=(_H100_FIT,
                  "nvls: 'On 8 GPUs, you should reach a peak busBw of ~480GB/s (algbw ~275GB/s)' (same thread): 0.623 "
-                 "is the NVLink share at which the nvls baseline on dgx-h100-nvls gives algbw 275 GB/s (busbw 481) "
+                 "is the NVLink share at which the nvls baseline on dgx-h100-nvls gives algbw about 274 GB/s (busbw 480) "
                  "at 8 GB", _NDR, _NCCL_SOURCE)),
 }
 """Calibrated runtime models of the shipped machine families (their clusters share them)."""

@@ -714,10 +714,10 @@ def test_a_file_keeps_the_sizes_after_its_at_sign(tmp_path: Path, capsys: pytest
 
     topo = switch_star(4, 100.0, 0.5)
     log = tmp_path / "all_reduce.log"
-    log.write_text(_nccl_tests_text([(1 << e, 10.0 + e) for e in range(6, 21)], 4))
+    log.write_text(_nccl_tests_text([(1 << e, 10.0 + e) for e in range(3, 21)], 4))
     whole, _, _ = read_timed_rows([str(log)], topo)
     part, inputs, _ = read_timed_rows([], topo, per_rank=[f"{log}@1KB:64KB"])
-    assert [r.size_bytes for r in part] == [1 << e for e in range(10, 17)] and len(whole) == 15
+    assert [r.size_bytes for r in part] == [1 << e for e in range(10, 17)] and len(whole) == 17  # 8 B: < 1 / rank
     assert all(not r.offset for r in part) and inputs[0].endswith("one GPU per process, sizes 1KB..64KB")
     assert [r.time_us for r in part] == [r.time_us for r in whole if 1 << 10 <= r.size_bytes <= 1 << 16]
     assert split_size_qualifier(str(log)) == (str(log), None)
@@ -727,10 +727,27 @@ def test_a_file_keeps_the_sizes_after_its_at_sign(tmp_path: Path, capsys: pytest
     assert split_size_qualifier(f"{odd}@4KB") == (str(odd), (4096, 4096))
     with pytest.raises(ProfileInputError, match="no row of the run is in the size range"):
         read_timed_rows([f"{log}@2MB:4MB"], topo)
+    with pytest.raises(ProfileInputError, match="no row of the run is left"):  # in range, but 4 ranks need 16 B
+        read_timed_rows([f"{log}@8:8"], topo)
+    odd_rows, _, _ = read_timed_rows([f"{log}@1KB:64KB"], topo, rows_kept="odd")  # alternates from the range's start
+    assert [r.size_bytes for r in odd_rows] == [1 << e for e in (11, 13, 15)]
+    with pytest.raises(ProfileInputError, match="no row of the run is left"):
+        read_timed_rows([f"{log}@1KB"], topo, rows_kept="odd")
+    table = tmp_path / "per_rank.csv"
+    table.write_text("collective,size_bytes,placement,time_us,busbw_GBps\n"
+                     + "".join(f"allreduce,{1 << e},in-place,{10.0 + e},\n" for e in range(10, 21)))
+    kept, _, _ = read_timed_rows([f"{table}@4KB:16KB"], topo)
+    assert [r.size_bytes for r in kept] == [4096, 8192, 16384]
+    with pytest.raises(ProfileInputError, match="and the sizes after @"):
+        read_timed_rows([f"{table}@4GB:8GB"], topo)
     with pytest.raises(InputError, match="lower end above its upper end"):
         read_timed_rows([f"{log}@64KB:1KB"], topo)
-    with pytest.raises(ProfileInputError, match="no such file"):
+    with pytest.raises(ProfileInputError, match="no such file") as missing:
         read_timed_rows([f"{tmp_path / 'missing.log'}@1KB:2KB"], topo)
+    assert missing.value.where == str(tmp_path / "missing.log")
+    with pytest.raises(SystemExit) as exit_info:  # a link fit takes whole files
+        main(["profile", "fit", f"{log}@1KB:2KB"])
+    assert exit_info.value.code == 2 and "applies to --runtime fits only" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         main(["profile", "fit", "--runtime", f"{log}@1KB:xx", "--into", str(_start_file(tmp_path, topo)), "-o",
               str(tmp_path / "out.json")])
@@ -753,12 +770,19 @@ def test_a_case_keeps_its_sizes_and_names_its_host_harness(tmp_path: Path) -> No
     assert offsets["per-rank"] == 0.0 and offsets["one-process-together"] != offsets["one-process"]
     assert cases["Together 8 x H100 reduce_scatter (ring)"].harness == "one-process-together"
     raw = json.loads((FIXTURES / "manifest.json").read_text())
+    first = raw["cases"][0]
     for change, message in (({"harness": "one-process-elsewhere"}, "harness must be per-rank or a name"),
-                            ({"sizes": "1MB:1KB"}, "lower end above its upper end")):
-        raw["cases"] = [{**raw["cases"][0], **change}]
+                            ({"sizes": "1MB:1KB"}, r"^\S*manifest.json: cases\[0\]: sizes: range '1MB:1KB' has"),
+                            ({"sizes": 1024}, "sizes must be a range")):
+        raw["cases"] = [{**first, **change}]
         (tmp_path / "manifest.json").write_text(json.dumps(raw))
         with pytest.raises(InputError, match=message):
             load_cases(tmp_path)
+    raw["cases"] = [{**first, "sizes": "1TB:1TB"}]  # a range that keeps no published row
+    (tmp_path / "manifest.json").write_text(json.dumps(raw))
+    (tmp_path / first["table"]).write_text((FIXTURES / first["table"]).read_text())
+    with pytest.raises(InputError, match="no published row is kept"):
+        published_rows(load_cases(tmp_path)[0])
     raw["harness"]["per-rank"] = {"launch_offset_us": 3.0}
     (tmp_path / "manifest.json").write_text(json.dumps(raw))
     with pytest.raises(InputError, match="a name other than per-rank"):

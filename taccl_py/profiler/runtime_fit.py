@@ -522,7 +522,7 @@ def split_size_qualifier(spec: str) -> tuple[str, tuple[int, int] | None]:
         return spec, None
     path, sep, sizes = spec.rpartition("@")
     if not sep or not Path(path).is_file():
-        raise ProfileInputError("no such file", where=spec)
+        raise ProfileInputError("no such file", where=path if sep else spec)
     return path, parse_size_bounds(sizes, where=f"{spec}: sizes after @")
 
 
@@ -549,8 +549,8 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
                  if (wanted is None or r.kind in wanted) and lo <= r.size_bytes <= hi
                  and all(r.extra.get(k, v) == v for k, v in select.items())][start::step]
         if not table:
-            raise ProfileInputError("no row of the table is selected (see --collective, --select and the sizes after "
-                                    "@)", where=path)
+            raise ProfileInputError("no row of the table is selected (see --collective, --select"
+                                    f"{'' if bounds is None else ' and the sizes after @'})", where=path)
         rows.extend(TimedRow(r.kind, r.size_bytes, r.time(n), r.origin, offset) for r in table)
         inputs.append(f"{path}: published table, {len(table)} rows{harness}")
         return {k for r in everything for k in r.extra}
@@ -580,13 +580,16 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         if run.nranks != n:
             raise ProfileInputError(f"the run has {run.nranks} ranks but the topology has {n} GPUs", where=at)
         in_range = [r for r in run.rows if lo <= r.size_bytes <= hi]
+        if not in_range:
+            raise ProfileInputError("no row of the run is in the size range after @", where=at)
         used = [r for r in in_range if not r.wrong and r.size_bytes >= 4 * n]
         if len(used) < len(in_range):
             warnings.append(f"{at}: {len(in_range) - len(used)} row(s) skipped (wrong results, or fewer "
                             "elements than ranks)")
-        if not used and bounds is not None:
-            raise ProfileInputError("no row of the run is in the size range after @", where=at)
         used = used[start::step]
+        if not used and (bounds is not None or rows_kept != "all"):
+            raise ProfileInputError(f"no row of the run is left (wrong results, fewer elements than ranks"
+                                    f"{', --rows' if rows_kept != 'all' else ''})", where=at)
         rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset) for r in used)
         inputs.append(f"{path}: {binary}, {run.nranks} ranks, {len(used)} sizes{harness}")
     if not kept:
