@@ -34,7 +34,9 @@ def run(quick: bool) -> dict[str, Any]:
         rows = predict_case(case, FIXTURES)
         cases.append({"name": case.name, "url": case.url, "role": case.role, "note": case.note,
                       "hardware": case.hardware, "harness": case.harness, "topology": case.topology,
-                      "ranks": case.ranks, "collective": case.collective, "rows": [r.as_dict() for r in rows]})
+                      "ranks": case.ranks, "collective": case.collective, "rows": [r.as_dict() for r in rows],
+                      "run": " ".join([case.source.name, case.collective, *sorted(f"{k}={v}" for k, v in
+                                                                                  case.select.items())])})
     return {"cases": cases, "large_target": LARGE_TARGET, "small_target": SMALL_TARGET,
             "harness_offsets": harness_offsets(FIXTURES)}
 
@@ -60,9 +62,12 @@ def render(data: dict[str, Any], figures: Path) -> str:
         f"{data['large_target']:.0%} at sizes >= 1 MB, within {data['small_target']:.0%} below. "
         "Calibration rows are what the runtime figures were fitted on (`taccl profile fit --runtime`, "
         "commands in `tests/data/nccl_tests/README.md`); held-out rows were not used by any fit. Runs made "
-        "with `all_reduce_perf -g 8` (one process launching every GPU) carry a launch offset of "
-        f"{offsets.get('one-process', 0.0):.1f} us (fitted on the Azure A100 curve together with one-GPU-per-rank "
-        "rows, which tell that harness's host cost from NCCL's own latency). Bounds and the "
+        "with `all_reduce_perf -g 8` (one process launching every GPU) carry their host's launch offset, "
+        "fitted together with one-GPU-per-rank rows, which tell that harness's host cost from NCCL's own "
+        "latency: " + ", ".join(f"{name} {value:.2f} us" for name, value in sorted(offsets.items())
+                                if name != "per-rank")
+        + " (the case's `harness`; `one-process` is the Azure A100 host's, used for -g 8 runs of hosts "
+        "whose own cost is not measured). Bounds and the "
         "published-comparison tables elsewhere stay on the raw-link model (`taccl --ideal`).",
         "",
     ]
@@ -140,11 +145,13 @@ def _within(data: dict[str, Any], role: str) -> tuple[int, int]:
 
 
 def headline(data: dict[str, Any]) -> list[list[str]]:
-    """README row: held-out rows within target, and runs met in full."""
+    """README row: held-out rows within target, and cases met in full (a run split by rows or sizes is several
+    cases: its calibration and held-out parts)."""
     cases = data["cases"]
     met, count = _within(data, "held-out")
     whole = sum(1 for c in cases if c["rows"] and all(r["met"] for r in c["rows"]))
-    return [[f"Calibrated predictions against {len(cases)} cited nccl-tests runs",
+    runs = len({c.get("run", c["name"]) for c in cases})
+    return [[f"Calibrated predictions against {len(cases)} cases of {runs} cited nccl-tests runs",
              f"{met} of {count} held-out rows within target ({data['large_target']:.0%} "
-             f"from 1 MB, {data['small_target']:.0%} below); {whole} of {len(cases)} runs within it at every size",
+             f"from 1 MB, {data['small_target']:.0%} below); {whole} of {len(cases)} cases within it at every size",
              ""]]

@@ -8,10 +8,12 @@ a shipped name), the collective, the ranks, how nccl-tests was launched (``harne
 * ``calibration``: rows the runtime figures were fitted on (``taccl profile fit --runtime``);
 * ``held-out``: rows no figure was fitted on.
 
-``harness``: ``per-rank`` (one GPU per process, MPI or torchrun: what applications run) or
-``one-process`` (``all_reduce_perf -g 8``: one thread launches every GPU's kernel in turn, a fixed
-host cost per collective). The manifest's ``harness`` object gives the launch offset of each
-harness, fitted on a declared calibration case; it is added to the model's launch overheads.
+``harness``: ``per-rank`` (one GPU per process, MPI or torchrun: what applications run) or a name of
+the manifest's ``harness`` object, one per host whose ``all_reduce_perf -g 8`` cost is known (one thread
+launches every GPU's kernel in turn: a fixed host cost per collective, which differs between hosts). Each
+gives its launch offset, fitted on a declared calibration case; it is added to the model's launch
+overheads. ``sizes`` (``LO:HI``) keeps a log's or table's rows of those sizes only (a log split into
+calibration and held-out sizes).
 
 For every row NCCL's choice is simulated (:func:`taccl_py.predict.predict_nccl`: the fastest of
 its algorithms and protocols) under the topology's runtime model, and the predicted busbw is
@@ -35,9 +37,9 @@ from taccl_py.profiler.nccl_tests import BINARY_MODELS, parse_nccl_tests_log
 from taccl_py.profiler.tables import read_timing_table
 from taccl_py.runtime import RuntimeModel, with_launch_offset
 from taccl_py.topology import Topology
-from taccl_py.units import algbw_gbps
+from taccl_py.units import algbw_gbps, parse_size_bounds
 
-__all__ = ["HARNESSES", "LARGE_BYTES", "LARGE_TARGET", "ROLES", "SMALL_TARGET", "FidelityCase", "FidelityRow",
+__all__ = ["LARGE_BYTES", "LARGE_TARGET", "PER_RANK", "ROLES", "SMALL_TARGET", "FidelityCase", "FidelityRow",
            "PublishedRow", "harness_offsets", "load_cases", "predict_case", "published_rows"]
 
 LARGE_BYTES = 1 << 20
@@ -47,7 +49,8 @@ SMALL_TARGET = 0.25
 ROLES = ("calibration", "held-out")
 KNOWN_ALGORITHMS = ("ring", "tree", "nvls", "direct")
 """What a case's ``algorithms`` (its run's ``NCCL_ALGO``) may name."""
-HARNESSES = ("per-rank", "one-process")
+PER_RANK = "per-rank"
+"""The harness of one GPU per process: no launch offset (the model's own launch costs)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class FidelityCase:
     """``all``, or ``even`` / ``odd``: every other row (a log split into calibration and held-out rows)."""
     algorithms: tuple[str, ...] | None = None
     """The algorithms the run allowed (its ``NCCL_ALGO``); None: NCCL's own choice."""
+    sizes: tuple[int, int] | None = None
+    """Only the rows of sizes in this range (bytes, both ends included); None: every size."""
 
     @property
     def kind(self) -> CollectiveKind:
@@ -138,6 +143,7 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
     """The cases of ``directory/manifest.json``."""
     root, raw = _manifest(directory)
     where = str(root / "manifest.json")
+    harnesses = harness_offsets(root)
     cases = []
     entries = raw.get("cases", [])
     if not isinstance(entries, list):
@@ -153,6 +159,10 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
                                        or not all(a in KNOWN_ALGORITHMS for a in algorithms)):
             raise InputError(f"algorithms must be a non-empty list of {', '.join(KNOWN_ALGORITHMS)} "
                              f"(got {algorithms!r})", where=at)
+        sizes = entry.get("sizes")
+        if sizes is not None and not isinstance(sizes, str):
+            raise InputError(f"sizes must be a range LO:HI (got {sizes!r})", where=at)
+        bounds = None if sizes is None else parse_size_bounds(sizes, where=f"{at}: sizes")
         try:
             has_log, has_table = "log" in entry, "table" in entry
             if has_log == has_table:
@@ -164,13 +174,15 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
                 harness=entry.get("harness", "per-rank"), hardware=entry.get("hardware", ""),
                 note=entry.get("note", ""), select={str(a): str(b) for a, b in entry.get("select", {}).items()},
                 rows=entry.get("rows", "all"),
-                algorithms=tuple(entry["algorithms"]) if "algorithms" in entry else None)
+                algorithms=tuple(entry["algorithms"]) if "algorithms" in entry else None,
+                sizes=bounds)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"bad entry ({exc})", where=at) from None
         if case.role not in ROLES:
             raise InputError(f"role must be one of {', '.join(ROLES)} (got {case.role!r})", where=at)
-        if case.harness not in HARNESSES:
-            raise InputError(f"harness must be one of {', '.join(HARNESSES)} (got {case.harness!r})", where=at)
+        if case.harness not in harnesses:
+            raise InputError(f"harness must be {PER_RANK} or a name of the manifest's harness object "
+                             f"({', '.join(sorted(harnesses))}; got {case.harness!r})", where=at)
         if case.rows not in ("all", "even", "odd"):
             raise InputError(f"rows must be all, even or odd (got {case.rows!r})", where=at)
         cases.append(case)
@@ -178,16 +190,16 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
 
 
 def harness_offsets(directory: str | os.PathLike[str]) -> dict[str, float]:
-    """Launch offset (us) of each harness, from the manifest's ``harness`` object (0 when absent)."""
+    """Launch offset (us) of each harness: ``per-rank`` (0) and every entry of the manifest's ``harness`` object."""
     root, raw = _manifest(directory)
-    out = dict.fromkeys(HARNESSES, 0.0)
+    out = {PER_RANK: 0.0}
     harnesses = raw.get("harness", {})
     if not isinstance(harnesses, dict):
         raise InputError("harness must be an object", where=str(root / "manifest.json"))
     for name, entry in harnesses.items():
-        if name not in HARNESSES or not isinstance(entry, dict) or "launch_offset_us" not in entry:
-            raise InputError(f"harness {name!r}: expected one of {', '.join(HARNESSES)} with launch_offset_us",
-                             where=str(root / "manifest.json"))
+        if name == PER_RANK or not isinstance(entry, dict) or "launch_offset_us" not in entry:
+            raise InputError(f"harness {name!r}: expected an object with launch_offset_us (and a name other than "
+                             f"{PER_RANK}, whose offset is 0)", where=str(root / "manifest.json"))
         value = entry["launch_offset_us"]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
             raise InputError(f"harness {name!r}: launch_offset_us must be a number of us in 0..1e6 (got {value!r})",
@@ -215,8 +227,13 @@ def published_rows(case: FidelityCase) -> list[PublishedRow]:
             if trow.kind is not kind or any(trow.extra.get(k) != v for k, v in case.select.items()):
                 continue
             out.append(PublishedRow(trow.size_bytes, trow.busbw(case.ranks), trow.origin))
+    if case.sizes is not None:
+        lo, hi = case.sizes
+        out = [r for r in out if lo <= r.size_bytes <= hi]
     if case.rows != "all":
         out = out[0 if case.rows == "even" else 1::2]
+    if not out:
+        raise InputError("no published row is kept (see its sizes, rows and select)", where=case.name)
     return out
 
 
@@ -225,7 +242,7 @@ def case_model(case: FidelityCase, topology: Topology, offsets: dict[str, float]
     model = topology.runtime
     if model is None:
         raise InputError("the topology has no runtime model to predict with", where=case.topology)
-    return with_launch_offset(model, offsets.get(case.harness, 0.0))
+    return with_launch_offset(model, offsets[case.harness])
 
 
 def predict_case(case: FidelityCase, directory: str | os.PathLike[str], *,

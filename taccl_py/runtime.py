@@ -369,6 +369,23 @@ _A100_NET = ("net (per-step latency per protocol, Simple efficiency): fitted by 
              "2.4 % rms (worst 3.9 %); the LL and LL128 latencies (8.68, 8.731 us, from 2.7 and 4.0) rest on its 1 KB "
              "row only; 0.9306 of 25 GB/s is 23.3 GB/s per NIC")
 
+_H100_FIT = ("nvlink (per-step latency per protocol, Simple efficiency and its share for copies, LL128 cap): fitted by "
+             "`taccl profile fit --runtime tests/data/nccl_tests/together_h100x8_all_reduce_ring.log "
+             "tests/data/nccl_tests/together_h100x8_all_gather_ring.log --per-rank "
+             "tests/data/nccl_tests/dgxc_h100x8_all_reduce.log@64B:512KB --algorithm ring --into "
+             "tests/data/nccl_tests/dgx-h100-start.json -o FILE` (from tuning.cc's latencies and NVLink 370 of 450 GB/s: "
+             "S. Jeaugey, NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/212) on Together AI's ring-only "
+             "all_reduce_perf and all_gather_perf of 8 x H100 SXM (NCCL 2.26.2, 8 B..8 GB, -g 8 in one process: "
+             "https://github.com/togethercomputer/together-nccl-tests/tree/6698e53c1dc519f8ab54f72193630849f5abf178/"
+             "benchmarks/H100/results/20260305_220944) together with the one-GPU-per-process all_reduce_perf of "
+             "NVIDIA DGX Cloud's 8 x H100 at 64 B..512 KB (https://github.com/NVIDIA/dgxc-benchmarking/blob/"
+             "46e420155bec6e791fd720f1ce7430781271d5e6/nccl/README.md; taken to run the ring there: the log does not "
+             "say, and its times jump at 1 MB, where NVLS is expected), "
+             "which tell that host's -g 8 cost (20.25 us, not kept here) from NCCL's own latency: 6.6 % rms over the 70 "
+             "rows (worst 26.1 %, DGX Cloud's 4 KB row, 23.6 us between 17.1 and 17.4); LL's latency is only bounded "
+             "(one row runs LL, the 128 B Allgather, LL128 the others up to 128 MB); the same host's "
+             "reduce_scatter_perf is held out")
+
 PRESETS: dict[str, RuntimeModel] = {
     "dgx-a100": RuntimeModel(
         name="dgx-a100", efficiency={"nvlink": 0.7661, "pci": 1.0, "net": 0.9306}, channels=24,
@@ -379,12 +396,13 @@ PRESETS: dict[str, RuntimeModel] = {
         ll128_channels=7.722, tree_caps=True, copy_efficiency={"nvlink": 0.8586}, net_overhead_us=2.0,
         sources=(_A100_FIT, _A100_NET, _NCCL_SOURCE)),
     "dgx-h100": RuntimeModel(
-        name="dgx-h100", efficiency={"nvlink": 370.0 / 450.0, "pci": 1.0, "net": 0.97}, channels=32,
-        nvls_efficiency=0.623,
-        sources=("nvlink: 'with the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s' "
-                 "of 450 (S. Jeaugey, NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/212)",
+        name="dgx-h100", efficiency={"nvlink": 0.8292, "pci": 1.0, "net": 0.97}, channels=32,
+        hop_latency_us={"nvlink": {Protocol.LL: 1.444, Protocol.LL128: 0.5298, Protocol.SIMPLE: 4.868},
+                        "pci": dict(NCCL_HOP_LATENCY_US["pci"]), "net": dict(NCCL_HOP_LATENCY_US["net"])},
+        ll128_channels=32.0, copy_efficiency={"nvlink": 0.8055}, nvls_efficiency=0.623,
+        sources=(_H100_FIT,
                  "nvls: 'On 8 GPUs, you should reach a peak busBw of ~480GB/s (algbw ~275GB/s)' (same thread): 0.623 "
-                 "is the NVLink share at which the nvls baseline on dgx-h100-nvls gives algbw 275 GB/s (busbw 481) "
+                 "is the NVLink share at which the nvls baseline on dgx-h100-nvls gives algbw about 274 GB/s (busbw 480) "
                  "at 8 GB", _NDR, _NCCL_SOURCE)),
 }
 """Calibrated runtime models of the shipped machine families (their clusters share them)."""

@@ -33,6 +33,7 @@ __all__ = [
     "gbps_to_bytes_per_us",
     "ns_to_us",
     "parse_size",
+    "parse_size_bounds",
     "parse_size_range",
     "transfer_time_us",
     "us_per_byte",
@@ -121,6 +122,16 @@ def parse_size_range(text: str, *, where: str = "--size") -> list[int]:
         sizes.append(size)
         size *= 2
     return sizes
+
+
+def parse_size_bounds(text: str, *, where: str = "--size") -> tuple[int, int]:
+    """Parse ``LO:HI`` into its two ends in bytes (both included), or ``SIZE`` into ``(SIZE, SIZE)``."""
+    lo_text, sep, hi_text = str(text).partition(":")
+    lo = parse_size(lo_text, where=where)
+    hi = parse_size(hi_text, where=where) if sep else lo
+    if lo > hi:
+        raise InputError(f"range {text!r} has its lower end above its upper end", where=where)
+    return lo, hi
 
 
 def format_bytes(num_bytes: float) -> str:

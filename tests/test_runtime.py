@@ -443,11 +443,13 @@ MISSED_ROWS = {
     "NDmv4 2 x 8 A100 alltoall": {1 << 30, 4 << 30},
     "nccl#527 p4dn 8 x A100 all_reduce": set(),
     "nccl-tests#290 8 x H100 all_reduce": set(),
-    "Together 8 x H100 all_reduce (ring)": {1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20},
-    "Together 8 x H100 all_gather (ring)": {2 << 20, 4 << 20, 8 << 20, 16 << 20},
-    "Together 8 x H100 reduce_scatter (ring)": {4 << 20, 8 << 20, 16 << 20, 32 << 20},
-    "DGX Cloud 8 x H100 all_reduce (per rank)": {32 << k for k in range(14)} | {1 << k for k in range(20, 26)},
-    "Azure ND H100 v5 all_reduce (NVLS)": {1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 1 << 20, 2 << 20, 4 << 20},
+    "Together 8 x H100 all_reduce (ring, calibration)": set(),
+    "Together 8 x H100 all_gather (ring, calibration)": {8 << 20},
+    "Together 8 x H100 reduce_scatter (ring)": {1 << 20, 2 << 20},
+    "DGX Cloud 8 x H100 all_reduce, 64 B..512 KB (per rank, calibration)": {4 << 10},
+    "DGX Cloud 8 x H100 all_reduce, 1 MB..16 GB (per rank)": {1 << k for k in range(20, 26)},
+    "Azure ND H100 v5 all_reduce (NVLS)": {1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 1 << 20, 2 << 20, 4 << 20,
+                                           8 << 20},
 }
 """Per cited run (the quick ones), the sizes whose prediction misses its target, as benchmarks/RESULTS.md reports
 them (docs/runtime.md "Limits, stated plainly" says why); every other row is within it."""
@@ -689,6 +691,102 @@ def test_runtime_fit_on_a_published_log_improves_on_the_start() -> None:
     fitted = fit_runtime(topo, rows, max_iterations=1)
     assert fitted.rms_error < start.rms_error
     assert fitted.rms_error < 0.2 and 0.5 < fitted.figures["efficiency"] <= 1.0
+
+
+@given(st.integers(1, 1 << 40), st.integers(1, 1 << 40))
+def test_size_bounds_read_both_ends(a: int, b: int) -> None:
+    from taccl_py.units import format_bytes, parse_size_bounds
+
+    lo, hi = min(a, b), max(a, b)
+    assert parse_size_bounds(f"{lo}:{hi}") == (lo, hi) and parse_size_bounds(str(hi)) == (hi, hi)
+    if lo < hi:
+        with pytest.raises(InputError, match="lower end above"):
+            parse_size_bounds(f"{hi}:{lo}")
+    if lo.bit_count() == 1:  # a power of two reads back from its short form (1KB, 64MB)
+        assert parse_size_bounds(format_bytes(lo)) == (lo, lo)
+
+
+def test_a_file_keeps_the_sizes_after_its_at_sign(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``FILE@LO:HI`` fits a log's rows of those sizes only (e.g. those run with the algorithm fitted); a range
+    that keeps nothing, a bad range or a missing file is one line naming it."""
+    from taccl_py.errors import ProfileInputError
+    from taccl_py.profiler.runtime_fit import read_timed_rows, split_size_qualifier
+
+    topo = switch_star(4, 100.0, 0.5)
+    log = tmp_path / "all_reduce.log"
+    log.write_text(_nccl_tests_text([(1 << e, 10.0 + e) for e in range(3, 21)], 4))
+    whole, _, _ = read_timed_rows([str(log)], topo)
+    part, inputs, _ = read_timed_rows([], topo, per_rank=[f"{log}@1KB:64KB"])
+    assert [r.size_bytes for r in part] == [1 << e for e in range(10, 17)] and len(whole) == 17  # 8 B: < 1 / rank
+    assert all(not r.offset for r in part) and inputs[0].endswith("one GPU per process, sizes 1KB..64KB")
+    assert [r.time_us for r in part] == [r.time_us for r in whole if 1 << 10 <= r.size_bytes <= 1 << 16]
+    assert split_size_qualifier(str(log)) == (str(log), None)
+    odd = tmp_path / "run@2.log"  # an existing name is taken whole, even with an @ in it
+    odd.write_text(log.read_text())
+    assert split_size_qualifier(str(odd)) == (str(odd), None)
+    assert split_size_qualifier(f"{odd}@4KB") == (str(odd), (4096, 4096))
+    with pytest.raises(ProfileInputError, match="no row of the run is in the size range"):
+        read_timed_rows([f"{log}@2MB:4MB"], topo)
+    with pytest.raises(ProfileInputError, match="no row of the run is left"):  # in range, but 4 ranks need 16 B
+        read_timed_rows([f"{log}@8:8"], topo)
+    odd_rows, _, _ = read_timed_rows([f"{log}@1KB:64KB"], topo, rows_kept="odd")  # alternates from the range's start
+    assert [r.size_bytes for r in odd_rows] == [1 << e for e in (11, 13, 15)]
+    with pytest.raises(ProfileInputError, match="no row of the run is left"):
+        read_timed_rows([f"{log}@1KB"], topo, rows_kept="odd")
+    table = tmp_path / "per_rank.csv"
+    table.write_text("collective,size_bytes,placement,time_us,busbw_GBps\n"
+                     + "".join(f"allreduce,{1 << e},in-place,{10.0 + e},\n" for e in range(10, 21)))
+    kept, _, _ = read_timed_rows([f"{table}@4KB:16KB"], topo)
+    assert [r.size_bytes for r in kept] == [4096, 8192, 16384]
+    with pytest.raises(ProfileInputError, match="and the sizes after @"):
+        read_timed_rows([f"{table}@4GB:8GB"], topo)
+    with pytest.raises(InputError, match="lower end above its upper end"):
+        read_timed_rows([f"{log}@64KB:1KB"], topo)
+    with pytest.raises(ProfileInputError, match="no such file") as missing:
+        read_timed_rows([f"{tmp_path / 'missing.log'}@1KB:2KB"], topo)
+    assert missing.value.where == str(tmp_path / "missing.log")
+    with pytest.raises(SystemExit) as exit_info:  # a link fit takes whole files
+        main(["profile", "fit", f"{log}@1KB:2KB"])
+    assert exit_info.value.code == 2 and "applies to --runtime fits only" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", "fit", "--runtime", f"{log}@1KB:xx", "--into", str(_start_file(tmp_path, topo)), "-o",
+              str(tmp_path / "out.json")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "sizes after @" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_case_keeps_its_sizes_and_names_its_host_harness(tmp_path: Path) -> None:
+    """A log split by size into a calibration and a held-out case; a case's harness is per-rank or one the
+    manifest names (a host whose -g 8 cost was fitted), anything else is refused."""
+    from taccl_py.fidelity import harness_offsets
+
+    cases = {c.name: c for c in load_cases(FIXTURES)}
+    small = published_rows(cases["DGX Cloud 8 x H100 all_reduce, 64 B..512 KB (per rank, calibration)"])
+    large = published_rows(cases["DGX Cloud 8 x H100 all_reduce, 1 MB..16 GB (per rank)"])
+    assert [r.size_bytes for r in small] == [64 << k for k in range(14)]
+    assert [r.size_bytes for r in large] == [1 << k for k in range(20, 35)]
+    offsets = harness_offsets(FIXTURES)
+    assert offsets["per-rank"] == 0.0 and offsets["one-process-together"] != offsets["one-process"]
+    assert cases["Together 8 x H100 reduce_scatter (ring)"].harness == "one-process-together"
+    raw = json.loads((FIXTURES / "manifest.json").read_text())
+    first = raw["cases"][0]
+    for change, message in (({"harness": "one-process-elsewhere"}, "harness must be per-rank or a name"),
+                            ({"sizes": "1MB:1KB"}, r"^\S*manifest.json: cases\[0\]: sizes: range '1MB:1KB' has"),
+                            ({"sizes": 1024}, "sizes must be a range")):
+        raw["cases"] = [{**first, **change}]
+        (tmp_path / "manifest.json").write_text(json.dumps(raw))
+        with pytest.raises(InputError, match=message):
+            load_cases(tmp_path)
+    raw["cases"] = [{**first, "sizes": "1TB:1TB"}]  # a range that keeps no published row
+    (tmp_path / "manifest.json").write_text(json.dumps(raw))
+    (tmp_path / first["table"]).write_text((FIXTURES / first["table"]).read_text())
+    with pytest.raises(InputError, match="no published row is kept"):
+        published_rows(load_cases(tmp_path)[0])
+    raw["harness"]["per-rank"] = {"launch_offset_us": 3.0}
+    (tmp_path / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(InputError, match="a name other than per-rank"):
+        harness_offsets(tmp_path)
 
 
 def test_runtime_fit_refuses_what_it_cannot_fit(tmp_path: Path) -> None:

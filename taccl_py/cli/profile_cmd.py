@@ -124,7 +124,8 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 @click.option("--per-rank", "per_rank", multiple=True, metavar="FILE",
               help="With --runtime: more logs or tables measured with one GPU per process (MPI, torchrun). The "
                    "launch offset is fitted on FILE... only, as their harness's extra cost, and is not written "
-                   "into the model (e.g. all_reduce_perf -g 8 runs calibrated together with per-rank ones).")
+                   "into the model (e.g. all_reduce_perf -g 8 runs calibrated together with per-rank ones). "
+                   "FILE@LO:HI keeps its rows of sizes LO to HI only.")
 @click.option("--algorithm", "algorithms", multiple=True, type=click.Choice(["ring", "tree", "nvls", "direct"]),
               help="With --runtime: an algorithm the runs allowed (their NCCL_ALGO); repeat for several. Default: "
                    "NCCL's own choice among all.")
@@ -146,6 +147,9 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
     ``src,dst,bytes,time_us[,repeat]``. Without --into the result is a new
     topology (a ring, fully connected or measured-pairs topology); with --into
     the fitted values replace the links of the measured pairs or link classes.
+
+    With --runtime, FILE@LO:HI (and --per-rank FILE@LO:HI) keeps only that
+    file's rows of sizes LO to HI, e.g. ``dgxc.log@64B:512KB``.
     """
     if not files and not (runtime and per_rank):
         raise ProfileInputError("give at least one FILE (or, with --runtime, --per-rank FILE)", where="FILE")

@@ -97,6 +97,9 @@ def fit_measurements(request: FitRequest) -> FitOutcome:
         raise ProfileInputError(f"must be pair or class (got {request.group!r})", where="--group")
     for path in request.files:
         if not Path(path).is_file():
+            if "@" in path and Path(path.rpartition("@")[0]).is_file():
+                raise ProfileInputError("FILE@LO:HI (some of a file's sizes) applies to --runtime fits only",
+                                        where=path)
             raise ProfileInputError("no such file", where=path)
     kinds = {is_csv_file(p) for p in request.files}
     if len(kinds) > 1:

@@ -59,9 +59,10 @@ from taccl_py.runtime import (
     with_figures,
 )
 from taccl_py.topology import Topology
+from taccl_py.units import format_bytes, parse_size_bounds
 
 __all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "PRIOR_WEIGHT", "RuntimeFit", "RuntimeFitRow", "TimedRow",
-           "default_link_class", "fit_runtime", "read_timed_rows"]
+           "default_link_class", "fit_runtime", "read_timed_rows", "split_size_qualifier"]
 
 MIN_ROWS_PER_PROTOCOL = 2
 """A protocol's per-step latency is fitted only when at least this many rows run with it."""
@@ -490,7 +491,9 @@ def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str
     ``collective`` (one name, or several separated by commas) also keeps only a table's rows of those
     collectives; in a log, a run that names its binary is kept when it is among them (a warning says which
     were skipped; a log that keeps none is an error), and one name is the binary of a run that does not say.
-    Returns the rows, one line per input (what was read) and warnings. A log whose ranks differ from the topology's GPUs is an error: the fit
+    A file given as ``FILE@LO:HI`` keeps only its rows of sizes LO to HI (e.g. the sizes at which a run of NCCL's
+    default algorithm is known to run the algorithm fitted). Returns the rows, one line per input (what was read)
+    and warnings. A log whose ranks differ from the topology's GPUs is an error: the fit
     simulates every GPU of it.
     """
     if rows_kept not in ("all", "even", "odd"):
@@ -510,15 +513,29 @@ def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str
     return rows, inputs, warnings
 
 
+def split_size_qualifier(spec: str) -> tuple[str, tuple[int, int] | None]:
+    """``FILE@LO:HI`` as the file and the sizes (bytes, both included) to keep; a plain ``FILE`` keeps all.
+
+    A name that is an existing file is taken whole, even with an ``@`` in it.
+    """
+    if Path(spec).is_file():
+        return spec, None
+    path, sep, sizes = spec.rpartition("@")
+    if not sep or not Path(path).is_file():
+        raise ProfileInputError("no such file", where=path if sep else spec)
+    return path, parse_size_bounds(sizes, where=f"{spec}: sizes after @")
+
+
 def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: str, select: dict[str, str],
               offset: bool, rows: list[TimedRow], inputs: list[str], warnings: list[str]) -> set[str]:
     """Append one file's rows (see :func:`read_timed_rows`); returns a table's extra column names (none for a log)."""
     start = 1 if rows_kept == "odd" else 0
     step = 1 if rows_kept == "all" else 2
     n = topology.num_gpus
-    harness = "" if offset else ", one GPU per process"
-    if not Path(path).is_file():
-        raise ProfileInputError("no such file", where=path)
+    path, bounds = split_size_qualifier(path)
+    lo, hi = bounds or (0, math.inf)
+    harness = ("" if offset else ", one GPU per process") + (
+        "" if bounds is None else f", sizes {format_bytes(lo)}..{format_bytes(hi)}")
     names = [] if collective is None else [c.strip() for c in collective.split(",")]
     binaries = [resolve_binary(c, where="--collective") for c in names]
     for b in binaries:
@@ -529,10 +546,11 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         wanted = {CollectiveKind(BINARY_MODELS[b].collective) for b in binaries} or None
         everything = read_timing_table(path)
         table = [r for r in everything
-                 if (wanted is None or r.kind in wanted)
+                 if (wanted is None or r.kind in wanted) and lo <= r.size_bytes <= hi
                  and all(r.extra.get(k, v) == v for k, v in select.items())][start::step]
         if not table:
-            raise ProfileInputError("no row of the table is selected (see --collective and --select)", where=path)
+            raise ProfileInputError("no row of the table is selected (see --collective, --select"
+                                    f"{'' if bounds is None else ' and the sizes after @'})", where=path)
         rows.extend(TimedRow(r.kind, r.size_bytes, r.time(n), r.origin, offset) for r in table)
         inputs.append(f"{path}: published table, {len(table)} rows{harness}")
         return {k for r in everything for k in r.extra}
@@ -561,11 +579,17 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         kind = CollectiveKind(name)
         if run.nranks != n:
             raise ProfileInputError(f"the run has {run.nranks} ranks but the topology has {n} GPUs", where=at)
-        used = [r for r in run.rows if not r.wrong and r.size_bytes >= 4 * n]
-        if len(used) < len(run.rows):
-            warnings.append(f"{at}: {len(run.rows) - len(used)} row(s) skipped (wrong results, or fewer "
+        in_range = [r for r in run.rows if lo <= r.size_bytes <= hi]
+        if not in_range:
+            raise ProfileInputError("no row of the run is in the size range after @", where=at)
+        used = [r for r in in_range if not r.wrong and r.size_bytes >= 4 * n]
+        if len(used) < len(in_range):
+            warnings.append(f"{at}: {len(in_range) - len(used)} row(s) skipped (wrong results, or fewer "
                             "elements than ranks)")
         used = used[start::step]
+        if not used and (bounds is not None or rows_kept != "all"):
+            raise ProfileInputError(f"no row of the run is left (wrong results, fewer elements than ranks"
+                                    f"{', --rows' if rows_kept != 'all' else ''})", where=at)
         rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset) for r in used)
         inputs.append(f"{path}: {binary}, {run.nranks} ranks, {len(used)} sizes{harness}")
     if not kept:
