@@ -23,6 +23,7 @@ from taccl_py.runtime import (
     Protocol,
     RuntimeModel,
     TransferCosts,
+    gpus_per_machine,
     nccl_nvls_pieces,
     nccl_ring_pieces,
     simple_step_latency,
@@ -107,10 +108,16 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
 
     Across machines a transfer over the network starts once the proxies have posted it (the simulator's
     :func:`taccl_py.runtime.proxy_posts`). A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol
-    whose floor is above the best time found (it is then missing from ``times_us``).
+    whose floor is above the best time found (it is then missing from ``times_us``). NCCL's NVLS (a schedule whose
+    notes name the ``nvls`` algorithm) runs Simple only, with NVLS's costs (:meth:`RuntimeModel.costs`).
     """
     kind = schedule.collective.kind
-    costs = {p: model.costs(p, kind, topology) for p in protocols}
+    algorithm = "nvls" if schedule.notes.get("algorithm") == "nvls" else None
+    if algorithm is not None:  # NCCL's NVLS (a baseline's schedule file): Simple only, NVLS's own costs
+        protocols = tuple(p for p in protocols if p is Protocol.SIMPLE)
+        if not protocols:
+            raise NotApplicable("NCCL's NVLS runs the Simple protocol only", where=topology.name)
+    costs = {p: model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes) for p in protocols}
     order = protocols
     floors: dict[Protocol, float] = {}
     if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS:
@@ -189,7 +196,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             costs = replace(costs, hop_latency_us=ring_step_latencies(topology, costs, size_bytes, pieces,
                                                                       model.channels, kind, model.net_overhead_us))
         else:
-            pieces_nvls = min(NVLS_MAX_PIECES, nccl_nvls_pieces(size_bytes, topology.num_gpus)) \
+            pieces_nvls = min(NVLS_MAX_PIECES, nccl_nvls_pieces(size_bytes, gpus_per_machine(topology))) \
                 if algorithm == "nvls" else None
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop, chunk_factor=pieces_nvls)

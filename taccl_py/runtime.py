@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the topology module refers back to this one only for types
     from taccl_py.topology import Topology
 
 __all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_NVLS_CHANNELS", "PRESETS", "Protocol", "RuntimeModel", "TransferCosts",
-           "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_pieces", "nccl_ring_pieces",
+           "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_pieces", "nccl_ring_pieces",
            "payload_fraction", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
            "wire_bytes", "with_figures", "with_launch_offset"]
 
@@ -229,9 +229,18 @@ NCCL_NVLS_CHANNELS = 16
 NCCL_NVLS_MAX_CHUNK_BYTES = 128 << 10
 
 
+def gpus_per_machine(topology: Topology) -> int:
+    """GPUs in a machine of ``topology`` (its first; all of them when it names no machines)."""
+    return max(1, len(topology.machines[0]) if topology.machines else topology.num_gpus)
+
+
 def nccl_nvls_chunk_bytes(size_bytes: float, ranks: int, channels: int = NCCL_NVLS_CHANNELS) -> int:
-    """The chunk NCCL's NVLS Allreduce moves per step at ``size_bytes`` on one machine (enqueue.cc: 128 KB,
-    halved to 64, 32 and 16 KB below 64, 8 and 2 times ``channels x ranks`` such chunks of the larger size)."""
+    """The chunk NCCL's NVLS (Allreduce, ReduceScatter) moves per step at ``size_bytes`` (enqueue.cc: 128 KB,
+    halved to 64, 32 and 16 KB below 64, 8 and 2 times ``channels x ranks`` such chunks of the larger size).
+
+    ``ranks`` is NVLS's heads: the GPUs of one machine. Across machines NCCL also caps the chunk at 32 KB when
+    its NVLS bandwidth estimate is low; that is not modelled.
+    """
     ops = max(channels * ranks, 1)
     chunk = NCCL_NVLS_MAX_CHUNK_BYTES
     for times, smaller in ((64, 64 << 10), (8, 32 << 10), (2, 16 << 10)):
@@ -298,7 +307,7 @@ class RuntimeModel:
         """
         p = Protocol(protocol)
         multi_machine = len(topology.machines) > 1
-        per_gpu = max(1, len(topology.machines[0]) if topology.machines else topology.num_gpus)
+        per_gpu = gpus_per_machine(topology)
         lanes = self.channels if self.ll128_channels is None else self.ll128_channels
         fractions: dict[str, float] = {}
         for c in LINK_CLASSES:
@@ -308,7 +317,7 @@ class RuntimeModel:
             if algorithm == "nvls" and c == "nvlink" and self.nvls_efficiency is not None:
                 base = self.nvls_efficiency
                 if self.nvls_half_chunk_bytes > 0 and size_bytes:
-                    chunk = nccl_nvls_chunk_bytes(size_bytes, topology.num_gpus)
+                    chunk = nccl_nvls_chunk_bytes(size_bytes, gpus_per_machine(topology))
                     base *= chunk / (chunk + self.nvls_half_chunk_bytes)
             widest = widest_gpu_link(topology, c)
             if algorithm == "tree":
@@ -533,7 +542,7 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
     for key, upper in (("nvls_latency_us", 1e4), ("nvls_half_chunk_bytes", float(1 << 30))):
         value = raw.get(key, 0.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= upper:
-            raise InputError(f"must be a number in 0..{upper:g} (got {value!r})", where=f"{where}: runtime.{key}")
+            raise InputError(f"must be a number in 0..{upper:.0f} (got {value!r})", where=f"{where}: runtime.{key}")
         nvls_extra[key] = float(value)
     tree_caps = raw.get("tree_caps", False)
     if not isinstance(tree_caps, bool):

@@ -471,7 +471,9 @@ def test_published_runs_stay_where_they_were_measured() -> None:
     two = predict_case(cases["NDmv4 2 x 8 A100 allreduce (calibration)"], FIXTURES, max_rows=1)
     assert two[0].error == pytest.approx(0.04, abs=0.01) and two[0].algorithm == "tree"
     nvls = predict_case(cases["Azure ND H100 v5 all_reduce (NVLS), odd rows"], FIXTURES)
-    assert all(r.algorithm == "nvls" for r in nvls)
+    assert {(r.algorithm, r.proto) for r in nvls} == {("nvls", "Simple")}
+    one = predict_case(cases["DGX Cloud 8 x H100 all_reduce, 1 MB (per rank)"], FIXTURES)
+    assert (one[0].algorithm, one[0].proto) == ("ring", "LL128")  # the model's choice, not NCCL's (docs: Limits)
 
 
 # ------------------------------------------------------------------------ taccl profile fit --runtime
@@ -901,3 +903,44 @@ def test_nvls_fit_recovers_the_model_that_made_the_rows(tmp_path: Path, capsys: 
         main(["profile", "fit", "--runtime", str(log), "--class", "nvls", "--algorithm", "ring", "--into",
               "dgx-h100-nvls", "-o", str(tmp_path / "out.json")])
     assert exit_info.value.code == 2 and "--algorithm can only be nvls" in capsys.readouterr().err
+
+
+def test_nvls_runs_simple_in_nccls_steps_wherever_it_is_timed(tmp_path: Path) -> None:
+    """A baseline and its schedule file get the same calibrated NVLS time, with Simple; other protocols are refused;
+    the chunk steps stop at NVLS_MAX_PIECES per block."""
+    from taccl_py.errors import NotApplicable
+    from taccl_py.predict import NVLS_MAX_PIECES, predict_baseline, predict_schedule
+
+    topo = resolve_topology("dgx-h100-nvls")
+    model = topo.runtime
+    assert model is not None
+    base = predict_baseline(topo, CollectiveKind.ALLREDUCE, "nvls", 8 << 20, model)
+    assert base.protocol is Protocol.SIMPLE and set(base.times_us) == {"Simple"}
+    assert isinstance(base.schedule, Schedule) and base.schedule.notes["pieces"] == 2  # 32 KB chunks at 8 MB
+    again = predict_schedule(topo, base.schedule, 8 << 20, model)
+    assert again.protocol is Protocol.SIMPLE and again.sim.time_us == pytest.approx(base.sim.time_us)
+    with pytest.raises(NotApplicable, match="Simple protocol only"):
+        predict_baseline(topo, CollectiveKind.ALLREDUCE, "nvls", 8 << 20, model, protocols=(Protocol.LL128,))
+    large = predict_baseline(topo, CollectiveKind.ALLREDUCE, "nvls", 4 << 30, model)
+    assert isinstance(large.schedule, Schedule) and large.schedule.notes["pieces"] == NVLS_MAX_PIECES == 64
+
+
+def test_nvls_fit_keeps_its_fixed_costs_at_zero_or_above() -> None:
+    """Rows faster than any NVLS latency allows: the latency is held at 0 (not negative); rows that all take the
+    offset, without a per-rank row, warn that the latency includes their harness."""
+    from taccl_py.predict import predict_baseline
+    from taccl_py.profiler.runtime_fit import TimedRow, fit_nvls
+
+    topo = resolve_topology("dgx-h100-nvls")
+    model = replace(topo.runtime, nvls_latency_us=0.0)
+    rows = []
+    for size in (2 << 20, 32 << 20, 256 << 20):
+        t = predict_baseline(topo, CollectiveKind.ALLREDUCE, "nvls", size, model).sim.time_us
+        assert t is not None
+        rows.append(TimedRow(CollectiveKind.ALLREDUCE, size, t - 3.0, offset=False))
+    fit = fit_nvls(replace(topo, runtime=model), rows, max_iterations=4)
+    assert fit.figures["nvls latency"] == 0.0 and fit.figures["launch"] == 0.0 and "launch" not in fit.fitted
+    assert fit.as_dict()["method"].startswith("least squares") and "Nelder-Mead" in fit.as_dict()["method"]
+    harnessed = [replace(r, offset=True) for r in rows]
+    warned = fit_nvls(replace(topo, runtime=model), harnessed, max_iterations=4)
+    assert any("includes the harness" in w for w in warned.warnings)

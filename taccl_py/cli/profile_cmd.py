@@ -113,7 +113,8 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 @click.option("--group", type=click.Choice(["pair", "class"]),
               help="CSV: one fit per measured direction (default without --into) or per link class of the "
                    "topology (default with --into).")
-@click.option("--class", "class_name", metavar="NAME", help="Link class of --into to re-calibrate.")
+@click.option("--class", "class_name", metavar="NAME",
+              help="Link class of --into to re-calibrate (nvlink, pci, net; with --runtime also nvls).")
 @click.option("--name", metavar="NAME", help="Name of a new topology (default: the first file's stem).")
 @click.option("--runtime", "runtime", is_flag=True,
               help="Calibrate the runtime model of --into (launch overhead, per-step latency per protocol, "

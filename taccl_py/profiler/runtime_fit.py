@@ -61,7 +61,7 @@ from taccl_py.runtime import (
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, parse_size_bounds
 
-__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "PRIOR_WEIGHT", "RuntimeFit", "RuntimeFitRow", "TimedRow",
+__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "PRIOR_WEIGHT", "RuntimeFit", "RuntimeFitRow", "TimedRow",
            "default_link_class", "fit_nvls", "fit_runtime", "read_timed_rows",
            "split_size_qualifier"]
 
@@ -118,6 +118,7 @@ class RuntimeFit:
     rows: tuple[RuntimeFitRow, ...]
     iterations: int
     warnings: tuple[str, ...] = field(default=())
+    method: str = FIT_METHOD
 
     @property
     def rms_error(self) -> float:
@@ -129,7 +130,7 @@ class RuntimeFit:
 
     def as_dict(self) -> dict[str, Any]:
         return {"link_class": self.link_class, "figures": {k: round(v, 6) for k, v in self.figures.items()},
-                "fitted": list(self.fitted), "method": FIT_METHOD, "iterations": self.iterations,
+                "fitted": list(self.fitted), "method": self.method, "iterations": self.iterations,
                 "rows": len(self.rows), "rms_error": round(self.rms_error, 6), "max_error": round(self.max_error, 6)}
 
 
@@ -247,7 +248,8 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     model0 = base or topology.runtime or RuntimeModel(name="nccl", efficiency={})
     cls = link_class or default_link_class(topology)
     if cls not in LINK_CLASSES:
-        raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net)", where="--class")
+        raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net; nvls is fitted by fit_nvls)",
+                                where="--class")
     problem = _Problem(topology, model0, cls, rows, algorithms)
     fit_launch = fit_launch and harness_offset_us is None and any(r.offset for r in rows)
     if harness_offset_us is not None:
@@ -437,6 +439,9 @@ def _nelder_mead(f: Any, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, fixe
     return full(simplex[int(np.argmin(values))])
 
 
+NVLS_FIT_METHOD = ("least squares on relative residuals: each row simulated as the nvls baseline in NCCL's chunk steps; "
+                   "NVLS's latency and the launch offset by non-negative linear least squares for each share, the share "
+                   "and the half-share chunk by Nelder-Mead")
 NVLS_FIGURES = ("launch", "nvls latency", "nvls efficiency", "nvls half chunk")
 """What ``--class nvls`` fits: the harness's launch offset (rows that take one), NVLS's fixed cost beyond Simple's
 launch (us), its share of the NVLink rate with chunks of any size, and the chunk size (bytes) at which it
@@ -444,7 +449,7 @@ reaches half that share."""
 
 
 def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel | None = None,
-             harness_offset_us: float | None = None, max_evaluations: int = 80) -> RuntimeFit:
+             harness_offset_us: float | None = None, max_iterations: int = 80) -> RuntimeFit:
     """Fit NCCL's NVLS figures of ``base`` (:attr:`RuntimeModel.nvls_latency_us`, ``nvls_efficiency``,
     ``nvls_half_chunk_bytes``) to rows that ran NVLS (``NCCL_ALGO=NVLS``, or sizes where NCCL chose it).
 
@@ -512,7 +517,7 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
     share0 = model0.nvls_efficiency or model0.efficiency.get("nvlink", 1.0)
     lo, hi = np.array([0.05, 0.0]), np.array([1.0, float(1 << 20)])
     x = np.array([share0, model0.nvls_half_chunk_bytes or 16384.0])
-    x = _nelder_mead(cost, x, lo, hi, fixed=np.array([False, False]), iterations=max_evaluations)
+    x = _nelder_mead(cost, x, lo, hi, fixed=np.array([False, False]), iterations=max_iterations)
     latency, offset, _ = solve(times(float(x[0]), float(x[1])))
     figures = {"launch": offset, "nvls latency": latency, "nvls efficiency": float(x[0]),
                "nvls half chunk": float(x[1])}
@@ -520,12 +525,16 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
     model = replace(model0, nvls_efficiency=float(x[0]), nvls_half_chunk_bytes=float(x[1]), nvls_latency_us=latency)
     final = times(float(x[0]), float(x[1])) + latency + offset * takes_offset
     fit_rows = tuple(RuntimeFitRow(r, float(t), "nvls", Protocol.SIMPLE.value) for r, t in zip(rows, final, strict=True))
-    fit = RuntimeFit(model, "nvls", figures, fitted, fit_rows, 1)
+    evaluations = len(cache)
+    fit = RuntimeFit(model, "nvls", figures, fitted, fit_rows, evaluations, method=NVLS_FIT_METHOD)
     warnings = []
+    if harness_offset_us is None and takes_offset.all():
+        warnings.append("no row is per-rank and no --harness-offset is given: NVLS's latency "
+                        f"({latency:.4g} us) includes the harness's cost of these runs")
     if fit.rms_error > 0.15:
         warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
                         f"{fit.max_error:.0%}): the NVLS model does not describe this run well")
-    return RuntimeFit(model, "nvls", figures, fitted, fit_rows, 1, tuple(warnings))
+    return RuntimeFit(model, "nvls", figures, fitted, fit_rows, evaluations, tuple(warnings), NVLS_FIT_METHOD)
 
 
 def _serial_steps(kind: CollectiveKind, algorithm: str, ranks: int) -> int | None:
