@@ -23,6 +23,8 @@ from taccl_py.runtime import (
     Protocol,
     RuntimeModel,
     TransferCosts,
+    gpus_per_machine,
+    nccl_nvls_pieces,
     nccl_ring_pieces,
     simple_step_latency,
     widest_gpu_link,
@@ -106,10 +108,16 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
 
     Across machines a transfer over the network starts once the proxies have posted it (the simulator's
     :func:`taccl_py.runtime.proxy_posts`). A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol
-    whose floor is above the best time found (it is then missing from ``times_us``).
+    whose floor is above the best time found (it is then missing from ``times_us``). NCCL's NVLS (a schedule whose
+    notes name the ``nvls`` algorithm) runs Simple only, with NVLS's costs (:meth:`RuntimeModel.costs`).
     """
     kind = schedule.collective.kind
-    costs = {p: model.costs(p, kind, topology) for p in protocols}
+    algorithm = "nvls" if schedule.notes.get("algorithm") == "nvls" else None
+    if algorithm is not None:  # NCCL's NVLS (a baseline's schedule file): Simple only, NVLS's own costs
+        protocols = tuple(p for p in protocols if p is Protocol.SIMPLE)
+        if not protocols:
+            raise NotApplicable("NCCL's NVLS runs the Simple protocol only", where=topology.name)
+    costs = {p: model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes) for p in protocols}
     order = protocols
     floors: dict[Protocol, float] = {}
     if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS:
@@ -143,10 +151,16 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     NCCL's Allgather, ReduceScatter and Allreduce rings, its tree and NVLS, which carry that cost as tuning.cc
     does, in their per-step latencies (the ring's floor, :func:`ring_step_latencies`; the network latencies
     fitted on NCCL's runs).
-    Raises :class:`NotApplicable` as :func:`taccl_py.baselines.baseline` does.
+    Raises :class:`NotApplicable` as :func:`taccl_py.baselines.baseline` does, and for ``nvls`` without Simple among
+    ``protocols`` (NCCL runs NVLS with Simple only).
     """
     from taccl_py.baselines import baseline
     from taccl_py.baselines.ring_compact import large_ring_arrays
+
+    if algorithm == "nvls":  # NCCL runs NVLS with Simple only
+        protocols = tuple(p for p in protocols if p is Protocol.SIMPLE)
+        if not protocols:
+            raise NotApplicable("NCCL's NVLS runs the Simple protocol only", where=topology.name)
 
     def costs_of(p: Protocol) -> TransferCosts:
         return model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes)
@@ -182,8 +196,10 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             costs = replace(costs, hop_latency_us=ring_step_latencies(topology, costs, size_bytes, pieces,
                                                                       model.channels, kind, model.net_overhead_us))
         else:
+            pieces_nvls = min(NVLS_MAX_PIECES, nccl_nvls_pieces(size_bytes, gpus_per_machine(topology))) \
+                if algorithm == "nvls" else None
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
-                                step_overhead_us=step_overhead_us + hop)
+                                step_overhead_us=step_overhead_us + hop, chunk_factor=pieces_nvls)
         sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
         times[p.value] = sim.time_us
         kept = schedule
@@ -242,6 +258,10 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     out["net"] = simple_step_latency(net, chunk, rate) / pieces
     return out
 
+
+NVLS_MAX_PIECES = 64
+"""NVLS is simulated in NCCL's chunk steps per block (:func:`taccl_py.runtime.nccl_nvls_pieces`), at most this many
+(NCCL's own count up to 1 GB on 8 GPUs; beyond, the pipeline's fill is then a 64th of the time, not less)."""
 
 P2P_LL_THRESHOLD_BYTES = 16384
 """NCCL sends a point-to-point message of at most this many bytes with LL, a larger one with Simple

@@ -113,12 +113,14 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 @click.option("--group", type=click.Choice(["pair", "class"]),
               help="CSV: one fit per measured direction (default without --into) or per link class of the "
                    "topology (default with --into).")
-@click.option("--class", "class_name", metavar="NAME", help="Link class of --into to re-calibrate.")
+@click.option("--class", "class_name", metavar="NAME",
+              help="Link class of --into to re-calibrate (nvlink, pci, net; with --runtime also nvls).")
 @click.option("--name", metavar="NAME", help="Name of a new topology (default: the first file's stem).")
 @click.option("--runtime", "runtime", is_flag=True,
               help="Calibrate the runtime model of --into (launch overhead, per-step latency per protocol, "
                    "efficiency and LL128 cap of one link class) from collective logs or published timing tables, "
-                   "instead of its links; --class picks the class (nvlink, pci, net).")
+                   "instead of its links; --class picks the class (nvlink, pci, net), or nvls for NVLink SHARP's "
+                   "own figures (latency, share, chunk cost) from rows that ran NVLS.")
 @click.option("--rows", "rows_kept", type=click.Choice(["all", "even", "odd"]), default="all", show_default=True,
               help="With --runtime: fit every row, or every other one (the rest held out to check the fit).")
 @click.option("--per-rank", "per_rank", multiple=True, metavar="FILE",
@@ -198,7 +200,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
     from dataclasses import replace
 
-    from taccl_py.profiler.runtime_fit import fit_runtime, read_timed_rows
+    from taccl_py.profiler.runtime_fit import fit_nvls, fit_runtime, read_timed_rows
 
     if into is None:
         raise ProfileInputError("--runtime calibrates the runtime model of a topology: give --into TOPO", where="--runtime")
@@ -212,8 +214,14 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
         raise ProfileInputError("the harness offset is that of FILE...'s rows: give FILE", where="--harness-offset")
     rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
                                              per_rank=per_rank, select=select)
-    fit = fit_runtime(base, rows, link_class=class_name, algorithms=algorithms or None,
-                      harness_offset_us=harness_offset)
+    if class_name == "nvls":
+        if set(algorithms) - {"nvls"}:
+            raise ProfileInputError("--class nvls fits rows that ran NVLS: --algorithm can only be nvls",
+                                    where="--algorithm")
+        fit = fit_nvls(base, rows, harness_offset_us=harness_offset)
+    else:
+        fit = fit_runtime(base, rows, link_class=class_name, algorithms=algorithms or None,
+                          harness_offset_us=harness_offset)
     record: dict[str, object] = {**fit.as_dict(), "files": list(files), "rows_kept": rows_kept}
     if per_rank:
         record["per_rank_files"] = list(per_rank)

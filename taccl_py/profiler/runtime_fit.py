@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +61,9 @@ from taccl_py.runtime import (
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, parse_size_bounds
 
-__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "PRIOR_WEIGHT", "RuntimeFit", "RuntimeFitRow", "TimedRow",
-           "default_link_class", "fit_runtime", "read_timed_rows", "split_size_qualifier"]
+__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "PRIOR_WEIGHT", "RuntimeFit", "RuntimeFitRow", "TimedRow",
+           "default_link_class", "fit_nvls", "fit_runtime", "read_timed_rows",
+           "split_size_qualifier"]
 
 MIN_ROWS_PER_PROTOCOL = 2
 """A protocol's per-step latency is fitted only when at least this many rows run with it."""
@@ -117,6 +118,7 @@ class RuntimeFit:
     rows: tuple[RuntimeFitRow, ...]
     iterations: int
     warnings: tuple[str, ...] = field(default=())
+    method: str = FIT_METHOD
 
     @property
     def rms_error(self) -> float:
@@ -128,7 +130,7 @@ class RuntimeFit:
 
     def as_dict(self) -> dict[str, Any]:
         return {"link_class": self.link_class, "figures": {k: round(v, 6) for k, v in self.figures.items()},
-                "fitted": list(self.fitted), "method": FIT_METHOD, "iterations": self.iterations,
+                "fitted": list(self.fitted), "method": self.method, "iterations": self.iterations,
                 "rows": len(self.rows), "rms_error": round(self.rms_error, 6), "max_error": round(self.max_error, 6)}
 
 
@@ -246,7 +248,8 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     model0 = base or topology.runtime or RuntimeModel(name="nccl", efficiency={})
     cls = link_class or default_link_class(topology)
     if cls not in LINK_CLASSES:
-        raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net)", where="--class")
+        raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net; nvls is fitted by fit_nvls)",
+                                where="--class")
     problem = _Problem(topology, model0, cls, rows, algorithms)
     fit_launch = fit_launch and harness_offset_us is None and any(r.offset for r in rows)
     if harness_offset_us is not None:
@@ -434,6 +437,104 @@ def _nelder_mead(f: Any, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, fixe
                 simplex = [simplex[0] + 0.5 * (z - simplex[0]) for z in simplex]
                 values = [f(full(z)) for z in simplex]
     return full(simplex[int(np.argmin(values))])
+
+
+NVLS_FIT_METHOD = ("least squares on relative residuals: each row simulated as the nvls baseline in NCCL's chunk steps; "
+                   "NVLS's latency and the launch offset by non-negative linear least squares for each share, the share "
+                   "and the half-share chunk by Nelder-Mead")
+NVLS_FIGURES = ("launch", "nvls latency", "nvls efficiency", "nvls half chunk")
+"""What ``--class nvls`` fits: the harness's launch offset (rows that take one), NVLS's fixed cost beyond Simple's
+launch (us), its share of the NVLink rate with chunks of any size, and the chunk size (bytes) at which it
+reaches half that share."""
+
+
+def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel | None = None,
+             harness_offset_us: float | None = None, max_iterations: int = 80) -> RuntimeFit:
+    """Fit NCCL's NVLS figures of ``base`` (:attr:`RuntimeModel.nvls_latency_us`, ``nvls_efficiency``,
+    ``nvls_half_chunk_bytes``) to rows that ran NVLS (``NCCL_ALGO=NVLS``, or sizes where NCCL chose it).
+
+    Each row is simulated as the ``nvls`` baseline in NCCL's chunk steps at the share its chunk size gives. The
+    two fixed costs (NVLS's latency, and the launch offset of rows that take one) shift every prediction by
+    themselves, so for each share they are solved by linear least squares on the relative residuals; Nelder-Mead
+    searches the share and the half-share chunk. Units: us, bytes.
+    """
+    where = "taccl profile fit --runtime --class nvls"
+    model0 = base or topology.runtime
+    if model0 is None:
+        raise ProfileInputError("the topology has no runtime model to calibrate", where=where)
+    if not rows or len({r.size_bytes for r in rows}) < 3:
+        raise ProfileInputError("NVLS's share, chunk cost and latency need rows of three sizes or more", where=where)
+    if "nvls" not in nccl_algorithms(topology, CollectiveKind.ALLREDUCE):
+        raise ProfileInputError(f"NVLS does not run on {topology.name!r} (its switches do not reduce)", where=where)
+    for r in rows:
+        if r.kind not in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER):
+            raise ProfileInputError(f"NVLS runs Allreduce and ReduceScatter, not {r.kind.value}",
+                                    where=r.origin or where)
+    measured = np.array([r.time_us for r in rows])
+    takes_offset = np.array([1.0 if r.offset else 0.0 for r in rows])
+    fit_offset = harness_offset_us is None and bool(takes_offset.any()) and not bool(takes_offset.all())
+    given = 0.0 if harness_offset_us is None else harness_offset_us
+    cache: dict[tuple[float, float], np.ndarray] = {}
+
+    def times(share: float, half: float) -> np.ndarray:
+        """Predicted times at NVLS latency 0 and no offset."""
+        key = (round(share, 9), round(half, 3))
+        if key not in cache:
+            m = replace(model0, nvls_efficiency=share, nvls_half_chunk_bytes=half, nvls_latency_us=0.0)
+            out = []
+            for r in rows:
+                t = predict_baseline(topology, r.kind, "nvls", r.size_bytes, m,
+                                     protocols=nccl_protocols(r.kind, "nvls")).sim.time_us
+                out.append(math.inf if t is None else t)
+            cache[key] = np.array(out)
+        return cache[key]
+
+    def solve(t: np.ndarray) -> tuple[float, float, float]:
+        """Latency and offset minimizing the relative residuals (both >= 0), and the cost."""
+        base_t = t + given * takes_offset
+        columns = [1.0 / measured] + ([takes_offset / measured] if fit_offset else [])
+        a = np.stack(columns, axis=1)
+        b = 1.0 - base_t / measured
+        best: tuple[float, float, float] | None = None
+        for keep in ([0, 1] if fit_offset else [0], [0], [1] if fit_offset else [0], []):
+            z = np.zeros(a.shape[1])
+            if keep:
+                sol, *_ = np.linalg.lstsq(a[:, keep], b, rcond=None)
+                z[keep] = sol
+            if np.any(z < 0):
+                continue
+            resid = a @ z - b
+            cost = float(resid @ resid)
+            if best is None or cost < best[2]:
+                best = (float(z[0]), float(z[1]) if fit_offset else given, cost)
+        assert best is not None
+        return best
+
+    def cost(v: np.ndarray) -> float:
+        t = times(float(v[0]), float(v[1]))
+        return math.inf if not np.all(np.isfinite(t)) else solve(t)[2]
+
+    share0 = model0.nvls_efficiency or model0.efficiency.get("nvlink", 1.0)
+    lo, hi = np.array([0.05, 0.0]), np.array([1.0, float(1 << 20)])
+    x = np.array([share0, model0.nvls_half_chunk_bytes or 16384.0])
+    x = _nelder_mead(cost, x, lo, hi, fixed=np.array([False, False]), iterations=max_iterations)
+    latency, offset, _ = solve(times(float(x[0]), float(x[1])))
+    figures = {"launch": offset, "nvls latency": latency, "nvls efficiency": float(x[0]),
+               "nvls half chunk": float(x[1])}
+    fitted = tuple(k for k in NVLS_FIGURES if k != "launch" or fit_offset)
+    model = replace(model0, nvls_efficiency=float(x[0]), nvls_half_chunk_bytes=float(x[1]), nvls_latency_us=latency)
+    final = times(float(x[0]), float(x[1])) + latency + offset * takes_offset
+    fit_rows = tuple(RuntimeFitRow(r, float(t), "nvls", Protocol.SIMPLE.value) for r, t in zip(rows, final, strict=True))
+    evaluations = len(cache)
+    fit = RuntimeFit(model, "nvls", figures, fitted, fit_rows, evaluations, method=NVLS_FIT_METHOD)
+    warnings = []
+    if harness_offset_us is None and takes_offset.all():
+        warnings.append("no row is per-rank and no --harness-offset is given: NVLS's latency "
+                        f"({latency:.4g} us) includes the harness's cost of these runs")
+    if fit.rms_error > 0.15:
+        warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
+                        f"{fit.max_error:.0%}): the NVLS model does not describe this run well")
+    return RuntimeFit(model, "nvls", figures, fitted, fit_rows, evaluations, tuple(warnings), NVLS_FIT_METHOD)
 
 
 def _serial_steps(kind: CollectiveKind, algorithm: str, ranks: int) -> int | None:
