@@ -61,8 +61,8 @@ from taccl_py.runtime import (
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, parse_size_bounds
 
-__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "PRIOR_WEIGHT", "RuntimeFit", "RuntimeFitRow", "TimedRow",
-           "default_link_class", "fit_nvls", "fit_runtime", "read_timed_rows",
+__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "PRIOR_WEIGHT", "RuntimeFit",
+           "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_runtime", "read_timed_rows",
            "split_size_qualifier"]
 
 MIN_ROWS_PER_PROTOCOL = 2
