@@ -143,7 +143,7 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
     """The cases of ``directory/manifest.json``."""
     root, raw = _manifest(directory)
     where = str(root / "manifest.json")
-    harnesses = harness_offsets(root)
+    harnesses = _harness_offsets(raw, where)
     cases = []
     entries = raw.get("cases", [])
     if not isinstance(entries, list):
@@ -192,18 +192,22 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
 def harness_offsets(directory: str | os.PathLike[str]) -> dict[str, float]:
     """Launch offset (us) of each harness: ``per-rank`` (0) and every entry of the manifest's ``harness`` object."""
     root, raw = _manifest(directory)
+    return _harness_offsets(raw, str(root / "manifest.json"))
+
+
+def _harness_offsets(raw: dict[str, Any], where: str) -> dict[str, float]:
     out = {PER_RANK: 0.0}
     harnesses = raw.get("harness", {})
     if not isinstance(harnesses, dict):
-        raise InputError("harness must be an object", where=str(root / "manifest.json"))
+        raise InputError("harness must be an object", where=where)
     for name, entry in harnesses.items():
         if name == PER_RANK or not isinstance(entry, dict) or "launch_offset_us" not in entry:
             raise InputError(f"harness {name!r}: expected an object with launch_offset_us (and a name other than "
-                             f"{PER_RANK}, whose offset is 0)", where=str(root / "manifest.json"))
+                             f"{PER_RANK}, whose offset is 0)", where=where)
         value = entry["launch_offset_us"]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
             raise InputError(f"harness {name!r}: launch_offset_us must be a number of us in 0..1e6 (got {value!r})",
-                             where=str(root / "manifest.json"))
+                             where=where)
         out[name] = float(value)
     return out
 

@@ -102,6 +102,14 @@ def _simulate(topology: Topology, schedule: Schedule | CompactSchedule, size_byt
     return simulate_large(topology, schedule, size_bytes, options)
 
 
+def _nvls_protocols(protocols: tuple[Protocol, ...], topology: Topology) -> tuple[Protocol, ...]:
+    """The protocols of ``protocols`` NCCL's NVLS runs with (Simple only); none is :class:`NotApplicable`."""
+    kept = tuple(p for p in protocols if p in nccl_protocols(CollectiveKind.ALLREDUCE, "nvls"))
+    if not kept:
+        raise NotApplicable("NCCL's NVLS runs the Simple protocol only", where=topology.name)
+    return kept
+
+
 def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, model: RuntimeModel, *,
                      protocols: tuple[Protocol, ...] = PROTOCOLS, step_overhead_us: float = 0.0) -> Prediction:
     """``schedule`` under each protocol; the fastest wins (ties: the earlier in ``protocols``).
@@ -114,9 +122,7 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
     kind = schedule.collective.kind
     algorithm = "nvls" if schedule.notes.get("algorithm") == "nvls" else None
     if algorithm is not None:  # NCCL's NVLS (a baseline's schedule file): Simple only, NVLS's own costs
-        protocols = tuple(p for p in protocols if p is Protocol.SIMPLE)
-        if not protocols:
-            raise NotApplicable("NCCL's NVLS runs the Simple protocol only", where=topology.name)
+        protocols = _nvls_protocols(protocols, topology)
     costs = {p: model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes) for p in protocols}
     order = protocols
     floors: dict[Protocol, float] = {}
@@ -157,10 +163,8 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     from taccl_py.baselines import baseline
     from taccl_py.baselines.ring_compact import large_ring_arrays
 
-    if algorithm == "nvls":  # NCCL runs NVLS with Simple only
-        protocols = tuple(p for p in protocols if p is Protocol.SIMPLE)
-        if not protocols:
-            raise NotApplicable("NCCL's NVLS runs the Simple protocol only", where=topology.name)
+    if algorithm == "nvls":
+        protocols = _nvls_protocols(protocols, topology)
 
     def costs_of(p: Protocol) -> TransferCosts:
         return model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes)

@@ -317,7 +317,7 @@ class RuntimeModel:
             if algorithm == "nvls" and c == "nvlink" and self.nvls_efficiency is not None:
                 base = self.nvls_efficiency
                 if self.nvls_half_chunk_bytes > 0 and size_bytes:
-                    chunk = nccl_nvls_chunk_bytes(size_bytes, gpus_per_machine(topology))
+                    chunk = nccl_nvls_chunk_bytes(size_bytes, per_gpu)
                     base *= chunk / (chunk + self.nvls_half_chunk_bytes)
             widest = widest_gpu_link(topology, c)
             if algorithm == "tree":

@@ -483,8 +483,7 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
             m = replace(model0, nvls_efficiency=share, nvls_half_chunk_bytes=half, nvls_latency_us=0.0)
             out = []
             for r in rows:
-                t = predict_baseline(topology, r.kind, "nvls", r.size_bytes, m,
-                                     protocols=nccl_protocols(r.kind, "nvls")).sim.time_us
+                t = predict_baseline(topology, r.kind, "nvls", r.size_bytes, m).sim.time_us  # Simple: NVLS's own
                 out.append(math.inf if t is None else t)
             cache[key] = np.array(out)
         return cache[key]
@@ -496,7 +495,7 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
         a = np.stack(columns, axis=1)
         b = 1.0 - base_t / measured
         best: tuple[float, float, float] | None = None
-        for keep in ([0, 1] if fit_offset else [0], [0], [1] if fit_offset else [0], []):
+        for keep in ([0, 1], [0], [1], []) if fit_offset else ([0], []):
             z = np.zeros(a.shape[1])
             if keep:
                 sol, *_ = np.linalg.lstsq(a[:, keep], b, rcond=None)
