@@ -47,7 +47,7 @@ LARGE_BYTES = 1 << 20
 LARGE_TARGET = 0.10
 SMALL_TARGET = 0.25
 ROLES = ("calibration", "held-out")
-KNOWN_ALGORITHMS = ("ring", "tree", "nvls", "direct")
+KNOWN_ALGORITHMS = ("ring", "tree", "nvls", "nvls-tree", "direct")
 """What a case's ``algorithms`` (its run's ``NCCL_ALGO``) may name."""
 PER_RANK = "per-rank"
 """The harness of one GPU per process: no launch offset (the model's own launch costs)."""

@@ -19,6 +19,7 @@ from taccl_py.collectives import CollectiveKind
 from taccl_py.compact import CompactSchedule
 from taccl_py.errors import NotApplicable
 from taccl_py.runtime import (
+    NVLS_ALGORITHMS,
     PROTOCOLS,
     Protocol,
     RuntimeModel,
@@ -39,12 +40,12 @@ __all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_prot
            "ring_step_latencies"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
-_TUNED_ALGORITHMS = frozenset({"tree", "nvls"})
+_TUNED_ALGORITHMS = frozenset({"tree", *NVLS_ALGORITHMS})
 """NCCL's algorithms whose per-step latencies carry the proxy's post overhead (no posts), with the rings of
 :data:`_PIECED_RINGS` (their floor, :func:`ring_step_latencies`)."""
 
 NCCL_ALGORITHMS: dict[CollectiveKind, tuple[str, ...]] = {
-    CollectiveKind.ALLREDUCE: ("ring", "tree", "nvls"),
+    CollectiveKind.ALLREDUCE: ("ring", "tree", "nvls", "nvls-tree"),
     CollectiveKind.ALLGATHER: ("ring",),
     CollectiveKind.REDUCESCATTER: ("ring", "nvls"),
     CollectiveKind.ALLTOALL: ("direct",),
@@ -52,7 +53,8 @@ NCCL_ALGORITHMS: dict[CollectiveKind, tuple[str, ...]] = {
     CollectiveKind.REDUCE: ("ring",),
 }
 """What NCCL itself runs per collective (without CollNet): rings and trees, NVLink SHARP where the NVSwitches
-reduce (its ``nvls`` algorithm, Simple only), and point-to-point sends for Alltoall."""
+reduce (its ``nvls`` algorithm on one machine, ``nvls-tree`` across machines, Simple only), and point-to-point sends
+for Alltoall."""
 
 
 @dataclass(frozen=True)
@@ -117,13 +119,17 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
     Across machines a transfer over the network starts once the proxies have posted it (the simulator's
     :func:`taccl_py.runtime.proxy_posts`). A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol
     whose floor is above the best time found (it is then missing from ``times_us``). NCCL's NVLS (a schedule whose
-    notes name the ``nvls`` algorithm) runs Simple only, with NVLS's costs (:meth:`RuntimeModel.costs`).
+    notes name the ``nvls`` or ``nvls-tree`` algorithm) runs Simple only, with NVLS's costs (:meth:`RuntimeModel.costs`)
+    and without proxy posts, as :func:`predict_baseline` times it.
     """
     kind = schedule.collective.kind
-    algorithm = "nvls" if schedule.notes.get("algorithm") == "nvls" else None
-    if algorithm is not None:  # NCCL's NVLS (a baseline's schedule file): Simple only, NVLS's own costs
+    noted = schedule.notes.get("algorithm")
+    algorithm = noted if isinstance(noted, str) and noted in NVLS_ALGORITHMS else None
+    if algorithm is not None:  # NCCL's NVLS or NVLSTree (a baseline's schedule file): Simple only, NVLS's costs
         protocols = _nvls_protocols(protocols, topology)
     costs = {p: model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes) for p in protocols}
+    if algorithm is not None:  # as predict_baseline times it: its latencies carry the proxy's cost
+        costs = {p: replace(c, post_us=0.0) for p, c in costs.items()}
     order = protocols
     floors: dict[Protocol, float] = {}
     if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS:
@@ -163,7 +169,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     from taccl_py.baselines import baseline
     from taccl_py.baselines.ring_compact import large_ring_arrays
 
-    if algorithm == "nvls":
+    if algorithm in NVLS_ALGORITHMS:
         protocols = _nvls_protocols(protocols, topology)
 
     def costs_of(p: Protocol) -> TransferCosts:
@@ -200,8 +206,9 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             costs = replace(costs, hop_latency_us=ring_step_latencies(topology, costs, size_bytes, pieces,
                                                                       model.channels, kind, model.net_overhead_us))
         else:
-            pieces_nvls = min(NVLS_MAX_PIECES, nccl_nvls_pieces(size_bytes, gpus_per_machine(topology))) \
-                if algorithm == "nvls" else None
+            pieces_nvls = min(NVLS_MAX_PIECES, nccl_nvls_pieces(size_bytes, gpus_per_machine(topology),
+                                                                blocks=topology.num_gpus)) \
+                if algorithm in NVLS_ALGORITHMS else None
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop, chunk_factor=pieces_nvls)
         sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
@@ -277,7 +284,7 @@ def nccl_protocols(kind: CollectiveKind, algorithm: str, size_bytes: float | Non
     """The protocols NCCL runs ``algorithm`` with: Simple only for NVLS; for Alltoall (point-to-point sends of
     ``size_bytes / num_ranks`` per peer) the one its threshold picks: LL up to :data:`P2P_LL_THRESHOLD_BYTES` per
     peer, else Simple (both when the size is not given)."""
-    if algorithm == "nvls":
+    if algorithm in NVLS_ALGORITHMS:
         return (Protocol.SIMPLE,)
     if kind is CollectiveKind.ALLTOALL:
         if size_bytes is None or not num_ranks:

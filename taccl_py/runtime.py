@@ -51,8 +51,9 @@ from taccl_py.units import gbps_to_bytes_per_us
 if TYPE_CHECKING:  # the topology module refers back to this one only for types
     from taccl_py.topology import Topology
 
-__all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_NVLS_CHANNELS", "PRESETS", "Protocol", "RuntimeModel", "TransferCosts",
-           "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_pieces", "nccl_ring_pieces",
+__all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS", "PRESETS", "Protocol", "RuntimeModel",
+           "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_pieces",
+           "nccl_ring_pieces",
            "payload_fraction", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
            "wire_bytes", "with_figures", "with_launch_offset"]
 
@@ -229,6 +230,11 @@ NCCL_NVLS_CHANNELS = 16
 NCCL_NVLS_MAX_CHUNK_BYTES = 128 << 10
 
 
+NVLS_ALGORITHMS = frozenset({"nvls", "nvls-tree"})
+"""NCCL's algorithms on NVLink SHARP (NVLS inside one machine, NVLSTree across machines): Simple only, with the
+NVLS costs of :meth:`RuntimeModel.costs` on NVLink."""
+
+
 def gpus_per_machine(topology: Topology) -> int:
     """GPUs in a machine of ``topology`` (its first; all of them when it names no machines)."""
     return max(1, len(topology.machines[0]) if topology.machines else topology.num_gpus)
@@ -249,10 +255,14 @@ def nccl_nvls_chunk_bytes(size_bytes: float, ranks: int, channels: int = NCCL_NV
     return chunk
 
 
-def nccl_nvls_pieces(size_bytes: float, ranks: int, channels: int = NCCL_NVLS_CHANNELS) -> int:
-    """How many chunk steps each rank's block takes under NVLS: ``size / (ranks x channels x chunk)``, at least 1."""
+def nccl_nvls_pieces(size_bytes: float, ranks: int, channels: int = NCCL_NVLS_CHANNELS, *,
+                     blocks: int | None = None) -> int:
+    """How many chunk steps each block takes under NVLS: ``size / (blocks x channels x chunk)``, at least 1.
+
+    ``blocks``: the collective's blocks (every rank's, across machines for NVLSTree); None: ``ranks``.
+    """
     chunk = nccl_nvls_chunk_bytes(size_bytes, ranks, channels)
-    return max(1, math.ceil(size_bytes / (max(ranks, 1) * channels * chunk)))
+    return max(1, math.ceil(size_bytes / (max(blocks or ranks, 1) * channels * chunk)))
 
 
 @dataclass(frozen=True)
@@ -302,7 +312,7 @@ class RuntimeModel:
         ``algorithm`` ``tree`` applies tuning.cc's tree refinements (90 % of the share, at most ``maxTreeBw``
         per GPU when :attr:`tree_caps`, LL at 1/3.8, LL128 at 7/9 on one machine, and the correction factor
         of ``size_bytes``);
-        ``nvls`` uses the NVLS efficiency on NVLink when the model has one (at the chunk size NCCL picks for
+        ``nvls`` and ``nvls-tree`` (:data:`NVLS_ALGORITHMS`) use the NVLS efficiency on NVLink when the model has one (at the chunk size NCCL picks for
         ``size_bytes`` when :attr:`nvls_half_chunk_bytes` is set) and adds :attr:`nvls_latency_us` to the launch.
         """
         p = Protocol(protocol)
@@ -314,7 +324,7 @@ class RuntimeModel:
             base = self.efficiency.get(c, 1.0)
             if kind in COPY_KINDS:
                 base = self.copy_efficiency.get(c, base)
-            if algorithm == "nvls" and c == "nvlink" and self.nvls_efficiency is not None:
+            if algorithm in NVLS_ALGORITHMS and c == "nvlink" and self.nvls_efficiency is not None:
                 base = self.nvls_efficiency
                 if self.nvls_half_chunk_bytes > 0 and size_bytes:
                     chunk = nccl_nvls_chunk_bytes(size_bytes, per_gpu)
@@ -336,7 +346,7 @@ class RuntimeModel:
             else:
                 fractions[c] = base
         hops = {c: self.hop_latency_us.get(c, NCCL_HOP_LATENCY_US[c])[p] for c in LINK_CLASSES}
-        launch = self.launch_us[p] + (self.nvls_latency_us if algorithm == "nvls" else 0.0)
+        launch = self.launch_us[p] + (self.nvls_latency_us if algorithm in NVLS_ALGORITHMS else 0.0)
         return TransferCosts(p, hops, fractions, launch, self.name, self.net_overhead_us if multi_machine else 0.0)
 
 

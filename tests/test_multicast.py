@@ -289,7 +289,8 @@ def test_bounds_say_what_they_assume() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "kind", "algorithm"), [
     ("dgx-h100-nvls", AG, "multicast"), ("dgx-h100-nvls", BC, "multicast"), ("dgx-h100-nvls", AR, "nvls"),
-    ("dgx-h100-nvls", RS, "nvls"), ("dgx-h100x2-nvls-sharp", AR, "sharp"), ("dgx-h100x2-sharp", AR, "sharp")])
+    ("dgx-h100-nvls", RS, "nvls"), ("dgx-h100x2-nvls-sharp", AR, "sharp"), ("dgx-h100x2-sharp", AR, "sharp"),
+    ("dgx-h100x2-nvls", AR, "nvls-tree"), ("dgx-h100x4-nvls", AR, "nvls-tree")])
 def test_offload_baselines_are_correct_and_above_their_bound(name: str, kind: CollectiveKind, algorithm: str) -> None:
     from taccl_py.baselines import applicable_baselines, baseline
     from taccl_py.bounds import lower_bound
@@ -305,6 +306,44 @@ def test_offload_baselines_are_correct_and_above_their_bound(name: str, kind: Co
         assert result.time_us is not None and result.time_us >= lower_bound(topo, kind, size).bound_us * (1 - 1e-9)
     plain = resolve_topology(name.replace("-nvls", "").replace("-sharp", ""))
     assert algorithm not in applicable_baselines(plain, kind)
+
+
+def test_machine_trees_reduce_children_first_and_alternate_roots() -> None:
+    from taccl_py.baselines.offload import machine_tree
+
+    assert machine_tree(2, 0) == [(1, 0)]
+    assert machine_tree(2, 1) == [(0, 1)]
+    assert machine_tree(4, 0) == [(3, 1), (2, 0), (1, 0)]
+    assert machine_tree(4, 1) == [(0, 2), (3, 1), (2, 1)]
+    for count in range(2, 9):
+        for rotation in (0, 1):
+            pairs = machine_tree(count, rotation)
+            assert sorted(c for c, _ in pairs) == sorted(set(range(count)) - {rotation})
+            sent = set()
+            for child, _parent in pairs:  # a machine passes its sum up only after all its children did
+                assert all(c in sent for c, p in pairs if p == child)
+                sent.add(child)
+
+
+def test_nvls_tree_sums_inside_machines_and_across_them_over_the_nics() -> None:
+    """NVLSTree on 2 x DGX H100: each block crosses the network once each way per piece (up the tree, back down),
+    through the owners' NICs only, and one machine alone or switches that cannot reduce refuse it."""
+    from taccl_py.baselines import baseline
+    from taccl_py.baselines.common import NotApplicable
+    from taccl_py.library import resolve_topology
+
+    topo = resolve_topology("dgx-h100x2-nvls")
+    schedule = baseline(topo, AR, "nvls-tree", chunk_factor=2)
+    across = [t for t in schedule.transfers if topo.machine_of[t.src] != topo.machine_of[t.dst]]
+    assert len(across) == 16 * 2 * 2  # 16 blocks x 2 pieces x (up, down)
+    assert all(t.src % 8 == t.dst % 8 for t in across)  # one rail: the owners of a block
+    ups = [t for t in across if t.op is Op.REDUCE]
+    assert {(topo.machine_of[t.src], topo.machine_of[t.dst]) for t in ups} == {(1, 0), (0, 1)}  # both trees
+    result = simulate(topo, schedule, 2**24)
+    assert result.correct, result.error
+    for name in ("dgx-h100-nvls", "dgx-h100x2"):
+        with pytest.raises(NotApplicable):
+            baseline(resolve_topology(name), AR, "nvls-tree")
 
 
 def test_nvls_allreduce_is_near_its_bound_and_beats_the_ring() -> None:

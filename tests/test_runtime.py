@@ -452,6 +452,10 @@ MISSED_ROWS = {
     "DGX Cloud 8 x H100 all_reduce, 2 MB..16 GB, odd rows (per rank, NVLS)": set(),
     "Azure ND H100 v5 all_reduce (NVLS), even rows (calibration)": {64 << 10, 256 << 10},
     "Azure ND H100 v5 all_reduce (NVLS), odd rows": {128 << 10, 512 << 10},
+    "nccl-tests#309 2 x 8 H100 all_reduce, 8 B..1 MB (XE9680, NCCL's choice)":
+        {256, 512, 8 << 10, 16 << 10, 32 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20},
+    "nccl-tests#309 2 x 8 H100 all_reduce, 2 MB..16 GB (XE9680, NVLSTree)":
+        {8 << 20, 16 << 20, 64 << 20, 8 << 30, 16 << 30},
 }
 """Per cited run (the quick ones), the sizes whose prediction misses its target, as benchmarks/RESULTS.md reports
 them (docs/runtime.md "Limits, stated plainly" says why); every other row is within it."""
@@ -851,6 +855,8 @@ def test_nvls_chunks_follow_nccls_rule() -> None:
         assert nccl_nvls_pieces(size, 8) == pieces, size
     # fewer ranks: fewer chunks in flight, so larger chunks from smaller sizes
     assert nccl_nvls_chunk_bytes(4 * mb, 8) == 16 * kb and nccl_nvls_chunk_bytes(4 * mb, 4) == 32 * kb
+    # NVLSTree on 2 machines: the chunk of 8 heads, shared by 16 blocks
+    assert nccl_nvls_pieces(1 << 30, 8, blocks=16) == 32
 
 
 def test_nvls_pays_its_latency_and_its_chunks_share() -> None:
@@ -923,6 +929,32 @@ def test_nvls_runs_simple_in_nccls_steps_wherever_it_is_timed(tmp_path: Path) ->
         predict_baseline(topo, CollectiveKind.ALLREDUCE, "nvls", 8 << 20, model, protocols=(Protocol.LL128,))
     large = predict_baseline(topo, CollectiveKind.ALLREDUCE, "nvls", 4 << 30, model)
     assert isinstance(large.schedule, Schedule) and large.schedule.notes["pieces"] == NVLS_MAX_PIECES == 64
+
+
+def test_nvls_tree_runs_simple_with_nvls_costs_inside_and_the_network_across() -> None:
+    """NCCL's NVLSTree is one of its Allreduce algorithms across machines whose NVSwitches reduce: Simple only, NVLS's
+    latency on the launch and NVLS's share on NVLink, the network's own share on the NICs; its schedule file gets
+    the same time."""
+    from taccl_py.errors import NotApplicable
+    from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline, predict_schedule
+
+    topo = resolve_topology("dgx-h100x2-nvls")
+    model = topo.runtime
+    assert model is not None
+    assert "nvls-tree" in nccl_algorithms(topo, CollectiveKind.ALLREDUCE)
+    assert "nvls-tree" not in nccl_algorithms(resolve_topology("dgx-h100x2"), CollectiveKind.ALLREDUCE)
+    assert nccl_protocols(CollectiveKind.ALLREDUCE, "nvls-tree") == (Protocol.SIMPLE,)
+    costs = model.costs(Protocol.SIMPLE, CollectiveKind.ALLREDUCE, topo, algorithm="nvls-tree", size_bytes=1 << 30)
+    ring = model.costs(Protocol.SIMPLE, CollectiveKind.ALLREDUCE, topo, algorithm="ring", size_bytes=1 << 30)
+    assert costs.launch_us == pytest.approx(ring.launch_us + model.nvls_latency_us)
+    assert costs.fraction["nvlink"] < ring.fraction["nvlink"] and costs.fraction["net"] == ring.fraction["net"]
+    base = predict_baseline(topo, CollectiveKind.ALLREDUCE, "nvls-tree", 64 << 20, model)
+    assert base.protocol is Protocol.SIMPLE and set(base.times_us) == {"Simple"}
+    assert isinstance(base.schedule, Schedule)
+    again = predict_schedule(topo, base.schedule, 64 << 20, model)
+    assert again.protocol is Protocol.SIMPLE and again.sim.time_us == pytest.approx(base.sim.time_us)
+    with pytest.raises(NotApplicable, match="Simple protocol only"):
+        predict_baseline(topo, CollectiveKind.ALLREDUCE, "nvls-tree", 8 << 20, model, protocols=(Protocol.LL,))
 
 
 def test_nvls_fit_keeps_its_fixed_costs_at_zero_or_above() -> None:

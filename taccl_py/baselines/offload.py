@@ -16,6 +16,13 @@
   switches (one group: every owner sends, every owner adds the others' sum),
   then each owner copies the result to its machine (multicast where the switch
   can).
+* ``nvls-tree`` (Allreduce across machines): NCCL's NVLSTree. As ``sharp``
+  inside the machines (the NVSwitch sums every block into the GPU owning it and
+  multicasts the result back), but the owners of a block (one per machine, one
+  rail) combine it over the network along a binary tree of machines (up to the
+  root, summing, then back down), as NCCL's tree does, with every other piece
+  on a second tree of the machines in rotated order, so both directions of a
+  NIC carry data (NCCL's double binary tree).
 
 Routes follow one aggregation tree per group: every GPU's lowest-latency path
 up to a root switch, and a route between two GPUs goes up to their lowest
@@ -36,10 +43,10 @@ from taccl_py.topology import Route, Topology, Vertex
 
 __all__ = ["OFFLOAD_ALGORITHMS", "AggregationTree", "check_offload", "offload_schedule"]
 
-OFFLOAD_ALGORITHMS = ("multicast", "nvls", "sharp")
+OFFLOAD_ALGORITHMS = ("multicast", "nvls", "sharp", "nvls-tree")
 _KINDS = {"multicast": (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST),
           "nvls": (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER),
-          "sharp": (CollectiveKind.ALLREDUCE,)}
+          "sharp": (CollectiveKind.ALLREDUCE,), "nvls-tree": (CollectiveKind.ALLREDUCE,)}
 _MAX_PIECES = 64
 _MIN_PIECE_BYTES = 1 << 20
 
@@ -176,6 +183,52 @@ def _sharp(topology: Topology, c: int) -> Schedule:
                     notes={"algorithm": "sharp", "pieces": c})
 
 
+def machine_tree(count: int, rotation: int) -> list[tuple[int, int]]:
+    """(child, parent) machine pairs of a binary tree over ``count`` machines taken from ``rotation`` on, in heap
+    order; children come deepest first, so summing up the list in order is a valid reduction."""
+    order = [(rotation + i) % count for i in range(count)]
+    pairs = [(order[i], order[(i - 1) // 2]) for i in range(1, count)]
+    return pairs[::-1]
+
+
+def _nvls_tree(topology: Topology, c: int) -> Schedule:
+    n = topology.num_gpus
+    machines = [tuple(m) for m in topology.machines]
+    if len(machines) < 2 or len({len(m) for m in machines}) != 1:
+        raise NotApplicable("NVLSTree needs two or more machines of equal size", where=topology.name)
+    inside = [AggregationTree(topology, best_root(topology, m), m) for m in machines]
+    switch = topology.switch_by_name
+    for t in inside:
+        root = switch.get(str(t.root))
+        if root is None or not (root.reduce and root.multicast):
+            raise NotApplicable(f"NVLSTree needs every machine's switch to reduce and multicast ({t.root!r} does not)",
+                                where=topology.name)
+    size = len(machines[0])
+    trees = [machine_tree(len(machines), r) for r in (0, 1)]
+    out: list[Transfer] = []
+    for j in range(c):
+        up = trees[j % 2]
+        for b in range(n):
+            chunk, r = b * c + j, b % size
+            for m, members in enumerate(machines):
+                owner = members[r]
+                out += _group([Transfer(s, owner, (chunk,), inside[m].route(s, owner), Op.REDUCE)
+                               for s in members if s != owner], len(out))
+            owner_of = [members[r] for members in machines]
+            out += [Transfer(owner_of[child], owner_of[parent], (chunk,),
+                             _direct(topology, owner_of[child], owner_of[parent]), Op.REDUCE, 1)
+                    for child, parent in up]
+            out += [Transfer(owner_of[parent], owner_of[child], (chunk,),
+                             _direct(topology, owner_of[parent], owner_of[child]), channel=2)
+                    for child, parent in reversed(up)]
+            for m, members in enumerate(machines):
+                owner = members[r]
+                out += _group([Transfer(owner, d, (chunk,), inside[m].route(owner, d), channel=3)
+                               for d in members if d != owner], len(out))
+    return Schedule(Collective(CollectiveKind.ALLREDUCE, n, c), tuple(out), name="nvls-tree", topology=topology.name,
+                    notes={"algorithm": "nvls-tree", "pieces": c})
+
+
 def _direct(topology: Topology, s: int, d: int) -> Route:
     route = topology.gpu_route(s, d)
     if route is None:
@@ -190,7 +243,7 @@ def check_offload(topology: Topology, kind: CollectiveKind, algorithm: str, root
 
 def offload_schedule(topology: Topology, kind: CollectiveKind, algorithm: str, *, root: int = 0,
                      chunk_factor: int | None = None, size_bytes: float | None = None) -> Schedule:
-    """The ``multicast``, ``nvls`` or ``sharp`` baseline; pieces per block from ``size_bytes`` unless given."""
+    """The ``multicast``, ``nvls``, ``sharp`` or ``nvls-tree`` baseline; pieces per block from ``size_bytes`` unless given."""
     if kind not in _KINDS[algorithm]:
         raise NotApplicable(f"there is no {algorithm} {kind.value} baseline (it runs "
                             f"{', '.join(k.value for k in _KINDS[algorithm])})", where=topology.name)
@@ -203,6 +256,8 @@ def offload_schedule(topology: Topology, kind: CollectiveKind, algorithm: str, *
         schedule = _multicast(topology, kind, root, chunk_factor or 1)  # one stream per block: nothing to overlap
     elif algorithm == "nvls":
         schedule = _nvls(topology, kind, _pieces(size_bytes, n, chunk_factor))
+    elif algorithm == "nvls-tree":
+        schedule = _nvls_tree(topology, _pieces(size_bytes, n, chunk_factor))
     else:
         schedule = _sharp(topology, _pieces(size_bytes, n, chunk_factor))
     problem = schedule.structural_error(topology)

@@ -589,7 +589,7 @@ def _placement_keys(placed: Placement, changed: str, refused: list[str]) -> dict
               help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce.")
 @size_option
 @click.option("--algorithm", "-a", "only", default=None, metavar="NAME",
-              help="Only this baseline (ring, tree, direct, rd, oneshot, hier, hier-lb, multicast, nvls, sharp); with "
+              help="Only this baseline (ring, tree, direct, rd, oneshot, hier, hier-lb, multicast, nvls, sharp, nvls-tree); with "
                    "-o, the one to write.")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")
 @_options
