@@ -35,7 +35,7 @@ from taccl_py.errors import InputError
 from taccl_py.predict import predict_nccl
 from taccl_py.profiler.nccl_tests import BINARY_MODELS, parse_nccl_tests_log
 from taccl_py.profiler.tables import read_timing_table
-from taccl_py.runtime import RuntimeModel, with_launch_offset
+from taccl_py.runtime import NCCL_ALGORITHM_NAMES, RuntimeModel, with_launch_offset
 from taccl_py.topology import Topology
 from taccl_py.units import algbw_gbps, parse_size_bounds
 
@@ -47,7 +47,7 @@ LARGE_BYTES = 1 << 20
 LARGE_TARGET = 0.10
 SMALL_TARGET = 0.25
 ROLES = ("calibration", "held-out")
-KNOWN_ALGORITHMS = ("ring", "tree", "nvls", "nvls-tree", "direct")
+KNOWN_ALGORITHMS = NCCL_ALGORITHM_NAMES
 """What a case's ``algorithms`` (its run's ``NCCL_ALGO``) may name."""
 PER_RANK = "per-rank"
 """The harness of one GPU per process: no launch offset (the model's own launch costs)."""

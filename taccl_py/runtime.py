@@ -51,7 +51,7 @@ from taccl_py.units import gbps_to_bytes_per_us
 if TYPE_CHECKING:  # the topology module refers back to this one only for types
     from taccl_py.topology import Topology
 
-__all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS", "PRESETS", "Protocol", "RuntimeModel",
+__all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS", "PRESETS", "Protocol", "RuntimeModel",
            "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_pieces",
            "nccl_ring_pieces",
            "payload_fraction", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
@@ -230,6 +230,10 @@ NCCL_NVLS_CHANNELS = 16
 NCCL_NVLS_MAX_CHUNK_BYTES = 128 << 10
 
 
+NCCL_ALGORITHM_NAMES = ("ring", "tree", "nvls", "nvls-tree", "direct")
+"""The names of NCCL's algorithms as the baselines build them (``direct``: its point-to-point Alltoall), which a run
+can be said to have allowed (a fit's ``--algorithm``, a fidelity case's ``algorithms``)."""
+
 NVLS_ALGORITHMS = frozenset({"nvls", "nvls-tree"})
 """NCCL's algorithms on NVLink SHARP (NVLS inside one machine, NVLSTree across machines): Simple only, with the
 NVLS costs of :meth:`RuntimeModel.costs` on NVLink."""
@@ -397,8 +401,16 @@ def widest_gpu_link(topology: Topology, link_class: str) -> float | None:
 
 _NCCL_SOURCE = ("per-hop and launch latencies, LL / LL128 factors: NVIDIA/nccl src/graph/tuning.cc "
                 "(commit 01afd20a77b5804e0ecf1042509dd9d20ebf9e93)")
-_NDR = ("net: 48-49 GB/s per 400 Gb/s NDR NIC of 50 GB/s, 48.5 / 50 = 0.97 (NVIDIA, "
-        "https://github.com/NVIDIA/nccl-tests/issues/267)")
+_H100_NET = ("net (per-step latency per protocol, Simple efficiency): fitted by `taccl profile fit --runtime --per-rank "
+             "tests/data/nccl_tests/nccl_tests_309_h100x2_xe9680_all_reduce.log@512B:256KB --per-rank "
+             "'tests/data/nccl_tests/nccl_tests_309_h100x2_ring_all_reduce.log@64MB:8GB#ring' --rows even --class net "
+             "--into tests/data/nccl_tests/dgx-h100x2-nvls-start.json -o FILE` (after the NVLink and NVLS fits; from "
+             "tuning.cc's latencies and 48-49 GB/s per 400 Gb/s NDR NIC of 50 GB/s, 0.97: NVIDIA, "
+             "https://github.com/NVIDIA/nccl-tests/issues/267) on every other row of two 2 x 8 H100 runs of "
+             "nccl-tests#309 (https://github.com/NVIDIA/nccl-tests/issues/309), one GPU per rank, 8 x 400 Gb/s "
+             "InfiniBand NICs per machine: the Dell XE9680 run's (NCCL 2.26.2, NCCL's default algorithm, its tree at "
+             "these sizes) from 512 B to 256 KB, and the ring-only run's from 64 MB: 4.1 % rms over the 9 rows "
+             "(worst 8.0 %); 0.9525 of 50 GB/s is 47.6 GB/s per NIC; the other rows of both runs are held out")
 
 _A100_FIT = ("nvlink (per-step latency per protocol, LL's launch latency, Simple efficiency and its share for copies, "
              "LL128 cap): fitted by `taccl profile fit --runtime tests/data/nccl_tests/azure_nda100v4_all_reduce.csv "
@@ -463,12 +475,13 @@ PRESETS: dict[str, RuntimeModel] = {
         ll128_channels=7.722, tree_caps=True, copy_efficiency={"nvlink": 0.8586}, net_overhead_us=2.0,
         sources=(_A100_FIT, _A100_NET, _NCCL_SOURCE)),
     "dgx-h100": RuntimeModel(
-        name="dgx-h100", efficiency={"nvlink": 0.8292, "pci": 1.0, "net": 0.97}, channels=32,
+        name="dgx-h100", efficiency={"nvlink": 0.8292, "pci": 1.0, "net": 0.9525}, channels=32,
         hop_latency_us={"nvlink": {Protocol.LL: 1.444, Protocol.LL128: 0.5298, Protocol.SIMPLE: 4.868},
-                        "pci": dict(NCCL_HOP_LATENCY_US["pci"]), "net": dict(NCCL_HOP_LATENCY_US["net"])},
+                        "pci": dict(NCCL_HOP_LATENCY_US["pci"]),
+                        "net": {Protocol.LL: 3.22, Protocol.LL128: 7.974, Protocol.SIMPLE: 9.6}},
         ll128_channels=32.0, copy_efficiency={"nvlink": 0.8055}, nvls_efficiency=0.6698, nvls_latency_us=9.708,
         nvls_half_chunk_bytes=4861.0,
-        sources=(_H100_FIT, _H100_NVLS, _NDR, _NCCL_SOURCE)),
+        sources=(_H100_FIT, _H100_NVLS, _H100_NET, _NCCL_SOURCE)),
 }
 """Calibrated runtime models of the shipped machine families (their clusters share them)."""
 

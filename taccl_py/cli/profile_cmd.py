@@ -22,6 +22,7 @@ from taccl_py.limits import MAX_GPUS, MAX_LOCAL_RANKS, MAX_PROFILE_REPEATS
 from taccl_py.profiler.calibration import LinkFit, link_classes
 from taccl_py.profiler.fitting import FitOutcome, FitRequest, fit_measurements
 from taccl_py.profiler.report import FitRow, fit_to_json, rows_from_fits, rows_from_topology, write_plot
+from taccl_py.runtime import NCCL_ALGORITHM_NAMES
 from taccl_py.topology import Topology
 from taccl_py.topology_io import load_topology, save_topology
 from taccl_py.units import format_bytes, parse_size_range
@@ -128,9 +129,9 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
                    "launch offset is fitted on FILE... only, as their harness's extra cost, and is not written "
                    "into the model (e.g. all_reduce_perf -g 8 runs calibrated together with per-rank ones). "
                    "FILE@LO:HI keeps its rows of sizes LO to HI only.")
-@click.option("--algorithm", "algorithms", multiple=True, type=click.Choice(["ring", "tree", "nvls", "direct"]),
+@click.option("--algorithm", "algorithms", multiple=True, type=click.Choice(list(NCCL_ALGORITHM_NAMES)),
               help="With --runtime: an algorithm the runs allowed (their NCCL_ALGO); repeat for several. Default: "
-                   "NCCL's own choice among all.")
+                   "NCCL's own choice among all. FILE#ALGO[,ALGO] (after any @LO:HI) says it for one file.")
 @click.option("--harness-offset", "harness_offset", type=click.FloatRange(0, 1e6), metavar="US",
               help="With --runtime: the host cost per collective of FILE...'s harness (e.g. all_reduce_perf -g 8), "
                    "known from another fit: not fitted, and not written into the model.")

@@ -50,6 +50,7 @@ from taccl_py.profiler.tables import is_timing_table, read_timing_table
 from taccl_py.runtime import (
     COPY_KINDS,
     LINK_CLASSES,
+    NCCL_ALGORITHM_NAMES,
     NCCL_LL128_MAX_BW_PER_CHANNEL,
     PROTOCOLS,
     Protocol,
@@ -61,9 +62,12 @@ from taccl_py.runtime import (
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, parse_size_bounds
 
-__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "PRIOR_WEIGHT", "RuntimeFit",
-           "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_runtime", "read_timed_rows",
-           "split_size_qualifier"]
+__all__ = ["FIT_ALGORITHMS", "FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "PRIOR_WEIGHT",
+           "RuntimeFit", "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_runtime",
+           "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
+
+FIT_ALGORITHMS = NCCL_ALGORITHM_NAMES
+"""NCCL algorithms a fit can be told a run allowed (``--algorithm``, a file's ``#ALGO``)."""
 
 MIN_ROWS_PER_PROTOCOL = 2
 """A protocol's per-step latency is fitted only when at least this many rows run with it."""
@@ -91,6 +95,8 @@ class TimedRow:
     offset: bool = True
     """Whether the fitted launch offset applies (False: a row of the reference harness, one GPU per process,
     whose launch costs are the model's own)."""
+    algorithms: tuple[str, ...] | None = None
+    """The NCCL algorithms this row's run allowed (a file's ``#ALGO`` qualifier); None: the fit's own."""
 
 
 @dataclass(frozen=True)
@@ -171,13 +177,16 @@ class _Problem:
                                -self.base_launch[Protocol.LL], 0.02])
         self.upper = np.array([1e4, 1e3, 1e3, 1e3, 1.0, 256.0, 1e3, 1.0])
         self.scale = np.array([10.0, 1.0, 2.0, 4.0, 0.5, max(8.0, float(lanes)), 4.0, 0.5])
-        self.algorithms = {kind: [a for a in nccl_algorithms(topology, kind) if allowed is None or a in allowed]
-                           for kind in {r.kind for r in rows}}
-        for kind, names in self.algorithms.items():
+        self.algorithms: list[list[str]] = []
+        """Per row, the NCCL algorithms it may have run (its file's ``#ALGO``, else ``allowed``, else all)."""
+        for r in rows:
+            own = r.algorithms if r.algorithms is not None else allowed
+            names = [a for a in nccl_algorithms(topology, r.kind) if own is None or a in own]
             if not names:
-                among = "" if allowed is None else f" among {', '.join(allowed)}"
-                raise ProfileInputError(f"no NCCL algorithm{among} applies to {kind.value} on {topology.name!r}",
-                                        where="taccl profile fit --runtime")
+                among = "" if own is None else f" among {', '.join(own)}"
+                raise ProfileInputError(f"no NCCL algorithm{among} applies to {r.kind.value} on {topology.name!r}",
+                                        where=r.origin or "taccl profile fit --runtime")
+            self.algorithms.append(names)
         widest = widest_gpu_link(topology, link_class)
         self.ll128_per_lane = 0.0 if not widest else NCCL_LL128_MAX_BW_PER_CHANNEL[CollectiveKind.ALLREDUCE] / widest
         """LL128's share per channel of the cap (Allreduce's per-channel rate over the widest link; the cap's scale)."""
@@ -209,7 +218,7 @@ class _Problem:
     def choose(self, i: int, x: np.ndarray) -> tuple[str, Protocol, float]:
         """The fastest algorithm and protocol for row ``i`` under ``x`` (NCCL's choice as the model sees it)."""
         best: tuple[str, Protocol, float] | None = None
-        for name in self.algorithms[self.rows[i].kind]:
+        for name in self.algorithms[i]:
             for p in nccl_protocols(self.rows[i].kind, name, self.rows[i].size_bytes, self.topology.num_gpus):
                 t = self.time(i, name, p, x)
                 if best is None or t < best[2]:
@@ -330,7 +339,7 @@ class _Surrogate:
         half[5] /= 2  # ... and, with the LL128 cap, of LL128
         for i in range(len(problem.rows)):
             options = []
-            for name in problem.algorithms[problem.rows[i].kind]:
+            for name in problem.algorithms[i]:
                 for p in nccl_protocols(problem.rows[i].kind, name, problem.rows[i].size_bytes,
                                          problem.topology.num_gpus):
                     t0 = problem.time(i, name, p, x)
@@ -469,6 +478,9 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
     for r in rows:
         if r.kind not in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER):
             raise ProfileInputError(f"NVLS runs Allreduce and ReduceScatter, not {r.kind.value}",
+                                    where=r.origin or where)
+        if r.algorithms is not None and "nvls" not in r.algorithms:
+            raise ProfileInputError(f"--class nvls fits rows that ran NVLS, not {', '.join(r.algorithms)}",
                                     where=r.origin or where)
     measured = np.array([r.time_us for r in rows])
     takes_offset = np.array([1.0 if r.offset else 0.0 for r in rows])
@@ -626,16 +638,37 @@ def split_size_qualifier(spec: str) -> tuple[str, tuple[int, int] | None]:
     return path, parse_size_bounds(sizes, where=f"{spec}: sizes after @")
 
 
+def split_algorithm_qualifier(spec: str) -> tuple[str, tuple[str, ...] | None]:
+    """``FILE[@LO:HI]#ALGO[,ALGO]`` as the rest and the NCCL algorithms that file's runs allowed (their
+    ``NCCL_ALGO``, or what the run is known to have run); without ``#``, None.
+
+    A name that is an existing file is taken whole, even with a ``#`` in it.
+    """
+    if Path(spec).is_file():
+        return spec, None
+    rest, sep, names = spec.rpartition("#")
+    if not sep:
+        return spec, None
+    algorithms = tuple(a.strip() for a in names.split(",") if a.strip())
+    unknown = [a for a in algorithms if a not in FIT_ALGORITHMS]
+    if not algorithms or unknown:
+        raise ProfileInputError(f"unknown algorithm {', '.join(unknown) or '(none given)'} after # (known: "
+                                f"{', '.join(FIT_ALGORITHMS)})", where=spec)
+    return rest, algorithms
+
+
 def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: str, select: dict[str, str],
               offset: bool, rows: list[TimedRow], inputs: list[str], warnings: list[str]) -> set[str]:
     """Append one file's rows (see :func:`read_timed_rows`); returns a table's extra column names (none for a log)."""
     start = 1 if rows_kept == "odd" else 0
     step = 1 if rows_kept == "all" else 2
     n = topology.num_gpus
+    path, allowed = split_algorithm_qualifier(path)
     path, bounds = split_size_qualifier(path)
     lo, hi = bounds or (0, math.inf)
     harness = ("" if offset else ", one GPU per process") + (
-        "" if bounds is None else f", sizes {format_bytes(lo)}..{format_bytes(hi)}")
+        "" if bounds is None else f", sizes {format_bytes(lo)}..{format_bytes(hi)}") + (
+        "" if allowed is None else f", algorithm {', '.join(allowed)}")
     names = [] if collective is None else [c.strip() for c in collective.split(",")]
     binaries = [resolve_binary(c, where="--collective") for c in names]
     for b in binaries:
@@ -651,7 +684,7 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         if not table:
             raise ProfileInputError("no row of the table is selected (see --collective, --select"
                                     f"{'' if bounds is None else ' and the sizes after @'})", where=path)
-        rows.extend(TimedRow(r.kind, r.size_bytes, r.time(n), r.origin, offset) for r in table)
+        rows.extend(TimedRow(r.kind, r.size_bytes, r.time(n), r.origin, offset, allowed) for r in table)
         inputs.append(f"{path}: published table, {len(table)} rows{harness}")
         return {k for r in everything for k in r.extra}
     kept = 0
@@ -690,7 +723,8 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         if not used and (bounds is not None or rows_kept != "all"):
             raise ProfileInputError(f"no row of the run is left (wrong results, fewer elements than ranks"
                                     f"{', --rows' if rows_kept != 'all' else ''})", where=at)
-        rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset) for r in used)
+        rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset, allowed)
+                    for r in used)
         inputs.append(f"{path}: {binary}, {run.nranks} ranks, {len(used)} sizes{harness}")
     if not kept:
         raise ProfileInputError(f"no run of the log is among --collective {collective}", where=path)
