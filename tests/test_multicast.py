@@ -308,21 +308,29 @@ def test_offload_baselines_are_correct_and_above_their_bound(name: str, kind: Co
     assert algorithm not in applicable_baselines(plain, kind)
 
 
-def test_machine_trees_reduce_children_first_and_alternate_roots() -> None:
-    from taccl_py.baselines.offload import machine_tree
+def test_nvls_trees_are_nccls_double_binary_tree() -> None:
+    """NVLSTree's two trees of machines are NCCL's (trees.cc): rank 0 the root of the first with one child, odd
+    ranks its leaves, the second mirrored (even counts) or shifted (odd); children come before parents, and no
+    machine is inside both trees."""
+    from taccl_py.baselines.tree import nccl_double_tree_edges
 
-    assert machine_tree(2, 0) == [(1, 0)]
-    assert machine_tree(2, 1) == [(0, 1)]
-    assert machine_tree(4, 0) == [(3, 1), (2, 0), (1, 0)]
-    assert machine_tree(4, 1) == [(0, 2), (3, 1), (2, 1)]
-    for count in range(2, 9):
-        for rotation in (0, 1):
-            pairs = machine_tree(count, rotation)
-            assert sorted(c for c, _ in pairs) == sorted(set(range(count)) - {rotation})
-            sent = set()
+    assert nccl_double_tree_edges(2, 0) == [(1, 0)] and nccl_double_tree_edges(2, 1) == [(0, 1)]
+    assert nccl_double_tree_edges(8, 0) == [(1, 2), (3, 2), (2, 4), (5, 6), (7, 6), (6, 4), (4, 0)]
+    assert nccl_double_tree_edges(8, 1) == [(0, 1), (2, 1), (1, 3), (4, 5), (6, 5), (5, 3), (3, 7)]  # mirrored
+    assert nccl_double_tree_edges(3, 0) == [(1, 2), (2, 0)] and nccl_double_tree_edges(3, 1) == [(2, 0), (0, 1)]  # shifted
+    for count in range(2, 40):
+        inner = []
+        for which in (0, 1):
+            pairs = nccl_double_tree_edges(count, which)
+            roots = set(range(count)) - {c for c, _ in pairs}
+            assert len(roots) == 1 and len(pairs) == count - 1
+            sent: set[int] = set()
             for child, _parent in pairs:  # a machine passes its sum up only after all its children did
                 assert all(c in sent for c, p in pairs if p == child)
                 sent.add(child)
+            assert max(sum(1 for _, p in pairs if p == m) for m in range(count)) <= 2
+            inner.append({p for _, p in pairs} - roots)
+        assert not inner[0] & inner[1], count
 
 
 def test_nvls_tree_sums_inside_machines_and_across_them_over_the_nics() -> None:

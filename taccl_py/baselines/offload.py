@@ -20,9 +20,9 @@
   inside the machines (the NVSwitch sums every block into the GPU owning it and
   multicasts the result back), but the owners of a block (one per machine, one
   rail) combine it over the network along a binary tree of machines (up to the
-  root, summing, then back down), as NCCL's tree does, with every other piece
-  on a second tree of the machines in rotated order, so both directions of a
-  NIC carry data (NCCL's double binary tree).
+  root, summing, then back down), every other piece on the complementary tree
+  (NCCL's double binary tree as trees.cc builds it: no machine is inside both
+  trees).
 
 Routes follow one aggregation tree per group: every GPU's lowest-latency path
 up to a root switch, and a route between two GPUs goes up to their lowest
@@ -37,6 +37,7 @@ import math
 from collections.abc import Sequence
 
 from taccl_py.baselines.common import NotApplicable
+from taccl_py.baselines.tree import nccl_double_tree_edges
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Route, Topology, Vertex
@@ -183,14 +184,6 @@ def _sharp(topology: Topology, c: int) -> Schedule:
                     notes={"algorithm": "sharp", "pieces": c})
 
 
-def machine_tree(count: int, rotation: int) -> list[tuple[int, int]]:
-    """(child, parent) machine pairs of a binary tree over ``count`` machines taken from ``rotation`` on, in heap
-    order; children come deepest first, so summing up the list in order is a valid reduction."""
-    order = [(rotation + i) % count for i in range(count)]
-    pairs = [(order[i], order[(i - 1) // 2]) for i in range(1, count)]
-    return pairs[::-1]
-
-
 def _nvls_tree(topology: Topology, c: int) -> Schedule:
     n = topology.num_gpus
     machines = [tuple(m) for m in topology.machines]
@@ -204,7 +197,7 @@ def _nvls_tree(topology: Topology, c: int) -> Schedule:
             raise NotApplicable(f"NVLSTree needs every machine's switch to reduce and multicast ({t.root!r} does not)",
                                 where=topology.name)
     size = len(machines[0])
-    trees = [machine_tree(len(machines), r) for r in (0, 1)]
+    trees = [nccl_double_tree_edges(len(machines), which) for which in (0, 1)]
     out: list[Transfer] = []
     for j in range(c):
         up = trees[j % 2]

@@ -98,6 +98,50 @@ def _inorder_tree(count: int, shift: int) -> _MachineTree:
     return _MachineTree((root + shift) % count, tuple(tuple(c) for c in children))
 
 
+def _btree_parent(count: int, rank: int) -> int | None:
+    """Parent of ``rank`` in NCCL's binary tree over ``count`` ranks (trees.cc): rank 0 is the root, with one child
+    (the largest power of two below ``count``); an odd rank is a leaf; a rank's parent clears its lowest set bit
+    and sets the next one (or only clears it, past the end)."""
+    if rank == 0:
+        return None
+    bit = rank & -rank
+    up = (rank ^ bit) | (bit << 1)
+    return up if up < count else rank ^ bit
+
+
+def nccl_double_tree_edges(count: int, which: int) -> list[tuple[int, int]]:
+    """(child, parent) pairs of NCCL's double binary tree over ``count`` machines, tree ``which`` (0 or 1; trees.cc:
+    the second is the first mirrored when ``count`` is even, shifted by one when odd, so no machine is inside both),
+    children's subtrees first: summing up the list in order is a valid reduction, reading it backwards a valid
+    broadcast."""
+    def parent(rank: int) -> int | None:
+        if which == 0:
+            return _btree_parent(count, rank)
+        if count % 2:
+            up = _btree_parent(count, (rank - 1) % count)
+            return None if up is None else (up + 1) % count
+        up = _btree_parent(count, count - 1 - rank)
+        return None if up is None else count - 1 - up
+
+    children: dict[int, list[int]] = {}
+    root = 0
+    for r in range(count):
+        up = parent(r)
+        if up is None:
+            root = r
+        else:
+            children.setdefault(up, []).append(r)
+    out: list[tuple[int, int]] = []
+
+    def visit(m: int) -> None:
+        for c in children.get(m, ()):
+            visit(c)
+            out.append((c, m))
+
+    visit(root)
+    return out
+
+
 def _heap_tree(count: int, root: int, step: int) -> _MachineTree:
     """Binary heap over machines root, root+step, root+2*step, ... (mod count)."""
     children: list[list[int]] = [[] for _ in range(count)]
