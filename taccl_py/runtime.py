@@ -316,8 +316,10 @@ class RuntimeModel:
         ``algorithm`` ``tree`` applies tuning.cc's tree refinements (90 % of the share, at most ``maxTreeBw``
         per GPU when :attr:`tree_caps`, LL at 1/3.8, LL128 at 7/9 on one machine, and the correction factor
         of ``size_bytes``);
-        ``nvls`` and ``nvls-tree`` (:data:`NVLS_ALGORITHMS`) use the NVLS efficiency on NVLink when the model has one (at the chunk size NCCL picks for
-        ``size_bytes`` when :attr:`nvls_half_chunk_bytes` is set) and adds :attr:`nvls_latency_us` to the launch.
+        ``nvls`` and ``nvls-tree`` (:data:`NVLS_ALGORITHMS`) use the NVLS efficiency on NVLink when the model has
+        one (at the chunk size NCCL picks for ``size_bytes`` when :attr:`nvls_half_chunk_bytes` is set) and add
+        :attr:`nvls_latency_us` to the launch; ``nvls-tree``'s network part, a tree, gets a tree's
+        :data:`NCCL_TREE_SHARE` of the network's share.
         """
         p = Protocol(protocol)
         multi_machine = len(topology.machines) > 1
@@ -333,6 +335,8 @@ class RuntimeModel:
                 if self.nvls_half_chunk_bytes > 0 and size_bytes:
                     chunk = nccl_nvls_chunk_bytes(size_bytes, per_gpu)
                     base *= chunk / (chunk + self.nvls_half_chunk_bytes)
+            if algorithm == "nvls-tree" and c == "net":
+                base *= NCCL_TREE_SHARE
             widest = widest_gpu_link(topology, c)
             if algorithm == "tree":
                 fractions[c] = _tree_share(p, base, widest if self.tree_caps else None, lanes, kind,
@@ -358,6 +362,10 @@ COPY_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL, Colle
 """Collectives whose steps only copy (no reduction): :attr:`RuntimeModel.copy_efficiency` applies to them."""
 
 
+NCCL_TREE_SHARE = 0.9
+"""tuning.cc: a tree reaches 90 % of the bus bandwidth a ring does (``busBw * .9``); NVLSTree's network part, a
+tree, too."""
+
 # tuning.cc: trees stop at maxTreeBw per GPU (more than two machines / at most two), LL128 on A100 a little higher
 NCCL_MAX_TREE_BW = {(True, Protocol.LL128): 105.0, (True, None): 80.0, (False, Protocol.LL128): 130.0,
                     (False, None): 110.0}
@@ -376,7 +384,7 @@ def _tree_share(p: Protocol, base: float, widest: float | None, lanes: float, ki
     ``widest`` None: no ``maxTreeBw`` cap (nor LL128's per-channel cap).
     """
     cap = NCCL_MAX_TREE_BW[(multi_machine, Protocol.LL128 if p is Protocol.LL128 else None)]
-    share = 0.9 * base if widest is None or widest <= 0 else min(0.9 * base, cap / widest)
+    share = NCCL_TREE_SHARE * base if widest is None or widest <= 0 else min(NCCL_TREE_SHARE * base, cap / widest)
     if p is Protocol.LL:
         share /= 3.8
     elif p is Protocol.LL128:

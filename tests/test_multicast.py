@@ -338,6 +338,7 @@ def test_nvls_tree_sums_inside_machines_and_across_them_over_the_nics() -> None:
     through the owners' NICs only, and one machine alone or switches that cannot reduce refuse it."""
     from taccl_py.baselines import baseline
     from taccl_py.baselines.common import NotApplicable
+    from taccl_py.baselines.tree import nccl_double_tree_edges
     from taccl_py.library import resolve_topology
 
     topo = resolve_topology("dgx-h100x2-nvls")
@@ -349,6 +350,13 @@ def test_nvls_tree_sums_inside_machines_and_across_them_over_the_nics() -> None:
     assert {(topo.machine_of[t.src], topo.machine_of[t.dst]) for t in ups} == {(1, 0), (0, 1)}  # both trees
     result = simulate(topo, schedule, 2**24)
     assert result.correct, result.error
+    four = resolve_topology("dgx-h100x4-nvls")  # one piece per block: a rail's blocks still take both trees
+    one = baseline(four, AR, "nvls-tree", chunk_factor=1)
+    machine = four.machine_of
+    ups4 = {(machine[t.src], machine[t.dst]) for t in one.transfers
+            if t.op is Op.REDUCE and machine[t.src] != machine[t.dst]}
+    assert ups4 == set(nccl_double_tree_edges(4, 0)) | set(nccl_double_tree_edges(4, 1))
+    assert simulate(four, one, 2**20).correct
     for name in ("dgx-h100-nvls", "dgx-h100x2"):
         with pytest.raises(NotApplicable):
             baseline(resolve_topology(name), AR, "nvls-tree")

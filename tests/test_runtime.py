@@ -452,12 +452,14 @@ MISSED_ROWS = {
     "DGX Cloud 8 x H100 all_reduce, 2 MB..16 GB, odd rows (per rank, NVLS)": set(),
     "Azure ND H100 v5 all_reduce (NVLS), even rows (calibration)": {64 << 10, 256 << 10},
     "Azure ND H100 v5 all_reduce (NVLS), odd rows": {128 << 10, 512 << 10},
+    "nccl-tests#309 2 x 8 H100 all_reduce (ring), 1 MB..32 MB": {1 << e for e in range(20, 26)},
+    "nccl-tests#309 2 x 8 H100 all_reduce (ring), 64 MB..8 GB, even rows (calibration)": set(),
+    "nccl-tests#309 2 x 8 H100 all_reduce (ring), 64 MB..8 GB, odd rows": set(),
     "nccl-tests#309 2 x 8 H100 all_reduce, 64 B..256 B (XE9680)": {256},
     "nccl-tests#309 2 x 8 H100 all_reduce, 512 B..256 KB, even rows (XE9680, calibration)": set(),
     "nccl-tests#309 2 x 8 H100 all_reduce, 512 B..256 KB, odd rows (XE9680)": set(),
     "nccl-tests#309 2 x 8 H100 all_reduce, 512 KB..1 MB (XE9680)": {512 << 10, 1 << 20},
-    "nccl-tests#309 2 x 8 H100 all_reduce, 2 MB..16 GB (XE9680, NVLSTree)":
-        {8 << 20, 16 << 20, 64 << 20, 8 << 30, 16 << 30},
+    "nccl-tests#309 2 x 8 H100 all_reduce, 2 MB..16 GB (XE9680, NVLSTree)": {8 << 30, 16 << 30},
 }
 """Per cited run (the quick ones), the sizes whose prediction misses its target, as benchmarks/RESULTS.md reports
 them (docs/runtime.md "Limits, stated plainly" says why); every other row is within it."""
@@ -730,6 +732,8 @@ def test_a_file_names_the_algorithms_its_runs_allowed(tmp_path: Path, capsys: py
     odd = tmp_path / "run#2.log"  # an existing name is taken whole, even with a # in it
     odd.write_text(log.read_text())
     assert split_algorithm_qualifier(str(odd)) == (str(odd), None)
+    assert split_algorithm_qualifier(f"{odd}@1KB:4KB") == (f"{odd}@1KB:4KB", None)  # its # is the name's
+    assert split_algorithm_qualifier(f"{odd}@1KB:4KB#tree") == (f"{odd}@1KB:4KB", ("tree",))
     rows, inputs, _ = read_timed_rows([f"{log}#tree"], topo, per_rank=[f"{log}@1KB:4KB"])
     assert {r.algorithms for r in rows if r.offset} == {("tree",)} and inputs[0].endswith("algorithm tree")
     assert {r.algorithms for r in rows if not r.offset} == {None}
@@ -737,10 +741,12 @@ def test_a_file_names_the_algorithms_its_runs_allowed(tmp_path: Path, capsys: py
     fit = fit_runtime(topo, rows, base=start, max_iterations=1, algorithms=("ring",))
     assert {f.algorithm for f in fit.rows if f.row.offset} == {"tree"}  # the file's own, not --algorithm's
     assert {f.algorithm for f in fit.rows if not f.row.offset} == {"ring"}
-    for bad in (f"{log}#sharp", f"{log}#"):
+    for bad in (f"{log}#sharp", f"{log}#", f"{log}#ring,,tree", f"{log}#ring@1KB:4KB"):
         with pytest.raises(ProfileInputError, match="unknown algorithm") as error:
             read_timed_rows([bad], topo)
         assert error.value.where == bad
+    with pytest.raises(ProfileInputError, match="give @LO:HI before #ALGO"):
+        read_timed_rows([f"{log}#ring@1KB:4KB"], topo)
     with pytest.raises(SystemExit) as exit_info:
         main(["profile", "fit", "--runtime", f"{log}#ring,nope", "--into", str(_start_file(tmp_path, topo)), "-o",
               str(tmp_path / "out.json")])
@@ -966,8 +972,8 @@ def test_nvls_runs_simple_in_nccls_steps_wherever_it_is_timed(tmp_path: Path) ->
 
 def test_nvls_tree_runs_simple_with_nvls_costs_inside_and_the_network_across() -> None:
     """NCCL's NVLSTree is one of its Allreduce algorithms across machines whose NVSwitches reduce: Simple only, NVLS's
-    latency on the launch and NVLS's share on NVLink, the network's own share on the NICs; its schedule file gets
-    the same time."""
+    latency on the launch and NVLS's share on NVLink, a tree's 90 % of the network's share on the NICs; its schedule
+    file gets the same time."""
     from taccl_py.errors import NotApplicable
     from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline, predict_schedule
 
@@ -980,7 +986,8 @@ def test_nvls_tree_runs_simple_with_nvls_costs_inside_and_the_network_across() -
     costs = model.costs(Protocol.SIMPLE, CollectiveKind.ALLREDUCE, topo, algorithm="nvls-tree", size_bytes=1 << 30)
     ring = model.costs(Protocol.SIMPLE, CollectiveKind.ALLREDUCE, topo, algorithm="ring", size_bytes=1 << 30)
     assert costs.launch_us == pytest.approx(ring.launch_us + model.nvls_latency_us)
-    assert costs.fraction["nvlink"] < ring.fraction["nvlink"] and costs.fraction["net"] == ring.fraction["net"]
+    assert costs.fraction["nvlink"] < ring.fraction["nvlink"]
+    assert costs.fraction["net"] == pytest.approx(0.9 * ring.fraction["net"])  # its network part is a tree
     base = predict_baseline(topo, CollectiveKind.ALLREDUCE, "nvls-tree", 64 << 20, model)
     assert base.protocol is Protocol.SIMPLE and set(base.times_us) == {"Simple"}
     assert isinstance(base.schedule, Schedule)

@@ -20,9 +20,9 @@
   inside the machines (the NVSwitch sums every block into the GPU owning it and
   multicasts the result back), but the owners of a block (one per machine, one
   rail) combine it over the network along a binary tree of machines (up to the
-  root, summing, then back down), every other piece on the complementary tree
-  (NCCL's double binary tree as trees.cc builds it: no machine is inside both
-  trees).
+  root, summing, then back down), a rail's blocks and pieces taking in turn
+  the two trees of NCCL's double binary tree (trees.cc: no machine is inside
+  both, so the NICs' load is even).
 
 Routes follow one aggregation tree per group: every GPU's lowest-latency path
 up to a root switch, and a route between two GPUs goes up to their lowest
@@ -161,6 +161,11 @@ def _sharp(topology: Topology, c: int) -> Schedule:
     rails = [[m[r] for m in machines] for r in range(size)]
     across = [AggregationTree(topology, best_root(topology, rail), rail) for rail in rails]
     switch = topology.switch_by_name
+    for t in across:  # on two machines the owners' exchange needs no switch to add; SHARP's still does it there
+        root = switch.get(str(t.root))
+        if root is None or not root.reduce:
+            raise NotApplicable(f"the SHARP Allreduce needs the switch joining a rail across machines to reduce "
+                                f"({t.root!r} does not)", where=topology.name)
     local_reduce = [bool(switch.get(str(t.root)) and switch[str(t.root)].reduce) for t in inside]
     local_multicast = [bool(switch.get(str(t.root)) and switch[str(t.root)].multicast) for t in inside]
     out: list[Transfer] = []
@@ -200,9 +205,9 @@ def _nvls_tree(topology: Topology, c: int) -> Schedule:
     trees = [nccl_double_tree_edges(len(machines), which) for which in (0, 1)]
     out: list[Transfer] = []
     for j in range(c):
-        up = trees[j % 2]
         for b in range(n):
             chunk, r = b * c + j, b % size
+            up = trees[(j + b // size) % 2]  # a rail's blocks and pieces take the two trees in turn
             for m, members in enumerate(machines):
                 owner = members[r]
                 out += _group([Transfer(s, owner, (chunk,), inside[m].route(s, owner), Op.REDUCE)

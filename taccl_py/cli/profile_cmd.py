@@ -235,8 +235,9 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     if algorithms:
         record["algorithms"] = list(algorithms)
     label = ", ".join(Path(f).name for f in (*files, *per_rank))
+    kept = tuple(s for s in fit.model.sources if not s.startswith((f"{fit.link_class}:", f"{fit.link_class} (")))
     model = replace(fit.model, name=f"{fit.model.name.removesuffix('+fit')}+fit", fitted=record,
-                    sources=(*fit.model.sources, f"{fit.link_class}: fitted by taccl profile fit --runtime from {label}"))
+                    sources=(*kept, f"{fit.link_class}: fitted by taccl profile fit --runtime from {label}"))
     save_topology(replace(base, runtime=model), target)
     all_warnings = [*warnings, *fit.warnings]
     if as_json:

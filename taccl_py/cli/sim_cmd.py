@@ -144,7 +144,7 @@ def _is_json(algorithm: str) -> bool:
 def _is_xml(algorithm: str) -> bool:
     if os.path.isdir(algorithm):
         raise InputError(f"{algorithm!r} is a directory; give an MSCCL XML file, a schedule JSON file or a baseline "
-                         "name (ring, tree, direct, rd)", where="--algorithm")
+                         "name (ring, tree, direct, rd, ...)", where="--algorithm")
     return not _is_json(algorithm) and (algorithm.lower().endswith(".xml") or os.sep in algorithm
                                         or os.path.isfile(algorithm))
 
@@ -218,8 +218,10 @@ def _simulate_file(path: str, topology: Topology, kind: CollectiveKind | None, s
               help="allgather, reducescatter, allreduce, alltoall, broadcast or reduce (read from a file); several "
                    "joined by '+' run at once (allgather+reducescatter).")
 @size_option
-@click.option("--algorithm", "-a", default=None, metavar="ring|tree|direct|rd|oneshot|hier|hier-lb|FILE.xml|FILE.json",
-              help="An NCCL-style baseline, an MSCCL XML file or a schedule JSON file (synthesize --schedule-out); "
+@click.option("--algorithm", "-a", default=None, metavar="BASELINE|FILE.xml|FILE.json",
+              help="An NCCL-style baseline (ring, tree, direct, rd, oneshot, hier, hier-lb; on multicast / reduce "
+                   "switches multicast, nvls, sharp, nvls-tree), an MSCCL XML file or a schedule JSON file "
+                   "(synthesize --schedule-out); "
                    "with several collectives, one per collective joined by '+' (best: the fastest baseline alone, "
                    "the default).")
 @click.option("--channels", type=click.IntRange(1, 64), default=None, help="Rings / trees / parallel copies.")

@@ -644,16 +644,18 @@ def split_algorithm_qualifier(spec: str) -> tuple[str, tuple[str, ...] | None]:
 
     A name that is an existing file is taken whole, even with a ``#`` in it.
     """
-    if Path(spec).is_file():
+    before, at, after = spec.rpartition("@")
+    if Path(spec).is_file() or (at and "#" not in after and Path(before).is_file()):
         return spec, None
     rest, sep, names = spec.rpartition("#")
     if not sep:
         return spec, None
-    algorithms = tuple(a.strip() for a in names.split(",") if a.strip())
-    unknown = [a for a in algorithms if a not in FIT_ALGORITHMS]
-    if not algorithms or unknown:
-        raise ProfileInputError(f"unknown algorithm {', '.join(unknown) or '(none given)'} after # (known: "
-                                f"{', '.join(FIT_ALGORITHMS)})", where=spec)
+    algorithms = tuple(a.strip() for a in names.split(","))
+    unknown = [a or "(none)" for a in algorithms if a not in FIT_ALGORITHMS]
+    if unknown:
+        hint = "; give @LO:HI before #ALGO" if "@" in names else ""
+        raise ProfileInputError(f"unknown algorithm {', '.join(unknown)} after # (known: "
+                                f"{', '.join(FIT_ALGORITHMS)}{hint})", where=spec)
     return rest, algorithms
 
 
