@@ -336,7 +336,7 @@ def test_nvls_trees_are_nccls_double_binary_tree() -> None:
 def test_nvls_tree_sums_inside_machines_and_across_them_over_the_nics() -> None:
     """NVLSTree on 2 x DGX H100: each block crosses the network once each way per piece (up the tree, back down),
     through the owners' NICs only, and one machine alone or switches that cannot reduce refuse it."""
-    from taccl_py.baselines import baseline
+    from taccl_py.baselines import applicable_baselines, baseline
     from taccl_py.baselines.common import NotApplicable
     from taccl_py.baselines.tree import nccl_double_tree_edges
     from taccl_py.library import resolve_topology
@@ -357,6 +357,12 @@ def test_nvls_tree_sums_inside_machines_and_across_them_over_the_nics() -> None:
             if t.op is Op.REDUCE and machine[t.src] != machine[t.dst]}
     assert ups4 == set(nccl_double_tree_edges(4, 0)) | set(nccl_double_tree_edges(4, 1))
     assert simulate(four, one, 2**20).correct
+    three = resolve_topology("dgx-h100x3-nvls")  # an odd count: the second tree is the first shifted
+    odd = simulate(three, baseline(three, AR, "nvls-tree", chunk_factor=1), 2**20)
+    assert odd.correct, odd.error
+    assert "sharp" not in applicable_baselines(topo, AR)  # the owners' exchange would need no switch to add
+    with pytest.raises(NotApplicable, match="switch joining a rail across machines to reduce"):
+        baseline(topo, AR, "sharp")
     for name in ("dgx-h100-nvls", "dgx-h100x2"):
         with pytest.raises(NotApplicable):
             baseline(resolve_topology(name), AR, "nvls-tree")

@@ -535,11 +535,16 @@ def test_runtime_fit_recovers_the_model_that_made_the_log(tmp_path: Path,
     log.write_text(_nccl_tests_text([(1 << e, _predicted_us(topo, CollectiveKind.ALLREDUCE, 1 << e, truth))
                                      for e in range(10, 29)], 4))
     start = _start_file(tmp_path, topo)
+    data = json.loads(start.read_text())
+    data["runtime"]["sources"] = ["nvlink (the start's guess)", "pci: untouched"]
+    start.write_text(json.dumps(data))
     out = tmp_path / "fitted.json"
     with pytest.raises(SystemExit) as exit_info:
         main(["profile", "fit", "--runtime", str(log), "--into", str(start), "-o", str(out), "--json"])
     assert exit_info.value.code == 0
     report = json.loads(capsys.readouterr().out)
+    sources = json.loads(out.read_text())["runtime"]["sources"]  # the refitted class's old source line goes
+    assert sources[0] == "pci: untouched" and len(sources) == 2 and sources[1].startswith("nvlink: fitted by")
     figures = report["fit"]["figures"]
     assert figures["launch"] == pytest.approx(12.0, abs=0.5)
     assert figures["hop LL"] == pytest.approx(0.9, abs=0.1)
@@ -751,6 +756,24 @@ def test_a_file_names_the_algorithms_its_runs_allowed(tmp_path: Path, capsys: py
         main(["profile", "fit", "--runtime", f"{log}#ring,nope", "--into", str(_start_file(tmp_path, topo)), "-o",
               str(tmp_path / "out.json")])
     assert exit_info.value.code == 2 and "unknown algorithm nope after #" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_network_fit_keeps_the_model_wide_ll128_cap() -> None:
+    """The LL128 cap is the channels one GPU drives, on every class: a fit of the network leaves it where the
+    NVLink fit put it, even where capping LL128 would describe the rows better (here: LL128 rows far slower than
+    the model's), and says nothing about it."""
+    from taccl_py.profiler.runtime_fit import TimedRow, default_link_class, fit_runtime, gpu_link_class
+
+    topo = resolve_topology("dgx-a100x2")
+    assert topo.runtime is not None
+    assert gpu_link_class(topo) == "nvlink" and default_link_class(topo) == "net"
+    assert gpu_link_class(switch_star(4, 100.0, 0.5)) == default_link_class(switch_star(4, 100.0, 0.5))
+    rows = [TimedRow(CollectiveKind.ALLREDUCE, size, t, offset=False) for size, t in ((1 << 20, 400.0),
+                                                                                      (1 << 23, 1500.0))]
+    fit = fit_runtime(topo, rows, link_class="net", max_iterations=2)
+    assert fit.model.ll128_channels == topo.runtime.ll128_channels
+    assert "ll128 channels" not in fit.fitted and not any("LL128 bandwidth cap" in w for w in fit.warnings)
 
 
 def test_a_file_keeps_the_sizes_after_its_at_sign(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

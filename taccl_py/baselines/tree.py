@@ -8,7 +8,8 @@ both directions (DGX A100) and differ when a NIC's send and receive sides
 belong to different GPUs (NDv2, DGX-2). The reduce phase runs up the tree
 (each chain reduces towards *out*, children's partial sums enter at *in*), the
 broadcast phase down it. Allreduce uses two complementary in-order trees over
-the machines (NCCL's double binary tree), alternating channel by channel, so
+the machines (a double binary tree like NCCL's, not built as trees.cc does:
+:func:`nccl_double_tree_edges` is NCCL's), alternating channel by channel, so
 each tree carries half the data; every channel is pipelined in pieces.
 """
 
@@ -80,7 +81,8 @@ def _inorder_tree(count: int, shift: int) -> _MachineTree:
     """Balanced in-order binary tree over positions; position q is machine (q + shift) % count.
 
     With shift 0 and 1 the leaves of one tree (even positions, for full trees)
-    are the inner nodes of the other, as in NCCL's double binary tree.
+    are the inner nodes of the other, as in NCCL's double binary tree (whose own construction differs: from 8
+    machines up these trees share an inner machine, NCCL's do not).
     """
     children: list[list[int]] = [[] for _ in range(count)]
 

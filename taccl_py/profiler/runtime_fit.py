@@ -63,7 +63,7 @@ from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, parse_size_bounds
 
 __all__ = ["FIT_ALGORITHMS", "FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "PRIOR_WEIGHT",
-           "RuntimeFit", "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_runtime",
+           "RuntimeFit", "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_runtime", "gpu_link_class",
            "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
 
 FIT_ALGORITHMS = NCCL_ALGORITHM_NAMES
@@ -140,15 +140,18 @@ class RuntimeFit:
                 "rows": len(self.rows), "rms_error": round(self.rms_error, 6), "max_error": round(self.max_error, 6)}
 
 
+def gpu_link_class(topology: Topology) -> str:
+    """The class of a GPU's own links (the first of nvlink, pci, net a GPU has): the one whose figures the model-wide
+    LL128 cap (channels one GPU drives) is fitted with; a fit of another class keeps it."""
+    classes = {link_class_of(link.kind) for link in topology.links if topology.is_gpu(link.src)}
+    return next((c for c in ("nvlink", "pci", "net") if c in classes), "nvlink")
+
+
 def default_link_class(topology: Topology) -> str:
     """The class a collective's time depends on most: ``net`` across machines, else the GPUs' widest class."""
-    classes = {link_class_of(link.kind) for link in topology.links if topology.is_gpu(link.src)}
     if len(topology.machines) > 1 and "net" in {link_class_of(link.kind) for link in topology.links}:
         return "net"
-    for c in ("nvlink", "pci", "net"):
-        if c in classes:
-            return c
-    return "nvlink"
+    return gpu_link_class(topology)
 
 
 class _Problem:
@@ -266,7 +269,8 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     measured = np.array([r.time_us for r in rows])
     x = problem.start.copy()
     fit_ll_launch = _ll_launch_identified(problem, x)
-    free = np.array([fit_launch, True, True, True, True, True, fit_ll_launch, problem.mixed])
+    fit_cap = cls == gpu_link_class(topology)
+    free = np.array([fit_launch, True, True, True, True, fit_cap, fit_ll_launch, problem.mixed])
     radius = 1.0
     iterations = 0
     cost = _true_cost(problem, x, measured)
@@ -275,7 +279,7 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
         lo = np.maximum(problem.lower, x - radius * (np.abs(x) + problem.scale))
         hi = np.minimum(problem.upper, x + radius * (np.abs(x) + problem.scale))
         lo[~free], hi[~free] = x[~free], x[~free]
-        starts = [x] if iterations > 1 else _starts(x, problem)
+        starts = [x] if iterations > 1 else _starts(x, problem, vary_cap=fit_cap)
         candidates = [_nelder_mead(surrogate.cost, start, lo if iterations > 1 else problem.lower,
                                    hi if iterations > 1 else problem.upper, fixed=~free) for start in starts]
         trial = min(candidates, key=surrogate.cost)
@@ -295,14 +299,14 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     if problem.copy:  # the one share fitted is the copies'; no second one
         names_of[4], names_of[_COPY] = "copy efficiency", ""
     ll_told = fit_ll_launch and _ll_launch_identified(problem, x)
-    names = tuple(names_of[j] for j in _active(choice, fit_launch, ll_told, problem.mixed))
+    names = tuple(names_of[j] for j in _active(choice, fit_launch, ll_told, problem.mixed) if j != 5 or fit_cap)
     counts = {p: sum(1 for c in choice if c[1] is p) for p in PROTOCOLS}
     warnings: list[str] = []
     for p in PROTOCOLS:
         if counts[p] < MIN_ROWS_PER_PROTOCOL:
             warnings.append(f"{counts[p]} row(s) run fastest with {p.value}: its {cls} per-step latency "
                             f"({x[_HOP[p]]:.4g} us) is only bounded by these rows (no faster than what they ran)")
-    if counts[Protocol.LL128] < MIN_ROWS_PER_PROTOCOL:
+    if fit_cap and counts[Protocol.LL128] < MIN_ROWS_PER_PROTOCOL:
         warnings.append(f"the LL128 bandwidth cap ({x[5]:.4g} channels) is only bounded by these rows")
     if fit_ll_launch and not ll_told:
         warnings.append(f"at the fitted figures the per-rank rows no longer run LL with two numbers of steps: LL's "
@@ -379,15 +383,16 @@ class _Surrogate:
         return total + PRIOR_WEIGHT * len(self.terms) * float(prior @ prior)
 
 
-def _starts(x: np.ndarray, problem: _Problem) -> list[np.ndarray]:
-    """Starting points of the first, global search: ``x`` and variants with a lower LL128 cap and longer steps.
+def _starts(x: np.ndarray, problem: _Problem, *, vary_cap: bool = True) -> list[np.ndarray]:
+    """Starting points of the first, global search: ``x`` and variants with a lower LL128 cap (``vary_cap``) and
+    longer steps.
 
     The fastest-choice structure makes the cost non-convex (a protocol that is never the fastest has no
     say); starting also where LL128 is capped, or Simple's and LL128's steps cost more, lets the search
     find a band where another protocol describes the rows.
     """
     out = []
-    for lanes in (x[5], x[5] / 2, x[5] / 4):
+    for lanes in (x[5], x[5] / 2, x[5] / 4) if vary_cap else (x[5],):
         for simple in (x[3], 4 * x[3] + 4):
             for ll128 in (x[2], 2 * x[2] + 1):
                 v = x.copy()
