@@ -21,8 +21,8 @@
   multicasts the result back), but the owners of a block (one per machine, one
   rail) combine it over the network along a binary tree of machines (up to the
   root, summing, then back down), a rail's blocks and pieces taking in turn
-  the two trees of NCCL's double binary tree (trees.cc: no machine is inside
-  both, so the NICs' load is even).
+  the two trees of NCCL's double binary tree (trees.cc: no machine but a root
+  is an inner node of both, so no NIC carries an inner node's load twice).
 
 Routes follow one aggregation tree per group: every GPU's lowest-latency path
 up to a root switch, and a route between two GPUs goes up to their lowest

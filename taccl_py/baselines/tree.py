@@ -113,9 +113,9 @@ def _btree_parent(count: int, rank: int) -> int | None:
 
 def nccl_double_tree_edges(count: int, which: int) -> list[tuple[int, int]]:
     """(child, parent) pairs of NCCL's double binary tree over ``count`` machines, tree ``which`` (0 or 1; trees.cc:
-    the second is the first mirrored when ``count`` is even, shifted by one when odd, so no machine is inside both),
-    children's subtrees first: summing up the list in order is a valid reduction, reading it backwards a valid
-    broadcast."""
+    the second is the first mirrored when ``count`` is even, shifted by one when odd, so no machine but a root is an
+    inner node of both), children's subtrees first: summing up the list in order is a valid reduction, reading it
+    backwards a valid broadcast."""
     def parent(rank: int) -> int | None:
         if which == 0:
             return _btree_parent(count, rank)
