@@ -151,54 +151,70 @@ def _nvls(topology: Topology, kind: CollectiveKind, c: int) -> Schedule:
                     notes={"algorithm": "nvls", "pieces": c})
 
 
-def _sharp(topology: Topology, c: int) -> Schedule:
-    n = topology.num_gpus
+def _equal_machines(topology: Topology, what: str) -> list[tuple[int, ...]]:
+    """The machines, when there are two or more of equal size (else :class:`NotApplicable` for ``what``)."""
     machines = [tuple(m) for m in topology.machines]
     if len(machines) < 2 or len({len(m) for m in machines}) != 1:
-        raise NotApplicable("the SHARP Allreduce needs two or more machines of equal size", where=topology.name)
+        raise NotApplicable(f"{what} needs two or more machines of equal size", where=topology.name)
+    return machines
+
+
+def _root_can(topology: Topology, tree: AggregationTree, flag: str) -> bool:
+    """Whether the switch at the root of ``tree`` has ``flag`` (``reduce`` or ``multicast``)."""
+    root = topology.switch_by_name.get(str(tree.root))
+    return bool(root is not None and getattr(root, flag))
+
+
+def _into_owner(topology: Topology, tree: AggregationTree, members: Sequence[int], owner: int, chunk: int,
+                in_switch: bool, tag: int) -> list[Transfer]:
+    """Every other member's ``chunk`` summed into ``owner``: in the switch (one group), else point to point."""
+    legs = [Transfer(s, owner, (chunk,), tree.route(s, owner) if in_switch else _direct(topology, s, owner),
+                     Op.REDUCE) for s in members if s != owner]
+    return _group(legs, tag) if in_switch else legs
+
+
+def _out_of_owner(topology: Topology, tree: AggregationTree, members: Sequence[int], owner: int, chunk: int,
+                  in_switch: bool, channel: int, tag: int) -> list[Transfer]:
+    """``owner``'s ``chunk`` copied to every other member: multicast by the switch (one group), else one by one."""
+    legs = [Transfer(owner, d, (chunk,), tree.route(owner, d) if in_switch else _direct(topology, owner, d),
+                     channel=channel) for d in members if d != owner]
+    return _group(legs, tag) if in_switch else legs
+
+
+def _sharp(topology: Topology, c: int) -> Schedule:
+    n = topology.num_gpus
+    machines = _equal_machines(topology, "the SHARP Allreduce")
     size = len(machines[0])
     inside = [AggregationTree(topology, best_root(topology, m), m) for m in machines]
     rails = [[m[r] for m in machines] for r in range(size)]
     across = [AggregationTree(topology, best_root(topology, rail), rail) for rail in rails]
-    switch = topology.switch_by_name
     for t in across:  # on two machines the owners' exchange needs no switch to add; SHARP's still does it there
-        root = switch.get(str(t.root))
-        if root is None or not root.reduce:
+        if not _root_can(topology, t, "reduce"):
             raise NotApplicable(f"the SHARP Allreduce needs the switch joining a rail across machines to reduce "
                                 f"({t.root!r} does not)", where=topology.name)
-    local_reduce = [bool(switch.get(str(t.root)) and switch[str(t.root)].reduce) for t in inside]
-    local_multicast = [bool(switch.get(str(t.root)) and switch[str(t.root)].multicast) for t in inside]
+    local_reduce = [_root_can(topology, t, "reduce") for t in inside]
+    local_multicast = [_root_can(topology, t, "multicast") for t in inside]
     out: list[Transfer] = []
     for j in range(c):
         for b in range(n):
             chunk, r = b * c + j, b % size
             for m, members in enumerate(machines):
-                owner = members[r]
-                legs = [Transfer(s, owner, (chunk,), inside[m].route(s, owner) if local_reduce[m]
-                                 else _direct(topology, s, owner), Op.REDUCE) for s in members if s != owner]
-                out += _group(legs, len(out)) if local_reduce[m] else legs
+                out += _into_owner(topology, inside[m], members, members[r], chunk, local_reduce[m], len(out))
             owners = rails[r]
             out += _group([Transfer(s, d, (chunk,), across[r].route(s, d), Op.REDUCE, 1)
                            for s in owners for d in owners if s != d], len(out))
             for m, members in enumerate(machines):
-                owner = members[r]
-                legs = [Transfer(owner, d, (chunk,), inside[m].route(owner, d) if local_multicast[m]
-                                 else _direct(topology, owner, d), channel=2) for d in members if d != owner]
-                out += _group(legs, len(out)) if local_multicast[m] else legs
+                out += _out_of_owner(topology, inside[m], members, members[r], chunk, local_multicast[m], 2, len(out))
     return Schedule(Collective(CollectiveKind.ALLREDUCE, n, c), tuple(out), name="sharp", topology=topology.name,
                     notes={"algorithm": "sharp", "pieces": c})
 
 
 def _nvls_tree(topology: Topology, c: int) -> Schedule:
     n = topology.num_gpus
-    machines = [tuple(m) for m in topology.machines]
-    if len(machines) < 2 or len({len(m) for m in machines}) != 1:
-        raise NotApplicable("NVLSTree needs two or more machines of equal size", where=topology.name)
+    machines = _equal_machines(topology, "NVLSTree")
     inside = [AggregationTree(topology, best_root(topology, m), m) for m in machines]
-    switch = topology.switch_by_name
     for t in inside:
-        root = switch.get(str(t.root))
-        if root is None or not (root.reduce and root.multicast):
+        if not (_root_can(topology, t, "reduce") and _root_can(topology, t, "multicast")):
             raise NotApplicable(f"NVLSTree needs every machine's switch to reduce and multicast ({t.root!r} does not)",
                                 where=topology.name)
     size = len(machines[0])
@@ -209,9 +225,7 @@ def _nvls_tree(topology: Topology, c: int) -> Schedule:
             chunk, r = b * c + j, b % size
             up = trees[(j + b // size) % 2]  # a rail's blocks and pieces take the two trees in turn
             for m, members in enumerate(machines):
-                owner = members[r]
-                out += _group([Transfer(s, owner, (chunk,), inside[m].route(s, owner), Op.REDUCE)
-                               for s in members if s != owner], len(out))
+                out += _into_owner(topology, inside[m], members, members[r], chunk, True, len(out))
             owner_of = [members[r] for members in machines]
             out += [Transfer(owner_of[child], owner_of[parent], (chunk,),
                              _direct(topology, owner_of[child], owner_of[parent]), Op.REDUCE, 1)
@@ -220,9 +234,7 @@ def _nvls_tree(topology: Topology, c: int) -> Schedule:
                              _direct(topology, owner_of[parent], owner_of[child]), channel=2)
                     for child, parent in reversed(up)]
             for m, members in enumerate(machines):
-                owner = members[r]
-                out += _group([Transfer(owner, d, (chunk,), inside[m].route(owner, d), channel=3)
-                               for d in members if d != owner], len(out))
+                out += _out_of_owner(topology, inside[m], members, members[r], chunk, True, 3, len(out))
     return Schedule(Collective(CollectiveKind.ALLREDUCE, n, c), tuple(out), name="nvls-tree", topology=topology.name,
                     notes={"algorithm": "nvls-tree", "pieces": c})
 

@@ -62,12 +62,10 @@ from taccl_py.runtime import (
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, parse_size_bounds
 
-__all__ = ["FIT_ALGORITHMS", "FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "PRIOR_WEIGHT",
+__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "PRIOR_WEIGHT",
            "RuntimeFit", "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_runtime", "gpu_link_class",
            "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
 
-FIT_ALGORITHMS = NCCL_ALGORITHM_NAMES
-"""NCCL algorithms a fit can be told a run allowed (``--algorithm``, a file's ``#ALGO``)."""
 
 MIN_ROWS_PER_PROTOCOL = 2
 """A protocol's per-step latency is fitted only when at least this many rows run with it."""
@@ -656,11 +654,11 @@ def split_algorithm_qualifier(spec: str) -> tuple[str, tuple[str, ...] | None]:
     if not sep:
         return spec, None
     algorithms = tuple(a.strip() for a in names.split(","))
-    unknown = [a or "(none)" for a in algorithms if a not in FIT_ALGORITHMS]
+    unknown = [a or "(none)" for a in algorithms if a not in NCCL_ALGORITHM_NAMES]
     if unknown:
         hint = "; give @LO:HI before #ALGO" if "@" in names else ""
         raise ProfileInputError(f"unknown algorithm {', '.join(unknown)} after # (known: "
-                                f"{', '.join(FIT_ALGORITHMS)}{hint})", where=spec)
+                                f"{', '.join(NCCL_ALGORITHM_NAMES)}{hint})", where=spec)
     return rest, algorithms
 
 
