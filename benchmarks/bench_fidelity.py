@@ -107,35 +107,14 @@ def render(data: dict[str, Any], figures: Path) -> str:
 
 def _figure(cases: list[dict[str, Any]], path: Path) -> None:
     """Small multiples: per case, published busbw against size (dots), the prediction (line), the target band."""
+    from taccl_py.fidelity import FidelityRow
     from taccl_py.plots import save_figure
-    from taccl_py.plots._files import panel_grid
-    from taccl_py.plots.curves import size_axis
+    from taccl_py.plots.fidelity import fidelity_figure
 
-    figure, panels = panel_grid(len(cases), 3.4, 2.6)
-    for ax, case in zip(panels, cases, strict=True):
-        rows = sorted(case["rows"], key=lambda r: r["size_bytes"])
-        sizes = [r["size_bytes"] for r in rows]
-        published = [r["published_busbw_GBps"] for r in rows]
-        band = [(1 - (0.10 if s >= 1 << 20 else 0.25)) for s in sizes]
-        ax.fill_between(sizes, [p * b for p, b in zip(published, band, strict=True)],
-                        [p * (2 - b) for p, b in zip(published, band, strict=True)], color="C0", alpha=0.15,
-                        linewidth=0)
-        ax.plot(sizes, published, "o", color="C0", markersize=3, label="published")
-        predicted = [(r["size_bytes"], r["predicted_busbw_GBps"]) for r in rows if r["predicted_busbw_GBps"]]
-        if predicted:
-            ax.plot(*zip(*predicted, strict=True), color="C3", linewidth=1.4, label="predicted")
-        missed = [(r["size_bytes"], r["published_busbw_GBps"]) for r in rows if not r["met"]]
-        if missed:
-            ax.plot(*zip(*missed, strict=True), "x", color="C3", markersize=6, label="missed")
-        ax.set_yscale("log")
-        title = case["name"] if case["role"] in case["name"] else f"{case['name']} ({case['role']})"
-        ax.set_title(title, fontsize=7)
-        ax.grid(True, alpha=0.3)
-        size_axis(ax, sizes)
-        ax.tick_params(labelsize=6)
-    panels[0].set_ylabel("busbw GB/s")
-    panels[0].legend(fontsize=6, loc="lower right")
-    save_figure(figure, path)
+    panels = [(case["name"] if case["role"] in case["name"] else f"{case['name']} ({case['role']})",
+               [FidelityRow(r["size_bytes"], r["published_busbw_GBps"], r["predicted_busbw_GBps"], r["algorithm"],
+                            r["proto"]) for r in case["rows"]]) for case in cases]
+    save_figure(fidelity_figure(panels), path)
 
 
 def _within(data: dict[str, Any], role: str) -> tuple[int, int]:

@@ -40,7 +40,8 @@ from taccl_py.topology import Topology
 from taccl_py.units import algbw_gbps, parse_size_bounds
 
 __all__ = ["LARGE_BYTES", "LARGE_TARGET", "PER_RANK", "ROLES", "SMALL_TARGET", "FidelityCase", "FidelityRow",
-           "PublishedRow", "harness_offsets", "load_cases", "predict_case", "published_rows"]
+           "PublishedRow", "harness_offsets", "load_cases", "measured_busbw", "predict_case", "predict_row",
+           "published_rows"]
 
 LARGE_BYTES = 1 << 20
 """Sizes from 1 MB on are held to :data:`LARGE_TARGET`."""
@@ -215,7 +216,6 @@ def _harness_offsets(raw: dict[str, Any], where: str) -> dict[str, float]:
 def published_rows(case: FidelityCase) -> list[PublishedRow]:
     """The case's published rows (the first run of a log; a table's selected rows), every other one if asked."""
     kind = case.kind
-    factor = Collective(kind, case.ranks).busbw_factor
     out: list[PublishedRow] = []
     if case.source_kind == "log":
         run = parse_nccl_tests_log(case.source)[0]
@@ -224,7 +224,7 @@ def published_rows(case: FidelityCase) -> list[PublishedRow]:
         for row in run.rows:
             if row.size_bytes < case.ranks * 4:  # fewer elements than ranks: not a collective in nccl-tests' sense
                 continue
-            out.append(PublishedRow(row.size_bytes, algbw_gbps(row.size_bytes, row.time_us_out) * factor,
+            out.append(PublishedRow(row.size_bytes, measured_busbw(kind, case.ranks, row.size_bytes, row.time_us_out),
                                     f"{case.source}: line {row.line}"))
     else:
         for trow in read_timing_table(case.source):
@@ -257,12 +257,21 @@ def predict_case(case: FidelityCase, directory: str | os.PathLike[str], *,
     if topology.num_gpus != case.ranks:
         raise InputError(f"{case.ranks} ranks but the topology has {topology.num_gpus} GPUs", where=case.name)
     model = case_model(case, topology, harness_offsets(root))
-    rows: list[FidelityRow] = []
-    for pub in published_rows(case)[:max_rows]:
-        best = predict_nccl(topology, case.kind, pub.size_bytes, model, algorithms=case.algorithms)
-        if best is None:
-            rows.append(FidelityRow(pub.size_bytes, pub.busbw_GBps, None, None, None))
-            continue
-        name, pred = best
-        rows.append(FidelityRow(pub.size_bytes, pub.busbw_GBps, pred.sim.busbw_GBps, name, pred.protocol.value))
-    return rows
+    return [predict_row(topology, model, case.kind, pub.size_bytes, pub.busbw_GBps, algorithms=case.algorithms)
+            for pub in published_rows(case)[:max_rows]]
+
+
+def predict_row(topology: Topology, model: RuntimeModel, kind: CollectiveKind, size_bytes: int,
+                published_busbw: float, *, algorithms: tuple[str, ...] | None = None) -> FidelityRow:
+    """One published size against NCCL's predicted choice under ``model`` (among ``algorithms``, None: all of
+    NCCL's); the predicted busbw is None when no algorithm applies or completes."""
+    best = predict_nccl(topology, kind, size_bytes, model, algorithms=algorithms)
+    if best is None:
+        return FidelityRow(size_bytes, published_busbw, None, None, None)
+    name, pred = best
+    return FidelityRow(size_bytes, published_busbw, pred.sim.busbw_GBps, name, pred.protocol.value)
+
+
+def measured_busbw(kind: CollectiveKind, ranks: int, size_bytes: int, time_us: float) -> float:
+    """The busbw (GB/s) nccl-tests prints for a collective of ``size_bytes`` that took ``time_us``."""
+    return algbw_gbps(size_bytes, time_us) * Collective(kind, ranks).busbw_factor

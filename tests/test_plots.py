@@ -267,3 +267,24 @@ def test_panel_grid_gives_one_visible_panel_per_item(count: int, cols: int, shap
     every = figure.get_axes()
     assert len(every) == shape[0] * shape[1] and sum(not a.get_visible() for a in every) == len(every) - count
     assert tuple(figure.get_size_inches()) == (2.0 * shape[1], 1.5 * shape[0])
+
+
+# ------------------------------------------------------------------ fidelity panels
+def test_fidelity_figure_draws_measurement_prediction_band_and_misses() -> None:
+    from taccl_py.fidelity import FidelityRow
+    from taccl_py.plots.fidelity import fidelity_figure
+
+    rows = [FidelityRow(1 << 10, 0.10, 0.11, "ring", "LL"),        # +10 % below 1 MB: met (25 %)
+            FidelityRow(1 << 20, 20.0, 30.0, "ring", "LL128"),     # +50 %: missed
+            FidelityRow(1 << 30, 200.0, None, None, None)]         # no prediction: missed, no line point
+    figure = fidelity_figure([("run A", rows), ("run B", rows[:1])], measured="measured")
+    first = figure.axes[0]
+    lines = {line.get_label(): line for line in first.get_lines()}
+    assert list(lines["measured"].get_ydata()) == [0.10, 20.0, 200.0]
+    assert list(lines["predicted"].get_xdata()) == [1 << 10, 1 << 20]
+    assert list(lines["missed"].get_xdata()) == [1 << 20, 1 << 30]
+    band = first.collections[0].get_paths()[0].vertices[:, 1]
+    assert min(band) == pytest.approx(0.10 * 0.75) and max(band) == pytest.approx(200.0 * 1.10)
+    assert "missed" not in {line.get_label() for line in figure.axes[1].get_lines()}
+    assert "run A" in texts(figure) and "run B" in texts(figure)
+    assert_drawn(figure_bytes(figure, "png"))

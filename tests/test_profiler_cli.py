@@ -280,3 +280,69 @@ def test_outputs_get_the_usual_file_mode(tmp_path: Path, capsys: pytest.CaptureF
     assert run(["profile", "show", str(out), "--plot", str(plot)], capsys)[0] == 0
     for path in (out, plot):
         assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+NCCL_TESTS = Path(__file__).parent / "data" / "nccl_tests"
+
+
+@pytest.mark.slow
+def test_check_gives_the_fidelity_table_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    """`profile check` on a cited table predicts what benchmarks/RESULTS.md's fidelity case does, row by row."""
+    from cli_runner import only_json
+
+    from taccl_py.fidelity import load_cases, predict_case
+
+    code, out, err = run(["profile", "check", str(NCCL_TESTS / "mscclpp_ndmv4.csv"), "-t", "dgx-a100",
+                          "--select", "machines=1", "--collective", "allreduce", "--json"], capsys)
+    assert code == 0, err
+    data = only_json(out)
+    case = next(c for c in load_cases(NCCL_TESTS) if c.name == "NDmv4 1 x 8 A100 allreduce (calibration)")
+    expected = predict_case(case, NCCL_TESTS)
+    rows = data["files"][0]["rows"]
+    assert [r["size_bytes"] for r in rows] == [e.size_bytes for e in expected] == [1024, 1 << 30]
+    for row, want in zip(rows, expected, strict=True):
+        assert row["published_busbw_GBps"] == pytest.approx(want.published_busbw, rel=1e-9)
+        assert row["predicted_busbw_GBps"] == pytest.approx(want.predicted_busbw, rel=1e-9)
+        assert (row["algorithm"], row["proto"], row["met"]) == (want.algorithm, want.proto, want.met)
+        # the predicted time and busbw describe one run: busbw x time is the same for both
+        assert row["predicted_us"] * row["predicted_busbw_GBps"] == pytest.approx(
+            row["measured_us"] * row["published_busbw_GBps"], rel=1e-9)
+    assert data["rows"] == 2 and data["rows_within_target"] == sum(e.met for e in expected)
+    assert data["model"] == "dgx-a100"
+
+
+def test_check_reports_missed_rows_and_strict_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Galvatron's -g 8 log at 1-2 MB: both rows are slower than predicted beyond 10 % (RESULTS.md says so too)."""
+    log = f"{NCCL_TESTS / 'galvatron_a100x8_all_reduce.log'}@1MB:2MB"
+    plot = tmp_path / "check.png"
+    args = ["--launch-offset", "25.09", "profile", "check", log, "-t", "dgx-a100"]
+    code, out, err = run([*args, "--plot", str(plot)], capsys)
+    assert code == 0, err
+    assert out.count("MISSED") == 2 and "0 of 2 rows within target" in out
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    code, out, _ = run([*args, "--strict"], capsys)
+    assert code == 1 and "0 of 2 rows within target" in out
+
+
+def test_check_strict_passes_when_every_row_is_met(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(["profile", "check", str(NCCL_TESTS / "mscclpp_ndmv4.csv"), "-t", "dgx-a100",
+                          "--select", "machines=1", "--collective", "allgather", "--strict"], capsys)
+    assert code == 0, err
+    assert "2 of 2 rows within target" in out
+
+
+@pytest.mark.parametrize(("args", "where"), [
+    (["--ideal", "profile", "check", "LOG", "-t", "dgx-a100"], "--ideal"),
+    (["profile", "check", "LOG", "-t", "dgx1"], "dgx1"),
+    (["profile", "check", "LOG", "-t", "dgx-h100"], "nccl_tests_309_h100x2_ring_all_reduce.log"),
+    (["profile", "check", "LOG@1MB:2MB#bogus", "-t", "dgx-a100"], "#bogus"),
+    (["profile", "check", "missing.log", "-t", "dgx-a100"], "missing.log"),
+    (["profile", "check", "LOG", "-t", "dgx-a100", "--plot", "out.txt"], "--plot"),
+])
+def test_check_bad_input_is_one_line_with_status_2(args: list[str], where: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    log = str(NCCL_TESTS / "nccl_tests_309_h100x2_ring_all_reduce.log")
+    code, out, err = run([a.replace("LOG", log) for a in args], capsys)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and where in lines[0] and "Traceback" not in err
