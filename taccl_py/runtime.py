@@ -298,6 +298,11 @@ class RuntimeModel:
     nvls_half_chunk_bytes: float = 0.0
     """NVLS moves its data in chunks whose size NCCL picks by the size (:func:`nccl_nvls_chunk_bytes`), each with a
     fixed cost: its share is ``nvls_efficiency x c / (c + this)`` for chunks of ``c`` bytes (0: no chunk cost)."""
+    nvls_tree_share: float = 1.0
+    """Share of NVLS's own NVLink rate (:attr:`nvls_efficiency`, chunk cost included) that the NVLS phases of NCCL's
+    NVLSTree reach (1: the same). NVLSTree runs NVLS inside each machine and a tree over the NICs on the same
+    channels, so its NVLS phases may move data more slowly than NVLS alone; fitted by ``taccl profile fit
+    --runtime --class nvls-tree``."""
     tree_caps: bool = False
     """Cap trees at tuning.cc's ``maxTreeBw`` per GPU (figures of the NCCL of the A100 era; later NCCLs raised them)."""
     net_overhead_us: float = 1.0
@@ -319,7 +324,7 @@ class RuntimeModel:
         ``nvls`` and ``nvls-tree`` (:data:`NVLS_ALGORITHMS`) use the NVLS efficiency on NVLink when the model has
         one (at the chunk size NCCL picks for ``size_bytes`` when :attr:`nvls_half_chunk_bytes` is set) and add
         :attr:`nvls_latency_us` to the launch; ``nvls-tree``'s network part, a tree, gets a tree's
-        :data:`NCCL_TREE_SHARE` of the network's share.
+        :data:`NCCL_TREE_SHARE` of the network's share, and its NVLink part :attr:`nvls_tree_share` of NVLS's.
         """
         p = Protocol(protocol)
         multi_machine = len(topology.machines) > 1
@@ -335,8 +340,8 @@ class RuntimeModel:
                 if self.nvls_half_chunk_bytes > 0 and size_bytes:
                     chunk = nccl_nvls_chunk_bytes(size_bytes, per_gpu)
                     base *= chunk / (chunk + self.nvls_half_chunk_bytes)
-            if algorithm == "nvls-tree" and c == "net":
-                base *= NCCL_TREE_SHARE
+            if algorithm == "nvls-tree":
+                base *= NCCL_TREE_SHARE if c == "net" else self.nvls_tree_share if c == "nvlink" else 1.0
             widest = widest_gpu_link(topology, c)
             if algorithm == "tree":
                 fractions[c] = _tree_share(p, base, widest if self.tree_caps else None, lanes, kind,
@@ -420,6 +425,15 @@ _H100_NET = ("net (per-step latency per protocol, Simple efficiency): fitted by 
              "these sizes) from 512 B to 256 KB, and the ring-only run's from 64 MB: 4.1 % rms over the 9 rows "
              "(worst 8.0 %); 0.9525 of 50 GB/s is 47.6 GB/s per NIC; the other rows of both runs are held out")
 
+_H100_NVLS_TREE = ("nvls-tree (the share of NVLS's NVLink rate NVLSTree's NVLS phases reach): fitted by `taccl profile fit "
+                   "--runtime --per-rank 'tests/data/nccl_tests/nccl_tests_309_h100x2_xe9680_all_reduce.log@2MB:16GB"
+                   "#nvls-tree' --rows even --class nvls-tree --into dgx-h100x2-nvls -o FILE` (after the network fit; "
+                   "from 1, NVLS's own rate) on every other row from 2 MB of the Dell XE9680 2 x 8 H100 run of "
+                   "nccl-tests#309 (https://github.com/NVIDIA/nccl-tests/issues/309; NCCL 2.26.2, one GPU per rank, "
+                   "NVLSTree at these sizes per NCCL's maintainer in the thread): 0.9273, 3.6 % rms over the 7 rows "
+                   "(worst 7.1 %); with NVLS's own rate the run's largest rows were 10-12 % fast (2 machines reached "
+                   "one machine's NVLS busbw); the odd rows and the 4 and 8-machine runs of the thread are held out")
+
 _A100_FIT = ("nvlink (per-step latency per protocol, LL's launch latency, Simple efficiency and its share for copies, "
              "LL128 cap): fitted by `taccl profile fit --runtime tests/data/nccl_tests/azure_nda100v4_all_reduce.csv "
              "--per-rank tests/data/nccl_tests/mscclpp_ndmv4.csv --select machines=1 --collective "
@@ -488,8 +502,8 @@ PRESETS: dict[str, RuntimeModel] = {
                         "pci": dict(NCCL_HOP_LATENCY_US["pci"]),
                         "net": {Protocol.LL: 3.22, Protocol.LL128: 7.974, Protocol.SIMPLE: 9.6}},
         ll128_channels=32.0, copy_efficiency={"nvlink": 0.8055}, nvls_efficiency=0.6698, nvls_latency_us=9.708,
-        nvls_half_chunk_bytes=4861.0,
-        sources=(_H100_FIT, _H100_NVLS, _H100_NET, _NCCL_SOURCE)),
+        nvls_half_chunk_bytes=4861.0, nvls_tree_share=0.9273,
+        sources=(_H100_FIT, _H100_NVLS, _H100_NET, _H100_NVLS_TREE, _NCCL_SOURCE)),
 }
 """Calibrated runtime models of the shipped machine families (their clusters share them)."""
 
@@ -512,6 +526,8 @@ def runtime_to_dict(model: RuntimeModel) -> dict[str, Any]:
         data["nvls_latency_us"] = model.nvls_latency_us
     if model.nvls_half_chunk_bytes:
         data["nvls_half_chunk_bytes"] = model.nvls_half_chunk_bytes
+    if model.nvls_tree_share != 1.0:
+        data["nvls_tree_share"] = model.nvls_tree_share
     if model.tree_caps:
         data["tree_caps"] = True
     if model.copy_efficiency:
@@ -537,7 +553,7 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
             raise InputError(f"a preset takes no other keys (got {sorted(extra)})", where=f"{where}: runtime")
         return PRESETS[name]
     known = {"name", "efficiency", "copy_efficiency", "net_overhead_us", "channels", "ll128_channels", "nvls_efficiency",
-             "nvls_latency_us", "nvls_half_chunk_bytes", "tree_caps",
+             "nvls_latency_us", "nvls_half_chunk_bytes", "nvls_tree_share", "tree_caps",
              "hop_latency_us", "launch_us", "sources", "fitted"}
     unknown = set(raw) - known
     if unknown:
@@ -569,7 +585,10 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
     nvls = raw.get("nvls_efficiency")
     if nvls is not None and (isinstance(nvls, bool) or not isinstance(nvls, (int, float)) or not 0 < nvls <= 1):
         raise InputError(f"must be a number in (0, 1] (got {nvls!r})", where=f"{where}: runtime.nvls_efficiency")
-    nvls_extra: dict[str, float] = {}
+    tree_share = raw.get("nvls_tree_share", 1.0)
+    if isinstance(tree_share, bool) or not isinstance(tree_share, (int, float)) or not 0 < tree_share <= 1:
+        raise InputError(f"must be a number in (0, 1] (got {tree_share!r})", where=f"{where}: runtime.nvls_tree_share")
+    nvls_extra: dict[str, float] = {"nvls_tree_share": float(tree_share)}
     for key, upper in (("nvls_latency_us", 1e4), ("nvls_half_chunk_bytes", float(1 << 30))):
         value = raw.get(key, 0.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= upper:

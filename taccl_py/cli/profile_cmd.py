@@ -124,7 +124,8 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
               help="CSV: one fit per measured direction (default without --into) or per link class of the "
                    "topology (default with --into).")
 @click.option("--class", "class_name", metavar="NAME",
-              help="Link class of --into to re-calibrate (nvlink, pci, net; with --runtime also nvls).")
+              help="Link class of --into to re-calibrate (nvlink, pci, net; with --runtime also nvls, and nvls-tree "
+                   "for the share of NVLS's rate NCCL's NVLSTree reaches).")
 @click.option("--name", metavar="NAME", help="Name of a new topology (default: the first file's stem).")
 @click.option("--runtime", "runtime", is_flag=True,
               help="Calibrate the runtime model of --into (launch overhead, per-step latency per protocol, "
@@ -210,7 +211,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
     from dataclasses import replace
 
-    from taccl_py.profiler.runtime_fit import fit_nvls, fit_runtime, read_timed_rows
+    from taccl_py.profiler.runtime_fit import fit_nvls, fit_nvls_tree, fit_runtime, read_timed_rows
 
     if into is None:
         raise ProfileInputError("--runtime calibrates the runtime model of a topology: give --into TOPO", where="--runtime")
@@ -224,11 +225,12 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
         raise ProfileInputError("the harness offset is that of FILE...'s rows: give FILE", where="--harness-offset")
     rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
                                              per_rank=per_rank, select=select)
-    if class_name == "nvls":
-        if set(algorithms) - {"nvls"}:
-            raise ProfileInputError("--class nvls fits rows that ran NVLS: --algorithm can only be nvls",
-                                    where="--algorithm")
-        fit = fit_nvls(base, rows, harness_offset_us=harness_offset)
+    if class_name in ("nvls", "nvls-tree"):
+        if set(algorithms) - {class_name}:
+            raise ProfileInputError(f"--class {class_name} fits rows that ran {class_name}: --algorithm can only be "
+                                    f"{class_name}", where="--algorithm")
+        fitter = fit_nvls if class_name == "nvls" else fit_nvls_tree
+        fit = fitter(base, rows, harness_offset_us=harness_offset)
     else:
         fit = fit_runtime(base, rows, link_class=class_name, algorithms=algorithms or None,
                           harness_offset_us=harness_offset)

@@ -62,8 +62,10 @@ from taccl_py.runtime import (
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, parse_size_bounds
 
-__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "PRIOR_WEIGHT",
-           "RuntimeFit", "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_runtime", "gpu_link_class",
+__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "NVLS_TREE_FIGURES",
+           "NVLS_TREE_FIT_METHOD", "PRIOR_WEIGHT",
+           "RuntimeFit", "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_nvls_tree", "fit_runtime",
+           "gpu_link_class",
            "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
 
 
@@ -549,6 +551,102 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
         warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
                         f"{fit.max_error:.0%}): the NVLS model does not describe this run well")
     return RuntimeFit(model, "nvls", figures, fitted, fit_rows, evaluations, tuple(warnings), NVLS_FIT_METHOD)
+
+
+NVLS_TREE_FIT_METHOD = ("least squares on relative residuals: each row simulated as the nvls-tree baseline (NVLSTree) "
+                        "in NCCL's chunk steps; the launch offset of rows that take one by non-negative linear least "
+                        "squares for each share, the share by golden-section search")
+NVLS_TREE_FIGURES = ("launch", "nvls tree share")
+"""What ``--class nvls-tree`` fits: the harness's launch offset (rows that take one, unless given) and the share of
+NVLS's NVLink rate that NVLSTree's NVLS phases reach (:attr:`~taccl_py.runtime.RuntimeModel.nvls_tree_share`)."""
+
+
+def fit_nvls_tree(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel | None = None,
+                  harness_offset_us: float | None = None, tolerance: float = 1e-4) -> RuntimeFit:
+    """Fit :attr:`~taccl_py.runtime.RuntimeModel.nvls_tree_share` of ``base`` to Allreduce rows that ran NCCL's NVLSTree
+    (multi-machine runs whose switches reduce, at the sizes NCCL chose it).
+
+    Every other figure is kept: fit NVLS (``--class nvls``) and the network (``--class net``) first. Rows that take
+    a launch offset get ``harness_offset_us``, or, when it is not given, one fitted offset (>= 0). The share is found
+    in [0.2, 1] to ``tolerance`` by golden-section search. Units: us.
+    """
+    where = "taccl profile fit --runtime --class nvls-tree"
+    model0 = base or topology.runtime
+    if model0 is None:
+        raise ProfileInputError("the topology has no runtime model to calibrate", where=where)
+    if not rows or len({r.size_bytes for r in rows}) < 2:
+        raise ProfileInputError("NVLSTree's share needs rows of two sizes or more", where=where)
+    if "nvls-tree" not in nccl_algorithms(topology, CollectiveKind.ALLREDUCE):
+        raise ProfileInputError(f"NVLSTree does not run on {topology.name!r} (it needs several machines whose "
+                                "switches reduce)", where=where)
+    for r in rows:
+        if r.kind is not CollectiveKind.ALLREDUCE:
+            raise ProfileInputError(f"NVLSTree runs Allreduce, not {r.kind.value}", where=r.origin or where)
+        if r.algorithms is not None and "nvls-tree" not in r.algorithms:
+            raise ProfileInputError(f"--class nvls-tree fits rows that ran NVLSTree, not {', '.join(r.algorithms)}",
+                                    where=r.origin or where)
+    measured = np.array([r.time_us for r in rows])
+    takes_offset = np.array([1.0 if r.offset else 0.0 for r in rows])
+    fit_offset = harness_offset_us is None and bool(takes_offset.any())
+    given = 0.0 if harness_offset_us is None else harness_offset_us
+    cache: dict[float, np.ndarray] = {}
+
+    def times(share: float) -> np.ndarray:
+        key = round(share, 9)
+        if key not in cache:
+            m = replace(model0, nvls_tree_share=share)
+            per_size = {size: predict_baseline(topology, CollectiveKind.ALLREDUCE, "nvls-tree", size, m).sim.time_us
+                        for size in sorted({r.size_bytes for r in rows})}
+            cache[key] = np.array([math.inf if per_size[r.size_bytes] is None else per_size[r.size_bytes]
+                                   for r in rows])
+        return cache[key]
+
+    def solve(t: np.ndarray) -> tuple[float, float]:
+        """The offset (>= 0) minimizing the relative residuals at these times, and the cost."""
+        offset = given
+        if fit_offset:
+            a = takes_offset / measured
+            offset = max(0.0, float(a @ (1.0 - t / measured)) / float(a @ a))
+        resid = (t + offset * takes_offset) / measured - 1.0
+        return offset, float(resid @ resid)
+
+    def cost(v: np.ndarray) -> float:
+        t = times(float(v[0]))
+        return math.inf if not np.all(np.isfinite(t)) else solve(t)[1]
+
+    share = _golden_section(lambda v: cost(np.array([v])), 0.2, 1.0, tolerance=tolerance)
+    offset, _ = solve(times(share))
+    model = replace(model0, nvls_tree_share=share)
+    final = times(share) + offset * takes_offset
+    fit_rows = tuple(RuntimeFitRow(r, float(t), "nvls-tree", Protocol.SIMPLE.value)
+                     for r, t in zip(rows, final, strict=True))
+    figures = {"launch": offset, "nvls tree share": share}
+    fitted = tuple(k for k in NVLS_TREE_FIGURES if k != "launch" or fit_offset)
+    fit = RuntimeFit(model, "nvls-tree", figures, fitted, fit_rows, len(cache), method=NVLS_TREE_FIT_METHOD)
+    warnings = []
+    if fit.rms_error > 0.15:
+        warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
+                        f"{fit.max_error:.0%}): the NVLSTree model does not describe this run well")
+    return RuntimeFit(model, "nvls-tree", figures, fitted, fit_rows, len(cache), tuple(warnings), NVLS_TREE_FIT_METHOD)
+
+
+def _golden_section(f: Any, lo: float, hi: float, *, tolerance: float) -> float:
+    """The minimizer of ``f`` on [lo, hi] (unimodal there) to within ``tolerance``, by golden-section search."""
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = lo, hi
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = f(c), f(d)
+    while b - a > tolerance:
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = f(d)
+    best = min((fc, c), (fd, d), (f(lo), lo), (f(hi), hi))
+    return float(best[1])
 
 
 def _serial_steps(kind: CollectiveKind, algorithm: str, ranks: int) -> int | None:
