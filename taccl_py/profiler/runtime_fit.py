@@ -462,6 +462,32 @@ launch (us), its share of the NVLink rate with chunks of any size, and the chunk
 reaches half that share."""
 
 
+_SWITCH_ALGORITHM_NAMES = {"nvls": "NVLS", "nvls-tree": "NVLSTree"}
+
+
+def _switch_fit_model(topology: Topology, rows: Sequence[TimedRow], base: RuntimeModel | None, algorithm: str, *,
+                      sizes: str, min_sizes: int, why: str, kinds: tuple[CollectiveKind, ...]) -> RuntimeModel:
+    """The model a ``--class nvls`` or ``nvls-tree`` fit starts from, once its rows are checked: of enough sizes
+    (else ``sizes``), of ``kinds``, allowed to run ``algorithm``, which runs on ``topology`` (else ``why``)."""
+    where = f"taccl profile fit --runtime --class {algorithm}"
+    name = _SWITCH_ALGORITHM_NAMES[algorithm]
+    model0 = base or topology.runtime
+    if model0 is None:
+        raise ProfileInputError("the topology has no runtime model to calibrate", where=where)
+    if not rows or len({r.size_bytes for r in rows}) < min_sizes:
+        raise ProfileInputError(sizes, where=where)
+    if algorithm not in nccl_algorithms(topology, CollectiveKind.ALLREDUCE):
+        raise ProfileInputError(f"{name} does not run on {topology.name!r} ({why})", where=where)
+    for r in rows:
+        if r.kind not in kinds:
+            raise ProfileInputError(f"{name} runs {' and '.join(k.value for k in kinds)}, not {r.kind.value}",
+                                    where=r.origin or where)
+        if r.algorithms is not None and algorithm not in r.algorithms:
+            raise ProfileInputError(f"--class {algorithm} fits rows that ran {name}, not {', '.join(r.algorithms)}",
+                                    where=r.origin or where)
+    return model0
+
+
 def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel | None = None,
              harness_offset_us: float | None = None, max_iterations: int = 80) -> RuntimeFit:
     """Fit NCCL's NVLS figures of ``base`` (:attr:`RuntimeModel.nvls_latency_us`, ``nvls_efficiency``,
@@ -472,21 +498,9 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
     themselves, so for each share they are solved by linear least squares on the relative residuals; Nelder-Mead
     searches the share and the half-share chunk. Units: us, bytes.
     """
-    where = "taccl profile fit --runtime --class nvls"
-    model0 = base or topology.runtime
-    if model0 is None:
-        raise ProfileInputError("the topology has no runtime model to calibrate", where=where)
-    if not rows or len({r.size_bytes for r in rows}) < 3:
-        raise ProfileInputError("NVLS's share, chunk cost and latency need rows of three sizes or more", where=where)
-    if "nvls" not in nccl_algorithms(topology, CollectiveKind.ALLREDUCE):
-        raise ProfileInputError(f"NVLS does not run on {topology.name!r} (its switches do not reduce)", where=where)
-    for r in rows:
-        if r.kind not in (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER):
-            raise ProfileInputError(f"NVLS runs Allreduce and ReduceScatter, not {r.kind.value}",
-                                    where=r.origin or where)
-        if r.algorithms is not None and "nvls" not in r.algorithms:
-            raise ProfileInputError(f"--class nvls fits rows that ran NVLS, not {', '.join(r.algorithms)}",
-                                    where=r.origin or where)
+    model0 = _switch_fit_model(topology, rows, base, "nvls", sizes="NVLS's share, chunk cost and latency need rows of "
+                               "three sizes or more", min_sizes=3, why="its switches do not reduce",
+                               kinds=(CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER))
     measured = np.array([r.time_us for r in rows])
     takes_offset = np.array([1.0 if r.offset else 0.0 for r in rows])
     fit_offset = harness_offset_us is None and bool(takes_offset.any()) and not bool(takes_offset.all())
@@ -570,21 +584,9 @@ def fit_nvls_tree(topology: Topology, rows: Sequence[TimedRow], *, base: Runtime
     a launch offset get ``harness_offset_us``, or, when it is not given, one fitted offset (>= 0). The share is found
     in [0.2, 1] to ``tolerance`` by golden-section search. Units: us.
     """
-    where = "taccl profile fit --runtime --class nvls-tree"
-    model0 = base or topology.runtime
-    if model0 is None:
-        raise ProfileInputError("the topology has no runtime model to calibrate", where=where)
-    if not rows or len({r.size_bytes for r in rows}) < 2:
-        raise ProfileInputError("NVLSTree's share needs rows of two sizes or more", where=where)
-    if "nvls-tree" not in nccl_algorithms(topology, CollectiveKind.ALLREDUCE):
-        raise ProfileInputError(f"NVLSTree does not run on {topology.name!r} (it needs several machines whose "
-                                "switches reduce)", where=where)
-    for r in rows:
-        if r.kind is not CollectiveKind.ALLREDUCE:
-            raise ProfileInputError(f"NVLSTree runs Allreduce, not {r.kind.value}", where=r.origin or where)
-        if r.algorithms is not None and "nvls-tree" not in r.algorithms:
-            raise ProfileInputError(f"--class nvls-tree fits rows that ran NVLSTree, not {', '.join(r.algorithms)}",
-                                    where=r.origin or where)
+    model0 = _switch_fit_model(topology, rows, base, "nvls-tree", sizes="NVLSTree's share needs rows of two sizes "
+                               "or more", min_sizes=2, why="it needs several machines whose switches reduce",
+                               kinds=(CollectiveKind.ALLREDUCE,))
     measured = np.array([r.time_us for r in rows])
     takes_offset = np.array([1.0 if r.offset else 0.0 for r in rows])
     fit_offset = harness_offset_us is None and bool(takes_offset.any())
