@@ -346,3 +346,14 @@ def test_check_bad_input_is_one_line_with_status_2(args: list[str], where: str,
     assert code == 2 and out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1 and where in lines[0] and "Traceback" not in err
+
+
+def test_check_names_the_collective_of_each_row_when_a_file_holds_several(capsys: pytest.CaptureFixture[str]) -> None:
+    table = f"{NCCL_TESTS / 'mscclpp_ndmv4.csv'}@1KB:1KB"
+    code, out, err = run(["profile", "check", table, "-t", "dgx-a100", "--select", "machines=1"], capsys)
+    assert code == 0, err
+    assert "(allgather, allreduce, alltoall)" in out and "collective" in out and "3 of 3 rows within target" in out
+    code, out, _ = run(["profile", "check", table, "-t", "dgx-a100", "--select", "machines=1", "--json"], capsys)
+    rows = json.loads(out)["files"][0]["rows"]
+    assert sorted(r["collective"] for r in rows) == ["allgather", "allreduce", "alltoall"]
+    assert {r["algorithm"] for r in rows} == {"ring", "direct"}

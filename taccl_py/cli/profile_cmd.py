@@ -373,10 +373,14 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
         for line in inputs:
             out_console.print(f"read {line}", markup=False)
         for spec, out in checked:
+            kinds = sorted({row.kind.value for row, _ in out})
+            several = len(kinds) > 1  # a log of several binaries, or a table of several collectives
             out_console.print(make_table(
-                f"{spec}: measured against predicted on {model.name!r}", _CHECK_COLUMNS,
-                [[format_bytes(row.size_bytes), float(row.time_us), _predicted_us(row, f) or "-",
-                  float(f.published_busbw), "-" if f.predicted_busbw is None else float(f.predicted_busbw),
+                f"{spec} ({', '.join(kinds)}): measured against predicted on {model.name!r}",
+                ("collective", *_CHECK_COLUMNS) if several else _CHECK_COLUMNS,
+                [[*([row.kind.value] if several else []), format_bytes(row.size_bytes), float(row.time_us),
+                  _predicted_us(row, f) or "-", float(f.published_busbw),
+                  "-" if f.predicted_busbw is None else float(f.predicted_busbw),
                   "-" if f.error is None else f"{f.error:+.1%}", f"{f.target:.0%} " + ("met" if f.met else "MISSED"),
                   f.algorithm or "-", f.proto or "-"] for row, f in out]))
         out_console.print(summary, markup=False)
