@@ -16,14 +16,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from taccl_py.baselines import ALGORITHMS, NotApplicable, applicable_baselines, baseline
+from taccl_py.baselines import ALGORITHMS, NotApplicable, TreePlan, applicable_baselines, baseline, tree_plan
 from taccl_py.baselines.common import pipeline_pieces
+from taccl_py.baselines.tree import nccl_double_tree_edges
 from taccl_py.bounds import lower_bound
 from taccl_py.cli.main import main
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import InputError
 from taccl_py.library import SHIPPED_NAMES, fully_connected, resolve_topology, ring
+from taccl_py.library.grids import switch_tree
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
@@ -244,6 +248,62 @@ def test_dgx_a100x2_ring_channels(channels: int) -> None:
     result = run(topology, schedule, size)
     n = topology.num_gpus
     assert result.time_us == pytest.approx(dgx_a100x2_ring_us(topology, n - 1, size, channels), rel=1e-9)
+
+
+# ------------------------------------------------------------------ NCCL's double binary tree
+def machine_trees(topology: Topology, plan: TreePlan) -> list[tuple[list[tuple[int, int]], list[tuple[int, int]]]]:
+    """Per channel: the (child, parent) machines of its reduce legs that cross machines, in program order, and
+    the (child, parent) machines of its broadcast legs that do."""
+    machine = topology.machine_of
+    out = []
+    for channel in plan.channels:
+        ups = [(machine[leg.src], machine[leg.dst]) for leg in channel.reduce_legs
+               if machine[leg.src] != machine[leg.dst]]
+        downs = [(machine[leg.dst], machine[leg.src]) for leg in channel.bcast_legs
+                 if machine[leg.src] != machine[leg.dst]]
+        out.append((ups, downs))
+    return out
+
+
+@pytest.mark.parametrize("count", range(2, 21))
+def test_tree_allreduce_runs_nccls_two_trees_of_machines(count: int) -> None:
+    """Channel k reduces up and broadcasts down tree k % 2 of NCCL's double binary tree (trees.cc), children's
+    subtrees first: machine 0 the root of the first tree, the second mirrored (even counts) or shifted (odd)."""
+    topology = switch_tree(count, 2)
+    plan = tree_plan(topology, CollectiveKind.ALLREDUCE)
+    assert len(plan.channels) >= 2
+    for k, (ups, downs) in enumerate(machine_trees(topology, plan)):
+        assert ups == nccl_double_tree_edges(count, k % 2), k
+        assert sorted(downs) == sorted(ups), k
+
+
+@settings(max_examples=30, deadline=None)
+@given(count=st.integers(2, 128))
+def test_tree_allreduce_trees_share_no_inner_machine_but_a_root(count: int) -> None:
+    """The baseline's two trees over ``count`` machines span them, a machine has at most two children, and no
+    machine but a root is an inner node of both (so none carries an inner node's traffic on both trees)."""
+    topology = switch_tree(count, 1)
+    trees = machine_trees(topology, tree_plan(topology, CollectiveKind.ALLREDUCE, channels=2))
+    inner = []
+    for ups, _ in trees:
+        parents = [p for _, p in ups]
+        roots = set(range(count)) - {c for c, _ in ups}
+        assert len(roots) == 1 and len(ups) == count - 1 and len({c for c, _ in ups}) == count - 1
+        assert max(parents.count(m) for m in roots | set(parents)) <= 2
+        inner.append(set(parents) - roots)
+    assert not inner[0] & inner[1]
+
+
+@pytest.mark.parametrize("name", ["ndv2x8", "ndv2x9", "dgx-h100x3"])
+def test_tree_allreduce_on_many_machines_is_correct(name: str) -> None:
+    """Correct in the simulator and above the lower bound on 8 and 9 machines (the second tree mirrored and
+    shifted) and on 3 (where NCCL's trees are chains), at a size with several pieces per channel."""
+    topology = resolve_topology(name)
+    for size in (64 * 1024, 4 * MiB):
+        schedule = baseline(topology, "allreduce", "tree", size_bytes=size)
+        result = run(topology, schedule, size)
+        assert result.time_us is not None
+        assert result.time_us >= lower_bound(topology, "allreduce", size).bound_us * (1 - 1e-9)
 
 
 # --------------------------------------------------------------------- step overhead

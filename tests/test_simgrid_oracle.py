@@ -246,6 +246,17 @@ def test_baseline_matches_simgrid(oracle: Oracle, name: str, kind: CollectiveKin
     assert_agrees(oracle, topo, schedule, size, overhead)
 
 
+@pytest.mark.parametrize("machines", [5, 8])
+def test_tree_allreduce_on_nccls_trees_matches_simgrid(oracle: Oracle, machines: int) -> None:
+    """The tree baseline on more than 2 machines, where its trees are NCCL's (trees.cc: the second one shifted
+    on an odd count, mirrored on an even one), on leaf switches of 2 GPUs under a slower spine."""
+    from taccl_py.library.grids import switch_tree
+
+    topo = switch_tree(machines, 2, 20.0, 0.5, uplink_bandwidth=5.0, uplink_latency=1.5)
+    size = 3 * 2**20
+    assert_agrees(oracle, topo, baseline(topo, CollectiveKind.ALLREDUCE, "tree", size_bytes=size), size, 0.4)
+
+
 # ----------------------------------------------------------- random schedules
 RANDOM = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 sizes = st.integers(1_000, 20_000_000)

@@ -7,10 +7,15 @@ through an *in* GPU (where data from other machines arrives) and an *out* GPU
 both directions (DGX A100) and differ when a NIC's send and receive sides
 belong to different GPUs (NDv2, DGX-2). The reduce phase runs up the tree
 (each chain reduces towards *out*, children's partial sums enter at *in*), the
-broadcast phase down it. Allreduce uses two complementary in-order trees over
-the machines (a double binary tree like NCCL's, not built as trees.cc does:
-:func:`nccl_double_tree_edges` is NCCL's), alternating channel by channel, so
-each tree carries half the data; every channel is pipelined in pieces.
+broadcast phase down it. Allreduce uses NCCL's double binary tree over the
+machines, built as trees.cc builds it (:func:`nccl_double_tree_edges`: machine
+0 the root of the first tree with one child, odd machines its leaves; the
+second tree the first mirrored for an even count of machines, shifted by one
+for an odd count), so no machine but a root is an inner node of both trees.
+The two trees alternate channel by channel, so each carries half the data;
+every channel is pipelined in pieces. Broadcast and Reduce use binary heaps
+over the machines from the root's machine (in machine order on even channels,
+in reverse on odd ones), not the double tree (NCCL runs them on rings).
 """
 
 from __future__ import annotations
@@ -71,34 +76,6 @@ class _MachineTree:
         """(parent, child) pairs."""
         return [(p, c) for p, kids in enumerate(self.children) for c in kids]
 
-    def height(self) -> int:
-        def h(m: int) -> int:
-            return 1 + max((h(c) for c in self.children[m]), default=0)
-        return h(self.root)
-
-
-def _inorder_tree(count: int, shift: int) -> _MachineTree:
-    """Balanced in-order binary tree over positions; position q is machine (q + shift) % count.
-
-    With shift 0 and 1 the leaves of one tree (even positions, for full trees)
-    are the inner nodes of the other, as in NCCL's double binary tree (whose own construction differs: from 8
-    machines up these trees share an inner machine, NCCL's do not).
-    """
-    children: list[list[int]] = [[] for _ in range(count)]
-
-    def build(lo: int, hi: int) -> int | None:
-        if lo > hi:
-            return None
-        mid = (lo + hi) // 2
-        for sub in (build(lo, mid - 1), build(mid + 1, hi)):
-            if sub is not None:
-                children[(mid + shift) % count].append((sub + shift) % count)
-        return mid
-
-    root = build(0, count - 1)
-    assert root is not None
-    return _MachineTree((root + shift) % count, tuple(tuple(c) for c in children))
-
 
 def _btree_parent(count: int, rank: int) -> int | None:
     """Parent of ``rank`` in NCCL's binary tree over ``count`` ranks (trees.cc): rank 0 is the root, with one child
@@ -111,36 +88,45 @@ def _btree_parent(count: int, rank: int) -> int | None:
     return up if up < count else rank ^ bit
 
 
+def _double_tree_parent(count: int, which: int, rank: int) -> int | None:
+    """Parent of ``rank`` in tree ``which`` (0 or 1) of NCCL's double binary tree over ``count`` ranks; None at the
+    root. The second tree is the first mirrored when ``count`` is even, shifted by one when odd (trees.cc)."""
+    if which == 0:
+        return _btree_parent(count, rank)
+    if count % 2:
+        up = _btree_parent(count, (rank - 1) % count)
+        return None if up is None else (up + 1) % count
+    up = _btree_parent(count, count - 1 - rank)
+    return None if up is None else count - 1 - up
+
+
+def _nccl_tree(count: int, which: int) -> _MachineTree:
+    """Tree ``which`` of NCCL's double binary tree over ``count`` machines, each machine's children in rank order."""
+    children: list[list[int]] = [[] for _ in range(count)]
+    root = 0
+    for rank in range(count):
+        up = _double_tree_parent(count, which, rank)
+        if up is None:
+            root = rank
+        else:
+            children[up].append(rank)
+    return _MachineTree(root, tuple(tuple(c) for c in children))
+
+
 def nccl_double_tree_edges(count: int, which: int) -> list[tuple[int, int]]:
     """(child, parent) pairs of NCCL's double binary tree over ``count`` machines, tree ``which`` (0 or 1; trees.cc:
     the second is the first mirrored when ``count`` is even, shifted by one when odd, so no machine but a root is an
     inner node of both), children's subtrees first: summing up the list in order is a valid reduction, reading it
     backwards a valid broadcast."""
-    def parent(rank: int) -> int | None:
-        if which == 0:
-            return _btree_parent(count, rank)
-        if count % 2:
-            up = _btree_parent(count, (rank - 1) % count)
-            return None if up is None else (up + 1) % count
-        up = _btree_parent(count, count - 1 - rank)
-        return None if up is None else count - 1 - up
-
-    children: dict[int, list[int]] = {}
-    root = 0
-    for r in range(count):
-        up = parent(r)
-        if up is None:
-            root = r
-        else:
-            children.setdefault(up, []).append(r)
+    tree = _nccl_tree(count, which)
     out: list[tuple[int, int]] = []
 
     def visit(m: int) -> None:
-        for c in children.get(m, ()):
+        for c in tree.children[m]:
             visit(c)
             out.append((c, m))
 
-    visit(root)
+    visit(tree.root)
     return out
 
 
@@ -281,7 +267,7 @@ def _channel(topology: Topology, groups: Sequence[Sequence[int]], loads: list[fl
     builder = _ChannelBuilder(topology, groups, loads, reduce_phase=reduce_phase, bcast_phase=bcast_phase)
     count = len(groups)
     if kind is CollectiveKind.ALLREDUCE:
-        tree = _inorder_tree(count, k % 2)
+        tree = _nccl_tree(count, k % 2)
     else:
         root_machine = next(m for m, g in enumerate(groups) if root in g)
         tree = _heap_tree(count, root_machine, 1 if k % 2 == 0 else -1)
@@ -376,7 +362,8 @@ def _emit(plan: TreePlan, kind: CollectiveKind, n: int, root: int, chunk_factor:
 
 def tree_allreduce(plan: TreePlan, num_gpus: int, topology_name: str = "", *, chunk_factor: int | None = None,
                    size_bytes: float | None = None, step_overhead_us: float = 0.0) -> Schedule:
-    """Double-binary-tree Allreduce: reduce up, broadcast down, pipelined per channel."""
+    """Double-binary-tree Allreduce (NCCL's two trees of machines, taken channel by channel): reduce up, broadcast
+    down, pipelined per channel."""
     return _emit(plan, CollectiveKind.ALLREDUCE, num_gpus, 0, chunk_factor, size_bytes, step_overhead_us,
                  topology_name, "tree")
 
