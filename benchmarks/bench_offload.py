@@ -123,7 +123,8 @@ def _switch_trees(quick: bool) -> list[dict[str, Any]]:
             base = baseline(topo, kind, offload, size_bytes=size)
             base_sim = simulate(topo, base, size)
             tuned, _ = tuned_offload(Run.start(options, None), topo, kind, size, 0)
-            tuned_us = min((c.time_us for c in tuned if c.candidate.label.startswith(offload)), default=None)
+            tuned_us = min((c.time_us for c in tuned if c.candidate.label.startswith(f"{offload} pipelined")),
+                           default=None)  # "nvls pipelined", not "nvls-tree pipelined"
             times = {a: simulate(topo, baseline(topo, kind, a, size_bytes=size), size).time_us for a in unicast}
             timed = {a: t for a, t in times.items() if t is not None}
             best_unicast = min(timed, key=lambda a: timed[a]) if timed else None

@@ -454,6 +454,47 @@ def test_synthesizer_searches_the_nvls_pipeline_depth() -> None:
     assert result.sim.time_us <= min(t for t in result.baselines.values() if t is not None)
 
 
+def test_synthesizer_searches_the_nvls_tree_pipeline_depth() -> None:
+    """2 x DGX H100 with NVLS at 4 MB: the offload comparison tunes NCCL's NVLSTree too; the baseline's 1 piece per
+    block takes 32.2 us, the searched depth (4) 28.95 us. Where it cannot run it is skipped: one machine (the nvls
+    schedule alone is tuned there), NVSwitches that do not reduce."""
+    from taccl_py.baselines import baseline
+    from taccl_py.library import resolve_topology
+    from taccl_py.synthesis import SynthesisOptions
+    from taccl_py.synthesis.offload import tuned_offload
+    from taccl_py.synthesis.options import Run
+
+    def tuned(name: str, size: int) -> tuple[list[Any], list[str]]:
+        return tuned_offload(Run.start(SynthesisOptions(time_limit_s=60.0), None), resolve_topology(name), AR, size, 0)
+
+    topo, size = resolve_topology("dgx-h100x2-nvls"), 4 * 2**20
+    choices, notes = tuned("dgx-h100x2-nvls", size)
+    assert [c.label for c in choices] == ["tuned nvls-tree pipelined (4 pieces per block)"]
+    (choice,) = choices
+    assert choice.candidate.chunk_factor == 4 and choice.schedule.name == "nvls-tree"
+    assert choice.sim.correct and choice.schedule.uses_switch_offload
+    assert choice.time_us == pytest.approx(28.9481, rel=1e-4)
+    plain = simulate(topo, baseline(topo, AR, "nvls-tree", size_bytes=size), size)
+    assert plain.time_us == pytest.approx(32.2, rel=1e-3) and plain.time_us > choice.time_us
+    assert notes == ["nvls-tree: 4 pieces per block (28.95 us) beat the baseline's 1 (32.2 us); searched [1, 2, 4, 8]"]
+    one, _ = tuned("dgx-h100-nvls", 2**24)
+    assert [c.candidate.label.split(" ")[0] for c in one] == ["nvls"]
+    assert tuned("dgx-h100x2", size) == ([], [])
+
+
+def test_synthesize_ranks_the_tuned_nvls_tree() -> None:
+    """The tuned NVLSTree enters synthesize's ranking on 2 x DGX H100 with NVLS (the result is never slower)."""
+    from taccl_py.library import resolve_topology
+    from taccl_py.synthesis import SynthesisOptions, synthesize
+
+    size = 4 * 2**20
+    result = synthesize(resolve_topology("dgx-h100x2-nvls"), AR, size,
+                        SynthesisOptions(time_limit_s=10.0, chunk_factors=(1,)))
+    labels = [c.label for c in result.ranked]
+    assert "tuned nvls-tree pipelined (4 pieces per block)" in labels
+    assert result.sim.time_us is not None and result.sim.time_us <= 28.9481 * (1 + 1e-4)
+
+
 def test_synthesize_o_report_shows_the_xml_written_and_the_faster_offload(
         tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """With -o, the headline figures describe the XML written (unicast), and best_overall the faster schedule through

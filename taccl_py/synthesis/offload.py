@@ -1,11 +1,13 @@
 """Synthesis with the switches: in-switch reduction schedules whose pipeline depth the synthesizer searches.
 
-Where the topology's switches reduce in the network, the NVLS and SHARP
-Allreduce (and the NVLS ReduceScatter) are candidates next to the synthesized
-unicast schedules; :func:`compare_baselines` times them at the depth the baseline
-picks from the size. Their phases (reduce into the switch, multicast back out)
-overlap only across pieces of a block, so the depth matters (on GB200 NVL72 at
-256 MB, 3 pieces per block are 33% slower than 16). This stage searches it: from
+Where the topology's switches reduce in the network, the NVLS, SHARP and
+NVLSTree Allreduce (and the NVLS ReduceScatter) are candidates next to the
+synthesized unicast schedules; :func:`compare_baselines` times them at the depth
+the baseline picks from the size. Their phases (reduce into the switch, across
+the machines for SHARP and NVLSTree, multicast back out) overlap only across
+pieces of a block, so the depth matters (on GB200 NVL72 at 256 MB, 3 pieces per
+block are 33% slower than 16; NVLSTree on 2 x DGX H100 at 4 MB, 1 piece 10%
+slower than 4). This stage searches it: from
 the baseline's depth, doubling while the simulated time improves (halving when
 doubling does not help), within :data:`MAX_TRANSFERS` transfers and half the
 time limit (it runs before the unicast stages, which get the rest). The winner enters the ranking as a ``tuned`` choice. A multicast
@@ -29,7 +31,7 @@ from taccl_py.topology import Topology
 
 __all__ = ["MAX_TRANSFERS", "PIPELINED", "tuned_offload"]
 
-PIPELINED = {CollectiveKind.ALLREDUCE: ("nvls", "sharp"), CollectiveKind.REDUCESCATTER: ("nvls",)}
+PIPELINED = {CollectiveKind.ALLREDUCE: ("nvls", "sharp", "nvls-tree"), CollectiveKind.REDUCESCATTER: ("nvls",)}
 """The in-switch reduction schedules whose depth is searched, per collective."""
 
 MAX_TRANSFERS = 250_000
