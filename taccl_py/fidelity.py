@@ -107,6 +107,8 @@ class FidelityRow:
     predicted_busbw: float | None
     algorithm: str | None
     proto: str | None
+    predicted_us: float | None = None
+    """The predicted time (us) of NCCL's choice (None when nothing was predicted, or not kept)."""
 
     @property
     def error(self) -> float | None:
@@ -125,7 +127,7 @@ class FidelityRow:
     def as_dict(self) -> dict[str, Any]:
         return {"size_bytes": self.size_bytes, "published_busbw_GBps": self.published_busbw,
                 "predicted_busbw_GBps": self.predicted_busbw, "error": self.error, "target": self.target,
-                "met": self.met, "algorithm": self.algorithm, "proto": self.proto}
+                "met": self.met, "algorithm": self.algorithm, "proto": self.proto, "predicted_us": self.predicted_us}
 
 
 def _manifest(directory: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
@@ -269,7 +271,7 @@ def predict_row(topology: Topology, model: RuntimeModel, kind: CollectiveKind, s
     if best is None:
         return FidelityRow(size_bytes, published_busbw, None, None, None)
     name, pred = best
-    return FidelityRow(size_bytes, published_busbw, pred.sim.busbw_GBps, name, pred.protocol.value)
+    return FidelityRow(size_bytes, published_busbw, pred.sim.busbw_GBps, name, pred.protocol.value, pred.sim.time_us)
 
 
 def measured_busbw(kind: CollectiveKind, ranks: int, size_bytes: int, time_us: float) -> float:

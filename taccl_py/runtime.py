@@ -430,7 +430,7 @@ _H100_NVLS_TREE = ("nvls-tree (the share of NVLS's NVLink rate NVLSTree's NVLS p
                    "#nvls-tree' --rows even --class nvls-tree --into dgx-h100x2-nvls -o FILE` (after the network fit; "
                    "from 1, NVLS's own rate) on every other row from 2 MB of the Dell XE9680 2 x 8 H100 run of "
                    "nccl-tests#309 (https://github.com/NVIDIA/nccl-tests/issues/309; NCCL 2.26.2, one GPU per rank, "
-                   "NVLSTree at these sizes per NCCL's maintainer in the thread): 0.9273, 3.6 % rms over the 7 rows "
+                   "NVLSTree at these sizes per NCCL's maintainer in the thread): 0.9273, 3.6 % rms in time over the 7 rows "
                    "(worst 7.1 %); with NVLS's own rate the run's largest rows were 10-12 % fast (2 machines reached "
                    "one machine's NVLS busbw); the odd rows and the 4 and 8-machine runs of the thread are held out")
 

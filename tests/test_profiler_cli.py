@@ -290,7 +290,10 @@ def test_check_gives_the_fidelity_table_rows(capsys: pytest.CaptureFixture[str])
     """`profile check` on a cited table predicts what benchmarks/RESULTS.md's fidelity case does, row by row."""
     from cli_runner import only_json
 
+    from taccl_py.collectives import CollectiveKind
     from taccl_py.fidelity import load_cases, predict_case
+    from taccl_py.library import resolve_topology
+    from taccl_py.predict import predict_nccl
 
     code, out, err = run(["profile", "check", str(NCCL_TESTS / "mscclpp_ndmv4.csv"), "-t", "dgx-a100",
                           "--select", "machines=1", "--collective", "allreduce", "--json"], capsys)
@@ -300,15 +303,15 @@ def test_check_gives_the_fidelity_table_rows(capsys: pytest.CaptureFixture[str])
     expected = predict_case(case, NCCL_TESTS)
     rows = data["files"][0]["rows"]
     assert [r["size_bytes"] for r in rows] == [e.size_bytes for e in expected] == [1024, 1 << 30]
+    topology = resolve_topology("dgx-a100")
     for row, want in zip(rows, expected, strict=True):
-        assert row["published_busbw_GBps"] == pytest.approx(want.published_busbw, rel=1e-9)
+        assert row["measured_busbw_GBps"] == pytest.approx(want.published_busbw, rel=1e-9)
         assert row["predicted_busbw_GBps"] == pytest.approx(want.predicted_busbw, rel=1e-9)
         assert (row["algorithm"], row["proto"], row["met"]) == (want.algorithm, want.proto, want.met)
-        # the predicted time and busbw describe one run: busbw x time is the same for both
-        assert row["predicted_us"] * row["predicted_busbw_GBps"] == pytest.approx(
-            row["measured_us"] * row["published_busbw_GBps"], rel=1e-9)
-    assert data["rows"] == 2 and data["rows_within_target"] == sum(e.met for e in expected)
-    assert data["model"] == "dgx-a100"
+        chosen = predict_nccl(topology, CollectiveKind.ALLREDUCE, row["size_bytes"], topology.runtime)
+        assert chosen is not None and row["predicted_us"] == chosen[1].sim.time_us  # the simulated time itself
+    assert data["rows_checked"] == 2 and data["rows_within_target"] == sum(e.met for e in expected)
+    assert data["model"] == "dgx-a100" and data["rms_busbw_error"] > 0
 
 
 def test_check_reports_missed_rows_and_strict_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -357,3 +360,34 @@ def test_check_names_the_collective_of_each_row_when_a_file_holds_several(capsys
     rows = json.loads(out)["files"][0]["rows"]
     assert sorted(r["collective"] for r in rows) == ["allgather", "allreduce", "alltoall"]
     assert {r["algorithm"] for r in rows} == {"ring", "direct"}
+
+
+def test_check_selects_table_rows_beside_a_log_and_refuses_files_with_nothing_to_check(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--select applies to the tables among the files (a log beside them has no columns); a file that keeps no row,
+    or whose rows no allowed algorithm can run, is one line and exit 2."""
+    table = f"{NCCL_TESTS / 'mscclpp_ndmv4.csv'}@1KB:1KB"
+    log = f"{NCCL_TESTS / 'galvatron_a100x8_all_reduce.log'}@1MB:1MB"
+    code, out, err = run(["profile", "check", log, table, "-t", "dgx-a100", "--select", "machines=1", "--json"],
+                         capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert [len(f["rows"]) for f in data["files"]] == [1, 3] and data["rows_checked"] == 4
+    tiny = tmp_path / "all_reduce_tiny.log"  # 8 ranks, only sizes with fewer elements than ranks
+    tiny.write_text("# nThread 1 nGpus 8 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20\n"
+                    "#\n#  Rank  0 Group  0 Pid 1 on host device  0 [0x01] NVIDIA A100\n"
+                    + "".join(f"#  Rank  {r} Group  0 Pid 1 on host device  {r} [0x01] NVIDIA A100\n"
+                              for r in range(1, 8))
+                    + "#\n#       size         count      type   redop    root     time   algbw   busbw #wrong     "
+                      "time   algbw   busbw #wrong\n"
+                    "           8             2     float     sum      -1    10.00    0.00    0.00      0    10.00    "
+                    "0.00    0.00      0\n"
+                    "          16             4     float     sum      -1    10.00    0.00    0.00      0    10.00    "
+                    "0.00    0.00      0\n")
+    for args, where, words in (
+            ([str(tiny), "-t", "dgx-a100"], str(tiny), "no row to check"),
+            ([f"{log}#nvls", "-t", "dgx-a100"], "#nvls", "nvls cannot run allreduce on 'dgx-a100'")):
+        code, out, err = run(["profile", "check", *args, "--strict"], capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and out == "" and len(lines) == 1, err
+        assert where in lines[0] and words in lines[0]

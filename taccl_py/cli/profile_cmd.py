@@ -36,6 +36,7 @@ from taccl_py.units import format_bytes, parse_size_range
 
 if TYPE_CHECKING:
     from taccl_py.fidelity import FidelityRow
+    from taccl_py.profiler.runtime_fit import TimedRow
 
 __all__ = ["profile"]
 
@@ -306,12 +307,13 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
     model and its busbw compared with the measured one: within 10 % from 1 MB and 25 % below is the
     target (issue 17's, as benchmarks/RESULTS.md's fidelity table). Use it on the rows a `profile fit
     --runtime` held out (--rows odd after --rows even), or before fitting to see how far the shipped
-    figures are from your machines. FILE@LO:HI keeps that file's rows of sizes LO to HI. Runs of
+    figures are from your machines. Every run of a log is read; FILE@LO:HI keeps that file's rows of sizes
+    LO to HI, FILE#ALGO[,ALGO] says which algorithms its runs allowed. Runs of
     all_reduce_perf -g 8 (one process launching every GPU) carry a host cost per collective: give it
     with ``taccl --launch-offset US``.
     """
     from taccl_py.fidelity import LARGE_TARGET, SMALL_TARGET, measured_busbw, predict_row
-    from taccl_py.profiler.runtime_fit import read_timed_rows
+    from taccl_py.profiler.runtime_fit import read_timed_files
 
     if plot_path is not None:
         from taccl_py.plots import check_figure_path
@@ -325,28 +327,33 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
     if model is None:
         raise ProfileInputError(f"topology {topology.name!r} has no calibrated runtime model to predict with: "
                                 "calibrate one with taccl profile fit --runtime --into", where=topology_spec)
-    chosen = _selection(select)
-    per_file: list[tuple[str, list[Any]]] = []
-    inputs: list[str] = []
-    warnings: list[str] = []
-    for spec in files:
-        rows, read, warned = read_timed_rows((spec,), topology, collective=collective, rows_kept=rows_kept,
-                                             select=chosen)
-        per_file.append((spec, rows))
-        inputs += read
-        warnings += warned
+    per_file, inputs, warnings = read_timed_files(files, topology, collective=collective, rows_kept=rows_kept,
+                                                  select=_selection(select))
+    for spec, rows in per_file:
+        if not rows:
+            raise ProfileInputError("no row to check (every row is marked wrong, or has fewer elements than ranks)",
+                                    where=spec)
     total = sum(len(rows) for _, rows in per_file)
-    checked: list[tuple[str, list[tuple[Any, FidelityRow]]]] = []
+    checked: list[tuple[str, list[tuple[TimedRow, FidelityRow]]]] = []
     done = 0
     with progress_line(progress_enabled(as_json)) as say:
         for spec, rows in per_file:
-            out: list[tuple[Any, FidelityRow]] = []
+            out: list[tuple[TimedRow, FidelityRow]] = []
             for row in rows:
                 done += 1
                 say(f"predicting {Path(spec).name}: row {done}/{total} ({format_bytes(row.size_bytes)})")
                 published = measured_busbw(row.kind, topology.num_gpus, row.size_bytes, row.time_us)
                 out.append((row, predict_row(topology, model, row.kind, row.size_bytes, published,
                                              algorithms=row.algorithms or algorithms or None)))
+            if all(f.predicted_busbw is None for _, f in out):
+                allowed = out[0][0].algorithms or algorithms
+                raise ProfileInputError(
+                    f"nothing could be predicted for its rows: {', '.join(allowed) if allowed else 'no NCCL algorithm'}"
+                    f" cannot run {', '.join(sorted({r.kind.value for r, _ in out}))} on {topology.name!r}", where=spec)
+            unpredicted = [f for _, f in out if f.predicted_busbw is None]
+            if unpredicted:
+                warnings.append(f"{spec}: {len(unpredicted)} row(s) have no prediction (no allowed algorithm runs "
+                                "them on this topology); they count as missed")
             checked.append((spec, out))
     every = [f for _, out in checked for _, f in out]
     met = sum(f.met for f in every)
@@ -362,12 +369,9 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                + ("" if rms is None else f"; rms busbw error {rms:.1%}"))
     if as_json:
         emit_json({"command": "profile check", "topology": topology.name, "model": model.name,
-                   "inputs": inputs, "warnings": warnings, "rows_within_target": met, "rows": len(every),
-                   "rms_error": rms, "plot": plot_path,
-                   "files": [{"file": spec, "rows": [{"collective": row.kind.value, "measured_us": row.time_us,
-                                                      "predicted_us": _predicted_us(row, f), "origin": row.origin,
-                                                      **f.as_dict()} for row, f in out]}
-                             for spec, out in checked]})
+                   "inputs": inputs, "warnings": warnings, "rows_within_target": met, "rows_checked": len(every),
+                   "rms_busbw_error": rms, "plot": plot_path,
+                   "files": [{"file": spec, "rows": [_check_json(row, f) for row, f in out]} for spec, out in checked]})
     else:
         _warn(warnings)
         for line in inputs:
@@ -379,7 +383,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                 f"{spec} ({', '.join(kinds)}): measured against predicted on {model.name!r}",
                 ("collective", *_CHECK_COLUMNS) if several else _CHECK_COLUMNS,
                 [[*([row.kind.value] if several else []), format_bytes(row.size_bytes), float(row.time_us),
-                  _predicted_us(row, f) or "-", float(f.published_busbw),
+                  "-" if f.predicted_us is None else float(f.predicted_us), float(f.published_busbw),
                   "-" if f.predicted_busbw is None else float(f.predicted_busbw),
                   "-" if f.error is None else f"{f.error:+.1%}", f"{f.target:.0%} " + ("met" if f.met else "MISSED"),
                   f.algorithm or "-", f.proto or "-"] for row, f in out]))
@@ -390,11 +394,11 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
         raise SystemExit(1)
 
 
-def _predicted_us(row: Any, checked: FidelityRow) -> float | None:
-    """The predicted time of a checked row (busbw scales inversely with time at one size)."""
-    if not checked.predicted_busbw:
-        return None
-    return float(row.time_us * checked.published_busbw / checked.predicted_busbw)
+def _check_json(row: TimedRow, checked: FidelityRow) -> dict[str, Any]:
+    """One checked row as ``profile check --json`` gives it (the measurement named as measured, not published)."""
+    data = checked.as_dict()
+    data["measured_busbw_GBps"] = data.pop("published_busbw_GBps")
+    return {"collective": row.kind.value, "measured_us": row.time_us, "origin": row.origin, **data}
 
 
 @profile.command("run")

@@ -35,7 +35,7 @@ they were; figures stay in their bounds. Units: us, bytes, GB/s.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ __all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METH
            "NVLS_TREE_FIT_METHOD", "PRIOR_WEIGHT",
            "RuntimeFit", "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_nvls_tree", "fit_runtime",
            "gpu_link_class",
-           "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
+           "read_timed_files", "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
 
 
 MIN_ROWS_PER_PROTOCOL = 2
@@ -466,16 +466,17 @@ _SWITCH_ALGORITHM_NAMES = {"nvls": "NVLS", "nvls-tree": "NVLSTree"}
 
 
 def _switch_fit_model(topology: Topology, rows: Sequence[TimedRow], base: RuntimeModel | None, algorithm: str, *,
-                      sizes: str, min_sizes: int, why: str, kinds: tuple[CollectiveKind, ...]) -> RuntimeModel:
-    """The model a ``--class nvls`` or ``nvls-tree`` fit starts from, once its rows are checked: of enough sizes
-    (else ``sizes``), of ``kinds``, allowed to run ``algorithm``, which runs on ``topology`` (else ``why``)."""
+                      too_few: str, min_sizes: int, why: str, kinds: tuple[CollectiveKind, ...]) -> RuntimeModel:
+    """The model a ``--class nvls`` or ``nvls-tree`` fit starts from, once its rows are checked: of ``min_sizes``
+    sizes or more (else the error ``too_few``), of ``kinds``, allowed to run ``algorithm``, which runs on
+    ``topology`` (else the error says ``why`` not)."""
     where = f"taccl profile fit --runtime --class {algorithm}"
     name = _SWITCH_ALGORITHM_NAMES[algorithm]
     model0 = base or topology.runtime
     if model0 is None:
         raise ProfileInputError("the topology has no runtime model to calibrate", where=where)
     if not rows or len({r.size_bytes for r in rows}) < min_sizes:
-        raise ProfileInputError(sizes, where=where)
+        raise ProfileInputError(too_few, where=where)
     if algorithm not in nccl_algorithms(topology, CollectiveKind.ALLREDUCE):
         raise ProfileInputError(f"{name} does not run on {topology.name!r} ({why})", where=where)
     for r in rows:
@@ -498,7 +499,7 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
     themselves, so for each share they are solved by linear least squares on the relative residuals; Nelder-Mead
     searches the share and the half-share chunk. Units: us, bytes.
     """
-    model0 = _switch_fit_model(topology, rows, base, "nvls", sizes="NVLS's share, chunk cost and latency need rows of "
+    model0 = _switch_fit_model(topology, rows, base, "nvls", too_few="NVLS's share, chunk cost and latency need rows of "
                                "three sizes or more", min_sizes=3, why="its switches do not reduce",
                                kinds=(CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER))
     measured = np.array([r.time_us for r in rows])
@@ -557,19 +558,21 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
     fit_rows = tuple(RuntimeFitRow(r, float(t), "nvls", Protocol.SIMPLE.value) for r, t in zip(rows, final, strict=True))
     evaluations = len(cache)
     fit = RuntimeFit(model, "nvls", figures, fitted, fit_rows, evaluations, method=NVLS_FIT_METHOD)
-    warnings = []
+    warnings: list[str] = []
     if harness_offset_us is None and takes_offset.all():
         warnings.append("no row is per-rank and no --harness-offset is given: NVLS's latency "
                         f"({latency:.4g} us) includes the harness's cost of these runs")
     if fit.rms_error > 0.15:
         warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
                         f"{fit.max_error:.0%}): the NVLS model does not describe this run well")
-    return RuntimeFit(model, "nvls", figures, fitted, fit_rows, evaluations, tuple(warnings), NVLS_FIT_METHOD)
+    return replace(fit, warnings=tuple(warnings))
 
 
 NVLS_TREE_FIT_METHOD = ("least squares on relative residuals: each row simulated as the nvls-tree baseline (NVLSTree) "
                         "in NCCL's chunk steps; the launch offset of rows that take one by non-negative linear least "
                         "squares for each share, the share by golden-section search")
+SHARE_RANGE = (0.2, 1.0)
+"""Where ``--class nvls-tree`` searches NVLSTree's share of NVLS's rate."""
 NVLS_TREE_FIGURES = ("launch", "nvls tree share")
 """What ``--class nvls-tree`` fits: the harness's launch offset (rows that take one, unless given) and the share of
 NVLS's NVLink rate that NVLSTree's NVLS phases reach (:attr:`~taccl_py.runtime.RuntimeModel.nvls_tree_share`)."""
@@ -582,9 +585,10 @@ def fit_nvls_tree(topology: Topology, rows: Sequence[TimedRow], *, base: Runtime
 
     Every other figure is kept: fit NVLS (``--class nvls``) and the network (``--class net``) first. Rows that take
     a launch offset get ``harness_offset_us``, or, when it is not given, one fitted offset (>= 0). The share is found
-    in [0.2, 1] to ``tolerance`` by golden-section search. Units: us.
+    in :data:`SHARE_RANGE` to ``tolerance`` by golden-section search (a warning says when it ends at either end).
+    Units: us.
     """
-    model0 = _switch_fit_model(topology, rows, base, "nvls-tree", sizes="NVLSTree's share needs rows of two sizes "
+    model0 = _switch_fit_model(topology, rows, base, "nvls-tree", too_few="NVLSTree's share needs rows of two sizes "
                                "or more", min_sizes=2, why="it needs several machines whose switches reduce",
                                kinds=(CollectiveKind.ALLREDUCE,))
     measured = np.array([r.time_us for r in rows])
@@ -612,11 +616,11 @@ def fit_nvls_tree(topology: Topology, rows: Sequence[TimedRow], *, base: Runtime
         resid = (t + offset * takes_offset) / measured - 1.0
         return offset, float(resid @ resid)
 
-    def cost(v: np.ndarray) -> float:
-        t = times(float(v[0]))
+    def cost(share: float) -> float:
+        t = times(share)
         return math.inf if not np.all(np.isfinite(t)) else solve(t)[1]
 
-    share = _golden_section(lambda v: cost(np.array([v])), 0.2, 1.0, tolerance=tolerance)
+    share = _golden_section(cost, SHARE_RANGE[0], SHARE_RANGE[1], tolerance=tolerance)
     offset, _ = solve(times(share))
     model = replace(model0, nvls_tree_share=share)
     final = times(share) + offset * takes_offset
@@ -629,10 +633,14 @@ def fit_nvls_tree(topology: Topology, rows: Sequence[TimedRow], *, base: Runtime
     if fit.rms_error > 0.15:
         warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
                         f"{fit.max_error:.0%}): the NVLSTree model does not describe this run well")
-    return RuntimeFit(model, "nvls-tree", figures, fitted, fit_rows, len(cache), tuple(warnings), NVLS_TREE_FIT_METHOD)
+    if min(abs(share - end) for end in SHARE_RANGE) <= 2 * tolerance:
+        warnings.append(f"the share ({share:.4g}) is at the end of its range {SHARE_RANGE[0]:g}..{SHARE_RANGE[1]:g}: "
+                        + ("these rows are as fast as NVLS alone or faster" if share > 0.5 else
+                           "these rows are far slower than NVLS's rate explains"))
+    return replace(fit, warnings=tuple(warnings))
 
 
-def _golden_section(f: Any, lo: float, hi: float, *, tolerance: float) -> float:
+def _golden_section(f: Callable[[float], float], lo: float, hi: float, *, tolerance: float) -> float:
     """The minimizer of ``f`` on [lo, hi] (unimodal there) to within ``tolerance``, by golden-section search."""
     ratio = (math.sqrt(5.0) - 1.0) / 2.0
     a, b = lo, hi
@@ -711,21 +719,31 @@ def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str
     and warnings. A log whose ranks differ from the topology's GPUs is an error: the fit
     simulates every GPU of it.
     """
+    per_file, inputs, warnings = read_timed_files(files, topology, collective=collective, rows_kept=rows_kept,
+                                                  per_rank=per_rank, select=select)
+    return [row for _, rows in per_file for row in rows], inputs, warnings
+
+
+def read_timed_files(files: Sequence[str], topology: Topology, *, collective: str | None = None,
+                     rows_kept: str = "all", per_rank: Sequence[str] = (), select: dict[str, str] | None = None,
+                     ) -> tuple[list[tuple[str, list[TimedRow]]], list[str], list[str]]:
+    """:func:`read_timed_rows`, the rows kept file by file: ``(spec, rows)`` for each of ``files`` then ``per_rank``
+    in order (a spec as given, with its ``@LO:HI`` and ``#ALGO``)."""
     if rows_kept not in ("all", "even", "odd"):
         raise ProfileInputError(f"must be all, even or odd (got {rows_kept!r})", where="--rows")
-    rows: list[TimedRow] = []
+    per_file: list[tuple[str, list[TimedRow]]] = []
     inputs: list[str] = []
     warnings: list[str] = []
     columns: set[str] = set()
-    for path in files:
-        columns |= _read_one(path, topology, collective, rows_kept, select or {}, True, rows, inputs, warnings)
-    for path in per_rank:
-        columns |= _read_one(path, topology, collective, rows_kept, select or {}, False, rows, inputs, warnings)
+    for path, offset in [*((f, True) for f in files), *((f, False) for f in per_rank)]:
+        rows: list[TimedRow] = []
+        columns |= _read_one(path, topology, collective, rows_kept, select or {}, offset, rows, inputs, warnings)
+        per_file.append((path, rows))
     unknown = sorted(set(select or {}) - columns)
     if unknown:
         raise ProfileInputError(f"no published table read has a column {', '.join(map(repr, unknown))} (columns: "
                                 f"{', '.join(sorted(columns)) or 'none: only logs were read'})", where="--select")
-    return rows, inputs, warnings
+    return per_file, inputs, warnings
 
 
 def split_size_qualifier(spec: str) -> tuple[str, tuple[int, int] | None]:

@@ -6,7 +6,7 @@ synthesized unicast schedules; :func:`compare_baselines` times them at the depth
 the baseline picks from the size. Their phases (reduce into the switch, across
 the machines for SHARP and NVLSTree, multicast back out) overlap only across
 pieces of a block, so the depth matters (on GB200 NVL72 at 256 MB, 3 pieces per
-block are 33% slower than 16; NVLSTree on 2 x DGX H100 at 4 MB, 1 piece 10%
+block are 33% slower than 16; NVLSTree on 2 x DGX H100 at 4 MB, 1 piece 11%
 slower than 4). This stage searches it: from
 the baseline's depth, doubling while the simulated time improves (halving when
 doubling does not help), within :data:`MAX_TRANSFERS` transfers and half the
