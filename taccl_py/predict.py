@@ -20,6 +20,7 @@ from taccl_py.compact import CompactSchedule
 from taccl_py.errors import NotApplicable
 from taccl_py.runtime import (
     NVLS_ALGORITHMS,
+    NVLS_ONE_PHASE_KINDS,
     PROTOCOLS,
     Protocol,
     RuntimeModel,
@@ -46,15 +47,15 @@ _TUNED_ALGORITHMS = frozenset({"tree", *NVLS_ALGORITHMS})
 
 NCCL_ALGORITHMS: dict[CollectiveKind, tuple[str, ...]] = {
     CollectiveKind.ALLREDUCE: ("ring", "tree", "nvls", "nvls-tree"),
-    CollectiveKind.ALLGATHER: ("ring",),
+    CollectiveKind.ALLGATHER: ("ring", "nvls"),
     CollectiveKind.REDUCESCATTER: ("ring", "nvls"),
     CollectiveKind.ALLTOALL: ("direct",),
     CollectiveKind.BROADCAST: ("ring",),
     CollectiveKind.REDUCE: ("ring",),
 }
 """What NCCL itself runs per collective (without CollNet): rings and trees, NVLink SHARP where the NVSwitches
-reduce (its ``nvls`` algorithm on one machine, ``nvls-tree`` across machines, Simple only), and point-to-point sends
-for Alltoall."""
+reduce and multicast (its ``nvls`` algorithm on one machine, for Allgather and ReduceScatter too since NCCL 2.19;
+``nvls-tree`` across machines; Simple only), and point-to-point sends for Alltoall."""
 
 
 @dataclass(frozen=True)
@@ -206,9 +207,10 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             costs = replace(costs, hop_latency_us=ring_step_latencies(topology, costs, size_bytes, pieces,
                                                                       model.channels, kind, model.net_overhead_us))
         else:
-            pieces_nvls = min(NVLS_MAX_PIECES, nccl_nvls_pieces(size_bytes, gpus_per_machine(topology),
-                                                                blocks=topology.num_gpus)) \
-                if algorithm in NVLS_ALGORITHMS else None
+            pieces_nvls = None
+            if algorithm in NVLS_ALGORITHMS:  # one phase: one stream per block (NVLS_ONE_PHASE_KINDS)
+                pieces_nvls = 1 if kind in NVLS_ONE_PHASE_KINDS else min(
+                    NVLS_MAX_PIECES, nccl_nvls_pieces(size_bytes, gpus_per_machine(topology), blocks=topology.num_gpus))
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop, chunk_factor=pieces_nvls)
         sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))

@@ -51,7 +51,8 @@ from taccl_py.units import gbps_to_bytes_per_us
 if TYPE_CHECKING:  # the topology module refers back to this one only for types
     from taccl_py.topology import Topology
 
-__all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS", "PRESETS", "Protocol", "RuntimeModel",
+__all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS",
+           "NVLS_ONE_PHASE_KINDS", "PRESETS", "Protocol", "RuntimeModel",
            "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_pieces",
            "nccl_ring_pieces",
            "payload_fraction", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
@@ -321,9 +322,10 @@ class RuntimeModel:
         ``algorithm`` ``tree`` applies tuning.cc's tree refinements (90 % of the share, at most ``maxTreeBw``
         per GPU when :attr:`tree_caps`, LL at 1/3.8, LL128 at 7/9 on one machine, and the correction factor
         of ``size_bytes``);
-        ``nvls`` and ``nvls-tree`` (:data:`NVLS_ALGORITHMS`) use the NVLS efficiency on NVLink when the model has
-        one (at the chunk size NCCL picks for ``size_bytes`` when :attr:`nvls_half_chunk_bytes` is set) and add
-        :attr:`nvls_latency_us` to the launch; ``nvls-tree``'s network part, a tree, gets a tree's
+        ``nvls`` and ``nvls-tree`` (:data:`NVLS_ALGORITHMS`) Allreduce use the NVLS efficiency on NVLink when the
+        model has one (at the chunk size NCCL picks for ``size_bytes`` when :attr:`nvls_half_chunk_bytes` is set) and
+        add :attr:`nvls_latency_us` to the launch; ``nvls`` Allgather and ReduceScatter (one phase,
+        :data:`NVLS_ONE_PHASE_KINDS`) take the NVLink copy share and Simple's launch; ``nvls-tree``'s network part, a tree, gets a tree's
         :data:`NCCL_TREE_SHARE` of the network's share, and its NVLink part :attr:`nvls_tree_share` of NVLS's.
         """
         p = Protocol(protocol)
@@ -335,7 +337,9 @@ class RuntimeModel:
             base = self.efficiency.get(c, 1.0)
             if kind in COPY_KINDS:
                 base = self.copy_efficiency.get(c, base)
-            if algorithm in NVLS_ALGORITHMS and c == "nvlink" and self.nvls_efficiency is not None:
+            if algorithm in NVLS_ALGORITHMS and c == "nvlink" and kind in NVLS_ONE_PHASE_KINDS:
+                base = self.copy_efficiency.get(c, base)
+            elif algorithm in NVLS_ALGORITHMS and c == "nvlink" and self.nvls_efficiency is not None:
                 base = self.nvls_efficiency
                 if self.nvls_half_chunk_bytes > 0 and size_bytes:
                     chunk = nccl_nvls_chunk_bytes(size_bytes, per_gpu)
@@ -359,9 +363,18 @@ class RuntimeModel:
             else:
                 fractions[c] = base
         hops = {c: self.hop_latency_us.get(c, NCCL_HOP_LATENCY_US[c])[p] for c in LINK_CLASSES}
-        launch = self.launch_us[p] + (self.nvls_latency_us if algorithm in NVLS_ALGORITHMS else 0.0)
+        two_phase_nvls = algorithm in NVLS_ALGORITHMS and kind not in NVLS_ONE_PHASE_KINDS
+        launch = self.launch_us[p] + (self.nvls_latency_us if two_phase_nvls else 0.0)
         return TransferCosts(p, hops, fractions, launch, self.name, self.net_overhead_us if multi_machine else 0.0)
 
+
+NVLS_ONE_PHASE_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER})
+"""NVLS collectives of one phase (the switches multicast each block, or sum it into its owner): priced as a copy,
+at the NVLink copy share (:attr:`RuntimeModel.copy_efficiency`: the switch adds, not the GPU), each block one
+stream (nothing to overlap, so no chunk steps) and no NVLS latency beyond Simple's launch. Allreduce runs both phases
+at once and keeps :attr:`RuntimeModel.nvls_efficiency`, the chunk cost and :attr:`RuntimeModel.nvls_latency_us`. On
+the Together host (NCCL 2.26.2, NVLS enabled, ``-g 8``) 8 GB took 20.8 ms as Allgather and as ReduceScatter, 31.4 ms
+as Allreduce, and the sizes up to 256 KB 34-37 us, as on its ring-only runs (docs/runtime.md, "NVLS of one phase")."""
 
 COPY_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL, CollectiveKind.BROADCAST})
 """Collectives whose steps only copy (no reduction): :attr:`RuntimeModel.copy_efficiency` applies to them."""

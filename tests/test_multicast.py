@@ -289,7 +289,8 @@ def test_bounds_say_what_they_assume() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "kind", "algorithm"), [
     ("dgx-h100-nvls", AG, "multicast"), ("dgx-h100-nvls", BC, "multicast"), ("dgx-h100-nvls", AR, "nvls"),
-    ("dgx-h100-nvls", RS, "nvls"), ("dgx-h100x2-nvls-sharp", AR, "sharp"), ("dgx-h100x2-sharp", AR, "sharp"),
+    ("dgx-h100-nvls", RS, "nvls"), ("dgx-h100-nvls", AG, "nvls"), ("dgx-h100x2-nvls-sharp", AR, "sharp"),
+    ("dgx-h100x2-sharp", AR, "sharp"),
     ("dgx-h100x2-nvls", AR, "nvls-tree"), ("dgx-h100x4-nvls", AR, "nvls-tree")])
 def test_offload_baselines_are_correct_and_above_their_bound(name: str, kind: CollectiveKind, algorithm: str) -> None:
     from taccl_py.baselines import applicable_baselines, baseline
@@ -404,6 +405,23 @@ def test_xml_refuses_groups_and_baseline_o_writes_the_best_unicast(tmp_path: Any
     code, out, err = run(["baseline", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "64MB", "-a", "nvls",
                           "-o", str(tmp_path / "x.xml")], capsys)
     assert code == 2 and "MSCCL XML cannot express" in err and not (tmp_path / "x.xml").exists()
+
+
+def test_nvls_allgather_multicasts_each_block_in_nvls_pieces() -> None:
+    """NCCL's NVLS Allgather: every piece of a block leaves its GPU once, as one multicast group to the others."""
+    from taccl_py.baselines import baseline
+    from taccl_py.library import resolve_topology
+
+    topo = resolve_topology("dgx-h100-nvls")
+    schedule = baseline(topo, AG, "nvls", chunk_factor=3)
+    assert schedule.collective.chunk_factor == 3 and len(schedule.transfers) == 8 * 3 * 7
+    groups: dict[int | None, set[int]] = {}
+    for t in schedule.transfers:
+        assert t.chunks == (t.src * 3 + t.chunks[0] % 3,) and t.op is Op.COPY
+        groups.setdefault(t.group, set()).add(t.src)
+    assert len(groups) == 8 * 3 and all(len(srcs) == 1 for srcs in groups.values())
+    result = simulate(topo, schedule, 2**24)
+    assert result.correct, result.error
 
 
 @pytest.mark.parametrize(("kind", "algorithm"), [(AG, "multicast"), (RS, "nvls"), (AR, "nvls")])

@@ -22,6 +22,7 @@ from taccl_py.runtime import (
     Protocol,
     RuntimeModel,
     TransferCosts,
+    nccl_nvls_chunk_bytes,
     nccl_ring_pieces,
     payload_fraction,
     runtime_from_dict,
@@ -112,6 +113,22 @@ def test_tree_and_nvls_shares_follow_tuning_cc() -> None:
     assert uncapped.fraction["nvlink"] == pytest.approx(0.9 * 0.8)
     assert model.costs("Simple", CollectiveKind.ALLREDUCE, topo, algorithm="nvls").fraction["nvlink"] == 0.5
     assert model.costs("Simple", CollectiveKind.ALLREDUCE, topo).fraction["nvlink"] == 0.8
+
+
+def test_one_phase_nvls_is_priced_as_a_copy() -> None:
+    """NVLS Allgather and ReduceScatter take the NVLink copy share and Simple's launch; Allreduce keeps NVLS's share,
+    its chunk cost and its latency."""
+    topo = resolve_topology("dgx-h100-nvls")
+    model = RuntimeModel(name="t", efficiency={"nvlink": 0.8}, copy_efficiency={"nvlink": 0.85}, nvls_efficiency=0.6,
+                         nvls_latency_us=9.0, nvls_half_chunk_bytes=4096.0)
+    simple = model.costs("Simple", CollectiveKind.ALLREDUCE, topo)
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER):
+        one = model.costs("Simple", kind, topo, algorithm="nvls", size_bytes=1 << 20)
+        assert one.fraction["nvlink"] == 0.85 and one.launch_us == simple.launch_us
+    two = model.costs("Simple", CollectiveKind.ALLREDUCE, topo, algorithm="nvls", size_bytes=1 << 20)
+    chunk = nccl_nvls_chunk_bytes(1 << 20, 8)
+    assert two.fraction["nvlink"] == pytest.approx(0.6 * chunk / (chunk + 4096))
+    assert two.launch_us == pytest.approx(simple.launch_us + 9.0)
 
 
 def test_copy_collectives_take_the_copy_share() -> None:
@@ -446,6 +463,11 @@ MISSED_ROWS = {
     "Together 8 x H100 all_reduce (ring, calibration)": set(),
     "Together 8 x H100 all_gather (ring, calibration)": {8 << 20},
     "Together 8 x H100 reduce_scatter (ring)": {1 << 20, 2 << 20},
+    "Together 8 x H100 all_reduce (NVLS enabled, NCCL's choice)": {2 << 20},
+    "Together 8 x H100 all_reduce (NVLS disabled, NCCL's choice)": {2 << 20},
+    "Together 8 x H100 all_reduce (ring, earlier session)": {512 << 10, 2 << 20, 4 << 20},
+    "Together 8 x H100 all_gather (NVLS enabled, NCCL's choice)": {1 << 20, 2 << 20, 8 << 20},
+    "Together 8 x H100 reduce_scatter (NVLS enabled, NCCL's choice)": {1 << 20},
     "DGX Cloud 8 x H100 all_reduce, 64 B..512 KB (per rank, calibration)": {4 << 10},
     "DGX Cloud 8 x H100 all_reduce, 1 MB (per rank)": {1 << 20},
     "DGX Cloud 8 x H100 all_reduce, 2 MB..16 GB, even rows (per rank, NVLS, calibration)": set(),

@@ -4,11 +4,14 @@
   switches replicate it to every other GPU (the network-offloaded Allgather of
   Khalilov et al. 2024; NVLS multicast). Each GPU injects M/N (Allgather)
   instead of (N-1)/N M.
-* ``nvls`` (Allreduce, ReduceScatter): NCCL's NVLS algorithm on one
+* ``nvls`` (Allreduce, ReduceScatter, Allgather): NCCL's NVLS algorithm on one
   reduce-capable switch tree: block b is summed in the switches on its way to
   GPU b (reduce-scatter), then GPU b multicasts the sum (all-gather). Every GPU
   sends and receives M, not 2(N-1)/N M. The buffer is cut in pieces so the two
   phases overlap (reduce-scatter on channel 0, all-gather on channel 1).
+  ReduceScatter is the first phase alone, Allgather the second (each GPU
+  multicasts its own block, as ``multicast`` but in NVLS's pieces; NCCL runs
+  both with NVLS since 2.19).
 * ``sharp`` (Allreduce across machines): NCCL's CollNet/SHARP shape.
   Inside every machine a reduce-scatter to the GPU owning each block (through
   the machine's switch when it reduces, else point to point), then the owners
@@ -46,7 +49,7 @@ __all__ = ["OFFLOAD_ALGORITHMS", "AggregationTree", "check_offload", "offload_sc
 
 OFFLOAD_ALGORITHMS = ("multicast", "nvls", "sharp", "nvls-tree")
 _KINDS = {"multicast": (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST),
-          "nvls": (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER),
+          "nvls": (CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLGATHER),
           "sharp": (CollectiveKind.ALLREDUCE,), "nvls-tree": (CollectiveKind.ALLREDUCE,)}
 _MAX_PIECES = 64
 _MIN_PIECE_BYTES = 1 << 20
@@ -140,6 +143,10 @@ def _nvls(topology: Topology, kind: CollectiveKind, c: int) -> Schedule:
     tree = AggregationTree(topology, best_root(topology, range(n)), range(n))
     out: list[Transfer] = []
     for j in range(c):
+        if kind is CollectiveKind.ALLGATHER:
+            for b in range(n):
+                out += _group([Transfer(b, d, (b * c + j,), tree.route(b, d)) for d in range(n) if d != b], len(out))
+            continue
         for b in range(n):
             out += _group([Transfer(s, b, (b * c + j,), tree.route(s, b), Op.REDUCE) for s in range(n) if s != b],
                           len(out))
@@ -257,7 +264,7 @@ def offload_schedule(topology: Topology, kind: CollectiveKind, algorithm: str, *
     if kind not in _KINDS[algorithm]:
         raise NotApplicable(f"there is no {algorithm} {kind.value} baseline (it runs "
                             f"{', '.join(k.value for k in _KINDS[algorithm])})", where=topology.name)
-    flag = "multicast" if algorithm == "multicast" else "reduce"
+    flag = "multicast" if algorithm == "multicast" or kind is CollectiveKind.ALLGATHER else "reduce"
     if not any(getattr(s, flag) for s in topology.switches):
         raise NotApplicable(f"the {algorithm} baseline needs switches with the '{flag}' flag (none here)",
                             where=topology.name)
