@@ -246,7 +246,7 @@ def gpus_per_machine(topology: Topology) -> int:
 
 
 def nccl_nvls_chunk_bytes(size_bytes: float, ranks: int, channels: int = NCCL_NVLS_CHANNELS) -> int:
-    """The chunk NCCL's NVLS (Allreduce, ReduceScatter) moves per step at ``size_bytes`` (enqueue.cc: 128 KB,
+    """The chunk NCCL's NVLS Allreduce moves per step at ``size_bytes`` (enqueue.cc: 128 KB,
     halved to 64, 32 and 16 KB below 64, 8 and 2 times ``channels x ranks`` such chunks of the larger size).
 
     ``ranks`` is NVLS's heads: the GPUs of one machine. Across machines NCCL also caps the chunk at 32 KB when
@@ -373,8 +373,9 @@ NVLS_ONE_PHASE_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUC
 at the NVLink copy share (:attr:`RuntimeModel.copy_efficiency`: the switch adds, not the GPU), each block one
 stream (nothing to overlap, so no chunk steps) and no NVLS latency beyond Simple's launch. Allreduce runs both phases
 at once and keeps :attr:`RuntimeModel.nvls_efficiency`, the chunk cost and :attr:`RuntimeModel.nvls_latency_us`. On
-the Together host (NCCL 2.26.2, NVLS enabled, ``-g 8``) 8 GB took 20.8 ms as Allgather and as ReduceScatter, 31.4 ms
-as Allreduce, and the sizes up to 256 KB 34-37 us, as on its ring-only runs (docs/runtime.md, "NVLS of one phase")."""
+the Together host (NCCL 2.26.2, NVLS enabled, ``-g 8``) 8 GB took 20.8-20.9 ms as Allgather and as ReduceScatter,
+31.4 ms as Allreduce, and the sizes up to 256 KB 34-38 us, as on its ring-only runs (docs/runtime.md, "NVLS of one
+phase")."""
 
 COPY_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL, CollectiveKind.BROADCAST})
 """Collectives whose steps only copy (no reduction): :attr:`RuntimeModel.copy_efficiency` applies to them."""

@@ -131,6 +131,28 @@ def test_one_phase_nvls_is_priced_as_a_copy() -> None:
     assert two.launch_us == pytest.approx(simple.launch_us + 9.0)
 
 
+def test_one_phase_nvls_runs_one_stream_per_block_and_only_on_nvlink_sharp() -> None:
+    """Calibrated, NVLS Allgather and ReduceScatter move each block as one piece, Allreduce in NCCL's chunk steps;
+    NVLS needs switches that reduce (a fabric that only multicasts has ``multicast``, not ``nvls``)."""
+    from taccl_py.baselines import applicable_baselines
+    from taccl_py.predict import nccl_algorithms, predict_baseline
+
+    topo = resolve_topology("dgx-h100-nvls")
+    assert topo.runtime is not None
+    for kind, one in ((CollectiveKind.ALLGATHER, True), (CollectiveKind.REDUCESCATTER, True),
+                      (CollectiveKind.ALLREDUCE, False)):
+        pred = predict_baseline(topo, kind, "nvls", 64 << 20, topo.runtime)
+        assert pred.schedule is not None and pred.protocol is Protocol.SIMPLE
+        pieces = pred.schedule.collective.chunk_factor
+        assert pieces == 1 if one else pieces > 1
+        assert "nvls" in nccl_algorithms(topo, kind)
+    fabric = resolve_topology("fat-tree8")
+    assert any(s.multicast for s in fabric.switches) and not any(s.reduce for s in fabric.switches)
+    assert "multicast" in applicable_baselines(fabric, CollectiveKind.ALLGATHER)
+    assert "nvls" not in applicable_baselines(fabric, CollectiveKind.ALLGATHER)
+    assert nccl_algorithms(fabric, CollectiveKind.ALLGATHER) == ["ring"]
+
+
 def test_copy_collectives_take_the_copy_share() -> None:
     """Allgather, Alltoall and Broadcast take ``copy_efficiency``; reductions and unnamed classes ``efficiency``."""
     topo = resolve_topology("dgx-a100")
@@ -988,6 +1010,9 @@ def test_nvls_fit_recovers_the_model_that_made_the_rows(tmp_path: Path, capsys: 
         fit_nvls(resolve_topology("dgx-h100"), rows)
     with pytest.raises(ProfileInputError, match="three sizes"):
         fit_nvls(start, rows[:2])
+    scatter = [replace(r, kind=CollectiveKind.REDUCESCATTER) for r in rows]
+    with pytest.raises(ProfileInputError, match="fits allreduce rows, not reducescatter.*--class nvlink"):
+        fit_nvls(start, scatter)
     log = tmp_path / "all_reduce.log"
     log.write_text(_nccl_tests_text([(r.size_bytes, r.time_us) for r in rows], 8))
     with pytest.raises(SystemExit) as exit_info:

@@ -10,8 +10,8 @@
   sends and receives M, not 2(N-1)/N M. The buffer is cut in pieces so the two
   phases overlap (reduce-scatter on channel 0, all-gather on channel 1).
   ReduceScatter is the first phase alone, Allgather the second (each GPU
-  multicasts its own block, as ``multicast`` but in NVLS's pieces; NCCL runs
-  both with NVLS since 2.19).
+  multicasts its own block, as ``multicast``, on switches that reduce too:
+  NVLink SHARP; NCCL runs both with NVLS since 2.19).
 * ``sharp`` (Allreduce across machines): NCCL's CollNet/SHARP shape.
   Inside every machine a reduce-scatter to the GPU owning each block (through
   the machine's switch when it reduces, else point to point), then the owners
@@ -264,13 +264,18 @@ def offload_schedule(topology: Topology, kind: CollectiveKind, algorithm: str, *
     if kind not in _KINDS[algorithm]:
         raise NotApplicable(f"there is no {algorithm} {kind.value} baseline (it runs "
                             f"{', '.join(k.value for k in _KINDS[algorithm])})", where=topology.name)
-    flag = "multicast" if algorithm == "multicast" or kind is CollectiveKind.ALLGATHER else "reduce"
-    if not any(getattr(s, flag) for s in topology.switches):
-        raise NotApplicable(f"the {algorithm} baseline needs switches with the '{flag}' flag (none here)",
-                            where=topology.name)
+    # NVLS needs NVLink SHARP (switches that reduce) for every collective; its Allgather multicasts too
+    flags = ("multicast",) if algorithm == "multicast" else \
+        ("reduce", "multicast") if algorithm == "nvls" and kind is CollectiveKind.ALLGATHER else ("reduce",)
+    for flag in flags:
+        if not any(getattr(s, flag) for s in topology.switches):
+            raise NotApplicable(f"the {algorithm} baseline needs switches with the '{flag}' flag (none here)",
+                                where=topology.name)
     n = topology.num_gpus
     if algorithm == "multicast":
         schedule = _multicast(topology, kind, root, chunk_factor or 1)  # one stream per block: nothing to overlap
+    elif algorithm == "nvls" and kind is CollectiveKind.ALLGATHER:  # one multicast per block: nothing to overlap
+        schedule = _nvls(topology, kind, chunk_factor or 1)
     elif algorithm == "nvls":
         schedule = _nvls(topology, kind, _pieces(size_bytes, n, chunk_factor))
     elif algorithm == "nvls-tree":

@@ -132,7 +132,8 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
               help="Calibrate the runtime model of --into (launch overhead, per-step latency per protocol, "
                    "efficiency and LL128 cap of one link class) from collective logs or published timing tables, "
                    "instead of its links; --class picks the class (nvlink, pci, net), or nvls for NVLink SHARP's "
-                   "own figures (latency, share, chunk cost) from rows that ran NVLS.")
+                   "own figures (latency, share, chunk cost) from Allreduce rows that ran NVLS (its Allgather and "
+                   "ReduceScatter take the NVLink copy share: fit them with nvlink).")
 @click.option("--rows", "rows_kept", type=click.Choice(["all", "even", "odd"]), default="all", show_default=True,
               help="With --runtime: fit every row, or every other one (the rest held out to check the fit).")
 @click.option("--per-rank", "per_rank", multiple=True, metavar="FILE",

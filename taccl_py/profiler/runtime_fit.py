@@ -52,6 +52,8 @@ from taccl_py.runtime import (
     LINK_CLASSES,
     NCCL_ALGORITHM_NAMES,
     NCCL_LL128_MAX_BW_PER_CHANNEL,
+    NVLS_ALGORITHMS,
+    NVLS_ONE_PHASE_KINDS,
     PROTOCOLS,
     Protocol,
     RuntimeModel,
@@ -66,7 +68,7 @@ __all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METH
            "NVLS_TREE_FIT_METHOD", "PRIOR_WEIGHT",
            "RuntimeFit", "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_nvls_tree", "fit_runtime",
            "gpu_link_class",
-           "read_timed_files", "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
+           "read_timed_files", "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier", "takes_copy_share"]
 
 
 MIN_ROWS_PER_PROTOCOL = 2
@@ -166,9 +168,21 @@ class _Problem:
         self.base_launch = {p: base.launch_us[p] for p in PROTOCOLS}
         hops = base.hop_latency_us.get(link_class, {})
         lanes = base.channels if base.ll128_channels is None else base.ll128_channels
-        self.copy = all(r.kind in COPY_KINDS for r in rows)
+        self.algorithms: list[list[str]] = []
+        """Per row, the NCCL algorithms it may have run (its file's ``#ALGO``, else ``allowed``, else all)."""
+        for r in rows:
+            own = r.algorithms if r.algorithms is not None else allowed
+            names = [a for a in nccl_algorithms(topology, r.kind) if own is None or a in own]
+            if not names:
+                among = "" if own is None else f" among {', '.join(own)}"
+                raise ProfileInputError(f"no NCCL algorithm{among} applies to {r.kind.value} on {topology.name!r}",
+                                        where=r.origin or "taccl profile fit --runtime")
+            self.algorithms.append(names)
+        copying = [takes_copy_share(r.kind, a, link_class) for r, names in zip(rows, self.algorithms, strict=True)
+                   for a in names]
+        self.copy = all(copying)
         """Every row only copies: the efficiency fitted is the class's copy share (``copy_efficiency``)."""
-        self.mixed = not self.copy and any(r.kind in COPY_KINDS for r in rows)
+        self.mixed = not self.copy and any(copying)
         """Rows that reduce and rows that only copy: the copies' share is fitted too (``copy efficiency``)."""
         share = base.efficiency.get(link_class, 1.0)
         copy_share = base.copy_efficiency.get(link_class, share)
@@ -180,16 +194,6 @@ class _Problem:
                                -self.base_launch[Protocol.LL], 0.02])
         self.upper = np.array([1e4, 1e3, 1e3, 1e3, 1.0, 256.0, 1e3, 1.0])
         self.scale = np.array([10.0, 1.0, 2.0, 4.0, 0.5, max(8.0, float(lanes)), 4.0, 0.5])
-        self.algorithms: list[list[str]] = []
-        """Per row, the NCCL algorithms it may have run (its file's ``#ALGO``, else ``allowed``, else all)."""
-        for r in rows:
-            own = r.algorithms if r.algorithms is not None else allowed
-            names = [a for a in nccl_algorithms(topology, r.kind) if own is None or a in own]
-            if not names:
-                among = "" if own is None else f" among {', '.join(own)}"
-                raise ProfileInputError(f"no NCCL algorithm{among} applies to {r.kind.value} on {topology.name!r}",
-                                        where=r.origin or "taccl profile fit --runtime")
-            self.algorithms.append(names)
         widest = widest_gpu_link(topology, link_class)
         self.ll128_per_lane = 0.0 if not widest else NCCL_LL128_MAX_BW_PER_CHANNEL[CollectiveKind.ALLREDUCE] / widest
         """LL128's share per channel of the cap (Allreduce's per-channel rate over the widest link; the cap's scale)."""
@@ -334,9 +338,9 @@ class _Surrogate:
         self.problem = problem
         self.x = x
         self.measured = measured
-        self.terms: list[list[tuple[Protocol, float, float, float]]] = []
-        self.copies: list[bool] = []
-        """Per row: it takes the copies' share (``x[_COPY]``) rather than the reductions'."""
+        self.terms: list[list[tuple[Protocol, float, float, float, bool]]] = []
+        """Per row, per algorithm and protocol: time, latency and bandwidth parts, and whether it takes the copies'
+        share (``x[_COPY]``) rather than the reductions'."""
         half = x.copy()
         half[4] /= 2  # the efficiency halves the share of LL and Simple ...
         half[_COPY] /= 2  # ... (of copies too) ...
@@ -353,8 +357,8 @@ class _Surrogate:
                     bumped[_HOP[p]] += 1.0
                     a = problem.time(i, name, p, bumped) - t0
                     b = problem.time(i, name, p, half) - t0
-                    options.append((p, t0, max(a, 0.0), max(b, 0.0)))
-            self.copies.append(problem.mixed and problem.rows[i].kind in COPY_KINDS)
+                    copy = problem.mixed and takes_copy_share(problem.rows[i].kind, name, problem.link_class)
+                    options.append((p, t0, max(a, 0.0), max(b, 0.0), copy))
             self.terms.append(options)
 
     def share(self, p: Protocol, v: np.ndarray, copy: bool = False) -> float:
@@ -370,8 +374,7 @@ class _Surrogate:
         for i, options in enumerate(self.terms):
             shift = 1.0 if self.problem.rows[i].offset else 0.0
             best = math.inf
-            copy = self.copies[i]
-            for p, t0, a, b in options:
+            for p, t0, a, b, copy in options:
                 t = t0 + (v[0] - self.x[0]) * shift + a * (v[_HOP[p]] - self.x[_HOP[p]]) \
                     + b * (self.share(p, self.x, copy) / max(self.share(p, v, copy), 1e-9) - 1.0)
                 if p is Protocol.LL:
@@ -465,11 +468,20 @@ reaches half that share."""
 _SWITCH_ALGORITHM_NAMES = {"nvls": "NVLS", "nvls-tree": "NVLSTree"}
 
 
+def takes_copy_share(kind: CollectiveKind, algorithm: str, link_class: str) -> bool:
+    """Whether ``algorithm`` running ``kind`` moves ``link_class``'s data at the copy share (:data:`COPY_KINDS`;
+    NVLS of one phase on NVLink, :data:`~taccl_py.runtime.NVLS_ONE_PHASE_KINDS`), as :meth:`RuntimeModel.costs`
+    prices it."""
+    return kind in COPY_KINDS or (algorithm in NVLS_ALGORITHMS and kind in NVLS_ONE_PHASE_KINDS
+                                  and link_class == "nvlink")
+
+
 def _switch_fit_model(topology: Topology, rows: Sequence[TimedRow], base: RuntimeModel | None, algorithm: str, *,
-                      too_few: str, min_sizes: int, why: str, kinds: tuple[CollectiveKind, ...]) -> RuntimeModel:
+                      too_few: str, min_sizes: int, why: str, kinds: tuple[CollectiveKind, ...],
+                      other_kinds: str = "") -> RuntimeModel:
     """The model a ``--class nvls`` or ``nvls-tree`` fit starts from, once its rows are checked: of ``min_sizes``
-    sizes or more (else the error ``too_few``), of ``kinds``, allowed to run ``algorithm``, which runs on
-    ``topology`` (else the error says ``why`` not)."""
+    sizes or more (else the error ``too_few``), of ``kinds`` (else the error adds ``other_kinds``), allowed to run
+    ``algorithm``, which runs on ``topology`` (else the error says ``why`` not)."""
     where = f"taccl profile fit --runtime --class {algorithm}"
     name = _SWITCH_ALGORITHM_NAMES[algorithm]
     model0 = base or topology.runtime
@@ -481,8 +493,9 @@ def _switch_fit_model(topology: Topology, rows: Sequence[TimedRow], base: Runtim
         raise ProfileInputError(f"{name} does not run on {topology.name!r} ({why})", where=where)
     for r in rows:
         if r.kind not in kinds:
-            raise ProfileInputError(f"{name} runs {' and '.join(k.value for k in kinds)}, not {r.kind.value}",
-                                    where=r.origin or where)
+            because = f" ({other_kinds})" if other_kinds else ""
+            raise ProfileInputError(f"--class {algorithm} fits {' and '.join(k.value for k in kinds)} rows, not "
+                                    f"{r.kind.value}{because}", where=r.origin or where)
         if r.algorithms is not None and algorithm not in r.algorithms:
             raise ProfileInputError(f"--class {algorithm} fits rows that ran {name}, not {', '.join(r.algorithms)}",
                                     where=r.origin or where)
@@ -501,7 +514,9 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
     """
     model0 = _switch_fit_model(topology, rows, base, "nvls", too_few="NVLS's share, chunk cost and latency need rows of "
                                "three sizes or more", min_sizes=3, why="its switches do not reduce",
-                               kinds=(CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER))
+                               kinds=(CollectiveKind.ALLREDUCE,),
+                               other_kinds="NVLS Allgather and ReduceScatter are priced as copies: fit their rows "
+                                           "with --class nvlink")
     measured = np.array([r.time_us for r in rows])
     takes_offset = np.array([1.0 if r.offset else 0.0 for r in rows])
     fit_offset = harness_offset_us is None and bool(takes_offset.any()) and not bool(takes_offset.all())
