@@ -1011,7 +1011,7 @@ def test_nvls_fit_recovers_the_model_that_made_the_rows(tmp_path: Path, capsys: 
     with pytest.raises(ProfileInputError, match="three sizes"):
         fit_nvls(start, rows[:2])
     scatter = [replace(r, kind=CollectiveKind.REDUCESCATTER) for r in rows]
-    with pytest.raises(ProfileInputError, match="fits allreduce rows, not reducescatter.*--class nvlink"):
+    with pytest.raises(ProfileInputError, match=r"fits allreduce rows, not reducescatter.*--class nvlink"):
         fit_nvls(start, scatter)
     log = tmp_path / "all_reduce.log"
     log.write_text(_nccl_tests_text([(r.size_bytes, r.time_us) for r in rows], 8))
