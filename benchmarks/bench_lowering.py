@@ -101,6 +101,7 @@ def obtain(case: Case) -> tuple[Schedule, float | None]:
     result = synthesize(topo, case.kind, case.size, options)
     schedule, chosen, skipped = result.schedule, result.chosen, []
     fallback_s = 0.0
+    refused: set[str] = set()
     if result.shortcut and result.ranked and topo.num_gpus <= RERUN_MAX_GPUS:
         # as `taccl synthesize -o`: a shortcut choice the runtime cannot load sends it to the solver stages
         tried = time.process_time()
@@ -108,6 +109,7 @@ def obtain(case: Case) -> tuple[Schedule, float | None]:
             lower_schedule(result.ranked[0].schedule, topo)
         except LoweringError as exc:
             fallback_s += time.process_time() - tried
+            refused.add(result.ranked[0].label)
             skipped.append(f"{result.ranked[0].label}: {exc}")
             left = case.time_limit_s - (time.perf_counter() - started)
             if left >= MIN_LEFT_SHARE * case.time_limit_s:
@@ -116,8 +118,8 @@ def obtain(case: Case) -> tuple[Schedule, float | None]:
     seconds = time.perf_counter() - started
     # what `taccl synthesize -o` writes: the first ranked choice that fits the runtime's limits
     for choice in result.ranked:
-        if any(entry.startswith(f"{choice.label}: ") for entry in skipped):
-            continue  # refused above already
+        if choice.label in refused:
+            continue  # the shortcut's choice, refused above
         tried = time.process_time()
         try:
             lower_schedule(choice.schedule, topo)

@@ -55,7 +55,7 @@ __all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHAN
            "NVLS_ONE_PHASE_KINDS", "PRESETS", "Protocol", "RuntimeModel",
            "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_pieces",
            "nccl_ring_pieces",
-           "payload_fraction", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "widest_gpu_link",
+           "payload_fraction", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "takes_copy_share", "widest_gpu_link",
            "wire_bytes", "with_figures", "with_launch_offset"]
 
 
@@ -335,9 +335,7 @@ class RuntimeModel:
         fractions: dict[str, float] = {}
         for c in LINK_CLASSES:
             base = self.efficiency.get(c, 1.0)
-            if kind in COPY_KINDS:
-                base = self.copy_efficiency.get(c, base)
-            if algorithm in NVLS_ALGORITHMS and c == "nvlink" and kind in NVLS_ONE_PHASE_KINDS:
+            if takes_copy_share(kind, algorithm, c):
                 base = self.copy_efficiency.get(c, base)
             elif algorithm in NVLS_ALGORITHMS and c == "nvlink" and self.nvls_efficiency is not None:
                 base = self.nvls_efficiency
@@ -379,6 +377,14 @@ phase")."""
 
 COPY_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL, CollectiveKind.BROADCAST})
 """Collectives whose steps only copy (no reduction): :attr:`RuntimeModel.copy_efficiency` applies to them."""
+
+
+def takes_copy_share(kind: CollectiveKind, algorithm: str | None, link_class: str) -> bool:
+    """Whether ``algorithm`` running ``kind`` moves ``link_class``'s data at the copy share
+    (:attr:`RuntimeModel.copy_efficiency`): the collectives of :data:`COPY_KINDS`, and NVLS of one phase on NVLink
+    (:data:`NVLS_ONE_PHASE_KINDS`)."""
+    return kind in COPY_KINDS or (algorithm in NVLS_ALGORITHMS and kind in NVLS_ONE_PHASE_KINDS
+                                  and link_class == "nvlink")
 
 
 NCCL_TREE_SHARE = 0.9

@@ -125,7 +125,7 @@ def _group(members: list[Transfer], tag: int) -> list[Transfer]:
     return [Transfer(t.src, t.dst, t.chunks, t.route, t.op, t.channel, group=tag) for t in members]
 
 
-def _multicast(topology: Topology, kind: CollectiveKind, root: int, c: int) -> Schedule:
+def _multicast(topology: Topology, kind: CollectiveKind, root: int, c: int, name: str = "multicast") -> Schedule:
     n = topology.num_gpus
     tree = AggregationTree(topology, best_root(topology, range(n)), range(n))
     out: list[Transfer] = []
@@ -134,8 +134,8 @@ def _multicast(topology: Topology, kind: CollectiveKind, root: int, c: int) -> S
         for b in sources:
             chunk = b * c + j if kind is CollectiveKind.ALLGATHER else j
             out += _group([Transfer(b, d, (chunk,), tree.route(b, d)) for d in range(n) if d != b], len(out))
-    return Schedule(Collective(kind, n, c, root), tuple(out), name="multicast", topology=topology.name,
-                    notes={"algorithm": "multicast", "pieces": c})
+    return Schedule(Collective(kind, n, c, root), tuple(out), name=name, topology=topology.name,
+                    notes={"algorithm": name, "pieces": c})
 
 
 def _nvls(topology: Topology, kind: CollectiveKind, c: int) -> Schedule:
@@ -143,10 +143,6 @@ def _nvls(topology: Topology, kind: CollectiveKind, c: int) -> Schedule:
     tree = AggregationTree(topology, best_root(topology, range(n)), range(n))
     out: list[Transfer] = []
     for j in range(c):
-        if kind is CollectiveKind.ALLGATHER:
-            for b in range(n):
-                out += _group([Transfer(b, d, (b * c + j,), tree.route(b, d)) for d in range(n) if d != b], len(out))
-            continue
         for b in range(n):
             out += _group([Transfer(s, b, (b * c + j,), tree.route(s, b), Op.REDUCE) for s in range(n) if s != b],
                           len(out))
@@ -274,8 +270,8 @@ def offload_schedule(topology: Topology, kind: CollectiveKind, algorithm: str, *
     n = topology.num_gpus
     if algorithm == "multicast":
         schedule = _multicast(topology, kind, root, chunk_factor or 1)  # one stream per block: nothing to overlap
-    elif algorithm == "nvls" and kind is CollectiveKind.ALLGATHER:  # one multicast per block: nothing to overlap
-        schedule = _nvls(topology, kind, chunk_factor or 1)
+    elif algorithm == "nvls" and kind is CollectiveKind.ALLGATHER:  # NVLS's Allgather is the multicast
+        schedule = _multicast(topology, kind, 0, chunk_factor or 1, name="nvls")
     elif algorithm == "nvls":
         schedule = _nvls(topology, kind, _pieces(size_bytes, n, chunk_factor))
     elif algorithm == "nvls-tree":

@@ -48,16 +48,14 @@ from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline
 from taccl_py.profiler.nccl_tests import BINARY_MODELS, binary_from_name, parse_nccl_tests_log, resolve_binary
 from taccl_py.profiler.tables import is_timing_table, read_timing_table
 from taccl_py.runtime import (
-    COPY_KINDS,
     LINK_CLASSES,
     NCCL_ALGORITHM_NAMES,
     NCCL_LL128_MAX_BW_PER_CHANNEL,
-    NVLS_ALGORITHMS,
-    NVLS_ONE_PHASE_KINDS,
     PROTOCOLS,
     Protocol,
     RuntimeModel,
     link_class_of,
+    takes_copy_share,
     widest_gpu_link,
     with_figures,
 )
@@ -68,7 +66,7 @@ __all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METH
            "NVLS_TREE_FIT_METHOD", "PRIOR_WEIGHT",
            "RuntimeFit", "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_nvls_tree", "fit_runtime",
            "gpu_link_class",
-           "read_timed_files", "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier", "takes_copy_share"]
+           "read_timed_files", "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
 
 
 MIN_ROWS_PER_PROTOCOL = 2
@@ -466,14 +464,6 @@ reaches half that share."""
 
 
 _SWITCH_ALGORITHM_NAMES = {"nvls": "NVLS", "nvls-tree": "NVLSTree"}
-
-
-def takes_copy_share(kind: CollectiveKind, algorithm: str, link_class: str) -> bool:
-    """Whether ``algorithm`` running ``kind`` moves ``link_class``'s data at the copy share (:data:`COPY_KINDS`;
-    NVLS of one phase on NVLink, :data:`~taccl_py.runtime.NVLS_ONE_PHASE_KINDS`), as :meth:`RuntimeModel.costs`
-    prices it."""
-    return kind in COPY_KINDS or (algorithm in NVLS_ALGORITHMS and kind in NVLS_ONE_PHASE_KINDS
-                                  and link_class == "nvlink")
 
 
 def _switch_fit_model(topology: Topology, rows: Sequence[TimedRow], base: RuntimeModel | None, algorithm: str, *,
