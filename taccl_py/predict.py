@@ -33,6 +33,7 @@ from taccl_py.runtime import (
 )
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult
+from taccl_py.symmetry import SYMMETRIC_MIN_GPUS, SymmetricSchedule
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
@@ -64,8 +65,10 @@ class Prediction:
 
     sim: SimResult
     protocol: Protocol
-    schedule: Schedule | CompactSchedule | None
-    """What ran: a large ring as arrays (:class:`~taccl_py.compact.CompactSchedule`), None for a program."""
+    schedule: Schedule | CompactSchedule | SymmetricSchedule | None
+    """What ran: a large ring as arrays (:class:`~taccl_py.compact.CompactSchedule`) or, from
+    :data:`~taccl_py.symmetry.SYMMETRIC_MIN_GPUS` GPUs on a translation-symmetric topology, as representatives
+    (:class:`~taccl_py.symmetry.SymmetricSchedule`); None for a program."""
     times_us: dict[str, float | None]
     """Per protocol tried, its time (None when incorrect)."""
 
@@ -95,11 +98,34 @@ def _floors(topology: Topology, kind: CollectiveKind, size_bytes: float, root: i
     return {p: protocol_floor_us(costs_of(p), bandwidth_us) for p in protocols}
 
 
-def _simulate(topology: Topology, schedule: Schedule | CompactSchedule, size_bytes: float,
-              options: SimOptions) -> SimResult:
-    """Through the compiled kernel where the schedule is large enough for it to pay (the same times)."""
-    from taccl_py.fast_sim import simulate_compact, simulate_large
+def symmetric_ring_baseline(topology: Topology, kind: CollectiveKind, channels: int | None,
+                            pieces: int = 1) -> SymmetricSchedule | None:
+    """The ring baseline (``pieces`` per channel) as representatives of its rank-translation orbits, when the
+    topology and the rings have such a symmetry and the representatives simulate it exactly; else None."""
+    from taccl_py.baselines import ring_plan
+    from taccl_py.baselines.ring import symmetric_ring
+    from taccl_py.symmetry import symmetry_error
 
+    if kind not in _PIECED_RINGS or (channels is not None and not 1 <= channels <= 64):
+        return None
+    try:
+        sym = symmetric_ring(topology, ring_plan(topology, channels), kind, pieces)
+    except NotApplicable:
+        return None
+    if sym is None or symmetry_error(sym, topology) is not None:
+        return None
+    return sym
+
+
+def _simulate(topology: Topology, schedule: Schedule | CompactSchedule | SymmetricSchedule, size_bytes: float,
+              options: SimOptions) -> SimResult:
+    """Through the compiled kernel where the schedule is large enough for it to pay, a symmetric ring through its
+    representatives (the same times)."""
+    from taccl_py.fast_sim import simulate_compact, simulate_large
+    from taccl_py.symmetry import simulate_symmetric
+
+    if isinstance(schedule, SymmetricSchedule):
+        return simulate_symmetric(topology, schedule, size_bytes, options)
     if isinstance(schedule, CompactSchedule):
         return simulate_compact(topology, schedule, size_bytes, options)
     return simulate_large(topology, schedule, size_bytes, options)
@@ -177,8 +203,11 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
         return model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes)
 
     pieced = algorithm == "ring" and kind in _PIECED_RINGS
-    plain: Schedule | CompactSchedule | None = large_ring_arrays(topology, kind, algorithm, channels) if pieced \
-        else None
+    symmetric = pieced and topology.num_gpus >= SYMMETRIC_MIN_GPUS
+    plain: Schedule | CompactSchedule | SymmetricSchedule | None = symmetric_ring_baseline(
+        topology, kind, channels) if symmetric else None
+    if pieced and plain is None:
+        plain = large_ring_arrays(topology, kind, algorithm, channels)
     large = plain is not None
     floors = _floors(topology, kind, size_bytes, root, costs_of, protocols) if large else {}
     order = tuple(sorted(protocols, key=floors.__getitem__)) if large else protocols
@@ -191,14 +220,18 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
         if pieced or algorithm in _TUNED_ALGORITHMS:
             costs = replace(costs, post_us=0.0)
         hop = max(costs.hop_latency_us.values())
-        schedule: Schedule | CompactSchedule
+        schedule: Schedule | CompactSchedule | SymmetricSchedule
         if pieced:
             if plain is None:
                 plain = baseline(topology, kind, "ring", channels=channels, root=root, size_bytes=size_bytes)
             count = int(plain.notes.get("channels") or 1)
             pieces = nccl_ring_pieces(p, size_bytes, topology.num_gpus, count)
+            in_pieces = symmetric_ring_baseline(topology, kind, channels, pieces) \
+                if pieces > 1 and isinstance(plain, SymmetricSchedule) else None
             if pieces == 1:
                 schedule = plain
+            elif in_pieces is not None:  # its representatives in pieces: the same rings, translated
+                schedule = in_pieces
             else:  # a large ring in pieces is built as arrays too
                 pieced_arrays = large_ring_arrays(topology, kind, algorithm, channels, pieces) if large else None
                 schedule = pieced_arrays if pieced_arrays is not None else baseline(

@@ -36,7 +36,8 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -48,11 +49,16 @@ from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.topology import Topology, Vertex
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["SymmetricSchedule", "expand", "simulate_symmetric", "symmetry_error", "translate_chunk",
+__all__ = ["SYMMETRIC_MIN_GPUS", "SymmetricSchedule", "expand", "simulate_symmetric", "symmetry_error", "translate_chunk",
            "translation_automorphism"]
 
 _SUPPORTED = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
               CollectiveKind.ALLTOALL)
+
+
+SYMMETRIC_MIN_GPUS = 256
+"""From this many GPUs the ring Allgather, ReduceScatter and Allreduce baselines are simulated through one
+representative per orbit of a rank translation, when topology and rings have one: the same times, far fewer events."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,12 @@ class SymmetricSchedule:
     reps: tuple[Transfer, ...]
     name: str = ""
     topology: str = ""
+    notes: dict[str, Any] = field(default_factory=dict)
+    """As :attr:`taccl_py.schedule.Schedule.notes` (a baseline's algorithm, channels, pieces)."""
+
+    def __len__(self) -> int:
+        """Transfers of the full schedule."""
+        return self.num_transfers
 
     @property
     def orbit_size(self) -> int:
@@ -189,8 +201,20 @@ def symmetry_error(schedule: SymmetricSchedule, topology: Topology) -> str | Non
     return problem if isinstance(problem, str) else None
 
 
+_last_checked: list[tuple[SymmetricSchedule, Topology, str | _Checked]] = []
+"""The last schedule checked, on which topology, and the verdict: a baseline timed per protocol is checked once."""
+
+
 def _check(schedule: SymmetricSchedule, topology: Topology) -> str | _Checked:
-    """The reason the schedule is refused, or what checking it derived."""
+    """The reason the schedule is refused, or what checking it derived (the last answer is kept)."""
+    if _last_checked and _last_checked[0][0] is schedule and _last_checked[0][1] is topology:
+        return _last_checked[0][2]
+    verdict = _checked_now(schedule, topology)
+    _last_checked[:] = [(schedule, topology, verdict)]
+    return verdict
+
+
+def _checked_now(schedule: SymmetricSchedule, topology: Topology) -> str | _Checked:
     coll, d = schedule.collective, schedule.shift
     if coll.kind not in _SUPPORTED:
         return f"{coll.kind.value} has a root, which no rank translation keeps"
@@ -279,12 +303,17 @@ class _QuotientRun(EventKernel):
         k = len(reps)
         link_orbit = checked.link_orbit
         orbits = max(link_orbit) + 1
+        costs = options.costs
+        self.launch_us = 0.0 if costs is None else costs.launch_us
+        rates = ([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links] if costs is None
+                 else costs.link_capacity_us(topology))
         capacity = [0.0] * orbits
-        for i, link in enumerate(topology.links):
-            capacity[link_orbit[i]] = gbps_to_bytes_per_us(link.bandwidth)
+        for i, rate in enumerate(rates):
+            capacity[link_orbit[i]] = rate
         chunk_bytes = coll.chunk_bytes(size_bytes)
         resources = [tuple(link_orbit[i] for i in t.route) for t in reps]
-        latency = [topology.route_latency(t.route) + options.step_overhead_us for t in reps]
+        latency = [(topology.route_latency(t.route) if costs is None else costs.route_latency_us(topology, t.route))
+                   + options.step_overhead_us for t in reps]
         num_bytes = [len(t.chunks) * chunk_bytes for t in reps]
         super().__init__(capacity, resources, latency, num_bytes)
         self.link_orbit = link_orbit
@@ -410,7 +439,7 @@ class _QuotientRun(EventKernel):
         busy = tuple(self.net.busy_us[self.link_orbit[i]] for i in range(links))
         carried = tuple(self.net.bytes_carried[self.link_orbit[i]] for i in range(links))
         return SimResult(correct=error is None, error=error,
-                         time_us=max(self.commit_at, default=0.0) if error is None else None,
+                         time_us=max(self.commit_at, default=0.0) + self.launch_us if error is None else None,
                          size_bytes=self.size_bytes, collective=self.collective,
                          start_us=np.repeat(np.array(self.start_at), m), arrive_us=np.repeat(np.array(self.arrive_at), m),
                          commit_us=np.repeat(np.array(self.commit_at), m), link_busy_us=busy, link_bytes=carried,
@@ -435,16 +464,22 @@ def simulate_symmetric(topology: Topology, schedule: SymmetricSchedule, size_byt
     """The full schedule's :class:`SimResult`, computed from the representatives (see the module).
 
     Per-transfer arrays are in the full schedule's order (:func:`expand`);
-    ``critical_path`` is left empty. A schedule :func:`symmetry_error` refuses
+    ``critical_path`` is left empty. A runtime's costs (``options.costs``) are honoured: they depend on a
+    link's kind only, which the translation keeps; transfers that wait for proxy posts are refused. A schedule :func:`symmetry_error` refuses
     raises :class:`~taccl_py.errors.ScheduleError` with its reason: callers check first.
     """
     checked = _check(schedule, topology)
     if isinstance(checked, str):
         raise ScheduleError(checked)
+    options = options or SimOptions()
+    costs = options.costs
+    if costs is not None and any(costs.posts(topology, t.route) for t in schedule.reps):
+        raise ScheduleError("proxy posts are serialized per rank in the order transfers become ready, which the "
+                            "representatives do not track")
     paused = gc.isenabled()
     gc.disable()
     try:
-        run = _QuotientRun(topology, schedule, size_bytes, options or SimOptions(), checked)
+        run = _QuotientRun(topology, schedule, size_bytes, options, checked)
         try:
             run.run()
         except Fault as fault:

@@ -8,6 +8,9 @@ link figure must equal the full simulation's, and the verdicts must agree.
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 from taccl_py.baselines import baseline, ring_plan
 from taccl_py.baselines.ring import symmetric_ring
 from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.errors import ScheduleError
 from taccl_py.library.fabrics import dgx_a100_cluster
 from taccl_py.library.grids import ring, switch_star
 from taccl_py.schedule import Op, Transfer
@@ -142,6 +146,53 @@ def test_ring_representatives_on_a_rail_cluster(kind: CollectiveKind) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", [CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE])
+def test_pieced_ring_representatives_under_runtime_costs(kind: CollectiveKind) -> None:
+    """NCCL's ring in 3 pieces per channel under the calibrated LL128 costs: the representatives expand to the
+    pieced ring's transfers and give its times exactly (launch, per-class latencies and link shares included)."""
+    from taccl_py.runtime import Protocol
+
+    topo = dgx_a100_cluster(4, fabric="rail")
+    plan = ring_plan(topo)
+    sym = symmetric_ring(topo, plan, kind, pieces=3)
+    assert sym is not None and sym.collective.chunk_factor == 3 * plan.channels and sym.notes["pieces"] == 3
+    full = baseline(topo, kind, "ring", chunk_factor=3 * plan.channels)
+    assert Counter(expand(sym, topo).transfers) == Counter(full.transfers)
+    assert topo.runtime is not None
+    posted = topo.runtime.costs(Protocol.LL128, kind, topo, algorithm="ring", size_bytes=2**26)
+    costs = replace(posted, post_us=0.0)  # NCCL's rings carry the proxy's cost in their step latencies
+    options = SimOptions(costs=costs)
+    quotient = simulate_symmetric(topo, sym, 2.0**26, options)
+    reference = simulate(topo, full, 2.0**26, options)
+    assert reference.time_us is not None and reference.time_us > simulate(topo, full, 2.0**26).time_us  # type: ignore[operator]
+    _same(reference, quotient, same_order=False)
+    assert posted.post_us > 0
+    with pytest.raises(ScheduleError, match="proxy posts"):
+        simulate_symmetric(topo, sym, 2.0**26, SimOptions(costs=posted))
+
+
+@pytest.mark.slow
+def test_calibrated_ring_prediction_from_representatives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """predict_baseline on a rail cluster: through the representatives (in pieces) the same times, protocol and
+    transfer count as the full schedule (protocols whose floor is above the best time are not run there)."""
+    import taccl_py.predict as predict
+
+    topo = dgx_a100_cluster(4, fabric="rail")
+    assert topo.runtime is not None
+    for size, pieces in ((2**20, 1), (2**30, 2)):
+        full = predict.predict_baseline(topo, CollectiveKind.ALLREDUCE, "ring", size, topo.runtime)
+        monkeypatch.setattr(predict, "SYMMETRIC_MIN_GPUS", topo.num_gpus)
+        fast = predict.predict_baseline(topo, CollectiveKind.ALLREDUCE, "ring", size, topo.runtime)
+        monkeypatch.undo()
+        assert isinstance(fast.schedule, SymmetricSchedule) and not isinstance(full.schedule, SymmetricSchedule)
+        assert fast.protocol is full.protocol and fast.protocol.value in fast.times_us  # (floors prune the rest)
+        for p, t in fast.times_us.items():
+            assert t is not None and abs(full.times_us[p] - t) <= 1e-9 * t  # type: ignore[operator]
+        assert full.schedule is not None and len(fast.schedule) == len(full.schedule)
+        assert fast.schedule.notes["pieces"] == full.schedule.notes["pieces"] == pieces
+
+
+@pytest.mark.slow
 def test_leaf_spine_clusters_have_no_translation_symmetry() -> None:
     """Scalable units of 20 machines: a route across units takes the spine, so moving machines is no symmetry."""
     topo = dgx_a100_cluster(24)
@@ -171,7 +222,8 @@ def test_refusals_name_the_reason() -> None:
 @pytest.mark.slow
 def test_simulate_command_uses_representatives_from_256_gpus() -> None:
     """`taccl simulate --algorithm ring` on 256 GPUs: the representative run gives the full run's figures."""
-    from taccl_py.cli.sim_cmd import SYMMETRIC_MIN_GPUS, _simulate_baseline
+    from taccl_py.cli.sim_cmd import _simulate_baseline
+    from taccl_py.symmetry import SYMMETRIC_MIN_GPUS
 
     topo = ring(SYMMETRIC_MIN_GPUS)
     kind = CollectiveKind.ALLGATHER

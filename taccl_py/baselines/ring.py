@@ -194,40 +194,47 @@ def ring_translation(plan: RingPlan, links: Sequence[int], shift: int) -> bool:
     return True
 
 
-def ring_representatives(kind: CollectiveKind, plan: RingPlan, shift: int,
-                         topology_name: str = "") -> SymmetricSchedule:
-    """A ring Allgather, ReduceScatter or Allreduce (one piece per channel) as representatives of rank-``shift`` orbits.
+def ring_representatives(kind: CollectiveKind, plan: RingPlan, shift: int, topology_name: str = "",
+                         pieces: int = 1) -> SymmetricSchedule:
+    """A ring Allgather, ReduceScatter or Allreduce (``pieces`` per channel) as representatives of rank-``shift``
+    orbits.
 
     The caller has checked :func:`ring_translation`; the full schedule
     (:func:`taccl_py.symmetry.expand`) has the transfers of :func:`ring_allgather`
-    (:func:`ring_reducescatter`, :func:`ring_allreduce`), each step's transfers of a
-    channel in orbit order rather than ring order.
+    (:func:`ring_reducescatter`, :func:`ring_allreduce`) with ``chunk_factor = channels x pieces``, each step's
+    transfers of a channel in orbit order rather than ring order.
     """
     if plan.relays:
         raise NotApplicable("rings that relay through GPUs have no representative form")
-    c = plan.channels
+    if pieces < 1:
+        raise NotApplicable(f"pieces {pieces} is not positive")
+    c = plan.channels * pieces
     n = len(plan.rings[0].order)
     out: list[Transfer] = []
     firsts = [[i for i, g in enumerate(ring.order) if g < shift] for ring in plan.rings]
 
     def steps(block_at: int, op: Op) -> None:
-        """N-1 steps; at step s position i sends the block of position i - s - ``block_at``."""
+        """N-1 steps; at step s position i sends the block of position i - s - ``block_at``, piece by piece."""
         for s in range(n - 1):
             for k, ring in enumerate(plan.rings):
                 order, legs = ring.order, ring.legs
                 for i in firsts[k]:
                     (leg,) = legs[i]
-                    out.append(Transfer(leg.src, leg.dst, (order[(i - s - block_at) % n] * c + k,), leg.route, op, k))
+                    first = order[(i - s - block_at) % n] * c + k * pieces
+                    out.extend(Transfer(leg.src, leg.dst, (first + p,), leg.route, op, k) for p in range(pieces))
 
     if kind in (CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
         steps(1, _REDUCE)
     if kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE):
         steps(0, _COPY)
-    return SymmetricSchedule(Collective(kind, n, c), shift, tuple(out), name="ring", topology=topology_name)
+    return SymmetricSchedule(Collective(kind, n, c), shift, tuple(out), name="ring", topology=topology_name,
+                             notes={"algorithm": "ring", "channels": plan.channels, "pieces": pieces})
 
 
-def symmetric_ring(topology: Topology, plan: RingPlan, kind: CollectiveKind) -> SymmetricSchedule | None:
-    """The ring ``kind`` in representative form under the smallest rank shift that keeps topology and rings.
+def symmetric_ring(topology: Topology, plan: RingPlan, kind: CollectiveKind,
+                   pieces: int = 1) -> SymmetricSchedule | None:
+    """The ring ``kind`` (``pieces`` per channel) in representative form under the smallest rank shift that keeps
+    topology and rings.
 
     None when the collective is not Allgather, ReduceScatter or Allreduce, the rings relay, or no shift
     below N keeps them: simulate the full schedule then. :func:`taccl_py.symmetry.simulate_symmetric`
@@ -241,5 +248,5 @@ def symmetric_ring(topology: Topology, plan: RingPlan, kind: CollectiveKind) -> 
             continue
         links = translation_automorphism(topology, shift)
         if links is not None and ring_translation(plan, links, shift):
-            return ring_representatives(kind, plan, shift, topology.name)
+            return ring_representatives(kind, plan, shift, topology.name, pieces)
     return None

@@ -49,11 +49,11 @@ from taccl_py.cli.plot_hooks import (
 )
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.endpoint import EndpointMode, memory_traffic
-from taccl_py.errors import Infeasible, InputError, ScheduleError
+from taccl_py.errors import Infeasible, InputError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
-from taccl_py.symmetry import SymmetricSchedule
+from taccl_py.symmetry import SYMMETRIC_MIN_GPUS, SymmetricSchedule
 from taccl_py.topology import MAX_COMM_CHANNELS, Endpoint, Topology
 from taccl_py.units import format_bytes
 
@@ -386,29 +386,16 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
     return kind, results, protos
 
 
-SYMMETRIC_MIN_GPUS = 256
-"""From this many GPUs ring Allgather, ReduceScatter and Allreduce are simulated through one representative per
-orbit of a rank translation, when topology and rings have one (taccl_py.symmetry): the same times, far fewer events."""
-_SYMMETRIC_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
-
-
 def _by_representatives(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None,
                         size: float, options: SimOptions) -> tuple[SimResult, SymmetricSchedule] | None:
     """A large symmetric ring baseline simulated through its representatives; None when it has no such form."""
-    if (algorithm != "ring" or kind not in _SYMMETRIC_KINDS or topology.num_gpus < SYMMETRIC_MIN_GPUS
-            or (channels is not None and not 1 <= channels <= 64)):
+    if algorithm != "ring" or topology.num_gpus < SYMMETRIC_MIN_GPUS:
         return None
-    from taccl_py.baselines import ring_plan
-    from taccl_py.baselines.ring import symmetric_ring
+    from taccl_py.predict import symmetric_ring_baseline
     from taccl_py.symmetry import simulate_symmetric
 
-    sym = symmetric_ring(topology, ring_plan(topology, channels), kind)
-    if sym is None:
-        return None
-    try:
-        return simulate_symmetric(topology, sym, size, options), sym
-    except ScheduleError:
-        return None  # not exactly representable (symmetry_error says why): the caller simulates in full
+    sym = symmetric_ring_baseline(topology, kind, channels)
+    return None if sym is None else (simulate_symmetric(topology, sym, size, options), sym)
 
 
 def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None, root: int,
