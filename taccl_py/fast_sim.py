@@ -31,11 +31,39 @@ from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["FAST_MIN_TRANSFERS", "fast_error", "simulate_compact", "simulate_large"]
+__all__ = ["FAST_MIN_TRANSFERS", "FULL_BYTES_PER_TRANSFER", "fast_error", "full_simulation_error", "simulate_compact",
+           "simulate_large"]
 
 FAST_MIN_TRANSFERS = 100_000
 """From this many transfers :func:`simulate_large` uses the compiled kernel (below it, Python is as quick as the
 kernel's start-up)."""
+
+
+FULL_BYTES_PER_TRANSFER = 160
+"""At least this much memory per transfer of a full compiled simulation: the schedule's arrays, the kernel's
+dependency lists and state, and the result's per-transfer times (measured: about 185 bytes on a 1,024-GPU ring)."""
+
+
+def _available_memory_bytes() -> int | None:
+    """The memory the system can give this process now (Linux's MemAvailable; None where unknown)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def full_simulation_error(transfers: int) -> str | None:
+    """Why simulating ``transfers`` transfers in full cannot fit in memory now (None: it can, or it is unknown)."""
+    need = transfers * FULL_BYTES_PER_TRANSFER
+    available = _available_memory_bytes()
+    if available is None or need <= available:
+        return None
+    return (f"simulating its {transfers:,} transfers in full needs at least {need / 2**30:.1f} GiB of memory, more "
+            f"than the {available / 2**30:.1f} GiB available")
 
 
 def _kernel_options(options: SimOptions) -> bool:

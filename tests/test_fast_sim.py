@@ -10,6 +10,7 @@ mutations (faults, deadlocks, broken structure), and the ring baselines built as
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -207,3 +208,33 @@ def test_a_runtime_models_costs_go_through_the_kernel_with_the_same_times(protoc
         full = simulate(topo, schedule, 2**26, options)
         _same(full, simulate_compact(topo, compact(schedule), 2**26, options))
         assert full.time_us is not None and full.time_us > simulate(topo, schedule, 2**26).time_us + costs.launch_us
+
+
+def test_a_ring_too_large_for_memory_is_refused_with_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A full simulation that cannot fit in the memory available: exit 2, one line naming the topology and the
+    way out, instead of the system killing the process; with enough memory the same command runs."""
+    from taccl_py import fast_sim
+    from taccl_py.baselines.ring_compact import large_ring_arrays
+    from taccl_py.errors import InputError
+    from taccl_py.library.grids import ring
+
+    topo = ring(320)  # 102,080 transfers with one channel: the compiled path
+    path = tmp_path / "ring320.json"
+    assert run(["topo", "generate", "ring", "-n", "320", "-o", str(path)], capsys)[0] == 0
+    monkeypatch.setattr(fast_sim, "_available_memory_bytes", lambda: 10 * 2**20)
+    message = fast_sim.full_simulation_error(topo.num_gpus * (topo.num_gpus - 1))
+    assert message is not None and "102,080 transfers" in message and "0.0 GiB available" in message
+    with pytest.raises(InputError, match="fewer channels"):
+        large_ring_arrays(topo, CollectiveKind.ALLGATHER, "ring", 1)
+    import taccl_py.cli.sim_cmd as sim_cmd
+
+    monkeypatch.setattr(sim_cmd, "SYMMETRIC_MIN_GPUS", 10**6)  # as on a fabric without the ring's symmetry
+    code, out, err = run(["--ideal", "simulate", "-t", str(path), "-c", "allgather", "-s", "1GB", "-a", "ring",
+                          "--channels", "1"], capsys)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "ring320" in err and "102,080 transfers" in err and "Traceback" not in err
+    assert fast_sim.full_simulation_error(1000) is None  # 160 KB fits in 10 MiB
+    monkeypatch.setattr(fast_sim, "_available_memory_bytes", lambda: None)  # unknown: never refused
+    arrays = large_ring_arrays(topo, CollectiveKind.ALLGATHER, "ring", 1)
+    assert arrays is not None and len(arrays) == 320 * 319

@@ -14,6 +14,7 @@ from taccl_py.baselines.common import NotApplicable
 from taccl_py.baselines.layout import RingPlan, ring_plan
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.compact import CompactSchedule
+from taccl_py.errors import InputError
 from taccl_py.topology import Topology
 
 __all__ = ["large_ring_arrays", "ring_compact"]
@@ -82,13 +83,24 @@ def large_ring_arrays(topology: Topology, kind: CollectiveKind, algorithm: str, 
                       pieces: int = 1) -> CompactSchedule | None:
     """The ring baseline ``algorithm`` (``pieces`` per channel) as arrays when it is a ring Allgather,
     ReduceScatter or Allreduce of at least :data:`~taccl_py.fast_sim.FAST_MIN_TRANSFERS` transfers that does
-    not relay; None otherwise."""
-    from taccl_py.fast_sim import FAST_MIN_TRANSFERS
+    not relay; None otherwise. Raises :class:`InputError` when simulating it in full cannot fit in the memory
+    available (:func:`~taccl_py.fast_sim.full_simulation_error`), rather than let the system kill the process."""
+    from taccl_py.fast_sim import FAST_MIN_TRANSFERS, full_simulation_error
 
     n = topology.num_gpus
     if algorithm != "ring" or kind not in _RING_KINDS or n * (n - 1) < FAST_MIN_TRANSFERS:
         return None
     try:
-        return ring_compact(kind, ring_plan(topology, channels), topology.name, pieces)
+        plan = ring_plan(topology, channels)
+    except NotApplicable:
+        return None
+    phases = 2 if kind is CollectiveKind.ALLREDUCE else 1
+    problem = full_simulation_error(n * (n - 1) * plan.channels * pieces * phases)
+    if problem is not None:
+        raise InputError(f"the {plan.channels}-channel ring {kind.value}: {problem}; try fewer channels (--channels), "
+                         "or a fabric with a rank-translation symmetry (taccl topo generate ... --fabric rail), "
+                         "whose rings are simulated by representatives", where=topology.name)
+    try:
+        return ring_compact(kind, plan, topology.name, pieces)
     except NotApplicable:
         return None
