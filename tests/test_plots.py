@@ -15,6 +15,7 @@ from PIL import Image
 
 from taccl_py.baselines import baseline
 from taccl_py.cli.topo_cmd import GenerateOptions, generate_topology
+from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import InputError
 from taccl_py.library import resolve_topology
 from taccl_py.plots import (
@@ -222,6 +223,24 @@ def test_simulate_timeline_and_plot(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, _, err = run(["simulate", "-t", "ring8", "-c", "allgather", "-s", "1KB:1MB", "-a", "ring", "--timeline",
                         str(timeline)], capsys)
     assert code == 2 and "--timeline" in err and "one size" in err
+
+
+@pytest.mark.slow
+def test_calibrated_timeline_draws_the_ring_in_nccls_pieces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a calibrated topology NCCL's ring runs in chunk loops (4 pieces per channel at 1 GB on 16 GPUs, 8 channels): the
+    timeline draws that schedule, the one the times are of, not the one-piece baseline."""
+    from taccl_py.predict import predict_baseline
+
+    topo = resolve_topology("dgx-a100x2")
+    assert topo.runtime is not None
+    pred = predict_baseline(topo, CollectiveKind.ALLREDUCE, "ring", 2**30, topo.runtime)
+    assert pred.schedule is not None and pred.schedule.notes["pieces"] == 4
+    timeline = tmp_path / "pieces.png"
+    code, out, err = run(["simulate", "-t", "dgx-a100x2", "-c", "allreduce", "-s", "1GB", "-a", "ring", "--timeline",
+                          str(timeline), "--json"], capsys)
+    assert code == 0, err
+    assert only_json(out)["time_us"] == pred.sim.time_us
+    assert_drawn(timeline.read_bytes())
 
 
 @pytest.mark.slow

@@ -48,6 +48,7 @@ from taccl_py.cli.plot_hooks import (
     write_timeline,
 )
 from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.compact import CompactSchedule
 from taccl_py.endpoint import EndpointMode, memory_traffic
 from taccl_py.errors import Infeasible, InputError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
@@ -266,6 +267,7 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         raise InputError("is required (a baseline name, an XML or a schedule JSON file)", where="--algorithm")
     kind = collective_from(collective_name) if collective_name else None
     schedules: list[Schedule] = []  # per size (or the one of a schedule file), for the memory report
+    ran: list[Schedule] = []  # what a calibrated baseline ran at the first size (NCCL's ring in pieces)
     model = runtime_model_for(topology)
     if model is not None and (topology.has_endpoint_limits or mode is not EndpointMode.GPU):
         raise InputError("GPU memory / channel limits are simulated on the raw-link model only; add taccl --ideal",
@@ -275,7 +277,8 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         if channels is not None and (_is_json(algorithm) or _is_xml(algorithm)):
             raise InputError("applies to baselines only, not to a file", where="--channels")
         kind, results, protos = _simulate_calibrated(algorithm, topology, kind, sizes, channels, root,
-                                                     step_overhead_us, model, progress_enabled(as_json))
+                                                     step_overhead_us, model, progress_enabled(as_json),
+                                                     ran if timeline_path else None)
     elif _is_json(algorithm) or _is_xml(algorithm):
         if channels is not None:
             raise InputError("applies to baselines only, not to a file", where="--channels")
@@ -334,17 +337,20 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
         from taccl_py.schedule import load_schedule
 
         drawn = load_schedule(algorithm, topology) if _is_json(algorithm) else load_program(algorithm) if _is_xml(
-            algorithm) else baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=sizes[0],
-                                     step_overhead_us=step_overhead_us)
+            algorithm) else ran[0] if ran else baseline(topology, kind, algorithm, channels=channels, root=root,
+                                                        size_bytes=sizes[0], step_overhead_us=step_overhead_us)
         write_timeline(timeline_path, topology, drawn, results[0][1], timeline_rows)
     _report_errors(rows, as_json)
     _fail_if_incorrect(rows)
 
 
 def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
-                         channels: int | None, root: int, step_overhead_us: float, model: Any, show: bool
-                         ) -> tuple[CollectiveKind, list[tuple[int, SimResult]], list[str]]:
-    """Every size under the runtime model: an XML file with its own ``proto``, anything else with the fastest."""
+                         channels: int | None, root: int, step_overhead_us: float, model: Any, show: bool,
+                         ran: list[Schedule] | None = None) -> tuple[CollectiveKind, list[tuple[int, SimResult]], list[str]]:
+    """Every size under the runtime model: an XML file with its own ``proto``, anything else with the fastest.
+
+    ``ran``, when given, receives the schedule a baseline ran at the first size, in the order of its result's
+    per-transfer arrays (NCCL's ring in its pieces; a timeline draws it)."""
     from taccl_py.predict import predict_baseline, predict_program, predict_schedule
 
     results: list[tuple[int, SimResult]] = []
@@ -383,7 +389,20 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
                                     step_overhead_us=step_overhead_us)
             results.append((size, pred.sim))
             protos.append(pred.protocol.value)
+            if ran is not None and k == 0 and pred.schedule is not None:
+                ran.append(_as_schedule(pred.schedule, topology))
     return kind, results, protos
+
+
+def _as_schedule(schedule: Schedule | CompactSchedule | SymmetricSchedule, topology: Topology) -> Schedule:
+    """The full schedule, transfers in the order a simulation of ``schedule`` reports them."""
+    from taccl_py.symmetry import expand
+
+    if isinstance(schedule, SymmetricSchedule):
+        return expand(schedule, topology)
+    if isinstance(schedule, CompactSchedule):
+        return schedule.to_schedule()
+    return schedule
 
 
 def _by_representatives(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None,
