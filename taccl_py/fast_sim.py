@@ -29,7 +29,7 @@ from taccl_py.endpoint import EndpointMode
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
-from taccl_py.units import gbps_to_bytes_per_us
+from taccl_py.units import format_bytes, gbps_to_bytes_per_us
 
 __all__ = ["FAST_MIN_TRANSFERS", "FULL_BYTES_PER_TRANSFER", "fast_error", "full_simulation_error", "simulate_compact",
            "simulate_large"]
@@ -44,16 +44,29 @@ FULL_BYTES_PER_TRANSFER = 160
 dependency lists and state, and the result's per-transfer times (measured: about 185 bytes on a 1,024-GPU ring)."""
 
 
-def _available_memory_bytes() -> int | None:
-    """The memory the system can give this process now (Linux's MemAvailable; None where unknown)."""
+def _read_int(path: str, field_name: str | None = None) -> int | None:
+    """An integer file (or the ``field_name:`` line of one, in kB), None when absent or unlimited."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
+        with open(path, encoding="ascii") as f:
+            if field_name is None:
+                text = f.read().strip()
+                return None if text == "max" else int(text)
+            for line in f:
+                if line.startswith(field_name + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def _available_memory_bytes() -> int | None:
+    """The memory this process can still get (Linux: MemAvailable, capped by its cgroup v2 limit as containers
+    and batch schedulers set it); None where unknown."""
+    free = _read_int("/proc/meminfo", "MemAvailable")
+    limit, used = _read_int("/sys/fs/cgroup/memory.max"), _read_int("/sys/fs/cgroup/memory.current")
+    if limit is not None and used is not None:
+        free = limit - used if free is None else min(free, limit - used)
+    return free
 
 
 def full_simulation_error(transfers: int) -> str | None:
@@ -62,8 +75,8 @@ def full_simulation_error(transfers: int) -> str | None:
     available = _available_memory_bytes()
     if available is None or need <= available:
         return None
-    return (f"simulating its {transfers:,} transfers in full needs at least {need / 2**30:.1f} GiB of memory, more "
-            f"than the {available / 2**30:.1f} GiB available")
+    return (f"simulating its {transfers:,} transfers in full needs at least {format_bytes(need)} of memory, more "
+            f"than the {format_bytes(max(available, 0))} available")
 
 
 def _kernel_options(options: SimOptions) -> bool:

@@ -98,18 +98,22 @@ def _floors(topology: Topology, kind: CollectiveKind, size_bytes: float, root: i
     return {p: protocol_floor_us(costs_of(p), bandwidth_us) for p in protocols}
 
 
-def symmetric_ring_baseline(topology: Topology, kind: CollectiveKind, channels: int | None,
-                            pieces: int = 1) -> SymmetricSchedule | None:
+def symmetric_ring_baseline(topology: Topology, kind: CollectiveKind, channels: int | None, pieces: int = 1, *,
+                            shift: int | None = None) -> SymmetricSchedule | None:
     """The ring baseline (``pieces`` per channel) as representatives of its rank-translation orbits, when the
-    topology and the rings have such a symmetry and the representatives simulate it exactly; else None."""
+    topology and the rings have such a symmetry and the representatives simulate it exactly; else None.
+
+    ``shift``: the translation the caller already found for these rings (no search again)."""
     from taccl_py.baselines import ring_plan
-    from taccl_py.baselines.ring import symmetric_ring
+    from taccl_py.baselines.ring import ring_representatives, symmetric_ring
     from taccl_py.symmetry import symmetry_error
 
     if kind not in _PIECED_RINGS or (channels is not None and not 1 <= channels <= 64):
         return None
     try:
-        sym = symmetric_ring(topology, ring_plan(topology, channels), kind, pieces)
+        plan = ring_plan(topology, channels)
+        sym = symmetric_ring(topology, plan, kind, pieces) if shift is None else ring_representatives(
+            kind, plan, shift, topology.name, pieces)
     except NotApplicable:
         return None
     if sym is None or symmetry_error(sym, topology) is not None:
@@ -179,12 +183,16 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
 
 def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, size_bytes: int, model: RuntimeModel,
                      *, channels: int | None = None, root: int = 0, step_overhead_us: float = 0.0,
-                     protocols: tuple[Protocol, ...] = PROTOCOLS) -> Prediction:
+                     protocols: tuple[Protocol, ...] = PROTOCOLS, representatives: bool = True) -> Prediction:
     """The NCCL-style ``algorithm`` for ``kind`` at ``size_bytes``, built and timed per protocol.
 
-    A large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`, in NCCL's pieces too) is built as
-    arrays and simulated by the compiled kernel (``schedule`` is then the arrays), and a protocol whose floor
-    (:func:`protocol_floor_us`) is above the best time found is not simulated (missing from ``times_us``).
+    From :data:`~taccl_py.symmetry.SYMMETRIC_MIN_GPUS` GPUs a ring whose topology and rings are invariant under a
+    rank translation is simulated through its representatives, in NCCL's pieces too (``schedule`` is then the
+    :class:`~taccl_py.symmetry.SymmetricSchedule`; ``representatives`` False: never, as a timeline needs the full
+    run); otherwise a large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`) is built as arrays
+    and simulated by the compiled kernel (``schedule`` is then the arrays). A ring of
+    :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol whose floor (:func:`protocol_floor_us`) is above the best
+    time found (missing from ``times_us``).
     Across machines the transfers over the network wait for the proxies to post them (in the order they become
     ready: for NCCL's Alltoall, its group's rounds, peer ``r + d`` and ``r - d`` in round ``d``), except those of
     NCCL's Allgather, ReduceScatter and Allreduce rings, its tree and NVLS, which carry that cost as tuning.cc
@@ -203,12 +211,12 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
         return model.costs(p, kind, topology, algorithm=algorithm, size_bytes=size_bytes)
 
     pieced = algorithm == "ring" and kind in _PIECED_RINGS
-    symmetric = pieced and topology.num_gpus >= SYMMETRIC_MIN_GPUS
+    symmetric = pieced and representatives and topology.num_gpus >= SYMMETRIC_MIN_GPUS
     plain: Schedule | CompactSchedule | SymmetricSchedule | None = symmetric_ring_baseline(
         topology, kind, channels) if symmetric else None
     if pieced and plain is None:
         plain = large_ring_arrays(topology, kind, algorithm, channels)
-    large = plain is not None
+    large = plain is not None and len(plain) >= PRUNE_MIN_TRANSFERS
     floors = _floors(topology, kind, size_bytes, root, costs_of, protocols) if large else {}
     order = tuple(sorted(protocols, key=floors.__getitem__)) if large else protocols
     best: Prediction | None = None
@@ -226,7 +234,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
                 plain = baseline(topology, kind, "ring", channels=channels, root=root, size_bytes=size_bytes)
             count = int(plain.notes.get("channels") or 1)
             pieces = nccl_ring_pieces(p, size_bytes, topology.num_gpus, count)
-            in_pieces = symmetric_ring_baseline(topology, kind, channels, pieces) \
+            in_pieces = symmetric_ring_baseline(topology, kind, channels, pieces, shift=plain.shift) \
                 if pieces > 1 and isinstance(plain, SymmetricSchedule) else None
             if pieces == 1:
                 schedule = plain

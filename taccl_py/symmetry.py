@@ -10,8 +10,10 @@ and links with their endpoints (a topology automorphism found and checked by
 :func:`simulate_symmetric` runs only the representatives, and gives exactly the
 times the full schedule gets from :func:`taccl_py.simulator.simulate`, because:
 
-* the topology is invariant (every link maps to a link of the same bandwidth
-  and latency) and the translation moves every link (each link orbit has N/d
+* the topology is invariant (every link maps to a link of the same bandwidth,
+  latency and kind, so a runtime model's costs, which read a route's link kinds,
+  per-kind shares of a link and figures of the whole topology, and add a launch
+  time once, are invariant too) and the translation moves every link (each link orbit has N/d
   links), so the flows of one orbit load each link of a link orbit once: the
   max-min problem on link orbits, one flow per representative, has the full
   problem's rates (the full solution is unique, hence invariant);
@@ -28,14 +30,15 @@ on ranks 0..d-1, the contribution masks rotated by the translation, so a wrong
 representative schedule is reported as the full one would be (same first
 fault up to which member shows it). Not supported (refused with a reason):
 ``after``, ``not_before_us``, exchanges and network groups, a route that
-crosses two links of one orbit.
+crosses two links of one orbit, transfers that wait for a runtime's proxy posts
+(serialized per rank in the order transfers become ready).
 """
 
 from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,8 +73,12 @@ class SymmetricSchedule:
     reps: tuple[Transfer, ...]
     name: str = ""
     topology: str = ""
-    notes: dict[str, Any] = field(default_factory=dict)
+    notes: Mapping[str, Any] = field(default_factory=dict, compare=False)
     """As :attr:`taccl_py.schedule.Schedule.notes` (a baseline's algorithm, channels, pieces)."""
+    _verdict: list[tuple[Topology, str | _Checked]] = field(default_factory=list, init=False, repr=False,
+                                                           compare=False, hash=False)
+    """The check's verdict on the topology it was made for (:func:`_check`): a schedule timed per protocol is
+    checked once, and the verdict lives as long as the schedule."""
 
     def __len__(self) -> int:
         """Transfers of the full schedule."""
@@ -165,7 +172,7 @@ def expand(schedule: SymmetricSchedule, topology: Topology) -> Schedule:
                                 tuple(translate_chunk(coll, x, a * d) for x in rep.chunks), route, rep.op,
                                 rep.channel))
             route = tuple(links[i] for i in route)
-    return Schedule(coll, tuple(out), name=schedule.name, topology=schedule.topology)
+    return Schedule(coll, tuple(out), name=schedule.name, topology=schedule.topology, notes=dict(schedule.notes))
 
 
 def _link_orbits(links: list[int], m: int) -> list[int] | None:
@@ -201,16 +208,13 @@ def symmetry_error(schedule: SymmetricSchedule, topology: Topology) -> str | Non
     return problem if isinstance(problem, str) else None
 
 
-_last_checked: list[tuple[SymmetricSchedule, Topology, str | _Checked]] = []
-"""The last schedule checked, on which topology, and the verdict: a baseline timed per protocol is checked once."""
-
-
 def _check(schedule: SymmetricSchedule, topology: Topology) -> str | _Checked:
-    """The reason the schedule is refused, or what checking it derived (the last answer is kept)."""
-    if _last_checked and _last_checked[0][0] is schedule and _last_checked[0][1] is topology:
-        return _last_checked[0][2]
+    """The reason the schedule is refused, or what checking it derived (kept on the schedule for this topology)."""
+    kept = list(schedule._verdict)
+    if kept and kept[0][0] is topology:
+        return kept[0][1]
     verdict = _checked_now(schedule, topology)
-    _last_checked[:] = [(schedule, topology, verdict)]
+    schedule._verdict[:] = [(topology, verdict)]
     return verdict
 
 
@@ -464,8 +468,8 @@ def simulate_symmetric(topology: Topology, schedule: SymmetricSchedule, size_byt
     """The full schedule's :class:`SimResult`, computed from the representatives (see the module).
 
     Per-transfer arrays are in the full schedule's order (:func:`expand`);
-    ``critical_path`` is left empty. A runtime's costs (``options.costs``) are honoured: they depend on a
-    link's kind only, which the translation keeps; transfers that wait for proxy posts are refused. A schedule :func:`symmetry_error` refuses
+    ``critical_path`` is left empty. A runtime's costs (``options.costs``) are honoured (the module says why
+    they stay exact); transfers that wait for proxy posts are refused. A schedule :func:`symmetry_error` refuses
     raises :class:`~taccl_py.errors.ScheduleError` with its reason: callers check first.
     """
     checked = _check(schedule, topology)

@@ -224,7 +224,8 @@ def test_a_ring_too_large_for_memory_is_refused_with_one_line(monkeypatch: pytes
     assert run(["topo", "generate", "ring", "-n", "320", "-o", str(path)], capsys)[0] == 0
     monkeypatch.setattr(fast_sim, "_available_memory_bytes", lambda: 10 * 2**20)
     message = fast_sim.full_simulation_error(topo.num_gpus * (topo.num_gpus - 1))
-    assert message is not None and "102,080 transfers" in message and "0.0 GiB available" in message
+    assert message is not None and "102,080 transfers" in message and "at least 15.6MB" in message
+    assert "than the 10MB available" in message
     with pytest.raises(InputError, match="fewer channels"):
         large_ring_arrays(topo, CollectiveKind.ALLGATHER, "ring", 1)
     import taccl_py.cli.sim_cmd as sim_cmd
@@ -234,7 +235,32 @@ def test_a_ring_too_large_for_memory_is_refused_with_one_line(monkeypatch: pytes
                           "--channels", "1"], capsys)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "ring320" in err and "102,080 transfers" in err and "Traceback" not in err
+    code, out, err = run(["simulate", "-t", "dgx-a100x64", "-c", "allreduce", "-s", "1GB", "-a", "ring"], capsys)
+    assert code == 2 and "dgx-a100x64" in err and "ring allreduce on" in err  # calibrated: no symmetry to use
     assert fast_sim.full_simulation_error(1000) is None  # 160 KB fits in 10 MiB
     monkeypatch.setattr(fast_sim, "_available_memory_bytes", lambda: None)  # unknown: never refused
     arrays = large_ring_arrays(topo, CollectiveKind.ALLGATHER, "ring", 1)
     assert arrays is not None and len(arrays) == 320 * 319
+
+
+def test_available_memory_is_capped_by_the_cgroup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """MemAvailable, capped by the cgroup v2 limit a container or batch job sets; unknown without either."""
+    from taccl_py import fast_sim
+
+    files = {"/proc/meminfo": "MemTotal: 100 kB\nMemAvailable:   2048 kB\n", "/sys/fs/cgroup/memory.max": "1500000\n",
+             "/sys/fs/cgroup/memory.current": "1000000\n"}
+    real = fast_sim._read_int
+
+    def read(path: str, field_name: str | None = None) -> int | None:
+        if path not in files:
+            return None
+        copy = tmp_path / "file"
+        copy.write_text(files[path])
+        return real(str(copy), field_name)
+
+    monkeypatch.setattr(fast_sim, "_read_int", read)
+    assert fast_sim._available_memory_bytes() == 500_000  # the cgroup's 0.5 MB left, below MemAvailable's 2 MiB
+    files["/sys/fs/cgroup/memory.max"] = "max\n"
+    assert fast_sim._available_memory_bytes() == 2048 * 1024
+    del files["/proc/meminfo"]
+    assert fast_sim._available_memory_bytes() is None

@@ -34,15 +34,17 @@ from taccl_py.symmetry import (
 from taccl_py.topology import Endpoint, Link, Switch, Topology
 
 
-def _symmetric_topology(d: int, m: int, offsets: list[tuple[int, float, float]], pods: bool) -> Topology:
-    """GPU g -> g + o for every (o, GB/s, us) of ``offsets`` (per position g mod d), and a switch per block."""
+def _symmetric_topology(d: int, m: int, offsets: list[tuple[int, float, float]], pods: bool,
+                        kinds: tuple[str, ...] = ("nvlink",)) -> Topology:
+    """GPU g -> g + o for every (o, GB/s, us) of ``offsets`` (per position g mod d, the k-th offset of kind
+    ``kinds[k % len(kinds)]``), and a switch per block."""
     n = d * m
     links: dict[tuple[object, object], Link] = {}
     for g in range(n):
-        for o, bw, lat in offsets:
+        for k, (o, bw, lat) in enumerate(offsets):
             h = (g + o) % n
             if h != g and (g, h) not in links:
-                links[(g, h)] = Link(g, h, bw + (g % d), lat)
+                links[(g, h)] = Link(g, h, bw + (g % d), lat, kinds[k % len(kinds)])
     switches: tuple[Switch, ...] = ()
     if pods:
         switches = tuple(Switch(f"pod{a}", "nvswitch") for a in range(m))
@@ -70,7 +72,8 @@ def _cases(draw: st.DrawFn) -> tuple[Topology, SymmetricSchedule]:
     n = d * m
     offsets = draw(st.lists(st.tuples(st.integers(1, n - 1), st.sampled_from([10.0, 25.0, 50.0]),
                                       st.sampled_from([0.5, 1.0])), min_size=1, max_size=3))
-    topo = _symmetric_topology(d, m, offsets, draw(st.booleans()) and d > 1)
+    kinds = draw(st.lists(st.sampled_from(["nvlink", "pcie", "ib"]), min_size=1, max_size=3, unique=True))
+    topo = _symmetric_topology(d, m, offsets, draw(st.booleans()) and d > 1, tuple(kinds))
     kind = draw(st.sampled_from([CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER,
                                  CollectiveKind.ALLTOALL]))
     coll = Collective(kind, n, draw(st.integers(1, 2)))
@@ -109,12 +112,23 @@ def _same(full: object, quotient: object, *, same_order: bool = True) -> None:
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much,
                                                                   HealthCheck.too_slow])
-@given(_cases(), st.sampled_from([1.0, 4096.0, 2.0**20]), st.sampled_from([0.0, 1.5]))
+@given(_cases(), st.sampled_from([1.0, 4096.0, 2.0**20]), st.sampled_from([0.0, 1.5]), st.one_of(st.none(), st.tuples(
+    st.lists(st.floats(0.1, 1.0), min_size=3, max_size=3), st.lists(st.floats(0.0, 5.0), min_size=3, max_size=3),
+    st.floats(0.0, 20.0))))
 def test_representatives_time_as_the_full_schedule(case: tuple[Topology, SymmetricSchedule], size: float,
-                                                   overhead: float) -> None:
+                                                   overhead: float,
+                                                   costs: tuple[list[float], list[float], float] | None) -> None:
+    """Also under a runtime's costs: a share of each link and a step latency per link class, a launch time."""
+    from taccl_py.runtime import Protocol, TransferCosts
+
     topo, sym = case
     assume(symmetry_error(sym, topo) is None)
     options = SimOptions(step_overhead_us=overhead)
+    if costs is not None:
+        shares, hops, launch = costs
+        classes = ("nvlink", "pci", "net")
+        options = SimOptions(step_overhead_us=overhead, costs=TransferCosts(
+            Protocol.SIMPLE, dict(zip(classes, hops, strict=True)), dict(zip(classes, shares, strict=True)), launch))
     _same(simulate(topo, expand(sym, topo), size, options), simulate_symmetric(topo, sym, size, options))
 
 
@@ -166,6 +180,7 @@ def test_pieced_ring_representatives_under_runtime_costs(kind: CollectiveKind) -
     reference = simulate(topo, full, 2.0**26, options)
     assert reference.time_us is not None and reference.time_us > simulate(topo, full, 2.0**26).time_us  # type: ignore[operator]
     _same(reference, quotient, same_order=False)
+    _same(simulate(topo, expand(sym, topo), 2.0**26, options), quotient)  # in order: a timeline draws that order
     assert posted.post_us > 0
     with pytest.raises(ScheduleError, match="proxy posts"):
         simulate_symmetric(topo, sym, 2.0**26, SimOptions(costs=posted))
@@ -173,8 +188,8 @@ def test_pieced_ring_representatives_under_runtime_costs(kind: CollectiveKind) -
 
 @pytest.mark.slow
 def test_calibrated_ring_prediction_from_representatives(monkeypatch: pytest.MonkeyPatch) -> None:
-    """predict_baseline on a rail cluster: through the representatives (in pieces) the same times, protocol and
-    transfer count as the full schedule (protocols whose floor is above the best time are not run there)."""
+    """predict_baseline on a rail cluster: through the representatives (in pieces) the same times per protocol,
+    protocol and transfer count as the full schedule."""
     import taccl_py.predict as predict
 
     topo = dgx_a100_cluster(4, fabric="rail")
@@ -185,11 +200,36 @@ def test_calibrated_ring_prediction_from_representatives(monkeypatch: pytest.Mon
         fast = predict.predict_baseline(topo, CollectiveKind.ALLREDUCE, "ring", size, topo.runtime)
         monkeypatch.undo()
         assert isinstance(fast.schedule, SymmetricSchedule) and not isinstance(full.schedule, SymmetricSchedule)
-        assert fast.protocol is full.protocol and fast.protocol.value in fast.times_us  # (floors prune the rest)
-        for p, t in fast.times_us.items():
-            assert t is not None and abs(full.times_us[p] - t) <= 1e-9 * t  # type: ignore[operator]
+        assert fast.protocol is full.protocol and fast.times_us.keys() == full.times_us.keys()
+        for p, t in full.times_us.items():
+            assert t is not None and abs(fast.times_us[p] - t) <= 1e-9 * t  # type: ignore[operator]
         assert full.schedule is not None and len(fast.schedule) == len(full.schedule)
         assert fast.schedule.notes["pieces"] == full.schedule.notes["pieces"] == pieces
+
+
+def test_a_check_is_kept_per_schedule_and_topology_object() -> None:
+    """The verdict is reused for the same topology object only: an equal topology is checked again, and a
+    schedule stays hashable and compares without its notes or verdict."""
+    import taccl_py.symmetry as symmetry
+
+    star, same = switch_star(4), switch_star(4)
+    sym = SymmetricSchedule(Collective(CollectiveKind.ALLGATHER, 4, 1), 1, (Transfer(0, 1, (0,), (0, 3)),),
+                            notes={"algorithm": "test"})
+    calls: list[int] = []
+    checked_now = symmetry._checked_now
+
+    def counting(schedule: SymmetricSchedule, topology: Topology) -> object:
+        calls.append(1)
+        return checked_now(schedule, topology)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(symmetry, "_checked_now", counting)
+        assert symmetry_error(sym, star) is None and symmetry_error(sym, star) is None and len(calls) == 1
+        simulate_symmetric(star, sym, 2.0**20)
+        assert len(calls) == 1
+        assert symmetry_error(sym, same) is None and len(calls) == 2
+    twin = SymmetricSchedule(sym.collective, 1, sym.reps)
+    assert twin == sym and hash(twin) == hash(sym) and twin._verdict == []
 
 
 @pytest.mark.slow

@@ -94,13 +94,12 @@ def large_ring_arrays(topology: Topology, kind: CollectiveKind, algorithm: str, 
         plan = ring_plan(topology, channels)
     except NotApplicable:
         return None
+    if plan.relays:  # no compact form (ring_compact refuses it)
+        return None
     phases = 2 if kind is CollectiveKind.ALLREDUCE else 1
     problem = full_simulation_error(n * (n - 1) * plan.channels * pieces * phases)
     if problem is not None:
-        raise InputError(f"the {plan.channels}-channel ring {kind.value}: {problem}; try fewer channels (--channels), "
-                         "or a fabric with a rank-translation symmetry (taccl topo generate ... --fabric rail), "
-                         "whose rings are simulated by representatives", where=topology.name)
-    try:
-        return ring_compact(kind, plan, topology.name, pieces)
-    except NotApplicable:
-        return None
+        in_pieces = f" in {pieces} pieces per channel" if pieces > 1 else ""
+        raise InputError(f"the ring {kind.value} on {plan.channels} channels{in_pieces}: {problem}; try fewer "
+                         "channels (--channels)", where=topology.name)
+    return ring_compact(kind, plan, topology.name, pieces)

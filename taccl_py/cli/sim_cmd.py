@@ -350,7 +350,8 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
     """Every size under the runtime model: an XML file with its own ``proto``, anything else with the fastest.
 
     ``ran``, when given, receives the schedule a baseline ran at the first size, in the order of its result's
-    per-transfer arrays (NCCL's ring in its pieces; a timeline draws it)."""
+    per-transfer arrays (NCCL's ring in its pieces; a timeline draws it), simulated in full as the ideal path
+    does for a timeline (no representatives: the critical path is drawn too)."""
     from taccl_py.predict import predict_baseline, predict_program, predict_schedule
 
     results: list[tuple[int, SimResult]] = []
@@ -386,23 +387,13 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
         for k, size in enumerate(sizes):
             say(_step_text(f"simulating {algorithm}", k, sizes))
             pred = predict_baseline(topology, kind, algorithm, size, model, channels=channels, root=root,
-                                    step_overhead_us=step_overhead_us)
+                                    step_overhead_us=step_overhead_us, representatives=ran is None)
             results.append((size, pred.sim))
             protos.append(pred.protocol.value)
-            if ran is not None and k == 0 and pred.schedule is not None:
-                ran.append(_as_schedule(pred.schedule, topology))
+            if ran is not None and k == 0:  # in full (no representatives): as arrays or as a schedule
+                ran.extend([pred.schedule.to_schedule()] if isinstance(pred.schedule, CompactSchedule)
+                           else [pred.schedule] if isinstance(pred.schedule, Schedule) else [])
     return kind, results, protos
-
-
-def _as_schedule(schedule: Schedule | CompactSchedule | SymmetricSchedule, topology: Topology) -> Schedule:
-    """The full schedule, transfers in the order a simulation of ``schedule`` reports them."""
-    from taccl_py.symmetry import expand
-
-    if isinstance(schedule, SymmetricSchedule):
-        return expand(schedule, topology)
-    if isinstance(schedule, CompactSchedule):
-        return schedule.to_schedule()
-    return schedule
 
 
 def _by_representatives(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None,
@@ -463,7 +454,7 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                     sim, sym = fast
                     entry = {"algorithm": name, **_row(size, sim, bound)}
                     del entry["size_bytes"]
-                    entry["channels"], entry["transfers"] = sym.collective.chunk_factor, sym.num_transfers
+                    entry["channels"], entry["transfers"] = sym.notes.get("channels"), sym.num_transfers
                     entries.append(entry)
                     continue
                 arrays = large_ring_arrays(topology, kind, name, channels)
