@@ -10,6 +10,7 @@ mutations (faults, deadlocks, broken structure), and the ring baselines built as
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -264,3 +265,22 @@ def test_available_memory_is_capped_by_the_cgroup(monkeypatch: pytest.MonkeyPatc
     assert fast_sim._available_memory_bytes() == 2048 * 1024
     del files["/proc/meminfo"]
     assert fast_sim._available_memory_bytes() is None
+
+
+def test_posted_transfers_take_the_kernel_from_fewer_transfers() -> None:
+    """Under a runtime's proxy posts the Python simulator re-solves at nearly every start, so the kernel takes
+    schedules from POSTED_MIN_TRANSFERS transfers (not FAST_MIN_TRANSFERS), with the same result."""
+    from taccl_py import fast_sim
+    from taccl_py.runtime import Protocol
+
+    topo = resolve_topology("dgx-a100x4")
+    assert topo.runtime is not None
+    schedule = baseline(topo, "allgather", "ring")
+    assert fast_sim.POSTED_MIN_TRANSFERS <= len(schedule.transfers) < fast_sim.FAST_MIN_TRANSFERS
+    costs = topo.runtime.costs(Protocol.SIMPLE, CollectiveKind.ALLGATHER, topo)
+    assert costs.post_us > 0 and any(costs.posts(topo, t.route) for t in schedule.transfers)
+    posted = simulate_large(topo, schedule, 2**26, SimOptions(costs=costs))
+    assert posted.notes.get("simulator") == "compiled"
+    _same(simulate(topo, schedule, 2**26, SimOptions(costs=costs)), posted)
+    unposted = SimOptions(costs=replace(costs, post_us=0.0))
+    assert simulate_large(topo, schedule, 2**26, unposted).notes.get("simulator") != "compiled"

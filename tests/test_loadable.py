@@ -198,3 +198,15 @@ def test_without_time_left_the_shortcuts_next_choice_is_written_and_the_guard_re
     assert report["time_limit_hit"] is True and report["candidates"] == []
     assert [hierarchical_splits(s) for s in lowered].count(found) == 1
     assert report["algorithm"].startswith("baseline hier-lb (") and report["xml_fallbacks"][0]["lowered"] is True
+
+
+def test_a_connection_cut_for_its_steps_says_so_when_the_channels_run_out() -> None:
+    """A 1-channel ring whose one connection has more steps than 32 threadblocks of the dialect's 64 hold
+    (2,048-GPU rings, or here 9 ranks in 300 pieces): the error says why two ranks need 64 connections."""
+    from taccl_py.library.grids import ring
+
+    topo = ring(9)
+    schedule = baseline(topo, "allgather", "ring", channels=1, chunk_factor=300)
+    with pytest.raises(LoweringError, match=r"64 connections between the two ranks.*more than the dialect's 64 "
+                                            r"steps per threadblock is cut"):
+        lower_schedule(schedule, topo)

@@ -335,14 +335,20 @@ class _Lowering:
         and segments only multiply, so no later attempt could fit.
         """
         between: dict[tuple[int, int], int] = {}
+        cut: set[tuple[int, int]] = set()
         for key in self.connections:
             pair = key[:2]
             between[pair] = between.get(pair, 0) + segments.get(key, 1)
+            if segments.get(key, 1) > 1:
+                cut.add(pair)
+        limit = DIALECTS[self.options.dialect].max_steps
         for (src, dst), count in sorted(between.items()):
             if count > MAX_CHANNELS:
+                why = (f"; a connection with more than the dialect's {limit} steps per threadblock is cut into "
+                       "threadblocks of their own" if (src, dst) in cut else "")
                 raise LoweringError(f"connections {src}->{dst} need a channel but all {MAX_CHANNELS} are taken "
                                     f"({count} connections between the two ranks; one connection per peer and "
-                                    "channel)", over=count / MAX_CHANNELS)
+                                    f"channel{why})", over=count / MAX_CHANNELS)
 
     def _steps(self, t: int, sending: bool) -> int:
         """Steps transfer ``t`` takes on one side at least (copies through scratch, pieces of 71 chunks)."""
