@@ -31,8 +31,8 @@ from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, gbps_to_bytes_per_us
 
-__all__ = ["FAST_MIN_TRANSFERS", "FULL_BYTES_PER_TRANSFER", "POSTED_MIN_TRANSFERS", "fast_error", "full_simulation_error", "simulate_compact",
-           "simulate_large"]
+__all__ = ["FAST_MIN_TRANSFERS", "FULL_BYTES_PER_TRANSFER", "POSTED_MIN_TRANSFERS", "fast_error",
+           "full_simulation_error", "simulate_compact", "simulate_large"]
 
 FAST_MIN_TRANSFERS = 100_000
 """From this many transfers :func:`simulate_large` uses the compiled kernel (below it, Python is as quick as the

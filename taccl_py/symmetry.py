@@ -52,8 +52,8 @@ from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.topology import Topology, Vertex
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["SYMMETRIC_MIN_GPUS", "SymmetricSchedule", "expand", "simulate_symmetric", "symmetry_error", "translate_chunk",
-           "translation_automorphism"]
+__all__ = ["SYMMETRIC_MIN_GPUS", "SymmetricSchedule", "expand", "simulate_symmetric", "symmetry_error",
+           "translate_chunk", "translation_automorphism"]
 
 _SUPPORTED = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
               CollectiveKind.ALLTOALL)
@@ -443,7 +443,7 @@ class _QuotientRun(EventKernel):
         busy = tuple(self.net.busy_us[self.link_orbit[i]] for i in range(links))
         carried = tuple(self.net.bytes_carried[self.link_orbit[i]] for i in range(links))
         return SimResult(correct=error is None, error=error,
-                         time_us=max(self.commit_at, default=0.0) + self.launch_us if error is None else None,
+                         time_us=(max(self.commit_at, default=0.0) + self.launch_us) if error is None else None,
                          size_bytes=self.size_bytes, collective=self.collective,
                          start_us=np.repeat(np.array(self.start_at), m), arrive_us=np.repeat(np.array(self.arrive_at), m),
                          commit_us=np.repeat(np.array(self.commit_at), m), link_busy_us=busy, link_bytes=carried,

@@ -346,7 +346,8 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
 
 def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
                          channels: int | None, root: int, step_overhead_us: float, model: Any, show: bool,
-                         ran: list[Schedule] | None = None) -> tuple[CollectiveKind, list[tuple[int, SimResult]], list[str]]:
+                         ran: list[Schedule] | None = None
+                         ) -> tuple[CollectiveKind, list[tuple[int, SimResult]], list[str]]:
     """Every size under the runtime model: an XML file with its own ``proto``, anything else with the fastest.
 
     ``ran``, when given, receives the schedule a baseline ran at the first size, in the order of its result's
