@@ -36,12 +36,14 @@ _WRAPPER = (
     "start = time.perf_counter()\n"
     "try:\n"
     "    done = subprocess.run(sys.argv[2:], capture_output=True, text=True, timeout=float(sys.argv[1]))\n"
-    "    code, out = done.returncode, done.stdout\n"
+    "    code, out, err = done.returncode, done.stdout, done.stderr\n"
     "except subprocess.TimeoutExpired:\n"
-    "    code, out = 'timeout', ''\n"
+    "    code, out, err = 'timeout', '', ''\n"
     "wall = time.perf_counter() - start\n"
     "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
-    "print(json.dumps({'exit': code, 'wall_s': wall, 'peak_rss_mib': peak, 'stdout': out[-2000:]}))\n"
+    "last = [line for line in err.splitlines() if line.strip()][-1:]\n"
+    "print(json.dumps({'exit': code, 'wall_s': wall, 'peak_rss_mib': peak, 'stdout': out[-2000:],\n"
+    "                  'error': last[0][:400] if last and code != 0 else ''}))\n"
 )
 
 STAGES = ("simulate ring (NCCL channels)", "simulate ring (NCCL channels, rail)", "simulate ring (1 channel)",
@@ -71,6 +73,8 @@ def _measure(command: list[str], timeout_s: float) -> dict[str, Any]:
             time_us = None
     row["time_us"] = time_us
     del row["stdout"]
+    if not row.get("error"):
+        row.pop("error", None)
     return row
 
 
@@ -205,14 +209,14 @@ def render(data: dict[str, Any], figures: Path) -> str:
              "Wall s / peak RSS MiB per stage, the whole command in a fresh process; `-` not run. Growth: time ~ n^k "
              "fitted over the four largest GPU counts that completed. The simulate rows on DGX A100 machines run under "
              "their calibrated runtime model (`dgx-a100`, the default of `taccl simulate`: each protocol NCCL may "
-             "choose, skipped where its floor is above the best time found, NCCL's ring in its chunk loops); the "
-             "one-channel ring rows (no runtime model in the file) on the raw-link model. Rail and one-channel ring rows "
-             "from 256 GPUs on use the representative simulation (under the runtime model too); every other simulate "
-             "row from 100,000 transfers runs every transfer in the compiled simulator, and a ring that cannot fit "
-             "in the memory available is refused before it is built (docs/simulator.md); synthesize and verify run "
-             "as they are; an exit status 1 is the runtime's limits refusing the file (the one-channel ring at 2,048 GPUs: "
-             "its one connection per peer is cut into threadblocks of at most 64 steps, 64 of them where the runtime has 32 "
-             "channels). The ring XML rows: "
+             "choose, a ring of 100,000 transfers or more skipping those whose floor is above the best time found; "
+             "NCCL's ring in its chunk loops); the one-channel ring rows (no runtime model in the file) on the "
+             "raw-link model. Rail and one-channel ring rows from 256 GPUs on use the representative simulation "
+             "(the rail rows under the runtime model); every other simulate row runs every transfer, in the compiled "
+             "simulator from 100,000 transfers (from 1,000 where transfers wait for proxy posts: the direct "
+             "Allgather), and a ring that cannot fit in the memory available is refused before it is built "
+             "(docs/simulator.md); synthesize and verify run as they are. A failed stage's error line is listed "
+             "below the table. The ring XML rows: "
              "`taccl baseline -a ring -o` writes the ring Allgather (with NCCL's channels, or as many as the runtime's "
              "limits allow, halving from there; and with `--channels 1`), then `taccl verify` and `taccl simulate -a` "
              "(calibrated runtime model, the file's `proto`) read the one-channel file; from 50,000 steps (files from "
@@ -241,6 +245,10 @@ def render(data: dict[str, Any], figures: Path) -> str:
     stopped = sorted({f"{r['stage']}: {r['why']}" for r in data["rows"] if r["exit"] == "not run"})
     if stopped:
         lines += ["", "Not run: " + "; ".join(stopped) + "."]
+    failed = [f"{r['stage']} at {r['gpus']} GPUs (exit {r['exit']}): `{r['error']}`" for r in data["rows"]
+              if r.get("error")]
+    if failed:
+        lines += ["", "Failed: " + "; ".join(failed) + "."]
     return "\n".join(lines) + "\n"
 
 

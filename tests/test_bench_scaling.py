@@ -27,6 +27,12 @@ def test_tiny_scaling_run_measures_and_renders(tmp_path: Path) -> None:
     assert "| simulate ring (NCCL channels) |" in text and " s / " in text
     assert module.fitted_growth([{"stage": "s", "gpus": n, "exit": 0, "wall_s": float(n) ** 2} for n in (2, 4, 8)],
                                 "s") == 2.0
+    assert all("error" not in row for row in rows)
+    failed = module._measure([module._TAccl, "simulate", "-t", str(tmp_path / "missing.json"), "-c", "allgather",
+                              "-s", "1MB", "-a", "ring"], 60.0)
+    assert failed["exit"] == 2 and "missing.json" in failed["error"] and failed["error"].startswith("taccl: error")
+    shown = module.render({**data, "rows": [*rows, {"stage": module.STAGES[0], "gpus": 8, **failed}]}, tmp_path)
+    assert "Failed: simulate ring (NCCL channels) at 8 GPUs (exit 2): `taccl: error" in shown
 
 
 def test_synthesize_rows_run_again_where_the_method_changes(monkeypatch: pytest.MonkeyPatch) -> None:

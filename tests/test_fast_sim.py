@@ -284,3 +284,27 @@ def test_posted_transfers_take_the_kernel_from_fewer_transfers() -> None:
     _same(simulate(topo, schedule, 2**26, SimOptions(costs=costs)), posted)
     unposted = SimOptions(costs=replace(costs, post_us=0.0))
     assert simulate_large(topo, schedule, 2**26, unposted).notes.get("simulator") != "compiled"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["Simple", "LL", "LL128"])
+def test_direct_allgather_with_posts_is_the_same_compiled(protocol: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case the posted threshold is for: a direct Allgather across 4 machines, whose transfers start one proxy
+    post after another; every per-transfer time equal in Python and compiled, and with waits added too."""
+    from taccl_py import fast_sim
+
+    topo = resolve_topology("dgx-a100x4")
+    assert topo.runtime is not None
+    schedule = baseline(topo, "allgather", "direct")
+    costs = topo.runtime.costs(protocol, CollectiveKind.ALLGATHER, topo)
+    assert costs.post_us > 0
+    monkeypatch.setattr(fast_sim, "POSTED_MIN_TRANSFERS", len(schedule.transfers) // 2)
+    options = SimOptions(costs=costs)
+    compiled = simulate_large(topo, schedule, 2**24, options)
+    assert compiled.notes.get("simulator") == "compiled"
+    _same(simulate(topo, schedule, 2**24, options), compiled)
+    waited = Schedule(schedule.collective, tuple(replace(t, after=(i - 7,)) if i >= 7 and i % 5 == 0 else t
+                                                 for i, t in enumerate(schedule.transfers)))
+    waited_compiled = simulate_large(topo, waited, 2**24, options)
+    assert waited_compiled.notes.get("simulator") == "compiled" and waited_compiled.correct
+    _same(simulate(topo, waited, 2**24, options), waited_compiled)

@@ -67,6 +67,7 @@ def test_the_capped_schedule_lowers_verifies_and_is_timed() -> None:
     with pytest.raises(LoweringError, match="need a channel but all 32 are taken") as failed:
         lower_schedule(schedule, topo)
     assert failed.value.over == pytest.approx(2.0)
+    assert "; 1 before connections of more than the dialect's 64 steps" in str(failed.value)  # one cut into 64
     capped = fewer_splits(topo, CollectiveKind.ALLREDUCE, schedule, GB, failed.value,
                           lambda s: lower_schedule(s, topo))
     # 2x over on channels: 64 splits, which need 5007 XML nodes on a rank (4096 allowed): 32
@@ -207,6 +208,10 @@ def test_a_connection_cut_for_its_steps_says_so_when_the_channels_run_out() -> N
 
     topo = ring(9)
     schedule = baseline(topo, "allgather", "ring", channels=1, chunk_factor=300)
-    with pytest.raises(LoweringError, match=r"64 connections between the two ranks.*more than the dialect's 64 "
-                                            r"steps per threadblock is cut"):
+    with pytest.raises(LoweringError, match=r"64 connections between the two ranks.*; 1 before connections of more "
+                                            r"than the dialect's 64 steps per threadblock were cut"):
         lower_schedule(schedule, topo)
+    wide = baseline(ring(2), "allgather", "ring", channels=40)  # 40 connections before any cut: no such clause
+    with pytest.raises(LoweringError, match=r"\(40 connections between the two ranks; one connection per peer and "
+                                            r"channel\)$"):
+        lower_schedule(wide, ring(2))

@@ -335,17 +335,17 @@ class _Lowering:
         and segments only multiply, so no later attempt could fit.
         """
         between: dict[tuple[int, int], int] = {}
-        cut: set[tuple[int, int]] = set()
+        uncut: dict[tuple[int, int], int] = {}
         for key in self.connections:
             pair = key[:2]
             between[pair] = between.get(pair, 0) + segments.get(key, 1)
-            if segments.get(key, 1) > 1:
-                cut.add(pair)
+            uncut[pair] = uncut.get(pair, 0) + 1
         limit = DIALECTS[self.options.dialect].max_steps
         for (src, dst), count in sorted(between.items()):
             if count > MAX_CHANNELS:
-                why = (f"; a connection with more than the dialect's {limit} steps per threadblock is cut into "
-                       "threadblocks of their own" if (src, dst) in cut else "")
+                why = (f"; {uncut[(src, dst)]} before connections of more than the dialect's {limit} steps per "
+                       "threadblock were cut into threadblocks of their own, halving until each fits"
+                       if uncut[(src, dst)] <= MAX_CHANNELS else "")
                 raise LoweringError(f"connections {src}->{dst} need a channel but all {MAX_CHANNELS} are taken "
                                     f"({count} connections between the two ranks; one connection per peer and "
                                     f"channel{why})", over=count / MAX_CHANNELS)
