@@ -64,6 +64,8 @@ class Prediction:
     """A calibrated simulation: the result under the chosen protocol, and the schedule it ran."""
 
     sim: SimResult
+    """The simulation; for a :class:`~taccl_py.symmetry.SymmetricSchedule` its per-transfer times are one per
+    representative (``sim.notes["times_per"]``), its makespan and link figures the full schedule's."""
     protocol: Protocol
     schedule: Schedule | CompactSchedule | SymmetricSchedule | None
     """What ran: a large ring as arrays (:class:`~taccl_py.compact.CompactSchedule`) or, from
@@ -128,8 +130,8 @@ def _simulate(topology: Topology, schedule: Schedule | CompactSchedule | Symmetr
     from taccl_py.fast_sim import simulate_compact, simulate_large
     from taccl_py.symmetry import simulate_symmetric
 
-    if isinstance(schedule, SymmetricSchedule):
-        return simulate_symmetric(topology, schedule, size_bytes, options)
+    if isinstance(schedule, SymmetricSchedule):  # the times per representative (Prediction.sim)
+        return simulate_symmetric(topology, schedule, size_bytes, options, expand_times=False)
     if isinstance(schedule, CompactSchedule):
         return simulate_compact(topology, schedule, size_bytes, options)
     return simulate_large(topology, schedule, size_bytes, options)

@@ -182,6 +182,12 @@ def test_pieced_ring_representatives_under_runtime_costs(kind: CollectiveKind) -
     assert reference.time_us is not None and raw is not None and reference.time_us > raw  # the costs do count
     _same(reference, quotient, same_order=False)
     _same(simulate(topo, expand(sym, topo), 2.0**26, options), quotient)  # in order: a timeline draws that order
+    per_rep = simulate_symmetric(topo, sym, 2.0**26, options, expand_times=False)
+    m = sym.orbit_size
+    assert per_rep.notes["times_per"] == "representative" and len(per_rep.start_us) == len(sym.reps)
+    assert per_rep.time_us == quotient.time_us and per_rep.link_busy_us == quotient.link_busy_us
+    for short, full_times in ((per_rep.start_us, quotient.start_us), (per_rep.commit_us, quotient.commit_us)):
+        np.testing.assert_array_equal(np.repeat(short, m), full_times)
     assert posted.post_us > 0
     with pytest.raises(ScheduleError, match="proxy posts"):
         simulate_symmetric(topo, sym, 2.0**26, SimOptions(costs=posted))
@@ -206,6 +212,7 @@ def test_calibrated_ring_prediction_from_representatives(monkeypatch: pytest.Mon
             assert t is not None and abs(fast.times_us[p] - t) <= 1e-9 * t  # type: ignore[operator]
         assert full.schedule is not None and len(fast.schedule) == len(full.schedule)
         assert fast.schedule.notes["pieces"] == full.schedule.notes["pieces"] == pieces
+        assert fast.sim.notes["times_per"] == "representative" and len(fast.sim.commit_us) == len(fast.schedule.reps)
 
 
 def test_a_check_is_kept_per_schedule_and_topology_object() -> None:
