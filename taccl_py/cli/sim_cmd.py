@@ -399,14 +399,15 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
 
 def _by_representatives(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None,
                         size: float, options: SimOptions) -> tuple[SimResult, SymmetricSchedule] | None:
-    """A large symmetric ring baseline simulated through its representatives; None when it has no such form."""
+    """A large symmetric ring baseline simulated through its representatives (one time per representative); None
+    when it has no such form."""
     if algorithm != "ring" or topology.num_gpus < SYMMETRIC_MIN_GPUS:
         return None
     from taccl_py.predict import symmetric_ring_baseline
     from taccl_py.symmetry import simulate_symmetric
 
-    sym = symmetric_ring_baseline(topology, kind, channels)
-    return None if sym is None else (simulate_symmetric(topology, sym, size, options), sym)
+    sym = symmetric_ring_baseline(topology, kind, channels)  # its rows read the makespan: times per representative
+    return None if sym is None else (simulate_symmetric(topology, sym, size, options, expand_times=False), sym)
 
 
 def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None, root: int,
