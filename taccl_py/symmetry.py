@@ -298,7 +298,9 @@ class _QuotientRun(EventKernel):
     """The simulator's start/arrive/commit rules on representatives (see :class:`taccl_py.simulator._Run`)."""
 
     def __init__(self, topology: Topology, schedule: SymmetricSchedule, size_bytes: float,
-                 options: SimOptions, checked: _Checked) -> None:
+                 options: SimOptions, checked: _Checked, expand_times: bool = True) -> None:
+        self.expand_times = expand_times
+        """Per-transfer times for every transfer of the full schedule (False: one per representative)."""
         coll = self.collective = schedule.collective
         self.topology, self.schedule, self.size_bytes = topology, schedule, size_bytes
         reps = self.reps = schedule.reps
@@ -437,9 +439,6 @@ class _QuotientRun(EventKernel):
                 if not self.commit_pending[j]:
                     commits.append(j)
 
-    expand_times = True
-    """Per-transfer times for every transfer of the full schedule (False: one per representative)."""
-
     def result(self, error: str | None) -> SimResult:
         m = self.schedule.orbit_size
         links = len(self.topology.links)
@@ -493,8 +492,7 @@ def simulate_symmetric(topology: Topology, schedule: SymmetricSchedule, size_byt
     paused = gc.isenabled()
     gc.disable()
     try:
-        run = _QuotientRun(topology, schedule, size_bytes, options, checked)
-        run.expand_times = expand_times
+        run = _QuotientRun(topology, schedule, size_bytes, options, checked, expand_times)
         try:
             run.run()
         except Fault as fault:

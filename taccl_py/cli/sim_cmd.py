@@ -392,8 +392,10 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
             results.append((size, pred.sim))
             protos.append(pred.protocol.value)
             if ran is not None and k == 0:  # in full (no representatives): as arrays or as a schedule
-                ran.extend([pred.schedule.to_schedule()] if isinstance(pred.schedule, CompactSchedule)
-                           else [pred.schedule] if isinstance(pred.schedule, Schedule) else [])
+                if isinstance(pred.schedule, CompactSchedule):
+                    ran.append(pred.schedule.to_schedule())
+                elif isinstance(pred.schedule, Schedule):
+                    ran.append(pred.schedule)
     return kind, results, protos
 
 
