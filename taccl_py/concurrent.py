@@ -15,7 +15,6 @@ The simulator and this module import no solver code.
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from taccl_py.collectives import Collective
 from taccl_py.errors import InputError
 from taccl_py.event_kernel import Fault
+from taccl_py.gc_pause import paused_gc
 from taccl_py.schedule import Schedule, Transfer
 from taccl_py.simulator import SimOptions, SimResult, _Run, simulate
 from taccl_py.topology import Topology
@@ -176,9 +176,7 @@ def simulate_concurrent(topology: Topology, parts: Sequence[tuple[Schedule, floa
         return ConcurrentResult(verdicts([None] * len(parts)), None, nothing)
     merged = Schedule(schedules[0].collective, transfers, name="+".join(s.name for s in schedules),
                       topology=topology.name)
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         run = _Run(topology, merged, max(size for _, size in parts), options, space=union,
                    transfer_bytes=transfer_bytes)
         try:
@@ -186,9 +184,6 @@ def simulate_concurrent(topology: Topology, parts: Sequence[tuple[Schedule, floa
         except Fault as fault:  # every part is right alone: the mix is what failed
             return ConcurrentResult(verdicts([None] * len(parts)), None, tuple(run.net.bytes_carried[:len(nothing)]),
                                     error=str(fault))
-    finally:
-        if paused:
-            gc.enable()
     link_bytes = tuple(run.net.bytes_carried[:len(nothing)])
     commit_at = run.commit_at
     if run.committed < len(transfers):

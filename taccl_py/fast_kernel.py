@@ -21,7 +21,9 @@ compare them to the Python simulator's, exactly). What each piece mirrors:
   and writes the union into a new row.
 
 A fault stops the run where the Python simulator would raise; :mod:`taccl_py.fast_sim`
-turns its code into the same message.
+turns its code into the same message. :func:`run` and :func:`build_dependencies` release the GIL (every array
+they touch is their caller's), so runs of one schedule under several protocols' costs go side by side in threads
+(:func:`taccl_py.predict.predict_schedule`).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ FAULT_DOUBLE = 2
 
 
 # ---------------------------------------------------------------------------------------------- dependencies
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def build_dependencies(src: Any, dst: Any, chunk_ptr: Any, chunks: Any, after_ptr: Any, after: Any,
                        num_chunks: int, num_keys: int) -> Any:
     """Start and commit dependencies, as ``simulator._dependencies`` derives them (no exchanges or groups).
@@ -689,7 +691,7 @@ def close_busy(net: Any, now: float) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the run
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: Any, bytes_by_count: Any,
         capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, state: Any, words: Any,
         num_chunks: int, n_ranks: int, route_posts: Any, post_us: float, posted: Any) -> Any:

@@ -17,8 +17,8 @@ mask's row has every bit.
 
 from __future__ import annotations
 
-import gc
 import math
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -26,13 +26,14 @@ import numpy as np
 from taccl_py.collectives import CollectiveKind
 from taccl_py.compact import CompactSchedule, compact, compact_error
 from taccl_py.endpoint import EndpointMode
+from taccl_py.gc_pause import paused_gc
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, gbps_to_bytes_per_us
 
-__all__ = ["FAST_MIN_TRANSFERS", "FULL_BYTES_PER_TRANSFER", "POSTED_MIN_TRANSFERS", "fast_error",
-           "full_simulation_error", "simulate_compact", "simulate_large"]
+__all__ = ["FAST_MIN_TRANSFERS", "FULL_BYTES_PER_TRANSFER", "POSTED_MIN_TRANSFERS", "available_cpus", "fast_error",
+           "full_simulation_error", "runs_compiled", "simulate_compact", "simulate_large"]
 
 FAST_MIN_TRANSFERS = 100_000
 """From this many transfers :func:`simulate_large` uses the compiled kernel (below it, Python is as quick as the
@@ -73,6 +74,11 @@ def _available_memory_bytes() -> int | None:
     if limit is not None and used is not None:
         free = limit - used if free is None else min(free, limit - used)
     return free
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def full_simulation_error(transfers: int) -> str | None:
@@ -236,13 +242,8 @@ def simulate_compact(topology: Topology, schedule: CompactSchedule, size_bytes: 
     options = options or SimOptions()
     if fast_error(schedule, topology, options):
         return simulate(topology, schedule.to_schedule(), size_bytes, options)
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         return _simulate(topology, schedule, size_bytes, options)
-    finally:
-        if paused:
-            gc.enable()
 
 
 def simulate_large(topology: Topology, schedule: Schedule, size_bytes: float,
@@ -255,14 +256,20 @@ def simulate_large(topology: Topology, schedule: Schedule, size_bytes: float,
     and run by :mod:`taccl_py.fast_kernel`.
     """
     options = options or SimOptions()
-    transfers = schedule.transfers
-    posted = options.costs is not None and options.costs.post_us > 0
-    if (len(transfers) < (POSTED_MIN_TRANSFERS if posted else FAST_MIN_TRANSFERS) or topology.has_endpoint_limits
-            or topology.store_and_forward
-            or not _kernel_options(options)
-            or any(t.exchange is not None or t.group is not None for t in transfers)):
+    if not runs_compiled(topology, schedule, options):
         return simulate(topology, schedule, size_bytes, options)
     return simulate_compact(topology, compact(schedule), size_bytes, options)
+
+
+def runs_compiled(topology: Topology, schedule: Schedule | CompactSchedule, options: SimOptions) -> bool:
+    """Whether :func:`simulate_large` (a schedule) or :func:`simulate_compact` (arrays) runs the compiled kernel."""
+    if isinstance(schedule, CompactSchedule):
+        return fast_error(schedule, topology, options) is None
+    transfers = schedule.transfers
+    posted = options.costs is not None and options.costs.post_us > 0
+    return not (len(transfers) < (POSTED_MIN_TRANSFERS if posted else FAST_MIN_TRANSFERS)
+                or topology.has_endpoint_limits or topology.store_and_forward or not _kernel_options(options)
+                or any(t.exchange is not None or t.group is not None for t in transfers))
 
 
 def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, options: SimOptions) -> SimResult:

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from taccl_py.collectives import CollectiveKind
-from taccl_py.compact import CompactSchedule
+from taccl_py.compact import CompactSchedule, compact
 from taccl_py.errors import NotApplicable
+from taccl_py.fast_sim import runs_compiled
 from taccl_py.runtime import (
     NVLS_ALGORITHMS,
     NVLS_ONE_PHASE_KINDS,
@@ -137,6 +138,56 @@ def _simulate(topology: Topology, schedule: Schedule | CompactSchedule | Symmetr
     return simulate_large(topology, schedule, size_bytes, options)
 
 
+_Timed = Schedule | CompactSchedule | SymmetricSchedule
+
+
+def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[Protocol, float], size_bytes: float,
+                 prepare: Callable[[Protocol], tuple[_Timed, SimOptions]]) -> list[tuple[Protocol, _Timed, SimResult]]:
+    """Each protocol of ``order`` prepared and simulated, unless its floor is at or above the best time found
+    before it (``floors`` empty: none skipped); what ran, in order.
+
+    Runs the compiled kernel takes go side by side in threads (the kernel releases the GIL) while there are CPUs
+    and memory for them: the next protocols not yet skipped start with the first, and one a loop would have
+    skipped once the first's time was known is dropped, so what comes back is what one loop gives."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from taccl_py.fast_sim import available_cpus, full_simulation_error, runs_compiled
+
+    ran: list[tuple[Protocol, _Timed, SimResult]] = []
+    best: float | None = None
+
+    def skipped(p: Protocol) -> bool:
+        return bool(floors) and best is not None and floors[p] >= best
+
+    width = min(available_cpus(), len(order))
+    i = 0
+    while i < len(order):
+        p = order[i]
+        i += 1
+        if skipped(p):
+            continue
+        wave = [(p, *prepare(p))]
+        first, options = wave[0][1], wave[0][2]
+        if width > 1 and not isinstance(first, SymmetricSchedule) and runs_compiled(topology, first, options):
+            while len(wave) < width and i < len(order):
+                q = order[i]
+                i += 1
+                if not skipped(q):
+                    wave.append((q, *prepare(q)))
+        if len(wave) > 1 and full_simulation_error(sum(len(s) for _, s, _ in wave)) is None:
+            with ThreadPoolExecutor(len(wave)) as pool:
+                sims = list(pool.map(lambda job: _simulate(topology, job[1], size_bytes, job[2]), wave))
+        else:
+            sims = [_simulate(topology, s, size_bytes, o) for _, s, o in wave]
+        for (q, schedule, _), sim in zip(wave, sims, strict=True):
+            if skipped(q):  # known only now: a loop would not have run it
+                continue
+            ran.append((q, schedule, sim))
+            if sim.time_us is not None and (best is None or sim.time_us < best):
+                best = sim.time_us
+    return ran
+
+
 def _nvls_protocols(protocols: tuple[Protocol, ...], topology: Topology) -> tuple[Protocol, ...]:
     """The protocols of ``protocols`` NCCL's NVLS runs with (Simple only); none is :class:`NotApplicable`."""
     kept = tuple(p for p in protocols if p in nccl_protocols(CollectiveKind.ALLREDUCE, "nvls"))
@@ -168,13 +219,14 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
     if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS:
         floors = _floors(topology, kind, size_bytes, schedule.collective.root, costs.__getitem__, protocols)
         order = tuple(sorted(protocols, key=floors.__getitem__))
+    options = {p: SimOptions(step_overhead_us=step_overhead_us, costs=costs[p]) for p in protocols}
+    timed: Schedule | CompactSchedule = schedule
+    if all(runs_compiled(topology, schedule, o) for o in options.values()):  # its arrays once, not per protocol
+        timed = compact(schedule)
     best: SimResult | None = None
     chosen = order[0]
     times: dict[str, float | None] = {}
-    for p in order:
-        if floors and best is not None and best.time_us is not None and floors[p] >= best.time_us:
-            continue
-        sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs[p]))
+    for p, _, sim in _by_protocol(topology, order, floors, size_bytes, lambda p: (timed, options[p])):
         times[p.value] = sim.time_us
         if best is None or _better(sim, best) or (
                 sim.time_us == best.time_us and protocols.index(p) < protocols.index(chosen)):
@@ -221,11 +273,9 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     large = plain is not None and len(plain) >= PRUNE_MIN_TRANSFERS
     floors = _floors(topology, kind, size_bytes, root, costs_of, protocols) if large else {}
     order = tuple(sorted(protocols, key=floors.__getitem__)) if large else protocols
-    best: Prediction | None = None
-    times: dict[str, float | None] = {}
-    for p in order:
-        if floors and best is not None and best.sim.time_us is not None and floors[p] >= best.sim.time_us:
-            continue
+
+    def prepare(p: Protocol) -> tuple[_Timed, SimOptions]:
+        nonlocal plain
         costs = costs_of(p)
         if pieced or algorithm in _TUNED_ALGORITHMS:
             costs = replace(costs, post_us=0.0)
@@ -256,9 +306,12 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
                     NVLS_MAX_PIECES, nccl_nvls_pieces(size_bytes, gpus_per_machine(topology), blocks=topology.num_gpus))
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop, chunk_factor=pieces_nvls)
-        sim = _simulate(topology, schedule, size_bytes, SimOptions(step_overhead_us=step_overhead_us, costs=costs))
+        return schedule, SimOptions(step_overhead_us=step_overhead_us, costs=costs)
+
+    best: Prediction | None = None
+    times: dict[str, float | None] = {}
+    for p, kept, sim in _by_protocol(topology, order, floors, size_bytes, prepare):
         times[p.value] = sim.time_us
-        kept = schedule
         if best is None or _better(sim, best.sim) or (
                 sim.time_us == best.sim.time_us and protocols.index(p) < protocols.index(best.protocol)):
             best = Prediction(sim, p, kept, times)

@@ -15,7 +15,6 @@ every required (rank, chunk) must hold the complete set.
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from taccl_py.collectives import Collective
 from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout, endpoint_sides
 from taccl_py.errors import InputError
 from taccl_py.event_kernel import EventKernel, Fault
+from taccl_py.gc_pause import paused_gc
 from taccl_py.runtime import TransferCosts, proxy_posts
 from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
 from taccl_py.store_forward import LegPlan
@@ -273,13 +273,8 @@ def simulate(topology: Topology, schedule: Schedule, size_bytes: float,
     allocates millions of small objects and no cycles, and the collector's
     passes would otherwise dominate large runs.
     """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         return _simulate(topology, schedule, size_bytes, options or SimOptions())
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _simulate(topology: Topology, schedule: Schedule, size_bytes: float, options: SimOptions) -> SimResult:

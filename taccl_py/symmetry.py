@@ -36,7 +36,6 @@ crosses two links of one orbit, transfers that wait for a runtime's proxy posts
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ import numpy as np
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import ScheduleError
 from taccl_py.event_kernel import EventKernel, Fault
+from taccl_py.gc_pause import paused_gc
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.topology import Topology, Vertex
@@ -489,15 +489,10 @@ def simulate_symmetric(topology: Topology, schedule: SymmetricSchedule, size_byt
     if costs is not None and any(costs.posts(topology, t.route) for t in schedule.reps):
         raise ScheduleError("proxy posts are serialized per rank in the order transfers become ready, which the "
                             "representatives do not track")
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         run = _QuotientRun(topology, schedule, size_bytes, options, checked, expand_times)
         try:
             run.run()
         except Fault as fault:
             return run.result(str(fault))
         return run.verdict()
-    finally:
-        if paused:
-            gc.enable()

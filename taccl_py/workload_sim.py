@@ -23,7 +23,6 @@ GPU's part (a compute kernel) or its last commit (a collective).
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout
 from taccl_py.errors import InputError
 from taccl_py.event_kernel import EventKernel
+from taccl_py.gc_pause import paused_gc
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import _dependencies
 from taccl_py.topology import Topology
@@ -160,15 +160,10 @@ def simulate_step(topology: Topology, workload: Workload, schedules: Sequence[Sc
     store-and-forward switches is refused (:func:`check_cut_through`).
     """
     check_cut_through(topology)
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with paused_gc():
         run = _Step(topology, workload, schedules, endpoint, step_overhead_us)
         run.run()
         return run.result()
-    finally:
-        if paused:
-            gc.enable()
 
 
 class _Step(EventKernel):

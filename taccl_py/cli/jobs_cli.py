@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,7 +31,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def default_jobs() -> int:
     """One job per core this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from taccl_py.fast_sim import available_cpus
+
+    return available_cpus()
 
 
 def jobs_option(default: int | None = None) -> Callable[[F], F]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.live import Live
@@ -62,11 +64,14 @@ MIN_LEFT_SHARE = 0.25
 """When the multi-dimensional shortcut's choice cannot be written, the solver stages run after all only if at least
 this share of --time-limit is left (with less they would be cut short by the guard, or push the command past it)."""
 
+_T = TypeVar("_T")
+
 XML_STAGES = ("lower", "protocol", "verify", "write")
 """The stages of writing the XML (after the synthesis stages)."""
 COMMAND_STAGES = (*STAGES, *XML_STAGES, "report")
 """The per-stage wall times a report shows (``stages_s``); ``protocol`` is the runtime model's prediction that
-picks the XML's protocol, ``report`` the bound and the reference ring."""
+picks the XML's protocol (the wait for it after the lowering, when it started before: large schedules), ``report``
+the bound and the reference ring."""
 
 
 class _Progress:
@@ -105,9 +110,40 @@ class _Progress:
         self.live.update(Text.from_markup("  ".join(parts)))
 
 
+def _reference_time(topology: Topology, kind: CollectiveKind, size: int, root: int,
+                    mode: EndpointMode) -> float | None:
+    """The raw-link time of NCCL's default algorithm for ``kind`` (a large ring as arrays, through the compiled
+    kernel)."""
+    from taccl_py.cli.sim_cmd import _simulate_baseline
+    from taccl_py.simulator import SimOptions
+
+    return _simulate_baseline(topology, kind, _NCCL_DEFAULT.get(kind, "ring"), None, root, size,
+                              SimOptions(endpoint=mode)).time_us
+
+
+def _reference_ahead(band: _Band) -> Future[float | None] | None:
+    """:func:`_reference_time` started in a thread of its own when the synthesis will not time it: on the
+    multi-dimensional shortcut's rail-stream path (from :data:`~taccl_py.synthesis.multidim.RAIL_GPUS` GPUs on a
+    cluster), whose synthesis runs one schedule in the compiled kernel and leaves the other CPUs free."""
+    from taccl_py.baselines import applicable_baselines
+    from taccl_py.fast_sim import available_cpus
+    from taccl_py.synthesis.multidim import RAIL_GPUS
+    from taccl_py.synthesis.railstream import rail_stream_applies
+
+    topology, kind, options = band.topology, band.kind, band.options
+    if (available_cpus() < 2 or topology.num_gpus < RAIL_GPUS or not topology.dimensions
+            or not options.multidim_shortcut or not options.compare_baselines or topology.has_endpoint_limits
+            or rail_stream_applies(topology, kind) is not None
+            or _NCCL_DEFAULT.get(kind, "ring") not in applicable_baselines(topology, kind)):
+        return None
+    return _in_background(lambda: _reference_time(topology, kind, band.size, band.root, options.endpoint))
+
+
 def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisResult,
-                     root: int, mode: EndpointMode = EndpointMode.GPU) -> tuple[str | None, float | None, Bound]:
-    """(NCCL-default algorithm name, its time, the lower bound), with the endpoint limits in ``mode``."""
+                     root: int, mode: EndpointMode = EndpointMode.GPU,
+                     ahead: Future[float | None] | None = None) -> tuple[str | None, float | None, Bound]:
+    """(NCCL-default algorithm name, its time, the lower bound), with the endpoint limits in ``mode``; ``ahead``:
+    that time, started before (:func:`_reference_ahead`)."""
     from taccl_py.bounds import lower_bound
 
     name: str | None = _NCCL_DEFAULT.get(kind, "ring")
@@ -115,11 +151,11 @@ def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result
     ring_time = result.baselines.get(name)
     if ring_time is None and name not in result.baselines:
         from taccl_py.baselines import applicable_baselines
-        from taccl_py.cli.sim_cmd import _simulate_baseline
-        from taccl_py.simulator import SimOptions
 
-        if name in applicable_baselines(topology, kind):  # a large ring as arrays, through the compiled kernel
-            ring_time = _simulate_baseline(topology, kind, name, None, root, size, SimOptions(endpoint=mode)).time_us
+        if ahead is not None:
+            ring_time = ahead.result()
+        elif name in applicable_baselines(topology, kind):
+            ring_time = _reference_time(topology, kind, size, root, mode)
         else:
             name = None
     return name, ring_time, lower_bound(topology, kind, size, root=root, endpoint=mode)
@@ -239,6 +275,8 @@ class _Lowerings:
     attempts: dict[int, int] = field(default_factory=dict)
     """How many times the baseline of a fewer-splits schedule was planned again to get it."""
     protos: dict[int, tuple[Schedule, tuple[str, str, Prediction | None]]] = field(default_factory=dict)
+    ahead: dict[int, tuple[Schedule, Future[tuple[str, str, Prediction | None]]]] = field(default_factory=dict)
+    """Protocol choices started before their schedule's lowering (:meth:`protocol_ahead`)."""
 
     def lower(self, schedule: Schedule, timing: SimResult | None = None) -> Program:
         """The program of ``schedule`` (lowered the first time it is asked for); raises its refusal."""
@@ -292,12 +330,28 @@ class _Lowerings:
 
     def protocol(self, schedule: Schedule, size: int, proto: str | None,
                  runtime: RuntimeModel | None) -> tuple[str, str, Prediction | None]:
-        """:func:`_choose_proto` of ``schedule``, once."""
+        """:func:`_choose_proto` of ``schedule``, once (what :meth:`protocol_ahead` started, when it did)."""
         known = self.protos.get(id(schedule))
         if known is None:
-            known = self.protos[id(schedule)] = (schedule, _choose_proto(schedule, self.topology, size, proto,
-                                                                         runtime))
+            started = self.ahead.pop(id(schedule), None)
+            chosen = started[1].result() if started is not None else _choose_proto(schedule, self.topology, size,
+                                                                                   proto, runtime)
+            known = self.protos[id(schedule)] = (schedule, chosen)
         return known[1]
+
+    def protocol_ahead(self, schedule: Schedule, size: int, proto: str | None, runtime: RuntimeModel | None) -> None:
+        """Start choosing the protocol of a large ``schedule`` about to be lowered, in a thread of its own.
+
+        Its runs in the compiled kernel release the GIL, so they go on while the lowering works in Python (at
+        1,024 GPUs each takes about half a minute); :meth:`protocol` waits for it. Small schedules, or without a
+        runtime model, nothing starts."""
+        from taccl_py.fast_sim import FAST_MIN_TRANSFERS
+
+        if (runtime is None or len(schedule.transfers) < FAST_MIN_TRANSFERS or id(schedule) in self.protos
+                or id(schedule) in self.ahead):
+            return
+        self.ahead[id(schedule)] = (schedule, _in_background(
+            lambda: _choose_proto(schedule, self.topology, size, proto, runtime)))
 
     def refusal(self, choice: Choice) -> LoweringError | None:
         """Why ``choice`` cannot be lowered, or None (it is lowered now if it was not yet)."""
@@ -306,6 +360,22 @@ class _Lowerings:
         except LoweringError as exc:
             return exc
         return None
+
+
+def _in_background(work: Callable[[], _T]) -> Future[_T]:
+    """``work`` run in a daemon thread: one whose result is no longer wanted (its schedule could not be lowered)
+    does not hold the command's exit."""
+    future: Future[_T] = Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(work())
+            except BaseException as exc:  # handed to whoever waits for it
+                future.set_exception(exc)
+
+    threading.Thread(target=run, name="taccl-ahead", daemon=True).start()
+    return future
 
 
 def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size: int, dialect: str, instances: int,
@@ -333,6 +403,8 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
         return not selectable_at(choice.schedule.collective, size, DEFAULT_TYPE_SIZE, instances), choice.time_us
 
     first = result.ranked[0] if result.ranked else None
+    if first is not None:
+        memo.protocol_ahead(first.schedule, size, proto, runtime)
     written = _Written(result.schedule, result.sim, result.chosen)
     pending = list(result.ranked)
     offered: list[Choice] = []  # hierarchical baselines planned again with fewer splits
@@ -444,7 +516,7 @@ def _selection(program: Program, size: int, dialect: str) -> tuple[dict[str, Any
 
 def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisResult, root: int,
          written: _Written | None, started: float, time_limit: float, dialect: str,
-         mode: EndpointMode = EndpointMode.GPU) -> dict[str, Any]:
+         mode: EndpointMode = EndpointMode.GPU, reference: Future[float | None] | None = None) -> dict[str, Any]:
     """The report of one size; the wall time runs from ``started`` to the end of the reference computations."""
     selection: dict[str, Any] | None = None
     selection_notes: list[str] = []
@@ -452,7 +524,7 @@ def _row(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisR
         selection, selection_notes = _selection(written.program, size, dialect)
         written.program = None  # written; at 1,024 GPUs millions of steps the reference ring's memory can reuse
     report_started = time.perf_counter()
-    ring_name, ring_time, bound = _reference_times(topology, kind, size, result, root, mode)
+    ring_name, ring_time, bound = _reference_times(topology, kind, size, result, root, mode, reference)
     report_s = time.perf_counter() - report_started
     wall_s = time.perf_counter() - started
     schedule, sim, label = (written.schedule, written.sim, written.label) if written else \
@@ -679,6 +751,7 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
     started = time.perf_counter()
     with _Progress(progress is None and bool(band.live_label), band.live_label) as live:
         report = progress if progress is not None else live
+        reference = _reference_ahead(band)
         result = synthesize(band.topology, band.kind, band.size, band.options, report)
         written: _Written | None = None
         if band.xml_path is not None:
@@ -687,6 +760,7 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
             lowered = time.perf_counter()
             if result.shortcut and result.ranked:
                 report("lowering", {"detail": result.chosen})
+                lowerings.protocol_ahead(result.ranked[0].schedule, band.size, band.proto, band.runtime)
             refusal = lowerings.refusal(result.ranked[0]) if result.shortcut and result.ranked else None
             first_s = time.perf_counter() - lowered  # the shortcut's choice lowered (or refused) before the rest
             if refusal is not None and band.topology.num_gpus <= RERUN_MAX_GPUS:
@@ -711,7 +785,7 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
     else:  # no XML written: what -o would write
         proto, why, calibrated = _choose_proto(result.schedule, band.topology, band.size, band.proto, band.runtime)
     row = _row(band.topology, band.kind, band.size, result, band.root, written, started, band.time_limit,
-               band.dialect, band.options.endpoint)
+               band.dialect, band.options.endpoint, reference)
     row.update(_calibrated_fields(proto, why, calibrated, band.runtime))
     if band.chakra_dir:
         from taccl_py.cli.export_cmd import write_chakra

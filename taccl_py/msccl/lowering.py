@@ -25,7 +25,6 @@ dependencies) -> :func:`assemble` (XML threadblocks) -> deadlock check.
 
 from __future__ import annotations
 
-import gc
 import os
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -34,6 +33,7 @@ import numpy as np
 
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import LoweringError
+from taccl_py.gc_pause import paused_gc
 from taccl_py.msccl.analysis import COMMIT, INITIAL, ScheduleOrder, analyze
 from taccl_py.msccl.assembly import Connection, LoweredOp, TbKey, assemble
 from taccl_py.msccl.ir import (
@@ -113,15 +113,10 @@ def lower_schedule(schedule: Schedule, topology: Topology, *, dialect: str = "v2
     col = schedule.collective
     in_place_mode = options.in_place if options.in_place is not None else col.kind is not CollectiveKind.ALLTOALL
     expanded = _expand(schedule, options.instances)
-    paused = gc.isenabled() and len(expanded.transfers) >= _NO_GC_TRANSFERS
-    if paused:  # millions of short-lived tuples and no cycles: collections would only walk them again and again
-        gc.disable()
-    try:
+    # millions of short-lived tuples and no cycles: collections would only walk them again and again
+    with paused_gc(len(expanded.transfers) >= _NO_GC_TRANSFERS):
         order = analyze(expanded)
         return _Lowering(order, in_place_mode, options, Precedence(order, _event_times(schedule, timing, instances))).run()
-    finally:
-        if paused:
-            gc.enable()
 
 
 def write_schedule_xml(schedule: Schedule, topology: Topology, path: str | os.PathLike[str], *,
