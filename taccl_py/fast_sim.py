@@ -18,7 +18,6 @@ mask's row has every bit.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import replace
 
 import numpy as np
@@ -32,7 +31,7 @@ from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, gbps_to_bytes_per_us
 
-__all__ = ["FAST_MIN_TRANSFERS", "FULL_BYTES_PER_TRANSFER", "POSTED_MIN_TRANSFERS", "available_cpus", "fast_error",
+__all__ = ["FAST_MIN_TRANSFERS", "FULL_BYTES_PER_TRANSFER", "POSTED_MIN_TRANSFERS", "fast_error",
            "full_simulation_error", "runs_compiled", "simulate_compact", "simulate_large"]
 
 FAST_MIN_TRANSFERS = 100_000
@@ -74,11 +73,6 @@ def _available_memory_bytes() -> int | None:
     if limit is not None and used is not None:
         free = limit - used if free is None else min(free, limit - used)
     return free
-
-
-def available_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the system tells it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def full_simulation_error(transfers: int) -> str | None:

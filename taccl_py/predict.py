@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from taccl_py.collectives import CollectiveKind
 from taccl_py.compact import CompactSchedule, compact
@@ -146,18 +147,26 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
     """Each protocol of ``order`` prepared and simulated, unless its floor is at or above the best time found
     before it (``floors`` empty: none skipped); what ran, in order.
 
-    Runs the compiled kernel takes go side by side in threads (the kernel releases the GIL) while there are CPUs
-    and memory for them: the next protocols not yet skipped start with the first, and one a loop would have
-    skipped once the first's time was known is dropped, so what comes back is what one loop gives."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from taccl_py.fast_sim import available_cpus, full_simulation_error, runs_compiled
+    Runs the compiled kernel takes go side by side (the kernel releases the GIL) while there are CPUs
+    (:func:`taccl_py.threads.available_cpus`) and memory (a snapshot: :func:`~taccl_py.fast_sim.full_simulation_error`
+    of them all) for them: the next protocols not yet skipped are prepared and start, in daemon threads, with the
+    first, which runs in this one. One a loop would have skipped once the first's time was known is dropped, its
+    error too, so what comes back (or is raised) is what one loop gives."""
+    from taccl_py.fast_sim import full_simulation_error, runs_compiled
+    from taccl_py.threads import available_cpus, in_background
 
     ran: list[tuple[Protocol, _Timed, SimResult]] = []
     best: float | None = None
+    prepared: dict[Protocol, tuple[_Timed, SimOptions]] = {}
 
     def skipped(p: Protocol) -> bool:
         return bool(floors) and best is not None and floors[p] >= best
+
+    def kernel(job: tuple[_Timed, SimOptions]) -> bool:
+        return not isinstance(job[0], SymmetricSchedule) and runs_compiled(topology, job[0], job[1])
+
+    def simulate(job: tuple[_Timed, SimOptions]) -> SimResult:
+        return _simulate(topology, job[0], size_bytes, job[1])
 
     width = min(available_cpus(), len(order))
     i = 0
@@ -166,25 +175,36 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
         i += 1
         if skipped(p):
             continue
-        wave = [(p, *prepare(p))]
-        first, options = wave[0][1], wave[0][2]
-        if width > 1 and not isinstance(first, SymmetricSchedule) and runs_compiled(topology, first, options):
+        first = prepared.pop(p) if p in prepared else prepare(p)
+        wave: list[tuple[Protocol, tuple[_Timed, SimOptions]]] = [(p, first)]
+        if width > 1 and kernel(first) and full_simulation_error(width * len(first[0])) is None:
             while len(wave) < width and i < len(order):
                 q = order[i]
+                if skipped(q):
+                    i += 1
+                    continue
+                try:
+                    job = prepare(q)
+                except Exception:  # prepared again in its turn, if a loop gets there
+                    break
+                if not kernel(job) or full_simulation_error(sum(len(j[0]) for _, j in wave) + len(job[0])):
+                    prepared[q] = job  # runs in its turn
+                    break
+                wave.append((q, job))
                 i += 1
-                if not skipped(q):
-                    wave.append((q, *prepare(q)))
-        if len(wave) > 1 and full_simulation_error(sum(len(s) for _, s, _ in wave)) is None:
-            with ThreadPoolExecutor(len(wave)) as pool:
-                sims = list(pool.map(lambda job: _simulate(topology, job[1], size_bytes, job[2]), wave))
-        else:
-            sims = [_simulate(topology, s, size_bytes, o) for _, s, o in wave]
-        for (q, schedule, _), sim in zip(wave, sims, strict=True):
+        alongside = [in_background(partial(simulate, job)) for _, job in wave[1:]]
+        outcomes: list[SimResult | BaseException] = [simulate(first)]
+        for future in alongside:
+            error = future.exception()
+            outcomes.append(future.result() if error is None else error)
+        for (q, job), outcome in zip(wave, outcomes, strict=True):
             if skipped(q):  # known only now: a loop would not have run it
                 continue
-            ran.append((q, schedule, sim))
-            if sim.time_us is not None and (best is None or sim.time_us < best):
-                best = sim.time_us
+            if isinstance(outcome, BaseException):
+                raise outcome
+            ran.append((q, job[0], outcome))
+            if outcome.time_us is not None and (best is None or outcome.time_us < best):
+                best = outcome.time_us
     return ran
 
 

@@ -11,17 +11,19 @@ from taccl_py.gc_pause import paused_gc
 def test_the_collector_comes_back_when_the_last_pause_ends() -> None:
     """Two threads pause it; the first to finish does not turn it back on under the other."""
     assert gc.isenabled()
-    first_in, first_out = threading.Event(), threading.Event()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
     seen: list[bool] = []
 
     def first() -> None:
         with paused_gc():
             first_in.set()
+            second_in.wait(5)  # both pauses overlap
         first_out.set()
 
     def second() -> None:
         first_in.wait(5)
         with paused_gc():
+            second_in.set()
             first_out.wait(5)
             seen.append(gc.isenabled())  # the first pause has ended, this one has not
 

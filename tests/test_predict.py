@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import taccl_py.fast_sim as fast_sim
 import taccl_py.predict as predict
+import taccl_py.threads as threads
 from taccl_py.runtime import PROTOCOLS, Protocol
 from taccl_py.simulator import SimOptions
 
@@ -42,26 +43,30 @@ def test_side_by_side_runs_what_one_loop_runs(order: list[Protocol],
                                               cpus: int, compiled: bool) -> None:
     """Whatever the floors, the times, the CPUs: the protocols returned, their order and times are the loop's; a
     protocol run ahead and then known to be skipped is dropped, and nothing runs side by side off the kernel."""
-    simulated: list[Protocol] = []
+    simulated: list[tuple[Protocol, bool]] = []
     lock = threading.Lock()
 
     def fake_simulate(topology: Any, schedule: Any, size: float, options: Any) -> Any:
         with lock:
-            simulated.append(schedule)
+            simulated.append((schedule, threading.current_thread() is threading.main_thread()))
         return SimpleNamespace(time_us=times[schedule])
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(predict, "_simulate", fake_simulate)
-        patch.setattr(fast_sim, "available_cpus", lambda: cpus)
+        patch.setattr(threads, "available_cpus", lambda: cpus)
         patch.setattr(fast_sim, "runs_compiled", lambda *_: compiled)
+        patch.setattr(fast_sim, "full_simulation_error", lambda _: None)
         ran = predict._by_protocol(None, tuple(order), floors, 1.0,  # type: ignore[arg-type]
                                    lambda p: (p, SimOptions()))  # type: ignore[arg-type,return-value]
     expected = _one_loop(tuple(order), floors, times)
     assert [(p, sim.time_us) for p, _, sim in ran] == expected
     assert [p for p, schedule, _ in ran] == [schedule for _, schedule, _ in ran]
+    ahead = [p for p, here in simulated if not here]
     if cpus == 1 or not compiled:
-        assert sorted(simulated) == sorted(p for p, _ in expected)  # nothing ahead of its turn
-    assert set(p for p, _ in expected) <= set(simulated)
+        assert sorted(p for p, _ in simulated) == sorted(p for p, _ in expected) and not ahead  # each in its turn
+    else:  # the first runs here, the next min(cpus, 3) - 1 beside it
+        assert (order[0], True) in simulated and len(ahead) >= min(cpus, len(order)) - 1
+    assert {p for p, _ in expected} <= {p for p, _ in simulated}
 
 
 def test_a_protocol_run_ahead_then_skipped_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,13 +76,35 @@ def test_a_protocol_run_ahead_then_skipped_is_dropped(monkeypatch: pytest.Monkey
     times = {Protocol.LL128: 10.0, Protocol.SIMPLE: 30.0, Protocol.LL: 50.0}
     monkeypatch.setattr(predict, "_simulate", lambda _t, p, _s, _o: simulated.append(p) or SimpleNamespace(
         time_us=times[p]))
-    monkeypatch.setattr(fast_sim, "available_cpus", lambda: 2)
+    monkeypatch.setattr(threads, "available_cpus", lambda: 2)
     monkeypatch.setattr(fast_sim, "runs_compiled", lambda *_: True)
+    monkeypatch.setattr(fast_sim, "full_simulation_error", lambda _: None)
     order = (Protocol.LL128, Protocol.SIMPLE, Protocol.LL)
     floors = {Protocol.LL128: 5.0, Protocol.SIMPLE: 20.0, Protocol.LL: 25.0}
     ran = predict._by_protocol(None, order, floors, 1.0, lambda p: (p, SimOptions()))  # type: ignore[arg-type]
     assert sorted(simulated) == sorted([Protocol.LL128, Protocol.SIMPLE])
     assert [p for p, _, _ in ran] == [Protocol.LL128]
+
+
+def test_an_error_of_a_protocol_a_loop_would_skip_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simple, run beside LL128, fails; its floor is above LL128's time, so a loop would never have run it: the
+    prediction stands. With a floor below, the error is what a loop meets too, and it is raised."""
+    def fake(_t: Any, p: Protocol, _s: float, _o: Any) -> Any:
+        if p is Protocol.SIMPLE:
+            raise MemoryError("no room")
+        return SimpleNamespace(time_us=10.0)
+
+    monkeypatch.setattr(predict, "_simulate", fake)
+    monkeypatch.setattr(threads, "available_cpus", lambda: 2)
+    monkeypatch.setattr(fast_sim, "runs_compiled", lambda *_: True)
+    monkeypatch.setattr(fast_sim, "full_simulation_error", lambda _: None)
+    order = (Protocol.LL128, Protocol.SIMPLE)
+    ran = predict._by_protocol(None, order, {Protocol.LL128: 5.0, Protocol.SIMPLE: 20.0}, 1.0,  # type: ignore[arg-type]
+                               lambda p: (p, SimOptions()))  # type: ignore[arg-type,return-value]
+    assert [p for p, _, _ in ran] == [Protocol.LL128]
+    with pytest.raises(MemoryError):
+        predict._by_protocol(None, order, {Protocol.LL128: 5.0, Protocol.SIMPLE: 8.0}, 1.0,  # type: ignore[arg-type]
+                             lambda p: (p, SimOptions()))  # type: ignore[arg-type,return-value]
 
 
 def test_the_kernel_releases_the_gil() -> None:
@@ -101,9 +128,9 @@ def test_a_posted_schedule_gets_the_same_prediction_side_by_side(monkeypatch: py
     assert model is not None
     options = SimOptions(costs=model.costs(Protocol.SIMPLE, CollectiveKind.ALLGATHER, topo))
     assert fast_sim.runs_compiled(topo, schedule, options)
-    monkeypatch.setattr(fast_sim, "available_cpus", lambda: 1)
+    monkeypatch.setattr(threads, "available_cpus", lambda: 1)
     alone = predict.predict_schedule(topo, schedule, size, model)
-    monkeypatch.setattr(fast_sim, "available_cpus", lambda: 3)
+    monkeypatch.setattr(threads, "available_cpus", lambda: 3)
     together = predict.predict_schedule(topo, schedule, size, model)
     assert together.times_us == alone.times_us and len(alone.times_us) == len(PROTOCOLS)
     assert together.protocol == alone.protocol
@@ -111,28 +138,42 @@ def test_a_posted_schedule_gets_the_same_prediction_side_by_side(monkeypatch: py
 
 
 @pytest.mark.parametrize("kind", ["allgather", "allreduce"])
-def test_synthesize_gives_the_same_report_with_work_started_ahead(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_synthesize_gives_the_same_file_and_report_with_work_started_ahead(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                    monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     """On the rail-stream path (here from 16 GPUs) ``synthesize -o`` starts the reference ring before the synthesis
-    and the protocol choice before the lowering, in threads (here for every schedule): the same file and report
-    as when each runs in its turn on one CPU."""
+    and the protocol choice before the lowering, in threads (here for every schedule): the same file, and the same
+    report but for its wall times, as when each runs in its turn on one CPU."""
     import taccl_py.cli.synth_cmd as synth_cmd
     import taccl_py.synthesis.multidim as multidim
     from cli_runner import only_json, run
 
     started: list[str] = []
-    in_background = synth_cmd._in_background
+    calls = {"ring": 0, "proto": 0}
+    in_background, reference_time, choose_proto = threads.in_background, synth_cmd._reference_time, \
+        synth_cmd._choose_proto
 
     def counted(work: Any) -> Any:
         started.append(threading.current_thread().name)
         return in_background(work)
 
-    monkeypatch.setattr(synth_cmd, "_in_background", counted)
+    def ring(*args: Any) -> Any:
+        calls["ring"] += 1
+        return reference_time(*args)
+
+    def proto(*args: Any) -> Any:
+        calls["proto"] += 1
+        return choose_proto(*args)
+
+    monkeypatch.setattr(synth_cmd, "in_background", counted)
+    monkeypatch.setattr(synth_cmd, "_reference_time", ring)
+    monkeypatch.setattr(synth_cmd, "_choose_proto", proto)
     monkeypatch.setattr(multidim, "RAIL_GPUS", 16)
+    monkeypatch.setattr(synth_cmd, "RERUN_MAX_GPUS", 8)
+    monkeypatch.setattr(fast_sim, "FAST_MIN_TRANSFERS", 1)  # every schedule counts as large
     reports, files = [], []
     for ahead in (False, True):
-        monkeypatch.setattr(fast_sim, "available_cpus", lambda ahead=ahead: 2 if ahead else 1)
-        monkeypatch.setattr(fast_sim, "FAST_MIN_TRANSFERS", 1 if ahead else 100_000)
+        monkeypatch.setattr(threads, "available_cpus", lambda ahead=ahead: 2 if ahead else 1)
+        calls.update(ring=0, proto=0)
         xml = tmp_path / f"{ahead}.xml"
         code, out, err = run(["synthesize", "-t", "dgx-a100x2", "-c", kind, "-s", "1MB", "-o", str(xml), "--json"],
                              capsys)
@@ -144,5 +185,6 @@ def test_synthesize_gives_the_same_report_with_work_started_ahead(tmp_path: Path
         reports.append(report)
         files.append(xml.read_bytes())
         assert len(started) == (2 if ahead else 0)  # the reference ring, the protocol
+        assert calls == {"ring": 1, "proto": 1}  # what started ahead is used, not computed again
     assert reports[0] == reports[1] and files[0] == files[1]
     assert reports[0]["ring_time_us"] is not None and reports[0]["calibrated"]["proto_times_us"]

@@ -31,7 +31,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def default_jobs() -> int:
     """One job per core this process may use."""
-    from taccl_py.fast_sim import available_cpus
+    from taccl_py.threads import available_cpus
 
     return available_cpus()
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich.live import Live
@@ -50,6 +49,7 @@ from taccl_py.synthesis import STAGES, SynthesisOptions, SynthesisResult, WorkBu
 from taccl_py.synthesis.candidates import Choice
 from taccl_py.synthesis.endpoint import channel_limit
 from taccl_py.synthesis.multidim import RERUN_MAX_GPUS
+from taccl_py.threads import in_background
 from taccl_py.topology import SwitchModel, Topology
 from taccl_py.units import algbw_gbps, format_bytes
 
@@ -63,8 +63,6 @@ SOLVE_SHARE = 0.85
 MIN_LEFT_SHARE = 0.25
 """When the multi-dimensional shortcut's choice cannot be written, the solver stages run after all only if at least
 this share of --time-limit is left (with less they would be cut short by the guard, or push the command past it)."""
-
-_T = TypeVar("_T")
 
 XML_STAGES = ("lower", "protocol", "verify", "write")
 """The stages of writing the XML (after the synthesis stages)."""
@@ -123,20 +121,19 @@ def _reference_time(topology: Topology, kind: CollectiveKind, size: int, root: i
 
 def _reference_ahead(band: _Band) -> Future[float | None] | None:
     """:func:`_reference_time` started in a thread of its own when the synthesis will not time it: on the
-    multi-dimensional shortcut's rail-stream path (from :data:`~taccl_py.synthesis.multidim.RAIL_GPUS` GPUs on a
-    cluster), whose synthesis runs one schedule in the compiled kernel and leaves the other CPUs free."""
+    multi-dimensional shortcut's rail-stream path (:func:`~taccl_py.synthesis.multidim.rail_path`), whose
+    synthesis runs one schedule at a time in the compiled kernel and leaves the other CPUs free. (Where the
+    hierarchical plan turns out not to apply, the solver stages run and time the ring themselves: this one is
+    then not used.)"""
     from taccl_py.baselines import applicable_baselines
-    from taccl_py.fast_sim import available_cpus
-    from taccl_py.synthesis.multidim import RAIL_GPUS
-    from taccl_py.synthesis.railstream import rail_stream_applies
+    from taccl_py.synthesis.multidim import rail_path
+    from taccl_py.threads import available_cpus
 
     topology, kind, options = band.topology, band.kind, band.options
-    if (available_cpus() < 2 or topology.num_gpus < RAIL_GPUS or not topology.dimensions
-            or not options.multidim_shortcut or not options.compare_baselines or topology.has_endpoint_limits
-            or rail_stream_applies(topology, kind) is not None
+    if (available_cpus() < 2 or not rail_path(topology, kind, options)
             or _NCCL_DEFAULT.get(kind, "ring") not in applicable_baselines(topology, kind)):
         return None
-    return _in_background(lambda: _reference_time(topology, kind, band.size, band.root, options.endpoint))
+    return in_background(lambda: _reference_time(topology, kind, band.size, band.root, options.endpoint))
 
 
 def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result: SynthesisResult,
@@ -152,12 +149,12 @@ def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result
     if ring_time is None and name not in result.baselines:
         from taccl_py.baselines import applicable_baselines
 
-        if ahead is not None:
-            ring_time = ahead.result()
-        elif name in applicable_baselines(topology, kind):
+        if name not in applicable_baselines(topology, kind):
+            name = None
+        elif ahead is None or isinstance(ahead.exception(), InputError):  # memory short beside the synthesis
             ring_time = _reference_time(topology, kind, size, root, mode)
         else:
-            name = None
+            ring_time = ahead.result()
     return name, ring_time, lower_bound(topology, kind, size, root=root, endpoint=mode)
 
 
@@ -343,14 +340,17 @@ class _Lowerings:
         """Start choosing the protocol of a large ``schedule`` about to be lowered, in a thread of its own.
 
         Its runs in the compiled kernel release the GIL, so they go on while the lowering works in Python (at
-        1,024 GPUs each takes about half a minute); :meth:`protocol` waits for it. Small schedules, or without a
-        runtime model, nothing starts."""
-        from taccl_py.fast_sim import FAST_MIN_TRANSFERS
+        1,024 GPUs each takes about half a minute); :meth:`protocol` waits for it. Nothing starts for a schedule
+        of fewer than 100,000 transfers, without a runtime model, on one CPU, or when the memory available now
+        would not hold every protocol's run."""
+        from taccl_py.fast_sim import FAST_MIN_TRANSFERS, full_simulation_error
+        from taccl_py.threads import available_cpus
 
-        if (runtime is None or len(schedule.transfers) < FAST_MIN_TRANSFERS or id(schedule) in self.protos
-                or id(schedule) in self.ahead):
+        transfers = len(schedule.transfers)
+        if (runtime is None or transfers < FAST_MIN_TRANSFERS or available_cpus() < 2 or id(schedule) in self.protos
+                or id(schedule) in self.ahead or full_simulation_error(len(PROTOCOLS) * transfers) is not None):
             return
-        self.ahead[id(schedule)] = (schedule, _in_background(
+        self.ahead[id(schedule)] = (schedule, in_background(
             lambda: _choose_proto(schedule, self.topology, size, proto, runtime)))
 
     def refusal(self, choice: Choice) -> LoweringError | None:
@@ -360,22 +360,6 @@ class _Lowerings:
         except LoweringError as exc:
             return exc
         return None
-
-
-def _in_background(work: Callable[[], _T]) -> Future[_T]:
-    """``work`` run in a daemon thread: one whose result is no longer wanted (its schedule could not be lowered)
-    does not hold the command's exit."""
-    future: Future[_T] = Future()
-
-    def run() -> None:
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(work())
-            except BaseException as exc:  # handed to whoever waits for it
-                future.set_exception(exc)
-
-    threading.Thread(target=run, name="taccl-ahead", daemon=True).start()
-    return future
 
 
 def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size: int, dialect: str, instances: int,
@@ -760,7 +744,8 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
             lowered = time.perf_counter()
             if result.shortcut and result.ranked:
                 report("lowering", {"detail": result.chosen})
-                lowerings.protocol_ahead(result.ranked[0].schedule, band.size, band.proto, band.runtime)
+                if band.topology.num_gpus > RERUN_MAX_GPUS:  # else a refusal runs the solver stages, time-limited
+                    lowerings.protocol_ahead(result.ranked[0].schedule, band.size, band.proto, band.runtime)
             refusal = lowerings.refusal(result.ranked[0]) if result.shortcut and result.ranked else None
             first_s = time.perf_counter() - lowered  # the shortcut's choice lowered (or refused) before the rest
             if refusal is not None and band.topology.num_gpus <= RERUN_MAX_GPUS:

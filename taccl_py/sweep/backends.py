@@ -45,7 +45,10 @@ class ProcessBackend:
 
     def __init__(self, workers: int) -> None:
         self.slots = 2 * workers
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        from taccl_py.threads import available_cpus, share_cpus
+
+        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=share_cpus, initargs=(available_cpus() // workers,))
 
     def submit(self, function: JobFunction, job: Job) -> Future[_Triple]:
         return self._pool.submit(execute_job, function, job.payload)

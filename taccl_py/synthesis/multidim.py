@@ -38,7 +38,7 @@ from taccl_py.synthesis.streams import streams_apply
 from taccl_py.topology import Topology
 
 __all__ = ["LARGE_GPUS", "LARGE_SKIP_EFFICIENCY", "MACHINES_SKIP_EFFICIENCY", "RAIL_GPUS", "RERUN_MAX_GPUS",
-           "SKIP_EFFICIENCY", "Shortcut", "hierarchical_shortcut", "skip_efficiency"]
+           "SKIP_EFFICIENCY", "Shortcut", "hierarchical_shortcut", "rail_path", "skip_efficiency"]
 
 SKIP_EFFICIENCY = 0.9
 """Modelled efficiency of ``hier-lb`` from which the solver stages are skipped (networks without machines)."""
@@ -102,19 +102,34 @@ class Shortcut:
         return text
 
 
+def _shortcut_allowed(topology: Topology, kind: CollectiveKind, options: SynthesisOptions) -> bool:
+    from taccl_py.baselines.hierarchical import HIERARCHICAL_KINDS
+
+    if not options.multidim_shortcut or kind not in HIERARCHICAL_KINDS or not topology.dimensions:
+        return False
+    if not options.compare_baselines:
+        return False  # the comparison is what the shortcut returns
+    # the plan's model knows no GPU memory: where the solver stages are affordable, run them
+    return not (options.endpoint_aware and topology.has_endpoint_limits and topology.num_gpus <= LARGE_GPUS)
+
+
+def rail_path(topology: Topology, kind: CollectiveKind, options: SynthesisOptions) -> bool:
+    """Whether :func:`hierarchical_shortcut`, where the hierarchical plan applies, takes the rail-stream path: it
+    then simulates the rail-stream schedules and compares them with the plan's baseline only (not NCCL's ring)."""
+    from taccl_py.synthesis.railstream import rail_stream_applies
+
+    return (_shortcut_allowed(topology, kind, options) and topology.num_gpus >= RAIL_GPUS
+            and not topology.has_endpoint_limits and rail_stream_applies(topology, kind) is None)
+
+
 def hierarchical_shortcut(topology: Topology, kind: CollectiveKind, size_bytes: float,
                           options: SynthesisOptions) -> Shortcut | None:
     """The shortcut when ``hier-lb`` is modelled near enough the bound, else None (see the module doc)."""
     from taccl_py.baselines import NotApplicable
-    from taccl_py.baselines.hierarchical import HIERARCHICAL_KINDS, hierarchical_plan
-    from taccl_py.synthesis.railstream import rail_stream_applies
+    from taccl_py.baselines.hierarchical import hierarchical_plan
 
-    if not options.multidim_shortcut or kind not in HIERARCHICAL_KINDS or not topology.dimensions:
+    if not _shortcut_allowed(topology, kind, options):
         return None
-    if not options.compare_baselines:
-        return None  # the comparison is what the shortcut returns
-    if options.endpoint_aware and topology.has_endpoint_limits and topology.num_gpus <= LARGE_GPUS:
-        return None  # the plan's model knows no GPU memory: where the solver stages are affordable, run them
     try:
         plan = hierarchical_plan(topology, kind, balanced=True, size_bytes=size_bytes)
     except NotApplicable:
@@ -123,9 +138,7 @@ def hierarchical_shortcut(topology: Topology, kind: CollectiveKind, size_bytes: 
         return None
     bound = lower_bound(topology, kind, size_bytes, root=options.root).bound_us
     large = topology.num_gpus > LARGE_GPUS
-    rail = topology.num_gpus >= RAIL_GPUS and not topology.has_endpoint_limits \
-        and rail_stream_applies(topology, kind) is None
-    if rail:
+    if rail_path(topology, kind, options):
         plain = hierarchical_plan(topology, kind, balanced=False, size_bytes=size_bytes).estimate_us
         if plain is not None and plain < plan.estimate_us:
             return Shortcut(plain, bound, ("hier",), "hier", rail=True)

@@ -1,0 +1,51 @@
+"""CPUs a process may keep busy, and work started in a thread of its own.
+
+The compiled simulator releases the GIL, so simulations of one schedule under several protocols' costs, or one
+next to the lowering (which works in Python), run side by side in threads (:mod:`taccl_py.predict`,
+``taccl synthesize -o``). A process of a ``--jobs N`` pool gets its share of the machine's CPUs
+(:func:`share_cpus`), so N jobs do not each start as many threads as the machine has CPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TypeVar
+
+__all__ = ["CPUS_ENV", "available_cpus", "in_background", "share_cpus"]
+
+_T = TypeVar("_T")
+
+CPUS_ENV = "TACCL_CPUS"
+"""When set (a positive integer), the CPUs this process keeps busy: what a job pool gives each of its workers."""
+
+
+def available_cpus() -> int:
+    """The CPUs this process may keep busy: :data:`CPUS_ENV` when set, else those its affinity allows."""
+    given = os.environ.get(CPUS_ENV, "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def share_cpus(cpus: int) -> None:
+    """This process keeps at most ``cpus`` CPUs busy (a pool worker's initializer: its share of the machine)."""
+    os.environ[CPUS_ENV] = str(max(1, cpus))
+
+
+def in_background(work: Callable[[], _T]) -> Future[_T]:
+    """``work`` run in a daemon thread; its result or exception in the future. A thread whose result is no longer
+    wanted does not hold the process's exit."""
+    future: Future[_T] = Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(work())
+            except BaseException as exc:  # handed to whoever waits for it
+                future.set_exception(exc)
+
+    threading.Thread(target=run, name="taccl-background", daemon=True).start()
+    return future
