@@ -74,14 +74,18 @@ def test_a_protocol_run_ahead_then_skipped_is_dropped(monkeypatch: pytest.Monkey
     run it: it is not in what comes back."""
     simulated: list[Protocol] = []
     times = {Protocol.LL128: 10.0, Protocol.SIMPLE: 30.0, Protocol.LL: 50.0}
-    monkeypatch.setattr(predict, "_simulate", lambda _t, p, _s, _o: simulated.append(p) or SimpleNamespace(
-        time_us=times[p]))
+
+    def fake(_t: Any, p: Protocol, _s: float, _o: Any) -> Any:
+        simulated.append(p)
+        return SimpleNamespace(time_us=times[p])
+
+    monkeypatch.setattr(predict, "_simulate", fake)
     monkeypatch.setattr(threads, "available_cpus", lambda: 2)
     monkeypatch.setattr(fast_sim, "runs_compiled", lambda *_: True)
     monkeypatch.setattr(fast_sim, "full_simulation_error", lambda _: None)
     order = (Protocol.LL128, Protocol.SIMPLE, Protocol.LL)
     floors = {Protocol.LL128: 5.0, Protocol.SIMPLE: 20.0, Protocol.LL: 25.0}
-    ran = predict._by_protocol(None, order, floors, 1.0, lambda p: (p, SimOptions()))  # type: ignore[arg-type]
+    ran = predict._by_protocol(None, order, floors, 1.0, lambda p: (p, SimOptions()))  # type: ignore[arg-type,return-value]
     assert sorted(simulated) == sorted([Protocol.LL128, Protocol.SIMPLE])
     assert [p for p, _, _ in ran] == [Protocol.LL128]
 
@@ -143,9 +147,10 @@ def test_synthesize_gives_the_same_file_and_report_with_work_started_ahead(tmp_p
     """On the rail-stream path (here from 16 GPUs) ``synthesize -o`` starts the reference ring before the synthesis
     and the protocol choice before the lowering, in threads (here for every schedule): the same file, and the same
     report but for its wall times, as when each runs in its turn on one CPU."""
+    from cli_runner import only_json, run
+
     import taccl_py.cli.synth_cmd as synth_cmd
     import taccl_py.synthesis.multidim as multidim
-    from cli_runner import only_json, run
 
     started: list[str] = []
     calls = {"ring": 0, "proto": 0}
