@@ -387,8 +387,9 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
         return not selectable_at(choice.schedule.collective, size, DEFAULT_TYPE_SIZE, instances), choice.time_us
 
     first = result.ranked[0] if result.ranked else None
-    if first is not None:
-        memo.protocol_ahead(first.schedule, size, proto, runtime)
+    untried = next((c for c in result.ranked if memo.lowered(c.schedule) is not False), None)
+    if untried is not None:  # the first choice not refused already
+        memo.protocol_ahead(untried.schedule, size, proto, runtime)
     written = _Written(result.schedule, result.sim, result.chosen)
     pending = list(result.ranked)
     offered: list[Choice] = []  # hierarchical baselines planned again with fewer splits
