@@ -12,6 +12,7 @@ runtime model (or with ``--ideal``) every caller keeps :func:`taccl_py.simulator
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -143,17 +144,19 @@ _Timed = Schedule | CompactSchedule | SymmetricSchedule
 
 
 def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[Protocol, float], size_bytes: float,
-                 prepare: Callable[[Protocol], tuple[_Timed, SimOptions]]) -> list[tuple[Protocol, _Timed, SimResult]]:
+                 prepare: Callable[[Protocol], tuple[_Timed, SimOptions]],
+                 stop: threading.Event | None = None) -> list[tuple[Protocol, _Timed, SimResult]]:
     """Each protocol of ``order`` prepared and simulated, unless its floor is at or above the best time found
     before it (``floors`` empty: none skipped); what ran, in order.
 
     Runs the compiled kernel takes go side by side (the kernel releases the GIL) while there are CPUs
     (:func:`taccl_py.threads.available_cpus`) and memory (a snapshot: :func:`~taccl_py.fast_sim.full_simulation_error`
-    of them all) for them: the next protocols not yet skipped are prepared and start, in daemon threads, with the
+    of them all) for them: the next protocols not yet skipped are prepared and start, in threads, with the
     first, which runs in this one. One a loop would have skipped once the first's time was known is dropped, its
-    error too, so what comes back (or is raised) is what one loop gives."""
+    error too, so what comes back (or is raised) is what one loop gives. ``stop`` set: raises
+    :class:`~taccl_py.threads.Cancelled` before the next runs start (work started ahead that is no longer wanted)."""
     from taccl_py.fast_sim import full_simulation_error, runs_compiled
-    from taccl_py.threads import available_cpus, in_background
+    from taccl_py.threads import Cancelled, available_cpus, in_background
 
     ran: list[tuple[Protocol, _Timed, SimResult]] = []
     best: float | None = None
@@ -175,6 +178,8 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
         i += 1
         if skipped(p):
             continue
+        if stop is not None and stop.is_set():
+            raise Cancelled("the prediction is no longer wanted")
         first = prepared.pop(p) if p in prepared else prepare(p)
         wave: list[tuple[Protocol, tuple[_Timed, SimOptions]]] = [(p, first)]
         if width > 1 and kernel(first) and full_simulation_error(width * len(first[0])) is None:
@@ -217,8 +222,10 @@ def _nvls_protocols(protocols: tuple[Protocol, ...], topology: Topology) -> tupl
 
 
 def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, model: RuntimeModel, *,
-                     protocols: tuple[Protocol, ...] = PROTOCOLS, step_overhead_us: float = 0.0) -> Prediction:
-    """``schedule`` under each protocol; the fastest wins (ties: the earlier in ``protocols``).
+                     protocols: tuple[Protocol, ...] = PROTOCOLS, step_overhead_us: float = 0.0,
+                     stop: threading.Event | None = None) -> Prediction:
+    """``schedule`` under each protocol; the fastest wins (ties: the earlier in ``protocols``). ``stop``: as
+    :func:`_by_protocol` (a prediction started ahead of its need).
 
     Across machines a transfer over the network starts once the proxies have posted it (the simulator's
     :func:`taccl_py.runtime.proxy_posts`). A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol
@@ -246,7 +253,7 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
     best: SimResult | None = None
     chosen = order[0]
     times: dict[str, float | None] = {}
-    for p, _, sim in _by_protocol(topology, order, floors, size_bytes, lambda p: (timed, options[p])):
+    for p, _, sim in _by_protocol(topology, order, floors, size_bytes, lambda p: (timed, options[p]), stop):
         times[p.value] = sim.time_us
         if best is None or _better(sim, best) or (
                 sim.time_us == best.time_us and protocols.index(p) < protocols.index(chosen)):

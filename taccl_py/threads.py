@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TypeVar
 
-__all__ = ["CPUS_ENV", "available_cpus", "in_background", "share_cpus"]
+__all__ = ["CPUS_ENV", "Cancelled", "available_cpus", "in_background", "share_cpus"]
 
 _T = TypeVar("_T")
 
@@ -35,9 +35,16 @@ def share_cpus(cpus: int) -> None:
     os.environ[CPUS_ENV] = str(max(1, cpus))
 
 
+class Cancelled(Exception):
+    """Work started ahead stopped at a point where it checks whether it is still wanted."""
+
+
 def in_background(work: Callable[[], _T]) -> Future[_T]:
-    """``work`` run in a daemon thread; its result or exception in the future. A thread whose result is no longer
-    wanted does not hold the process's exit."""
+    """``work`` run in a thread of its own; its result or exception in the future.
+
+    Not a daemon: the process waits for it before it exits. A daemon thread still inside the compiled kernel
+    when the interpreter finalizes aborts the process ("terminate called without an active exception"), so work
+    whose result is no longer wanted is stopped where it checks (:class:`Cancelled`), not left behind."""
     future: Future[_T] = Future()
 
     def run() -> None:
@@ -47,5 +54,5 @@ def in_background(work: Callable[[], _T]) -> Future[_T]:
             except BaseException as exc:  # handed to whoever waits for it
                 future.set_exception(exc)
 
-    threading.Thread(target=run, name="taccl-background", daemon=True).start()
+    threading.Thread(target=run, name="taccl-background").start()
     return future

@@ -111,6 +111,24 @@ def test_an_error_of_a_protocol_a_loop_would_skip_is_dropped(monkeypatch: pytest
                              lambda p: (p, SimOptions()))  # type: ignore[arg-type,return-value]
 
 
+def test_a_prediction_no_longer_wanted_stops_before_its_next_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work started ahead checks its stop event before each wave of runs: set, nothing more is simulated."""
+    simulated: list[Protocol] = []
+
+    def fake(_t: Any, p: Protocol, _s: float, _o: Any) -> Any:
+        simulated.append(p)
+        stop.set()  # wanted no longer once the first run is under way
+        return SimpleNamespace(time_us=10.0)
+
+    stop = threading.Event()
+    monkeypatch.setattr(predict, "_simulate", fake)
+    monkeypatch.setattr(threads, "available_cpus", lambda: 1)
+    with pytest.raises(threads.Cancelled):
+        predict._by_protocol(None, PROTOCOLS, {}, 1.0, lambda p: (p, SimOptions()),  # type: ignore[arg-type,return-value]
+                             stop)
+    assert simulated == [PROTOCOLS[0]]
+
+
 def test_the_kernel_releases_the_gil() -> None:
     """The compiled run and its dependency lists are what the threads run side by side."""
     from taccl_py import fast_kernel
@@ -193,3 +211,37 @@ def test_synthesize_gives_the_same_file_and_report_with_work_started_ahead(tmp_p
         assert calls == {"ring": 1, "proto": 1}  # what started ahead is used, not computed again
     assert reports[0] == reports[1] and files[0] == files[1]
     assert reports[0]["ring_time_us"] is not None and reports[0]["calibrated"]["proto_times_us"]
+
+
+def test_a_refused_schedule_stops_its_protocol_choice_started_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lowering refuses the schedule: the choice started for it is told to stop and is not waited for; the end
+    of the XML stages stops any other."""
+    import taccl_py.cli.synth_cmd as synth_cmd
+    import taccl_py.msccl as msccl
+    from taccl_py.baselines import baseline
+    from taccl_py.collectives import CollectiveKind
+    from taccl_py.errors import LoweringError
+    from taccl_py.library.fabrics import dgx_a100_cluster
+
+    topo = dgx_a100_cluster(2)
+    ring, direct = (baseline(topo, CollectiveKind.ALLGATHER, name) for name in ("ring", "direct"))
+    monkeypatch.setattr(threads, "available_cpus", lambda: 2)
+    monkeypatch.setattr(fast_sim, "FAST_MIN_TRANSFERS", 1)
+    release = threading.Event()
+    monkeypatch.setattr(synth_cmd, "_choose_proto", lambda *args: release.wait(10) and ("Simple", "", None))
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise LoweringError("too many nodes")
+
+    monkeypatch.setattr(msccl, "lower_schedule", refuse)
+    memo = synth_cmd._Lowerings(topo, "v2", 1, "Simple", 1 << 20, 1 << 20)
+    memo.protocol_ahead(ring, 1 << 20, None, topo.runtime)
+    memo.protocol_ahead(direct, 1 << 20, None, topo.runtime)
+    stops = {key: started[2] for key, started in memo.ahead.items()}
+    assert len(stops) == 2 and not any(e.is_set() for e in stops.values())
+    with pytest.raises(LoweringError):
+        memo.lower(ring)
+    assert stops[id(ring)].is_set() and not stops[id(direct)].is_set() and id(ring) not in memo.ahead
+    memo.stop_ahead()
+    assert stops[id(direct)].is_set() and not memo.ahead
+    release.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -220,12 +221,12 @@ class _Written:
 
 
 def _choose_proto(schedule: Schedule, topology: Topology, size: int, proto: str | None,
-                  runtime: RuntimeModel | None) -> tuple[str, str, Prediction | None]:
+                  runtime: RuntimeModel | None, stop: threading.Event | None = None) -> tuple[str, str, Prediction | None]:
     """The XML's protocol, why, and the calibrated prediction of ``schedule`` (None without a runtime model).
 
     ``--proto`` wins; otherwise the protocol the runtime model finds fastest for this schedule at this size
     (the runtime picks its protocol per size the same way); without a runtime model, Simple (the raw-link
-    model does not tell the protocols apart).
+    model does not tell the protocols apart). ``stop``: as :func:`taccl_py.predict.predict_schedule`.
     """
     from taccl_py.predict import predict_schedule
     from taccl_py.runtime import Protocol
@@ -235,7 +236,7 @@ def _choose_proto(schedule: Schedule, topology: Topology, size: int, proto: str 
     if runtime is not None:
         protocols = (Protocol(proto),) if proto is not None else PROTOCOLS
         try:
-            prediction = predict_schedule(topology, schedule, size, runtime, protocols=protocols)
+            prediction = predict_schedule(topology, schedule, size, runtime, protocols=protocols, stop=stop)
         except InputError as exc:  # e.g. GPU memory / channel limits, simulated on the raw-link model only
             why_not = f"; the runtime model does not apply: {exc}"
     if proto is not None:
@@ -272,8 +273,10 @@ class _Lowerings:
     attempts: dict[int, int] = field(default_factory=dict)
     """How many times the baseline of a fewer-splits schedule was planned again to get it."""
     protos: dict[int, tuple[Schedule, tuple[str, str, Prediction | None]]] = field(default_factory=dict)
-    ahead: dict[int, tuple[Schedule, Future[tuple[str, str, Prediction | None]]]] = field(default_factory=dict)
-    """Protocol choices started before their schedule's lowering (:meth:`protocol_ahead`)."""
+    ahead: dict[int, tuple[Schedule, Future[tuple[str, str, Prediction | None]], threading.Event]] = field(
+        default_factory=dict)
+    """Protocol choices started before their schedule's lowering (:meth:`protocol_ahead`), each with the event
+    that stops it (:meth:`stop_ahead`)."""
 
     def lower(self, schedule: Schedule, timing: SimResult | None = None) -> Program:
         """The program of ``schedule`` (lowered the first time it is asked for); raises its refusal."""
@@ -288,6 +291,7 @@ class _Lowerings:
                                          timing=timing)
             except LoweringError as exc:
                 outcome = exc
+                self.stop_ahead(schedule)  # its protocol is not wanted
             known = self.programs[id(schedule)] = (schedule, outcome)
         if isinstance(known[1], LoweringError):
             raise known[1]
@@ -350,8 +354,17 @@ class _Lowerings:
         if (runtime is None or transfers < FAST_MIN_TRANSFERS or available_cpus() < 2 or id(schedule) in self.protos
                 or id(schedule) in self.ahead or full_simulation_error(len(PROTOCOLS) * transfers) is not None):
             return
+        stop = threading.Event()
         self.ahead[id(schedule)] = (schedule, in_background(
-            lambda: _choose_proto(schedule, self.topology, size, proto, runtime)))
+            lambda: _choose_proto(schedule, self.topology, size, proto, runtime, stop)), stop)
+
+    def stop_ahead(self, schedule: Schedule | None = None) -> None:
+        """Stop the protocol choice started ahead for ``schedule`` (None: every one not waited for): it ends before
+        its next simulations start (the process waits for a thread's run under way before it exits)."""
+        for key in [id(schedule)] if schedule is not None else list(self.ahead):
+            started = self.ahead.pop(key, None)
+            if started is not None:
+                started[2].set()
 
     def refusal(self, choice: Choice) -> LoweringError | None:
         """Why ``choice`` cannot be lowered, or None (it is lowered now if it was not yet)."""
@@ -745,7 +758,10 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
             lowered = time.perf_counter()
             if result.shortcut and result.ranked:
                 report("lowering", {"detail": result.chosen})
-                if band.topology.num_gpus > RERUN_MAX_GPUS:  # else a refusal runs the solver stages, time-limited
+                # a rail-stream schedule is built to fit MSCCL's limits; a baseline first (hier-lb) may be refused
+                # after its lowering, and its protocol's runs (network posts: minutes at 256 GPUs) would be wasted;
+                # at most RERUN_MAX_GPUS a refusal runs the solver stages, time-limited
+                if result.ranked[0].candidate.rail and band.topology.num_gpus > RERUN_MAX_GPUS:
                     lowerings.protocol_ahead(result.ranked[0].schedule, band.size, band.proto, band.runtime)
             refusal = lowerings.refusal(result.ranked[0]) if result.shortcut and result.ranked else None
             first_s = time.perf_counter() - lowered  # the shortcut's choice lowered (or refused) before the rest
@@ -758,6 +774,7 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
                                      instances=band.instances, proto=band.proto, min_bytes=band.lo,
                                      max_bytes=band.hi, progress=report, runtime=band.runtime, lowerings=lowerings)
             written.stages_s["lower"] = written.stages_s.get("lower", 0.0) + first_s
+            lowerings.stop_ahead()
             del lowerings  # its programs (millions of steps at 1,024 GPUs) go before the reference ring is simulated
     if band.schedule_out:
         from taccl_py.schedule import save_schedule
