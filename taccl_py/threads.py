@@ -14,9 +14,13 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TypeVar
 
-__all__ = ["CPUS_ENV", "Cancelled", "available_cpus", "in_background", "share_cpus"]
+__all__ = ["BACKGROUND_NAME", "CPUS_ENV", "Cancelled", "available_cpus", "background_running", "in_background",
+           "share_cpus"]
 
 _T = TypeVar("_T")
+
+BACKGROUND_NAME = "taccl-background"
+"""The name of every thread :func:`in_background` starts."""
 
 CPUS_ENV = "TACCL_CPUS"
 """When set (a positive integer), the CPUs this process keeps busy: what a job pool gives each of its workers."""
@@ -54,5 +58,10 @@ def in_background(work: Callable[[], _T]) -> Future[_T]:
             except BaseException as exc:  # handed to whoever waits for it
                 future.set_exception(exc)
 
-    threading.Thread(target=run, name="taccl-background").start()
+    threading.Thread(target=run, name=BACKGROUND_NAME, daemon=False).start()
     return future
+
+
+def background_running() -> bool:
+    """Whether a thread :func:`in_background` started is still running."""
+    return any(t.name == BACKGROUND_NAME and t.is_alive() for t in threading.enumerate())

@@ -1,4 +1,4 @@
-"""CPUs a process keeps busy, and work started in a daemon thread."""
+"""CPUs a process keeps busy, and work started in a thread of its own."""
 
 from __future__ import annotations
 
@@ -38,3 +38,36 @@ def test_background_work_runs_in_a_thread_the_exit_waits_for_and_hands_back_its_
 
     with pytest.raises(ValueError, match="bad"):
         in_background(fails).result(10)
+
+
+def test_ctrl_c_with_simulations_in_threads_leaves_at_once(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Interrupted while a background run is still in the kernel: the one line, then an immediate exit with 130
+    (not the interpreter's wait for the thread, whose finalization would abort the process); none running: the
+    usual exit."""
+    import taccl_py.cli.main as cli_main
+    import taccl_py.cli.synth_cmd as synth_cmd
+    import taccl_py.threads as threads
+
+    def interrupt(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    left: list[int] = []
+    really_running = threads.background_running
+
+    def exit_now(status: int) -> None:
+        left.append(status)
+        raise SystemExit(status)
+
+    monkeypatch.setattr(synth_cmd, "synthesize", interrupt)
+    monkeypatch.setattr(cli_main.os, "_exit", exit_now)
+    for running in (True, False):
+        monkeypatch.setattr(threads, "background_running", lambda running=running: running)
+        with pytest.raises(SystemExit) as done:
+            cli_main.main(["synthesize", "-t", "ring8", "-c", "allgather", "-s", "1KB"])
+        assert done.value.code == 130 and capsys.readouterr().err == "taccl: interrupted\n"
+    assert left == [130]
+    release = threading.Event()
+    in_background(lambda: release.wait(10))
+    assert really_running()
+    release.set()

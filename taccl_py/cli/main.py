@@ -9,6 +9,7 @@ Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 
 INTERRUPTED_STATUS = 130
@@ -83,6 +84,18 @@ def cli(ideal: bool, launch_offset: float) -> None:
     """
 
 
+def _exit_now_if_background(status: int) -> None:
+    """Interrupted while simulations started in threads are still in the compiled kernel: leave at once (the
+    interpreter would wait for them, and a thread still in the kernel while it finalizes aborts the process).
+    Outputs are written to a temporary file and renamed, so nothing is left half-written."""
+    from taccl_py.threads import background_running
+
+    if background_running():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; map project errors to one line and an exit status."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -95,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_status)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("taccl: interrupted", err=True)
+        _exit_now_if_background(INTERRUPTED_STATUS)
         sys.exit(INTERRUPTED_STATUS)
     except click.exceptions.NoArgsIsHelpError as exc:  # bare `taccl` or `taccl topo`: the help, not an error line
         click.echo(exc.format_message(), err=True)

@@ -65,6 +65,10 @@ MIN_LEFT_SHARE = 0.25
 """When the multi-dimensional shortcut's choice cannot be written, the solver stages run after all only if at least
 this share of --time-limit is left (with less they would be cut short by the guard, or push the command past it)."""
 
+_LOWERING_TRANSFER_RUNS = 16
+"""The lowering's memory per transfer in units of a compiled run's (160 bytes): about 2.5 KB (a 1,024-GPU
+Allgather of 1,047,552 transfers peaked at 2.6 GB lowered one stage after the other)."""
+
 XML_STAGES = ("lower", "protocol", "verify", "write")
 """The stages of writing the XML (after the synthesis stages)."""
 COMMAND_STAGES = (*STAGES, *XML_STAGES, "report")
@@ -152,7 +156,7 @@ def _reference_times(topology: Topology, kind: CollectiveKind, size: int, result
 
         if name not in applicable_baselines(topology, kind):
             name = None
-        elif ahead is None or isinstance(ahead.exception(), InputError):  # memory short beside the synthesis
+        elif ahead is None or ahead.exception() is not None:  # e.g. memory short beside the synthesis: again now
             ring_time = _reference_time(topology, kind, size, root, mode)
         else:
             ring_time = ahead.result()
@@ -335,6 +339,7 @@ class _Lowerings:
         known = self.protos.get(id(schedule))
         if known is None:
             started = self.ahead.pop(id(schedule), None)
+            self.stop_ahead()  # any other started ahead is not the one written
             chosen = started[1].result() if started is not None else _choose_proto(schedule, self.topology, size,
                                                                                    proto, runtime)
             known = self.protos[id(schedule)] = (schedule, chosen)
@@ -346,13 +351,14 @@ class _Lowerings:
         Its runs in the compiled kernel release the GIL, so they go on while the lowering works in Python (at
         1,024 GPUs each takes about half a minute); :meth:`protocol` waits for it. Nothing starts for a schedule
         of fewer than 100,000 transfers, without a runtime model, on one CPU, or when the memory available now
-        would not hold every protocol's run."""
+        would not hold every protocol's run and the lowering beside them."""
         from taccl_py.fast_sim import FAST_MIN_TRANSFERS, full_simulation_error
         from taccl_py.threads import available_cpus
 
         transfers = len(schedule.transfers)
+        beside = len(PROTOCOLS) + _LOWERING_TRANSFER_RUNS  # every protocol's run and the lowering beside them
         if (runtime is None or transfers < FAST_MIN_TRANSFERS or available_cpus() < 2 or id(schedule) in self.protos
-                or id(schedule) in self.ahead or full_simulation_error(len(PROTOCOLS) * transfers) is not None):
+                or id(schedule) in self.ahead or full_simulation_error(beside * transfers) is not None):
             return
         stop = threading.Event()
         self.ahead[id(schedule)] = (schedule, in_background(
@@ -401,7 +407,10 @@ def _write_xml(result: SynthesisResult, topology: Topology, path: Path, *, size:
 
     first = result.ranked[0] if result.ranked else None
     untried = next((c for c in result.ranked if memo.lowered(c.schedule) is not False), None)
-    if untried is not None:  # the first choice not refused already
+    if untried is not None and memo.lowered(untried.schedule) is None and (untried.candidate.rail
+                                                                         or not result.shortcut):
+        # the first choice not refused already, while it is lowered; on the shortcut's path a rail-stream one only
+        # (see _synthesize_band)
         memo.protocol_ahead(untried.schedule, size, proto, runtime)
     written = _Written(result.schedule, result.sim, result.chosen)
     pending = list(result.ranked)
@@ -744,6 +753,33 @@ def _without_shortcut(band: _Band, result: SynthesisResult, refusal: LoweringErr
     return full, written
 
 
+def _xml_stages(band: _Band, result: SynthesisResult, lowerings: _Lowerings, started: float,
+                report: Callable[[str, dict[str, Any]], None]) -> tuple[SynthesisResult, _Written]:
+    """The XML stages of one size: the shortcut's choice lowered first (the solver stages after all when it is
+    refused at most RERUN_MAX_GPUS GPUs: the result returned is then theirs), then the first choice that fits."""
+    assert band.xml_path is not None
+    lowered = time.perf_counter()
+    if result.shortcut and result.ranked:
+        report("lowering", {"detail": result.chosen})
+        # a rail-stream schedule is built to fit MSCCL's limits; a baseline first (hier-lb) may be refused after
+        # its lowering, and its protocol's runs (network posts: minutes at 256 GPUs) would be wasted; at most
+        # RERUN_MAX_GPUS a refusal runs the solver stages, time-limited
+        if result.ranked[0].candidate.rail and band.topology.num_gpus > RERUN_MAX_GPUS:
+            lowerings.protocol_ahead(result.ranked[0].schedule, band.size, band.proto, band.runtime)
+    refusal = lowerings.refusal(result.ranked[0]) if result.shortcut and result.ranked else None
+    first_s = time.perf_counter() - lowered  # the shortcut's choice lowered (or refused) before the rest
+    if refusal is not None and band.topology.num_gpus <= RERUN_MAX_GPUS:
+        # it cannot be a file: the solver stages run after all (above RERUN_MAX_GPUS they would take longer than
+        # anything they could gain; the next loadable choice is written)
+        result, written = _without_shortcut(band, result, refusal, started, report, lowerings)
+    else:
+        written = _write_xml(result, band.topology, band.xml_path, size=band.size, dialect=band.dialect,
+                             instances=band.instances, proto=band.proto, min_bytes=band.lo, max_bytes=band.hi,
+                             progress=report, runtime=band.runtime, lowerings=lowerings)
+    written.stages_s["lower"] = written.stages_s.get("lower", 0.0) + first_s
+    return result, written
+
+
 def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Synthesize one size, write its XML; the report row (a job function of the runner: module level)."""
     started = time.perf_counter()
@@ -755,27 +791,12 @@ def _synthesize_band(band: _Band, progress: Any = None) -> tuple[dict[str, Any],
         if band.xml_path is not None:
             lowerings = _Lowerings(band.topology, band.dialect, band.instances, band.proto or "Simple", band.lo,
                                    band.hi)
-            lowered = time.perf_counter()
-            if result.shortcut and result.ranked:
-                report("lowering", {"detail": result.chosen})
-                # a rail-stream schedule is built to fit MSCCL's limits; a baseline first (hier-lb) may be refused
-                # after its lowering, and its protocol's runs (network posts: minutes at 256 GPUs) would be wasted;
-                # at most RERUN_MAX_GPUS a refusal runs the solver stages, time-limited
-                if result.ranked[0].candidate.rail and band.topology.num_gpus > RERUN_MAX_GPUS:
-                    lowerings.protocol_ahead(result.ranked[0].schedule, band.size, band.proto, band.runtime)
-            refusal = lowerings.refusal(result.ranked[0]) if result.shortcut and result.ranked else None
-            first_s = time.perf_counter() - lowered  # the shortcut's choice lowered (or refused) before the rest
-            if refusal is not None and band.topology.num_gpus <= RERUN_MAX_GPUS:
-                # it cannot be a file: the solver stages run after all (above RERUN_MAX_GPUS they would take
-                # longer than anything they could gain; the next loadable choice is written)
-                result, written = _without_shortcut(band, result, refusal, started, report, lowerings)
-            else:
-                written = _write_xml(result, band.topology, band.xml_path, size=band.size, dialect=band.dialect,
-                                     instances=band.instances, proto=band.proto, min_bytes=band.lo,
-                                     max_bytes=band.hi, progress=report, runtime=band.runtime, lowerings=lowerings)
-            written.stages_s["lower"] = written.stages_s.get("lower", 0.0) + first_s
-            lowerings.stop_ahead()
+            try:
+                result, written = _xml_stages(band, result, lowerings, started, report)
+            finally:
+                lowerings.stop_ahead()  # what started ahead and was not waited for (a refusal, an error)
             del lowerings  # its programs (millions of steps at 1,024 GPUs) go before the reference ring is simulated
+
     if band.schedule_out:
         from taccl_py.schedule import save_schedule
 
