@@ -11,13 +11,16 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import TypeVar
+from concurrent.futures import Future, wait
+from typing import Any, TypeVar
 
 __all__ = ["BACKGROUND_NAME", "CPUS_ENV", "Cancelled", "available_cpus", "background_running", "in_background",
-           "share_cpus"]
+           "share_cpus", "wait_background"]
 
 _T = TypeVar("_T")
+
+_lock = threading.Lock()
+_started: set[Future[Any]] = set()
 
 BACKGROUND_NAME = "taccl-background"
 """The name of every thread :func:`in_background` starts."""
@@ -50,18 +53,32 @@ def in_background(work: Callable[[], _T]) -> Future[_T]:
     when the interpreter finalizes aborts the process ("terminate called without an active exception"), so work
     whose result is no longer wanted is stopped where it checks (:class:`Cancelled`), not left behind."""
     future: Future[_T] = Future()
+    with _lock:
+        _started.add(future)
 
     def run() -> None:
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(work())
-            except BaseException as exc:  # handed to whoever waits for it
-                future.set_exception(exc)
+        try:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(work())
+                except BaseException as exc:  # handed to whoever waits for it
+                    future.set_exception(exc)
+        finally:
+            with _lock:
+                _started.discard(future)
 
     threading.Thread(target=run, name=BACKGROUND_NAME, daemon=False).start()
     return future
 
 
 def background_running() -> bool:
-    """Whether a thread :func:`in_background` started is still running."""
-    return any(t.name == BACKGROUND_NAME and t.is_alive() for t in threading.enumerate())
+    """Whether work :func:`in_background` started is still under way (its result not set yet)."""
+    with _lock:
+        return any(not f.done() for f in _started)
+
+
+def wait_background(timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for the work :func:`in_background` started; whether all of it ended."""
+    with _lock:
+        pending = list(_started)
+    return not wait(pending, timeout=timeout_s).not_done

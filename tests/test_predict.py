@@ -94,6 +94,8 @@ def test_side_by_side_runs_what_one_loop_runs(order: list[Protocol], floors: dic
     ahead = [p for p, here in simulated if not here]
     if cpus == 1 or memory == 1 or not compiled[order[0]]:
         assert not ahead  # each in its turn
+    elif memory >= min(cpus, len(order)) and compiled[order[1]] and fails not in (order[0], order[1]):
+        assert order[1] in ahead  # the next ran beside the first
     assert all(compiled[p] for p in ahead)  # off the kernel nothing runs beside
     assert len(simulated) <= len(PROTOCOLS) and len({p for p, _ in simulated}) == len(simulated)
 
@@ -281,13 +283,44 @@ def test_a_refused_schedule_stops_its_protocol_choice_started_ahead(monkeypatch:
 
     monkeypatch.setattr(msccl, "lower_schedule", refuse)
     memo = synth_cmd._Lowerings(topo, "v2", 1, "Simple", 1 << 20, 1 << 20)
+    try:
+        memo.protocol_ahead(ring, 1 << 20, None, topo.runtime)
+        memo.protocol_ahead(direct, 1 << 20, None, topo.runtime)
+        stops = {key: started[2] for key, started in memo.ahead.items()}
+        assert len(stops) == 2 and not any(e.is_set() for e in stops.values())
+        with pytest.raises(LoweringError):
+            memo.lower(ring)
+        assert stops[id(ring)].is_set() and not stops[id(direct)].is_set() and id(ring) not in memo.ahead
+        memo.stop_ahead()
+        assert stops[id(direct)].is_set() and not memo.ahead
+    finally:
+        release.set()
+
+
+def test_choosing_a_protocol_stops_the_others_started_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The protocol of the schedule written is waited for; one started for another choice is stopped, and asked
+    for later it is computed again, not waited for."""
+    import taccl_py.cli.synth_cmd as synth_cmd
+    from taccl_py.baselines import baseline
+    from taccl_py.collectives import CollectiveKind
+    from taccl_py.library.fabrics import dgx_a100_cluster
+
+    topo = dgx_a100_cluster(2)
+    ring, direct = (baseline(topo, CollectiveKind.ALLGATHER, name) for name in ("ring", "direct"))
+    monkeypatch.setattr(threads, "available_cpus", lambda: 2)
+    monkeypatch.setattr(fast_sim, "FAST_MIN_TRANSFERS", 1)
+    calls: list[tuple[int, bool]] = []
+
+    def choose(schedule: Any, *args: Any) -> Any:
+        calls.append((id(schedule), threading.current_thread() is threading.main_thread()))
+        return ("LL", "", None) if schedule is ring else ("Simple", "", None)
+
+    monkeypatch.setattr(synth_cmd, "_choose_proto", choose)
+    memo = synth_cmd._Lowerings(topo, "v2", 1, "Simple", 1 << 20, 1 << 20)
     memo.protocol_ahead(ring, 1 << 20, None, topo.runtime)
     memo.protocol_ahead(direct, 1 << 20, None, topo.runtime)
-    stops = {key: started[2] for key, started in memo.ahead.items()}
-    assert len(stops) == 2 and not any(e.is_set() for e in stops.values())
-    with pytest.raises(LoweringError):
-        memo.lower(ring)
-    assert stops[id(ring)].is_set() and not stops[id(direct)].is_set() and id(ring) not in memo.ahead
-    memo.stop_ahead()
-    assert stops[id(direct)].is_set() and not memo.ahead
-    release.set()
+    stop_direct = memo.ahead[id(direct)][2]
+    assert memo.protocol(ring, 1 << 20, None, topo.runtime)[0] == "LL"
+    assert stop_direct.is_set() and not memo.ahead
+    assert memo.protocol(direct, 1 << 20, None, topo.runtime)[0] == "Simple"
+    assert calls.count((id(direct), True)) == 1 and (id(ring), False) in calls

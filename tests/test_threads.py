@@ -68,6 +68,9 @@ def test_ctrl_c_with_simulations_in_threads_leaves_at_once(monkeypatch: pytest.M
         assert done.value.code == 130 and capsys.readouterr().err == "taccl: interrupted\n"
     assert left == [130]
     release = threading.Event()
-    in_background(lambda: release.wait(10))
-    assert really_running()
-    release.set()
+    try:
+        started = in_background(lambda: release.wait(10))
+        assert really_running()
+    finally:
+        release.set()
+    assert started.result(10) and threads.wait_background(10) and not really_running()

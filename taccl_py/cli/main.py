@@ -9,8 +9,10 @@ Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from typing import NoReturn
 
 INTERRUPTED_STATUS = 130
 """Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
@@ -84,16 +86,19 @@ def cli(ideal: bool, launch_offset: float) -> None:
     """
 
 
-def _exit_now_if_background(status: int) -> None:
-    """Interrupted while simulations started in threads are still in the compiled kernel: leave at once (the
-    interpreter would wait for them, and a thread still in the kernel while it finalizes aborts the process).
-    Outputs are written to a temporary file and renamed, so nothing is left half-written."""
+def _leave(status: int) -> NoReturn:
+    """Exit with ``status``; interrupted or failed while simulations started in threads are still under way
+    (in the compiled kernel, where nothing stops them), at once: the interpreter would wait for work whose result
+    is not wanted, and a thread still in the kernel while it finalizes aborts the process. Outputs are written
+    to a temporary file and renamed, so nothing is left half-written."""
     from taccl_py.threads import background_running
 
     if background_running():
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError):  # a closed pipe
+                stream.flush()
         os._exit(status)
+    sys.exit(status)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -105,11 +110,10 @@ def main(argv: list[str] | None = None) -> None:
             status = cli.invoke(ctx)
     except TacclError as exc:
         click.echo(f"taccl: error: {exc}", err=True)
-        sys.exit(exc.exit_status)
+        _leave(exc.exit_status)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("taccl: interrupted", err=True)
-        _exit_now_if_background(INTERRUPTED_STATUS)
-        sys.exit(INTERRUPTED_STATUS)
+        _leave(INTERRUPTED_STATUS)
     except click.exceptions.NoArgsIsHelpError as exc:  # bare `taccl` or `taccl topo`: the help, not an error line
         click.echo(exc.format_message(), err=True)
         sys.exit(2)
