@@ -314,6 +314,13 @@ class RuntimeModel:
     """Per link class, Simple's share for collectives that only copy (:data:`COPY_KINDS`); a class not named
     here takes ``efficiency``. A reduction's step also reads the local buffer and adds, so the same channels
     move its data more slowly than a copy's."""
+    alltoall_net_share: float = 1.0
+    """Share of the network's own share (``efficiency`` or ``copy_efficiency`` of ``net``) that Alltoall's traffic
+    over the network reaches (1: the same). In an Alltoall every GPU sends to every GPU of the other machines at
+    once, so each NIC exchanges with all the others' NICs at the same time, where a ring's NIC streams to one;
+    on NDmv4 NCCL's Alltoall moved 20.2 GB/s per NIC where its rings move 23.3. Applies to every Alltoall over
+    the network (NCCL's point-to-point and a synthesized schedule alike: the traffic, not the kernel); fitted by
+    ``taccl profile fit --runtime --class net-alltoall``."""
 
     def costs(self, protocol: Protocol | str, kind: CollectiveKind, topology: Topology, *,
               algorithm: str | None = None, size_bytes: float | None = None) -> TransferCosts:
@@ -344,6 +351,8 @@ class RuntimeModel:
                     base *= chunk / (chunk + self.nvls_half_chunk_bytes)
             if algorithm == "nvls-tree":
                 base *= NCCL_TREE_SHARE if c == "net" else self.nvls_tree_share if c == "nvlink" else 1.0
+            if kind is CollectiveKind.ALLTOALL and c == "net":
+                base *= self.alltoall_net_share
             widest = widest_gpu_link(topology, c)
             if algorithm == "tree":
                 fractions[c] = _tree_share(p, base, widest if self.tree_caps else None, lanes, kind,
@@ -476,6 +485,13 @@ _A100_NET = ("net (per-step latency per protocol, Simple efficiency): fitted by 
              "2.4 % rms (worst 3.9 %); the LL and LL128 latencies (8.68, 8.731 us, from 2.7 and 4.0) rest on its 1 KB "
              "row only; 0.9306 of 25 GB/s is 23.3 GB/s per NIC")
 
+_A100_NET_ALLTOALL = ("net-alltoall (the share of the network's rate Alltoall's traffic reaches): fitted by `taccl profile "
+                      "fit --runtime --per-rank tests/data/nccl_tests/mscclpp_ndmv4.csv@4GB:4GB --select machines=2 "
+                      "--collective alltoall --class net-alltoall --into dgx-a100x2 -o FILE` (after the network fit; "
+                      "from 1) on the one-GPU-per-rank Alltoall of 2 x Azure NDm A100 v4 at 4 GB (same page): 0.8671, "
+                      "20.2 GB/s per NIC where the Allreduce rows give 23.3; its 1 KB and 1 GB rows are held out (the "
+                      "1 GB row checks only that the share holds across sizes: both rows are bandwidth-bound)")
+
 _H100_FIT = ("nvlink (per-step latency per protocol, Simple efficiency and its share for copies, LL128 cap): fitted by "
              "`taccl profile fit --runtime tests/data/nccl_tests/together_h100x8_all_reduce_ring.log "
              "tests/data/nccl_tests/together_h100x8_all_gather_ring.log --per-rank "
@@ -515,7 +531,7 @@ PRESETS: dict[str, RuntimeModel] = {
                         "net": {Protocol.LL: 8.68, Protocol.LL128: 8.731, Protocol.SIMPLE: 9.6}},
         launch_us={**NCCL_BASE_LATENCY_US, Protocol.LL: 8.574},
         ll128_channels=7.722, tree_caps=True, copy_efficiency={"nvlink": 0.8586}, net_overhead_us=2.0,
-        sources=(_A100_FIT, _A100_NET, _NCCL_SOURCE)),
+        alltoall_net_share=0.8671, sources=(_A100_FIT, _A100_NET, _A100_NET_ALLTOALL, _NCCL_SOURCE)),
     "dgx-h100": RuntimeModel(
         name="dgx-h100", efficiency={"nvlink": 0.8292, "pci": 1.0, "net": 0.9525}, channels=32,
         hop_latency_us={"nvlink": {Protocol.LL: 1.444, Protocol.LL128: 0.5298, Protocol.SIMPLE: 4.868},
@@ -552,6 +568,8 @@ def runtime_to_dict(model: RuntimeModel) -> dict[str, Any]:
         data["tree_caps"] = True
     if model.copy_efficiency:
         data["copy_efficiency"] = dict(model.copy_efficiency)
+    if model.alltoall_net_share != 1.0:
+        data["alltoall_net_share"] = model.alltoall_net_share
     if model.net_overhead_us != 1.0:
         data["net_overhead_us"] = model.net_overhead_us
     if model.fitted is not None:
@@ -573,7 +591,7 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
             raise InputError(f"a preset takes no other keys (got {sorted(extra)})", where=f"{where}: runtime")
         return PRESETS[name]
     known = {"name", "efficiency", "copy_efficiency", "net_overhead_us", "channels", "ll128_channels", "nvls_efficiency",
-             "nvls_latency_us", "nvls_half_chunk_bytes", "nvls_tree_share", "tree_caps",
+             "nvls_latency_us", "nvls_half_chunk_bytes", "nvls_tree_share", "alltoall_net_share", "tree_caps",
              "hop_latency_us", "launch_us", "sources", "fitted"}
     unknown = set(raw) - known
     if unknown:
@@ -608,12 +626,17 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
     tree_share = raw.get("nvls_tree_share", 1.0)
     if isinstance(tree_share, bool) or not isinstance(tree_share, (int, float)) or not 0 < tree_share <= 1:
         raise InputError(f"must be a number in (0, 1] (got {tree_share!r})", where=f"{where}: runtime.nvls_tree_share")
-    nvls_extra: dict[str, float] = {"nvls_tree_share": float(tree_share)}
+    extra_figures: dict[str, float] = {"nvls_tree_share": float(tree_share)}
+    alltoall_share = raw.get("alltoall_net_share", 1.0)
+    if isinstance(alltoall_share, bool) or not isinstance(alltoall_share, (int, float)) or not 0 < alltoall_share <= 1:
+        raise InputError(f"must be a number in (0, 1] (got {alltoall_share!r})",
+                         where=f"{where}: runtime.alltoall_net_share")
+    extra_figures["alltoall_net_share"] = float(alltoall_share)
     for key, upper in (("nvls_latency_us", 1e4), ("nvls_half_chunk_bytes", float(1 << 30))):
         value = raw.get(key, 0.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= upper:
             raise InputError(f"must be a number in 0..{upper:.0f} (got {value!r})", where=f"{where}: runtime.{key}")
-        nvls_extra[key] = float(value)
+        extra_figures[key] = float(value)
     tree_caps = raw.get("tree_caps", False)
     if not isinstance(tree_caps, bool):
         raise InputError(f"must be true or false (got {tree_caps!r})", where=f"{where}: runtime.tree_caps")
@@ -625,7 +648,7 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
         raise InputError("must be a string", where=f"{where}: runtime.name")
     return RuntimeModel(name=name, efficiency=efficiency, channels=channels, hop_latency_us=hops, launch_us=launch,
                         sources=tuple(sources), fitted=fitted, ll128_channels=None if ll128 is None else float(ll128),
-                        nvls_efficiency=None if nvls is None else float(nvls), tree_caps=tree_caps, **nvls_extra,
+                        nvls_efficiency=None if nvls is None else float(nvls), tree_caps=tree_caps, **extra_figures,
                         copy_efficiency=copy_efficiency, net_overhead_us=float(overhead))
 
 

@@ -125,15 +125,17 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
               help="CSV: one fit per measured direction (default without --into) or per link class of the "
                    "topology (default with --into).")
 @click.option("--class", "class_name", metavar="NAME",
-              help="Link class of --into to re-calibrate (nvlink, pci, net; with --runtime also nvls, and nvls-tree "
-                   "for the share of NVLS's rate NCCL's NVLSTree reaches).")
+              help="Link class of --into to re-calibrate (nvlink, pci, net; with --runtime also nvls, nvls-tree "
+                   "for the share of NVLS's rate NCCL's NVLSTree reaches, and net-alltoall for the share of the "
+                   "network's rate Alltoall reaches across machines).")
 @click.option("--name", metavar="NAME", help="Name of a new topology (default: the first file's stem).")
 @click.option("--runtime", "runtime", is_flag=True,
               help="Calibrate the runtime model of --into (launch overhead, per-step latency per protocol, "
                    "efficiency and LL128 cap of one link class) from collective logs or published timing tables, "
                    "instead of its links; --class picks the class (nvlink, pci, net), or nvls for NVLink SHARP's "
                    "own figures (latency, share, chunk cost) from Allreduce rows that ran NVLS (its Allgather and "
-                   "ReduceScatter take the NVLink copy share: fit them with nvlink).")
+                   "ReduceScatter take the NVLink copy share: fit them with nvlink), nvls-tree or net-alltoall for "
+                   "one share each.")
 @click.option("--rows", "rows_kept", type=click.Choice(["all", "even", "odd"]), default="all", show_default=True,
               help="With --runtime: fit every row, or every other one (the rest held out to check the fit).")
 @click.option("--per-rank", "per_rank", multiple=True, metavar="FILE",
@@ -213,7 +215,13 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
     from dataclasses import replace
 
-    from taccl_py.profiler.runtime_fit import fit_nvls, fit_nvls_tree, fit_runtime, read_timed_rows
+    from taccl_py.profiler.runtime_fit import (
+        fit_alltoall_net,
+        fit_nvls,
+        fit_nvls_tree,
+        fit_runtime,
+        read_timed_rows,
+    )
 
     if into is None:
         raise ProfileInputError("--runtime calibrates the runtime model of a topology: give --into TOPO", where="--runtime")
@@ -233,6 +241,11 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
                                     f"{class_name}", where="--algorithm")
         fitter = fit_nvls if class_name == "nvls" else fit_nvls_tree
         fit = fitter(base, rows, harness_offset_us=harness_offset)
+    elif class_name == "net-alltoall":
+        if set(algorithms) - {"direct"}:
+            raise ProfileInputError("--class net-alltoall fits NCCL's Alltoall (its point-to-point sends): --algorithm "
+                                    "can only be direct", where="--algorithm")
+        fit = fit_alltoall_net(base, rows, harness_offset_us=harness_offset)
     else:
         fit = fit_runtime(base, rows, link_class=class_name, algorithms=algorithms or None,
                           harness_offset_us=harness_offset)

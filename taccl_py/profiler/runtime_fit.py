@@ -44,7 +44,7 @@ import numpy as np
 
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import ProfileInputError
-from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline
+from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline, predict_nccl
 from taccl_py.profiler.nccl_tests import BINARY_MODELS, binary_from_name, parse_nccl_tests_log, resolve_binary
 from taccl_py.profiler.tables import is_timing_table, read_timing_table
 from taccl_py.runtime import (
@@ -62,11 +62,10 @@ from taccl_py.runtime import (
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, parse_size_bounds
 
-__all__ = ["FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES", "NVLS_FIT_METHOD", "NVLS_TREE_FIGURES",
-           "NVLS_TREE_FIT_METHOD", "PRIOR_WEIGHT",
-           "RuntimeFit", "RuntimeFitRow", "TimedRow", "default_link_class", "fit_nvls", "fit_nvls_tree", "fit_runtime",
-           "gpu_link_class",
-           "read_timed_files", "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
+__all__ = ["ALLTOALL_NET_FIGURES", "ALLTOALL_NET_FIT_METHOD", "FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES",
+           "NVLS_FIT_METHOD", "NVLS_TREE_FIGURES", "NVLS_TREE_FIT_METHOD", "PRIOR_WEIGHT", "RuntimeFit", "RuntimeFitRow",
+           "TimedRow", "default_link_class", "fit_alltoall_net", "fit_nvls", "fit_nvls_tree", "fit_runtime",
+           "gpu_link_class", "read_timed_files", "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
 
 
 MIN_ROWS_PER_PROTOCOL = 2
@@ -596,20 +595,102 @@ def fit_nvls_tree(topology: Topology, rows: Sequence[TimedRow], *, base: Runtime
     model0 = _switch_fit_model(topology, rows, base, "nvls-tree", too_few="NVLSTree's share needs rows of two sizes "
                                "or more", min_sizes=2, why="it needs several machines whose switches reduce",
                                kinds=(CollectiveKind.ALLREDUCE,))
+
+    def run(share: float, size: int) -> tuple[str, str, float | None]:
+        m = replace(model0, nvls_tree_share=share)
+        return "nvls-tree", Protocol.SIMPLE.value, predict_baseline(topology, CollectiveKind.ALLREDUCE, "nvls-tree",
+                                                                    size, m).sim.time_us
+
+    fit, share = _fit_share(rows, run, lambda x: replace(model0, nvls_tree_share=x), harness_offset_us, tolerance,
+                            figure="nvls tree share", label="nvls-tree", method=NVLS_TREE_FIT_METHOD,
+                            what="the NVLSTree model")
+    if min(abs(share - end) for end in SHARE_RANGE) <= 2 * tolerance:
+        fit = replace(fit, warnings=(*fit.warnings,
+                                     f"the share ({share:.4g}) is at the end of its range {SHARE_RANGE[0]:g}.."
+                                     f"{SHARE_RANGE[1]:g}: " + ("these rows are as fast as NVLS alone or faster"
+                                                                if share > 0.5 else
+                                                                "these rows are far slower than NVLS's rate explains")))
+    return fit
+
+
+ALLTOALL_NET_FIT_METHOD = ("least squares on relative residuals: each row simulated as what NCCL runs for Alltoall "
+                           "(its point-to-point sends, the protocol its threshold picks, the proxies' posts); the launch "
+                           "offset of rows that take one by non-negative linear least squares for each share, the "
+                           "share by golden-section search")
+ALLTOALL_NET_FIGURES = ("launch", "alltoall net share")
+"""What ``--class net-alltoall`` fits: the harness's launch offset (rows that take one, unless given) and the share of
+the network's rate Alltoall's traffic reaches (:attr:`~taccl_py.runtime.RuntimeModel.alltoall_net_share`)."""
+
+
+def fit_alltoall_net(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel | None = None,
+                     harness_offset_us: float | None = None, tolerance: float = 1e-4) -> RuntimeFit:
+    """Fit :attr:`~taccl_py.runtime.RuntimeModel.alltoall_net_share` of ``base`` to Alltoall rows across machines.
+
+    Every other figure is kept: fit the network (``--class net``) first, on rows of collectives whose NICs each
+    stream to one peer (Allreduce). Rows that take a launch offset get ``harness_offset_us``, or, when it is not
+    given, one fitted offset (>= 0). The share is found in :data:`SHARE_RANGE` to ``tolerance`` by golden-section
+    search. Only rows whose time the network's rate sets can tell the share: a warning says when the rows barely
+    move with it. Units: us.
+    """
+    where = "taccl profile fit --runtime --class net-alltoall"
+    model0 = base or topology.runtime
+    if model0 is None:
+        raise ProfileInputError("the topology has no runtime model to calibrate", where=where)
+    if len(topology.machines) < 2:
+        raise ProfileInputError(f"{topology.name!r} is one machine: Alltoall's network share needs a run across "
+                                "machines", where=where)
+    if not rows:
+        raise ProfileInputError("no rows to fit", where=where)
+    for r in rows:
+        if r.kind is not CollectiveKind.ALLTOALL:
+            raise ProfileInputError(f"--class net-alltoall fits alltoall rows, not {r.kind.value}",
+                                    where=r.origin or where)
+
+    def run(share: float, size: int) -> tuple[str, str, float | None]:
+        chosen = predict_nccl(topology, CollectiveKind.ALLTOALL, size, replace(model0, alltoall_net_share=share))
+        if chosen is None:
+            return "direct", "", None
+        name, pred = chosen
+        return name, pred.protocol.value, pred.sim.time_us
+
+    fit, share = _fit_share(rows, run, lambda x: replace(model0, alltoall_net_share=x), harness_offset_us, tolerance,
+                            figure="alltoall net share", label="net-alltoall", method=ALLTOALL_NET_FIT_METHOD,
+                            what="the network's share")
+    low = [run(SHARE_RANGE[0], r.size_bytes)[2] for r in rows]
+    high = [run(SHARE_RANGE[1], r.size_bytes)[2] for r in rows]
+    if all(a is not None and b is not None and a < 1.5 * b for a, b in zip(low, high, strict=True)):
+        fit = replace(fit, warnings=(*fit.warnings, "these rows barely depend on the network's rate (latency-bound "
+                                     "sizes): the share they give is loose; fit on rows of 100 MB or more"))
+    if min(abs(share - end) for end in SHARE_RANGE) <= 2 * tolerance:
+        fit = replace(fit, warnings=(*fit.warnings,
+                                     f"the share ({share:.4g}) is at the end of its range {SHARE_RANGE[0]:g}.."
+                                     f"{SHARE_RANGE[1]:g}: these rows are "
+                                     + ("as fast as the network's own share or faster" if share > 0.5 else
+                                        "far slower than the network's rate explains")))
+    return fit
+
+
+def _fit_share(rows: Sequence[TimedRow], run: Callable[[float, int], tuple[str, str, float | None]],
+               model_at: Callable[[float], RuntimeModel], harness_offset_us: float | None, tolerance: float, *,
+               figure: str, label: str, method: str, what: str) -> tuple[RuntimeFit, float]:
+    """One share in :data:`SHARE_RANGE` (and the harness's launch offset) fitted to ``rows`` by golden-section search.
+
+    ``run(share, size)`` gives (algorithm, protocol, time in us or None) at a share, ``model_at(share)`` the model;
+    rows that take a launch offset get ``harness_offset_us``, or one fitted offset (>= 0) when it is not given.
+    Returns the fit and the share."""
     measured = np.array([r.time_us for r in rows])
     takes_offset = np.array([1.0 if r.offset else 0.0 for r in rows])
     fit_offset = harness_offset_us is None and bool(takes_offset.any())
     given = 0.0 if harness_offset_us is None else harness_offset_us
-    cache: dict[float, np.ndarray] = {}
+    cache: dict[float, tuple[list[tuple[str, str]], np.ndarray]] = {}
 
-    def times(share: float) -> np.ndarray:
+    def times(share: float) -> tuple[list[tuple[str, str]], np.ndarray]:
         key = round(share, 9)
         if key not in cache:
-            m = replace(model0, nvls_tree_share=share)
-            per_size = {size: predict_baseline(topology, CollectiveKind.ALLREDUCE, "nvls-tree", size, m).sim.time_us
-                        for size in sorted({r.size_bytes for r in rows})}
-            cache[key] = np.array([math.inf if per_size[r.size_bytes] is None else per_size[r.size_bytes]
-                                   for r in rows])
+            per_size = {size: run(share, size) for size in sorted({r.size_bytes for r in rows})}
+            cache[key] = ([per_size[r.size_bytes][:2] for r in rows],
+                          np.array([math.inf if per_size[r.size_bytes][2] is None else per_size[r.size_bytes][2]
+                                    for r in rows]))
         return cache[key]
 
     def solve(t: np.ndarray) -> tuple[float, float]:
@@ -622,27 +703,24 @@ def fit_nvls_tree(topology: Topology, rows: Sequence[TimedRow], *, base: Runtime
         return offset, float(resid @ resid)
 
     def cost(share: float) -> float:
-        t = times(share)
+        t = times(share)[1]
         return math.inf if not np.all(np.isfinite(t)) else solve(t)[1]
 
     share = _golden_section(cost, SHARE_RANGE[0], SHARE_RANGE[1], tolerance=tolerance)
-    offset, _ = solve(times(share))
-    model = replace(model0, nvls_tree_share=share)
-    final = times(share) + offset * takes_offset
-    fit_rows = tuple(RuntimeFitRow(r, float(t), "nvls-tree", Protocol.SIMPLE.value)
-                     for r, t in zip(rows, final, strict=True))
-    figures = {"launch": offset, "nvls tree share": share}
-    fitted = tuple(k for k in NVLS_TREE_FIGURES if k != "launch" or fit_offset)
-    fit = RuntimeFit(model, "nvls-tree", figures, fitted, fit_rows, len(cache), method=NVLS_TREE_FIT_METHOD)
-    warnings = []
+    choices, t = times(share)
+    if not np.all(np.isfinite(t)):
+        raise ProfileInputError(f"{what} does not complete these rows at any share", where=f"--class {label}")
+    offset, _ = solve(t)
+    final = t + offset * takes_offset
+    fit_rows = tuple(RuntimeFitRow(r, float(x), name, proto)
+                     for r, x, (name, proto) in zip(rows, final, choices, strict=True))
+    fitted = ("launch", figure) if fit_offset else (figure,)
+    fit = RuntimeFit(model_at(share), label, {"launch": offset, figure: share}, fitted, fit_rows, len(cache),
+                     method=method)
     if fit.rms_error > 0.15:
-        warnings.append(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
-                        f"{fit.max_error:.0%}): the NVLSTree model does not describe this run well")
-    if min(abs(share - end) for end in SHARE_RANGE) <= 2 * tolerance:
-        warnings.append(f"the share ({share:.4g}) is at the end of its range {SHARE_RANGE[0]:g}..{SHARE_RANGE[1]:g}: "
-                        + ("these rows are as fast as NVLS alone or faster" if share > 0.5 else
-                           "these rows are far slower than NVLS's rate explains"))
-    return replace(fit, warnings=tuple(warnings))
+        fit = replace(fit, warnings=(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
+                                     f"{fit.max_error:.0%}): {what} does not describe this run well",))
+    return fit, share
 
 
 def _golden_section(f: Callable[[float], float], lo: float, hi: float, *, tolerance: float) -> float:
