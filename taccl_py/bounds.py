@@ -430,6 +430,25 @@ def _gather_profile(topology: Topology, kind: CollectiveKind, latency: float) ->
     return replace(profile, assumes="no switch multicast: every delivery is one send")
 
 
+def _direct_alltoall_us_per_pair_byte(topology: Topology) -> float | None:
+    """The makespan per pair byte of Alltoall with every pair on one lowest-latency route (relaying through GPUs
+    where it must), in the fluid model: the busiest link's pairs over its rate. A feasible flow of the flow LP
+    (:mod:`solver_models.mcf_bound`), so an upper bound on its optimum; None when some pair has no route at all."""
+    n = topology.num_gpus
+    used_links: list[int] = []
+    for s in range(n):
+        routes = topology.gpu_routes_from(s, through_gpus=True)
+        if len(routes) < n - 1:
+            return None
+        for r in routes.values():
+            used_links.extend(r)
+    used = np.array(used_links, dtype=np.int64)
+    pairs = np.bincount(used, minlength=len(topology.links))
+    rates = np.array([gbps_to_bytes_per_us(link.bandwidth) for link in topology.links], dtype=np.float64)
+    busy = pairs > 0
+    return float((pairs[busy] / rates[busy]).max()) if busy.any() else None
+
+
 def _alltoall_profile(topology: Topology, latency: float) -> BoundProfile:
     graph = _Graph(topology)
     n = graph.n
@@ -459,8 +478,13 @@ def _alltoall_profile(topology: Topology, latency: float) -> BoundProfile:
                            _cut_latency(topology, best_side), latency,
                            f"cut bound: {k} x {n - k} pieces must leave {_describe(topology, best_side)} "
                            f"over {bandwidth:.6g} GB/s")
-    from solver_models.mcf_bound import alltoall_mcf
+    from solver_models.mcf_bound import MAX_LP_VARIABLES, alltoall_mcf
 
+    if n * len(graph.tail) > MAX_LP_VARIABLES:
+        return profile
+    routed = _direct_alltoall_us_per_pair_byte(topology)
+    if routed is not None and routed / n <= profile.us_per_byte:
+        return profile  # the LP's optimum is at most what the direct routes reach: it cannot beat the cut
     links = [(int(a), int(b), float(c)) for a, b, c in zip(graph.tail, graph.head, graph.cap_bytes_per_us, strict=True)]
     mcf = alltoall_mcf(n, graph.v, links)
     if mcf is not None and mcf.us_per_pair_byte * _LP_SAFETY / n > profile.us_per_byte:

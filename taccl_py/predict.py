@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
+import numpy as np
+
 from taccl_py.collectives import CollectiveKind
 from taccl_py.compact import CompactSchedule, compact
 from taccl_py.errors import NotApplicable
@@ -40,9 +42,9 @@ from taccl_py.symmetry import SYMMETRIC_MIN_GPUS, SymmetricSchedule
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_protocol", "nccl_algorithms", "nccl_protocols",
-           "predict_baseline", "predict_nccl", "predict_program", "predict_schedule", "protocol_floor_us",
-           "ring_step_latencies"]
+__all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_protocol", "load_floor_us",
+           "nccl_algorithms", "nccl_protocols", "predict_baseline", "predict_nccl", "predict_program",
+           "predict_schedule", "protocol_floor_us", "ring_step_latencies"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 _TUNED_ALGORITHMS = frozenset({"tree", *NVLS_ALGORITHMS})
@@ -87,12 +89,49 @@ def _better(a: SimResult, b: SimResult | None) -> bool:
 PRUNE_MIN_TRANSFERS = 100_000
 """From this many transfers a protocol is not simulated when its lower bound is already above the best time found
 (:func:`protocol_floor_us`): the three protocols' runs of a 1,024-GPU ring would cost minutes."""
+PRUNE_MIN_GPUS = 64
+"""From this many GPUs protocols are pruned so whatever the transfer count: across machines a schedule's transfers
+over the network wait for the proxies' posts, and at 128 GPUs the three protocols of NCCL's Alltoall (16,256
+transfers) took 34 s, its Simple run alone 11 s."""
 
 
 def protocol_floor_us(costs: TransferCosts, bandwidth_bound_us: float) -> float:
     """A lower bound on any schedule's time under ``costs``: the launch, plus the raw-link bandwidth bound
     (bytes over the binding cut at the full link rates) at the largest share of a link any class reaches."""
     return costs.launch_us + bandwidth_bound_us / max(costs.fraction.values())
+
+
+def load_floor_us(topology: Topology, schedule: Schedule | CompactSchedule, size_bytes: float,
+                  options: SimOptions) -> float:
+    """A lower bound on ``schedule``'s time under ``options``: the launch, plus the busiest link's bytes at the rate
+    the costs give it (every transfer's bytes cross each link of its route). Tighter than :func:`protocol_floor_us`
+    where the schedule loads a link beyond the collective's bound (NCCL's Alltoall, a direct Allgather); for
+    schedules the compiled kernel runs (no exchanges or network groups, whose members share links)."""
+    chunk = schedule.collective.chunk_bytes(size_bytes)
+    per_route: dict[tuple[int, ...], float] = {}
+    if isinstance(schedule, CompactSchedule):
+        counts = np.bincount(schedule.route, weights=np.diff(schedule.chunk_ptr), minlength=len(schedule.routes))
+        for route, k in zip(schedule.routes, counts.tolist(), strict=True):
+            per_route[route] = per_route.get(route, 0.0) + k
+    else:
+        for t in schedule.transfers:
+            per_route[t.route] = per_route.get(t.route, 0.0) + len(t.chunks)
+    load = np.zeros(len(topology.links))
+    for route, k in per_route.items():
+        load[list(route)] += k * chunk
+    costs = options.costs
+    capacity = np.asarray(costs.link_capacity_us(topology) if costs is not None else
+                          [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links], dtype=np.float64)
+    used = load > 0
+    busiest = float((load[used] / capacity[used]).max()) if used.any() else 0.0
+    return (costs.launch_us if costs is not None else 0.0) + busiest
+
+
+def _job_floor(topology: Topology, size_bytes: float, job: tuple[_Timed, SimOptions]) -> float:
+    """:func:`load_floor_us` of a prepared protocol's run (its schedule and options)."""
+    schedule, options = job
+    assert not isinstance(schedule, SymmetricSchedule)
+    return load_floor_us(topology, schedule, size_bytes, options)
 
 
 def _floors(topology: Topology, kind: CollectiveKind, size_bytes: float, root: int,
@@ -145,9 +184,12 @@ _Timed = Schedule | CompactSchedule | SymmetricSchedule
 
 def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[Protocol, float], size_bytes: float,
                  prepare: Callable[[Protocol], tuple[_Timed, SimOptions]],
-                 stop: threading.Event | None = None) -> list[tuple[Protocol, _Timed, SimResult]]:
+                 stop: threading.Event | None = None,
+                 job_floor: Callable[[tuple[_Timed, SimOptions]], float] | None = None
+                 ) -> list[tuple[Protocol, _Timed, SimResult]]:
     """Each protocol of ``order`` prepared and simulated, unless its floor is at or above the best time found
-    before it (``floors`` empty: none skipped); what ran, in order.
+    before it (``floors`` empty: none skipped), or, once prepared, the floor ``job_floor`` gives what it prepared
+    (:func:`load_floor_us`, for runs the compiled kernel takes); what ran, in order.
 
     Runs the compiled kernel takes go side by side (the kernel releases the GIL) while there are CPUs
     (:func:`taccl_py.threads.available_cpus`) and memory (a snapshot: :func:`~taccl_py.fast_sim.full_simulation_error`
@@ -162,11 +204,21 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
     best: float | None = None
     prepared: dict[Protocol, tuple[_Timed, SimOptions]] = {}
 
-    def skipped(p: Protocol) -> bool:
-        return bool(floors) and best is not None and floors[p] >= best
+    prepared_floor: dict[Protocol, float] = {}
 
     def kernel(job: tuple[_Timed, SimOptions]) -> bool:
         return not isinstance(job[0], SymmetricSchedule) and runs_compiled(topology, job[0], job[1])
+
+    def skipped(p: Protocol, job: tuple[_Timed, SimOptions] | None = None) -> bool:
+        if not floors or best is None:
+            return False
+        if floors[p] >= best:
+            return True
+        if job is None or job_floor is None or not kernel(job):
+            return False
+        if p not in prepared_floor:
+            prepared_floor[p] = job_floor(job)
+        return prepared_floor[p] >= best
 
     def simulate(job: tuple[_Timed, SimOptions]) -> SimResult:
         return _simulate(topology, job[0], size_bytes, job[1])
@@ -181,6 +233,8 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
         if stop is not None and stop.is_set():
             raise Cancelled("the prediction is no longer wanted")
         first = prepared.pop(p) if p in prepared else prepare(p)
+        if skipped(p, first):
+            continue
         wave: list[tuple[Protocol, tuple[_Timed, SimOptions]]] = [(p, first)]
         if width > 1 and kernel(first) and full_simulation_error(width * len(first[0])) is None:
             while len(wave) < width and i < len(order):
@@ -192,6 +246,9 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
                     job = prepare(q)
                 except Exception:  # prepared again in its turn, if a loop gets there
                     break
+                if skipped(q, job):
+                    i += 1
+                    continue
                 if not kernel(job) or full_simulation_error(sum(len(j[0]) for _, j in wave) + len(job[0])):
                     prepared[q] = job  # runs in its turn
                     break
@@ -203,7 +260,7 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
             error = future.exception()
             outcomes.append(future.result() if error is None else error)
         for (q, job), outcome in zip(wave, outcomes, strict=True):
-            if skipped(q):  # known only now: a loop would not have run it
+            if skipped(q, job):  # known only now: a loop would not have run it
                 continue
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -228,8 +285,9 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
     :func:`_by_protocol` (a prediction started ahead of its need).
 
     Across machines a transfer over the network starts once the proxies have posted it (the simulator's
-    :func:`taccl_py.runtime.proxy_posts`). A schedule of :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol
-    whose floor is above the best time found (it is then missing from ``times_us``). NCCL's NVLS (a schedule whose
+    :func:`taccl_py.runtime.proxy_posts`). A schedule of :data:`PRUNE_MIN_TRANSFERS` or more, or on
+    :data:`PRUNE_MIN_GPUS` GPUs or more, skips a protocol whose floor is above the best time found (it is then missing
+    from ``times_us``). NCCL's NVLS (a schedule whose
     notes name the ``nvls`` or ``nvls-tree`` algorithm) runs Simple only, with NVLS's costs (:meth:`RuntimeModel.costs`)
     and without proxy posts, as :func:`predict_baseline` times it.
     """
@@ -243,7 +301,7 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
         costs = {p: replace(c, post_us=0.0) for p, c in costs.items()}
     order = protocols
     floors: dict[Protocol, float] = {}
-    if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS:
+    if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS or topology.num_gpus >= PRUNE_MIN_GPUS:
         floors = _floors(topology, kind, size_bytes, schedule.collective.root, costs.__getitem__, protocols)
         order = tuple(sorted(protocols, key=floors.__getitem__))
     options = {p: SimOptions(step_overhead_us=step_overhead_us, costs=costs[p]) for p in protocols}
@@ -253,7 +311,8 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
     best: SimResult | None = None
     chosen = order[0]
     times: dict[str, float | None] = {}
-    for p, _, sim in _by_protocol(topology, order, floors, size_bytes, lambda p: (timed, options[p]), stop):
+    for p, _, sim in _by_protocol(topology, order, floors, size_bytes, lambda p: (timed, options[p]), stop,
+                                  job_floor=partial(_job_floor, topology, size_bytes)):
         times[p.value] = sim.time_us
         if best is None or _better(sim, best) or (
                 sim.time_us == best.time_us and protocols.index(p) < protocols.index(chosen)):
@@ -272,8 +331,8 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     :class:`~taccl_py.symmetry.SymmetricSchedule`; ``representatives`` False: never, as a timeline needs the full
     run); otherwise a large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`) is built as arrays
     and simulated by the compiled kernel (``schedule`` is then the arrays). A ring of
-    :data:`PRUNE_MIN_TRANSFERS` or more skips a protocol whose floor (:func:`protocol_floor_us`) is above the best
-    time found (missing from ``times_us``).
+    :data:`PRUNE_MIN_TRANSFERS` or more, and any algorithm on :data:`PRUNE_MIN_GPUS` GPUs or more, skips a protocol
+    whose floor (:func:`protocol_floor_us`) is above the best time found (missing from ``times_us``).
     Across machines the transfers over the network wait for the proxies to post them (in the order they become
     ready: for NCCL's Alltoall, its group's rounds, peer ``r + d`` and ``r - d`` in round ``d``), except those of
     NCCL's Allgather, ReduceScatter and Allreduce rings, its tree and NVLS, which carry that cost as tuning.cc
@@ -298,8 +357,9 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     if pieced and plain is None:
         plain = large_ring_arrays(topology, kind, algorithm, channels)
     large = plain is not None and len(plain) >= PRUNE_MIN_TRANSFERS
-    floors = _floors(topology, kind, size_bytes, root, costs_of, protocols) if large else {}
-    order = tuple(sorted(protocols, key=floors.__getitem__)) if large else protocols
+    pruned = large or topology.num_gpus >= PRUNE_MIN_GPUS
+    floors = _floors(topology, kind, size_bytes, root, costs_of, protocols) if pruned else {}
+    order = tuple(sorted(protocols, key=floors.__getitem__)) if pruned else protocols
 
     def prepare(p: Protocol) -> tuple[_Timed, SimOptions]:
         nonlocal plain
@@ -337,7 +397,8 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
 
     best: Prediction | None = None
     times: dict[str, float | None] = {}
-    for p, kept, sim in _by_protocol(topology, order, floors, size_bytes, prepare):
+    job_floor = partial(_job_floor, topology, size_bytes)
+    for p, kept, sim in _by_protocol(topology, order, floors, size_bytes, prepare, job_floor=job_floor):
         times[p.value] = sim.time_us
         if best is None or _better(sim, best.sim) or (
                 sim.time_us == best.sim.time_us and protocols.index(p) < protocols.index(best.protocol)):

@@ -305,20 +305,25 @@ class Topology:
         """
         cache = self._route_cache
         if src not in cache:
-            best = self._dijkstra(src, through_gpus=False)
-            routes: dict[int, Route] = {}
-            for g in range(self.num_gpus):
-                if g == src or g not in best:
-                    continue
-                path: list[int] = []
-                v = g
-                while v != src:
-                    li = best[v][2]
-                    path.append(li)
-                    v = self.vertex_id[self.links[li].src]
-                routes[g] = tuple(reversed(path))
-            cache[src] = routes
+            cache[src] = self.gpu_routes_from(src)
         return cache[src].get(dst)
+
+    def gpu_routes_from(self, src: int, *, through_gpus: bool = False) -> dict[int, Route]:
+        """Lowest-latency routes from GPU ``src`` to every GPU it reaches (through switches only, or relaying
+        through other GPUs too when ``through_gpus``); ties as :meth:`gpu_route`'s."""
+        best = self._dijkstra(src, through_gpus=through_gpus)
+        routes: dict[int, Route] = {}
+        for g in range(self.num_gpus):
+            if g == src or g not in best:
+                continue
+            path: list[int] = []
+            v = g
+            while v != src:
+                li = best[v][2]
+                path.append(li)
+                v = self.vertex_id[self.links[li].src]
+            routes[g] = tuple(reversed(path))
+        return routes
 
     def shortest_path(self, src: Vertex, dst: Vertex, *, through_gpus: bool = True) -> Route | None:
         """Lowest-latency route between any two vertices (may relay through GPUs if allowed)."""

@@ -281,6 +281,43 @@ def test_cut_bounds_against_brute_force(topology: Topology) -> None:
     assert data_us("allreduce") >= M * cuts["whole"] * (1 - 1e-9)
 
 
+@pytest.mark.parametrize("name", ["dgx1", "dgx2", "ring8", "ndv2x2", "dgx2x2", "dgx-a100x2", "dgx-a100x4",
+                                  "dgx-a100x2-forestcoll", "dgx-a100x2-rail", "mi250x2", "fat-tree16"])
+def test_alltoall_flow_lp_runs_only_where_it_can_beat_the_cut(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alltoall's flow LP is skipped when every pair on its own route already meets the cut bound (the LP's optimum is
+    at most that routing's time): the bound is the same as with the LP run, and the LP runs where routes leave room."""
+    import solver_models.mcf_bound as mcf
+    from taccl_py import bounds
+
+    topology = resolve_topology(name)
+    n = topology.num_gpus
+    solved: list[int] = []
+    real = mcf.alltoall_mcf
+
+    def counted(*args: object, **kwargs: object) -> object:
+        solved.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(mcf, "alltoall_mcf", counted)
+    quick = bounds._alltoall_profile(topology, 0.0)
+    routed = bounds._direct_alltoall_us_per_pair_byte(topology)
+    assert routed is not None and routed / n >= quick.us_per_byte * (1 - 1e-6)  # a flow never beats the bound
+    assert bool(solved) == (routed / n > quick.us_per_byte), name
+    monkeypatch.setattr(bounds, "_direct_alltoall_us_per_pair_byte", lambda topology: None)
+    assert bounds._alltoall_profile(topology, 0.0) == quick
+
+
+@settings(max_examples=60, deadline=None)
+@given(topology=topologies(max_gpus=6, max_switches=3))
+def test_alltoall_direct_routes_never_beat_the_bound(topology: Topology) -> None:
+    """The direct routing's time is a flow's, so it is at least the Alltoall bound (the cut or the LP's optimum)."""
+    from taccl_py import bounds
+
+    routed = bounds._direct_alltoall_us_per_pair_byte(topology)
+    assert routed is not None  # the strategy's backbone joins every GPU
+    assert routed / topology.num_gpus >= bounds._alltoall_profile(topology, 0.0).us_per_byte * (1 - 1e-6)
+
+
 # ------------------------------------------------- no correct schedule beats it
 @pytest.mark.slow
 @settings(max_examples=400)

@@ -17,6 +17,7 @@ import taccl_py.predict as predict
 import taccl_py.threads as threads
 from taccl_py.runtime import PROTOCOLS, Protocol
 from taccl_py.simulator import SimOptions
+from taccl_py.testing import topologies
 
 _TIMES = st.one_of(st.none(), st.sampled_from([5.0, 10.0, 20.0, 40.0]))
 
@@ -32,9 +33,10 @@ class _Job:
 
 
 def _one_loop(order: tuple[Protocol, ...], floors: dict[Protocol, float], times: dict[Protocol, float | None],
-              fails: Protocol | None) -> list[tuple[Protocol, float | None]] | str:
-    """What a plain loop runs: a protocol is skipped when its floor is at or above the best time before it; one
-    whose preparation fails stops it (its error)."""
+              fails: Protocol | None, job_floors: dict[Protocol, float] | None = None,
+              compiled: dict[Protocol, bool] | None = None) -> list[tuple[Protocol, float | None]] | str:
+    """What a plain loop runs: a protocol is skipped when its floor is at or above the best time before it, or,
+    once prepared for the kernel, its prepared run's floor; one whose preparation fails stops it (its error)."""
     ran: list[tuple[Protocol, float | None]] = []
     best: float | None = None
     for p in order:
@@ -42,6 +44,8 @@ def _one_loop(order: tuple[Protocol, ...], floors: dict[Protocol, float], times:
             continue
         if p is fails:
             return f"cannot prepare {p}"
+        if floors and best is not None and job_floors and (compiled or {}).get(p) and job_floors[p] >= best:
+            continue
         t = times[p]
         ran.append((p, t))
         if t is not None and (best is None or t < best):
@@ -54,15 +58,17 @@ def _one_loop(order: tuple[Protocol, ...], floors: dict[Protocol, float], times:
     {p: st.sampled_from([1.0, 5.0, 10.0, 20.0, 50.0]) for p in PROTOCOLS})),
     times=st.fixed_dictionaries({p: _TIMES for p in PROTOCOLS}), cpus=st.integers(1, 4),
     compiled=st.fixed_dictionaries({p: st.booleans() for p in PROTOCOLS}),
-    fails=st.one_of(st.none(), st.sampled_from(PROTOCOLS)), memory=st.integers(1, 3))
+    fails=st.one_of(st.none(), st.sampled_from(PROTOCOLS)), memory=st.integers(1, 3),
+    job_floors=st.one_of(st.none(), st.fixed_dictionaries(
+        {p: st.sampled_from([1.0, 5.0, 10.0, 20.0, 50.0]) for p in PROTOCOLS})))
 def test_side_by_side_runs_what_one_loop_runs(order: list[Protocol], floors: dict[Protocol, float],
                                               times: dict[Protocol, float | None], cpus: int,
                                               compiled: dict[Protocol, bool], fails: Protocol | None,
-                                              memory: int) -> None:
-    """Whatever the floors, the times, the CPUs, which runs the kernel takes, the memory for runs side by side
-    and a preparation that fails: the protocols returned, their order and times, or the error raised, are the
-    loop's; a protocol run ahead and then known to be skipped is dropped, and nothing runs beside a run off the
-    kernel or beyond the memory."""
+                                              memory: int, job_floors: dict[Protocol, float] | None) -> None:
+    """Whatever the floors (of the protocol, and of the run once prepared), the times, the CPUs, which runs the
+    kernel takes, the memory for runs side by side and a preparation that fails: the protocols returned, their
+    order and times, or the error raised, are the loop's; a protocol run ahead and then known to be skipped is
+    dropped, and nothing runs beside a run off the kernel or beyond the memory."""
     simulated: list[tuple[Protocol, bool]] = []
     lock = threading.Lock()
 
@@ -83,17 +89,20 @@ def test_side_by_side_runs_what_one_loop_runs(order: list[Protocol], floors: dic
         patch.setattr(fast_sim, "full_simulation_error", lambda n: "no room" if n > memory else None)
         try:
             outcome: list[tuple[Protocol, float | None]] | str = [
-                (p, sim.time_us) for p, _, sim in predict._by_protocol(None, tuple(order), floors,  # type: ignore[arg-type]
-                                                                       1.0, prepare)]
+                (p, sim.time_us) for p, _, sim in predict._by_protocol(
+                    None, tuple(order), floors, 1.0, prepare,  # type: ignore[arg-type]
+                    job_floor=None if job_floors is None else lambda job: job_floors[job[0].protocol])]
         except ValueError as exc:
             outcome = str(exc)
-    expected = _one_loop(tuple(order), floors, times, fails)
+    expected = _one_loop(tuple(order), floors, times, fails, job_floors, compiled)
     assert outcome == expected
     if isinstance(expected, list):
         assert {p for p, _ in expected} <= {p for p, _ in simulated}
     ahead = [p for p, here in simulated if not here]
-    if cpus == 1 or memory == 1 or not compiled[order[0]]:
+    if cpus == 1 or memory == 1:
         assert not ahead  # each in its turn
+    elif not compiled[order[0]]:
+        assert order[1] not in ahead  # the first ran alone; the next starts the next wave, here
     elif memory >= min(cpus, len(order)) and compiled[order[1]] and fails not in (order[0], order[1]):
         assert order[1] in ahead  # the next ran beside the first
     assert all(compiled[p] for p in ahead)  # off the kernel nothing runs beside
@@ -324,3 +333,66 @@ def test_choosing_a_protocol_stops_the_others_started_ahead(monkeypatch: pytest.
     assert stop_direct.is_set() and not memo.ahead
     assert memo.protocol(direct, 1 << 20, None, topo.runtime)[0] == "Simple"
     assert calls.count((id(direct), True)) == 1 and (id(ring), False) in calls
+
+
+@pytest.mark.slow
+def test_protocols_are_pruned_from_64_gpus_without_changing_the_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 64 GPUs NCCL's Alltoall (4,032 posted transfers, under PRUNE_MIN_TRANSFERS) skips the protocols whose floor
+    is above the best time found at 1 GB (LL there): the same protocol and time as when every protocol runs."""
+    from taccl_py.collectives import CollectiveKind
+    from taccl_py.library import resolve_topology
+
+    topology = resolve_topology("dgx-a100x8")
+    assert topology.num_gpus == predict.PRUNE_MIN_GPUS
+    pruned = predict.predict_baseline(topology, CollectiveKind.ALLTOALL, "direct", 1 << 30, topology.runtime)
+    monkeypatch.setattr(predict, "PRUNE_MIN_GPUS", 1 << 20)
+    every = predict.predict_baseline(topology, CollectiveKind.ALLTOALL, "direct", 1 << 30, topology.runtime)
+    assert (pruned.protocol, pruned.sim.time_us) == (every.protocol, every.sim.time_us) == (
+        Protocol.SIMPLE, every.times_us["Simple"])
+    assert set(every.times_us) == {"LL", "LL128", "Simple"} and "LL" not in pruned.times_us
+    for name, t in every.times_us.items():  # what ran took what it takes alone; what was skipped is slower
+        assert pruned.times_us.get(name, t) == t and (name in pruned.times_us or t >= every.sim.time_us)
+
+
+def test_load_floor_is_the_busiest_links_bytes_at_its_rate() -> None:
+    """NCCL's Alltoall on two DGX A100: each GPU's NIC link carries 8 remote blocks of 1 GB / 16, at 25 GB/s times
+    the network's Simple share for Alltoall; the floor is that plus Simple's launch, and the run takes longer."""
+    from taccl_py.baselines import baseline
+    from taccl_py.collectives import CollectiveKind
+    from taccl_py.library import resolve_topology
+
+    topology = resolve_topology("dgx-a100x2")
+    model = topology.runtime
+    costs = model.costs(Protocol.SIMPLE, CollectiveKind.ALLTOALL, topology, algorithm="direct")
+    schedule = baseline(topology, CollectiveKind.ALLTOALL, "direct")
+    floor = predict.load_floor_us(topology, schedule, 1 << 30, SimOptions(costs=costs))
+    nic = 25e3 * costs.fraction["net"]  # bytes per us
+    assert floor == pytest.approx(costs.launch_us + 8 * (1 << 30) / 16 / nic, rel=1e-9)
+    assert predict.load_floor_us(topology, predict.compact(schedule), 1 << 30, SimOptions(costs=costs)) == floor
+    timed = predict.predict_baseline(topology, CollectiveKind.ALLTOALL, "direct", 1 << 30, model,
+                                     protocols=(Protocol.SIMPLE,)).sim.time_us
+    assert timed is not None and floor <= timed
+
+
+@settings(max_examples=40, deadline=None)
+@given(topology=topologies(max_gpus=6, max_switches=2), kind=st.sampled_from(
+    ["allgather", "alltoall", "reducescatter", "allreduce"]), size=st.sampled_from([1 << 10, 1 << 20, 1 << 28]),
+    protocol=st.sampled_from(PROTOCOLS))
+def test_load_floor_never_exceeds_the_simulated_time(topology: Any, kind: str, size: int, protocol: Protocol) -> None:
+    """Whatever the topology, collective, size and protocol: no baseline's run under the calibrated costs beats its
+    load floor (a bound, so pruning by it never drops the fastest protocol)."""
+    from taccl_py.baselines import applicable_baselines, baseline
+    from taccl_py.collectives import CollectiveKind
+    from taccl_py.runtime import PRESETS
+    from taccl_py.simulator import simulate
+
+    collective = CollectiveKind(kind)
+    costs = PRESETS["dgx-a100"].costs(protocol, collective, topology)
+    options = SimOptions(costs=costs)
+    for name in applicable_baselines(topology, collective):
+        schedule = baseline(topology, collective, name)
+        if any(t.exchange is not None or t.group is not None for t in schedule.transfers):
+            continue
+        sim = simulate(topology, schedule, size, options)
+        assert sim.time_us is not None
+        assert predict.load_floor_us(topology, schedule, size, options) <= sim.time_us * (1 + 1e-9), name
