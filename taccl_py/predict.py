@@ -12,6 +12,7 @@ runtime model (or with ``--ideal``) every caller keeps :func:`taccl_py.simulator
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -91,8 +92,8 @@ PRUNE_MIN_TRANSFERS = 100_000
 (:func:`protocol_floor_us`): the three protocols' runs of a 1,024-GPU ring would cost minutes."""
 PRUNE_MIN_GPUS = 64
 """From this many GPUs protocols are pruned so whatever the transfer count: across machines a schedule's transfers
-over the network wait for the proxies' posts, and at 128 GPUs the three protocols of NCCL's Alltoall (16,256
-transfers) took 34 s, its Simple run alone 11 s."""
+over the network wait for the proxies' posts, and at 128 GPUs each protocol's run of NCCL's Alltoall (16,256
+transfers) took 10-11 s in the compiled kernel."""
 
 
 def protocol_floor_us(costs: TransferCosts, bandwidth_bound_us: float) -> float:
@@ -105,26 +106,32 @@ def load_floor_us(topology: Topology, schedule: Schedule | CompactSchedule, size
                   options: SimOptions) -> float:
     """A lower bound on ``schedule``'s time under ``options``: the launch, plus the busiest link's bytes at the rate
     the costs give it (every transfer's bytes cross each link of its route). Tighter than :func:`protocol_floor_us`
-    where the schedule loads a link beyond the collective's bound (NCCL's Alltoall, a direct Allgather); for
-    schedules the compiled kernel runs (no exchanges or network groups, whose members share links)."""
-    chunk = schedule.collective.chunk_bytes(size_bytes)
-    per_route: dict[tuple[int, ...], float] = {}
-    if isinstance(schedule, CompactSchedule):
-        counts = np.bincount(schedule.route, weights=np.diff(schedule.chunk_ptr), minlength=len(schedule.routes))
-        for route, k in zip(schedule.routes, counts.tolist(), strict=True):
-            per_route[route] = per_route.get(route, 0.0) + k
-    else:
-        for t in schedule.transfers:
-            per_route[t.route] = per_route.get(t.route, 0.0) + len(t.chunks)
-    load = np.zeros(len(topology.links))
-    for route, k in per_route.items():
-        load[list(route)] += k * chunk
+    where the schedule loads a link beyond the collective's bound (NCCL's Alltoall, a direct Allgather). A schedule
+    with exchanges or network groups (whose members share links) gets the launch alone."""
     costs = options.costs
+    launch = costs.launch_us if costs is not None else 0.0
+    if isinstance(schedule, CompactSchedule):
+        routes, route_of = schedule.routes, schedule.route
+        chunks_per = np.diff(schedule.chunk_ptr)
+    else:
+        if any(t.exchange is not None or t.group is not None for t in schedule.transfers):
+            return launch
+        index: dict[tuple[int, ...], int] = {}
+        route_of = np.fromiter((index.setdefault(t.route, len(index)) for t in schedule.transfers), dtype=np.int64,
+                               count=len(schedule.transfers))
+        routes = tuple(index)
+        chunks_per = np.fromiter((len(t.chunks) for t in schedule.transfers), dtype=np.int64,
+                                 count=len(schedule.transfers))
+    chunks_on_route = np.bincount(route_of, weights=chunks_per, minlength=len(routes))
+    links = np.fromiter((li for r in routes for li in dict.fromkeys(r)), dtype=np.int64)
+    distinct = np.fromiter((len(dict.fromkeys(r)) for r in routes), dtype=np.int64, count=len(routes))
+    load = np.bincount(links, weights=np.repeat(chunks_on_route, distinct),
+                       minlength=len(topology.links)) * schedule.collective.chunk_bytes(size_bytes)
     capacity = np.asarray(costs.link_capacity_us(topology) if costs is not None else
                           [gbps_to_bytes_per_us(link.bandwidth) for link in topology.links], dtype=np.float64)
     used = load > 0
     busiest = float((load[used] / capacity[used]).max()) if used.any() else 0.0
-    return (costs.launch_us if costs is not None else 0.0) + busiest
+    return launch + busiest
 
 
 def _job_floor(topology: Topology, size_bytes: float, job: tuple[_Timed, SimOptions]) -> float:
@@ -214,10 +221,10 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
             return False
         if floors[p] >= best:
             return True
-        if job is None or job_floor is None or not kernel(job):
+        if job is None or job_floor is None:
             return False
         if p not in prepared_floor:
-            prepared_floor[p] = job_floor(job)
+            prepared_floor[p] = job_floor(job) if kernel(job) else -math.inf
         return prepared_floor[p] >= best
 
     def simulate(job: tuple[_Timed, SimOptions]) -> SimResult:
@@ -301,7 +308,7 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
         costs = {p: replace(c, post_us=0.0) for p, c in costs.items()}
     order = protocols
     floors: dict[Protocol, float] = {}
-    if len(schedule.transfers) >= PRUNE_MIN_TRANSFERS or topology.num_gpus >= PRUNE_MIN_GPUS:
+    if (len(schedule.transfers) >= PRUNE_MIN_TRANSFERS or topology.num_gpus >= PRUNE_MIN_GPUS) and len(protocols) > 1:
         floors = _floors(topology, kind, size_bytes, schedule.collective.root, costs.__getitem__, protocols)
         order = tuple(sorted(protocols, key=floors.__getitem__))
     options = {p: SimOptions(step_overhead_us=step_overhead_us, costs=costs[p]) for p in protocols}
@@ -357,7 +364,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     if pieced and plain is None:
         plain = large_ring_arrays(topology, kind, algorithm, channels)
     large = plain is not None and len(plain) >= PRUNE_MIN_TRANSFERS
-    pruned = large or topology.num_gpus >= PRUNE_MIN_GPUS
+    pruned = (large or topology.num_gpus >= PRUNE_MIN_GPUS) and len(protocols) > 1
     floors = _floors(topology, kind, size_bytes, root, costs_of, protocols) if pruned else {}
     order = tuple(sorted(protocols, key=floors.__getitem__)) if pruned else protocols
 

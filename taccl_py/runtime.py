@@ -318,9 +318,11 @@ class RuntimeModel:
     """Share of the network's own share (``efficiency`` or ``copy_efficiency`` of ``net``) that Alltoall's traffic
     over the network reaches (1: the same). In an Alltoall every GPU sends to every GPU of the other machines at
     once, so each NIC exchanges with all the others' NICs at the same time, where a ring's NIC streams to one;
-    on NDmv4 NCCL's Alltoall moved 20.2 GB/s per NIC where its rings move 23.3. Applies to every Alltoall over
-    the network (NCCL's point-to-point and a synthesized schedule alike: the traffic, not the kernel); fitted by
-    ``taccl profile fit --runtime --class net-alltoall``."""
+    on NDmv4 NCCL's Alltoall moved 20.2 GB/s per NIC where its rings move 23.3. Applies to every Alltoall across
+    machines (NCCL's point-to-point and a synthesized or XML schedule alike: the figure is fitted on NCCL's, and a
+    schedule's own traffic over the NICs is not told apart); other collectives whose NICs exchange with many peers
+    at once (a direct Allgather) have no figure of their own. Fitted by ``taccl profile fit --runtime --class
+    net-alltoall``."""
 
     def costs(self, protocol: Protocol | str, kind: CollectiveKind, topology: Topology, *,
               algorithm: str | None = None, size_bytes: float | None = None) -> TransferCosts:
@@ -351,7 +353,7 @@ class RuntimeModel:
                     base *= chunk / (chunk + self.nvls_half_chunk_bytes)
             if algorithm == "nvls-tree":
                 base *= NCCL_TREE_SHARE if c == "net" else self.nvls_tree_share if c == "nvlink" else 1.0
-            if kind is CollectiveKind.ALLTOALL and c == "net":
+            if kind is CollectiveKind.ALLTOALL and c == "net" and multi_machine:
                 base *= self.alltoall_net_share
             widest = widest_gpu_link(topology, c)
             if algorithm == "tree":

@@ -1153,6 +1153,9 @@ def test_alltoall_net_share_slows_only_alltoalls_network_traffic() -> None:
         with pytest.raises(InputError, match=r"runtime\.alltoall_net_share"):
             runtime_from_dict({**runtime_to_dict(replace(slower, name="x")), "alltoall_net_share": bad}, where="t.json")
     assert PRESETS["dgx-a100"].alltoall_net_share < 1.0 and PRESETS["dgx-h100"].alltoall_net_share == 1.0
+    fabric = resolve_topology("fat-tree16")  # network links, no machines: nothing is across machines
+    assert slower.costs(Protocol.SIMPLE, CollectiveKind.ALLTOALL, fabric).fraction == model.costs(
+        Protocol.SIMPLE, CollectiveKind.ALLTOALL, fabric).fraction
 
 
 @pytest.mark.slow
@@ -1181,6 +1184,14 @@ def test_alltoall_net_fit_recovers_the_share_that_made_the_rows(tmp_path: Path,
         fit_alltoall_net(resolve_topology("dgx-a100"), rows)
     with pytest.raises(ProfileInputError, match="alltoall rows, not allgather"):
         fit_alltoall_net(topo, [replace(rows[1], kind=CollectiveKind.ALLGATHER)])
+    with pytest.raises(ProfileInputError, match="must be positive"):
+        fit_alltoall_net(topo, [replace(rows[1], time_us=0.0)])
+    with pytest.raises(ProfileInputError, match="ran NCCL's Alltoall"):
+        fit_alltoall_net(topo, [replace(rows[1], algorithms=("ring",))])
+    with pytest.raises(ProfileInputError, match="of one size"):  # the offset alone would meet the row
+        fit_alltoall_net(topo, [replace(rows[2], offset=True)])
+    one_size = fit_alltoall_net(topo, [replace(rows[2], offset=True)], harness_offset_us=0.0, tolerance=1e-3)
+    assert one_size.figures["alltoall net share"] == pytest.approx(0.8, rel=0.005)
     table = tmp_path / "a2a.csv"
     table.write_text("collective,size_bytes,placement,time_us,busbw_GBps\n"
                      + "".join(f"alltoall,{r.size_bytes},in-place,{r.time_us},\n" for r in rows[1:]))

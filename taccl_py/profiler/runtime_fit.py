@@ -576,7 +576,7 @@ NVLS_TREE_FIT_METHOD = ("least squares on relative residuals: each row simulated
                         "in NCCL's chunk steps; the launch offset of rows that take one by non-negative linear least "
                         "squares for each share, the share by golden-section search")
 SHARE_RANGE = (0.2, 1.0)
-"""Where ``--class nvls-tree`` searches NVLSTree's share of NVLS's rate."""
+"""Where ``--class nvls-tree`` and ``--class net-alltoall`` search their share."""
 NVLS_TREE_FIGURES = ("launch", "nvls tree share")
 """What ``--class nvls-tree`` fits: the harness's launch offset (rows that take one, unless given) and the share of
 NVLS's NVLink rate that NVLSTree's NVLS phases reach (:attr:`~taccl_py.runtime.RuntimeModel.nvls_tree_share`)."""
@@ -642,9 +642,19 @@ def fit_alltoall_net(topology: Topology, rows: Sequence[TimedRow], *, base: Runt
     if not rows:
         raise ProfileInputError("no rows to fit", where=where)
     for r in rows:
+        if not (math.isfinite(r.time_us) and r.time_us > 0) or r.size_bytes <= 0:
+            raise ProfileInputError(f"size and time must be positive (got {r.size_bytes} B, {r.time_us} us)",
+                                    where=r.origin or where)
         if r.kind is not CollectiveKind.ALLTOALL:
             raise ProfileInputError(f"--class net-alltoall fits alltoall rows, not {r.kind.value}",
                                     where=r.origin or where)
+        if r.algorithms is not None and "direct" not in r.algorithms:
+            raise ProfileInputError(f"--class net-alltoall fits rows that ran NCCL's Alltoall (direct), not "
+                                    f"{', '.join(r.algorithms)}", where=r.origin or where)
+    if harness_offset_us is None and any(r.offset for r in rows) and len({r.size_bytes for r in rows}) < 2:
+        raise ProfileInputError("rows that take the harness's launch offset, of one size: the offset would absorb "
+                                "the share; give rows of two sizes or more, the offset (--harness-offset), or rows "
+                                "measured one GPU per process (--per-rank)", where=where)
 
     def run(share: float, size: int) -> tuple[str, str, float | None]:
         chosen = predict_nccl(topology, CollectiveKind.ALLTOALL, size, replace(model0, alltoall_net_share=share))
