@@ -209,7 +209,7 @@ def render(data: dict[str, Any], figures: Path) -> str:
              "Wall s / peak RSS MiB per stage, the whole command in a fresh process; `-` not run. Growth: time ~ n^k "
              "fitted over the four largest GPU counts that completed. The simulate rows on DGX A100 machines run under "
              "their calibrated runtime model (`dgx-a100`, the default of `taccl simulate`: each protocol NCCL may "
-             "choose, a ring of 100,000 transfers or more, and from the re-measure of 2026-11-28 02:53 on any "
+             "choose, a ring of 100,000 transfers or more, and from the re-measure of 2026-11-28 02:52 on any "
              "algorithm on 64 GPUs or more, skipping those whose floor (the protocol's, then its prepared run's "
              "load floor) is above the best time found; "
              "NCCL's ring in its chunk loops); the one-channel ring rows (no runtime model in the file) on the "
