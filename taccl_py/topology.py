@@ -312,28 +312,18 @@ class Topology:
         """Lowest-latency routes from GPU ``src`` to every GPU it reaches (through switches only, or relaying
         through other GPUs too when ``through_gpus``); ties as :meth:`gpu_route`'s."""
         best = self._dijkstra(src, through_gpus=through_gpus)
-        routes: dict[int, Route] = {}
-        for g in range(self.num_gpus):
-            if g == src or g not in best:
-                continue
-            path: list[int] = []
-            v = g
-            while v != src:
-                li = best[v][2]
-                path.append(li)
-                v = self.vertex_id[self.links[li].src]
-            routes[g] = tuple(reversed(path))
-        return routes
+        return {g: self._route_back(best, src, g) for g in range(self.num_gpus) if g != src and g in best}
 
     def shortest_path(self, src: Vertex, dst: Vertex, *, through_gpus: bool = True) -> Route | None:
         """Lowest-latency route between any two vertices (may relay through GPUs if allowed)."""
         best = self._dijkstra(src, through_gpus=through_gpus)
         target = self.vertex_id[dst]
-        if target not in best:
-            return None
+        return self._route_back(best, self.vertex_id[src], target) if target in best else None
+
+    def _route_back(self, best: dict[int, tuple[float, int, int]], start: int, target: int) -> Route:
+        """The route :meth:`_dijkstra`'s ``best`` reached vertex id ``target`` by, from vertex id ``start``."""
         path: list[int] = []
         v = target
-        start = self.vertex_id[src]
         while v != start:
             li = best[v][2]
             path.append(li)

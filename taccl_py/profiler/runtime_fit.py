@@ -251,10 +251,7 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     where = "taccl profile fit --runtime"
     if not rows:
         raise ProfileInputError("no collective timings to fit", where=where)
-    for r in rows:
-        if not (math.isfinite(r.time_us) and r.time_us > 0) or r.size_bytes <= 0:
-            raise ProfileInputError(f"size and time must be positive (got {r.size_bytes} B, {r.time_us} us)",
-                                    where=r.origin or where)
+    _check_measured(rows, where)
     if len({r.size_bytes for r in rows}) < 2:
         raise ProfileInputError("every row has one size; the figures need several sizes (ideally 1 KB to 1 GB)",
                                 where=where)
@@ -641,10 +638,8 @@ def fit_alltoall_net(topology: Topology, rows: Sequence[TimedRow], *, base: Runt
                                 "machines", where=where)
     if not rows:
         raise ProfileInputError("no rows to fit", where=where)
+    _check_measured(rows, where)
     for r in rows:
-        if not (math.isfinite(r.time_us) and r.time_us > 0) or r.size_bytes <= 0:
-            raise ProfileInputError(f"size and time must be positive (got {r.size_bytes} B, {r.time_us} us)",
-                                    where=r.origin or where)
         if r.kind is not CollectiveKind.ALLTOALL:
             raise ProfileInputError(f"--class net-alltoall fits alltoall rows, not {r.kind.value}",
                                     where=r.origin or where)
@@ -731,6 +726,14 @@ def _fit_share(rows: Sequence[TimedRow], run: Callable[[float, int], tuple[str, 
         fit = replace(fit, warnings=(f"the fitted model is off by {fit.rms_error:.0%} rms on these rows (worst "
                                      f"{fit.max_error:.0%}): {what} does not describe this run well",))
     return fit, share
+
+
+def _check_measured(rows: Sequence[TimedRow], where: str) -> None:
+    """Every row a positive size and a positive, finite time (else the error names the row's file)."""
+    for r in rows:
+        if not (math.isfinite(r.time_us) and r.time_us > 0) or r.size_bytes <= 0:
+            raise ProfileInputError(f"size and time must be positive (got {r.size_bytes} B, {r.time_us} us)",
+                                    where=r.origin or where)
 
 
 def _golden_section(f: Callable[[float], float], lo: float, hi: float, *, tolerance: float) -> float:
