@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from taccl_py.fluid import Finish, FlowGroup, FluidNetwork
+from taccl_py.fluid import Finish, FlowGroup, FluidNetwork, binding_resources
 from taccl_py.tolerances import SAME_INSTANT_REL
 
 __all__ = ["BATCH_HORIZON", "Event", "EventKernel", "Fault", "Finish", "Relays", "batch_end"]
@@ -117,7 +117,8 @@ class EventKernel:
     def __init__(self, capacities: Sequence[float], resources: Sequence[tuple[int, ...]],
                  latency_us: Sequence[float], num_bytes: Sequence[float],
                  weights: Sequence[tuple[float, ...] | None] | None = None, relays: Relays | None = None) -> None:
-        self.net = FluidNetwork(capacities)
+        unweighted = weights is None or all(w is None for w in weights)
+        self.net = FluidNetwork(capacities, binding_resources(capacities, resources) if unweighted else None)
         self.resources = resources
         self.latency_us = latency_us
         self.num_bytes = num_bytes

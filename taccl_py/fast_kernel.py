@@ -199,7 +199,8 @@ RI_LOAD, RI_REACHED, RI_HEAD, RI_TAIL, RI_COUNT = range(5)
 NI_RES, NI_PREV, NI_NEXT, NI_GROUP = range(4)
 # per group, float (GF) and int64 (GI)
 GF_RATE, GF_DRAINED, GF_UPDATED, GF_DUE, GF_LATENCY = range(5)
-GI_SIZE, GI_SOLVED, GI_SEEN, GI_FIXED, GI_LINKED, GI_HLEN, GI_HBASE, GI_EVENT, GI_FINISH, GI_TOUCHED = range(10)
+# (GI_BOUND: where the group's binding resources end; its slots list those first, see new_network)
+GI_SIZE, GI_SOLVED, GI_SEEN, GI_FIXED, GI_LINKED, GI_HLEN, GI_HBASE, GI_EVENT, GI_FINISH, GI_TOUCHED, GI_BOUND = range(11)
 # member heap slots: target (HK, float) and join number, flow (HI, int32)
 HI_SEQ, HI_FLOW = range(2)
 # work lists per group (WG): touched, moved
@@ -246,7 +247,7 @@ def _solve(seeds: Any, num_seeds: int, now: float, rf: Any, ri: Any, ni: Any, re
             n += m
             if gi[GI_SEEN, g] != solve:
                 gi[GI_SEEN, g] = solve
-                for q in range(res_ptr[g], res_ptr[g + 1]):
+                for q in range(res_ptr[g], gi[GI_BOUND, g]):
                     r2 = ni[NI_RES, q]
                     if ri[RI_REACHED, r2] != solve:
                         ri[RI_REACHED, r2] = solve
@@ -279,7 +280,7 @@ def _solve(seeds: Any, num_seeds: int, now: float, rf: Any, ri: Any, ni: Any, re
             m = gi[GI_SIZE, g]
             gi[GI_SOLVED, g] = m
             used = current * m
-            for q in range(res_ptr[g], res_ptr[g + 1]):
+            for q in range(res_ptr[g], gi[GI_BOUND, g]):
                 r2 = ni[NI_RES, q]
                 rf[RF_LEFT, r2] -= used
                 rf[RF_COUNT, r2] -= m
@@ -346,24 +347,24 @@ def _reshare(now: float, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: A
             cnt[_MN] += 1
             if gi[GI_SIZE, g] != gi[GI_SOLVED, g]:
                 shared = False
-                for q in range(res_ptr[g], res_ptr[g + 1]):
+                for q in range(res_ptr[g], gi[GI_BOUND, g]):
                     if ri[RI_COUNT, ni[NI_RES, q]] > 1:
                         shared = True
                         break
                 if shared:
-                    for q in range(res_ptr[g], res_ptr[g + 1]):
+                    for q in range(res_ptr[g], gi[GI_BOUND, g]):
                         seeds[num_seeds] = ni[NI_RES, q]
                         num_seeds += 1
                 else:  # _solve_alone
                     m = gi[GI_SIZE, g]
                     gi[GI_SOLVED, g] = m
                     least = np.inf
-                    for q in range(res_ptr[g], res_ptr[g + 1]):
+                    for q in range(res_ptr[g], gi[GI_BOUND, g]):
                         c = rf[RF_CAPACITY, ni[NI_RES, q]]
                         if c < least:
                             least = c
                     new = least / m
-                    for q in range(res_ptr[g], res_ptr[g + 1]):
+                    for q in range(res_ptr[g], gi[GI_BOUND, g]):
                         r = ni[NI_RES, q]
                         rf[RF_LEVEL, r] = new if rf[RF_CAPACITY, r] == least else np.inf
                     old = gf[GF_RATE, g]
@@ -373,7 +374,7 @@ def _reshare(now: float, rf: Any, ri: Any, ni: Any, res_ptr: Any, gf: Any, gi: A
                         gf[GF_RATE, g] = new
         elif gi[GI_LINKED, g]:
             gi[GI_LINKED, g] = 0
-            for q in range(res_ptr[g], res_ptr[g + 1]):
+            for q in range(res_ptr[g], gi[GI_BOUND, g]):
                 r = ni[NI_RES, q]
                 a, b = ni[NI_PREV, q], ni[NI_NEXT, q]  # unlink from groups_on[r]
                 if a < 0:
@@ -413,9 +414,14 @@ def _less(ka: float, sa: int, kb: float, sb: int) -> bool:
 # into both (numba ``inline="always"``), so the hot path costs what closures over the tables did. ``net`` is the tuple
 # ``new_network`` returns; ``active`` is the per-flow "in the network" flag (an integer or boolean array).
 @njit(cache=True)
-def new_network(capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, members: int) -> Any:
+def new_network(capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, members: int,
+                binding: Any) -> Any:
     """The fluid network of ``capacity`` per resource and routes ``res[res_ptr[g]:res_ptr[g + 1]]`` (with their
-    ``latency`` and ``route_count`` flows each), room for ``members`` flows; an empty event heap."""
+    ``latency`` and ``route_count`` flows each), room for ``members`` flows; an empty event heap.
+
+    ``binding`` per resource (:func:`taccl_py.fluid.binding_resources`): each group's slots list its binding
+    resources first, in route order, up to ``GI_BOUND``; the re-solves see only those (``FlowGroup.bound``), the
+    load, busy time and bytes carried are kept on all."""
     num_res = len(capacity)
     num_groups = len(res_ptr) - 1
     slots = len(res)
@@ -426,14 +432,23 @@ def new_network(capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count
     ri[RI_HEAD] = -1
     ri[RI_TAIL] = -1
     ni = np.full((4, slots), -1, np.int64)
-    ni[NI_RES] = res
-    for g in range(num_groups):
-        for q in range(res_ptr[g], res_ptr[g + 1]):
-            ni[NI_GROUP, q] = g
     gf = np.zeros((5, num_groups))
     gf[GF_DUE] = np.inf
     gf[GF_LATENCY] = latency
-    gi = np.zeros((10, num_groups), np.int64)
+    gi = np.zeros((11, num_groups), np.int64)
+    for g in range(num_groups):
+        q = res_ptr[g]
+        for p in range(res_ptr[g], res_ptr[g + 1]):
+            if binding[res[p]]:
+                ni[NI_RES, q] = res[p]
+                q += 1
+        gi[GI_BOUND, g] = q
+        for p in range(res_ptr[g], res_ptr[g + 1]):
+            if not binding[res[p]]:
+                ni[NI_RES, q] = res[p]
+                q += 1
+        for p in range(res_ptr[g], res_ptr[g + 1]):
+            ni[NI_GROUP, p] = g
     base = 0
     for g in range(num_groups):
         gi[GI_HBASE, g] = base
@@ -584,7 +599,7 @@ def net_add(net: Any, active: Any, res_ptr: Any, i: int, g: int, nbytes: float, 
     rf, ri, ni, gf, gi, hk, hi, cnt = net[0], net[1], net[2], net[3], net[4], net[5], net[6], net[12]
     if not gi[GI_LINKED, g]:
         gi[GI_LINKED, g] = 1
-        for p in range(res_ptr[g], res_ptr[g + 1]):  # append to groups_on of each resource
+        for p in range(res_ptr[g], gi[GI_BOUND, g]):  # append to groups_on of each binding resource
             r = ni[NI_RES, p]
             tail = ri[RI_TAIL, r]
             ni[NI_PREV, p] = tail
@@ -694,21 +709,21 @@ def close_busy(net: Any, now: float) -> None:
 @njit(cache=True, nogil=True)
 def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: Any, bytes_by_count: Any,
         capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, state: Any, words: Any,
-        num_chunks: int, n_ranks: int, route_posts: Any, post_us: float, posted: Any) -> Any:
+        num_chunks: int, n_ranks: int, route_posts: Any, post_us: float, posted: Any, binding: Any) -> Any:
     """Run every transfer of the tables (see the layout above; ``t`` and ``f`` are updated in place).
 
     ``capacity`` per resource, ``latency`` per route (with the step overhead), ``res_ptr``/``res`` the
     resources of each route, ``route_count`` the transfers on each route, ``state`` the mask id of every
     (rank, chunk) key (updated in place), ``words`` the mask pool; ``route_posts`` per route whether its
     transfers wait for the proxies to post them (``post_us`` each; ``posted`` per rank, updated: as
-    :func:`taccl_py.runtime.proxy_posts`). Returns (busy_us, bytes carried, counters, pool words, fault time);
+    :func:`taccl_py.runtime.proxy_posts`), ``binding`` per resource whether it may limit a rate (:func:`new_network`). Returns (busy_us, bytes carried, counters, pool words, fault time);
     ``counters[FAULT_KIND]`` is a fault code (0: none).
 
     The rules are closures over the tables and the fluid network's steps are inline functions (numba inlines
     both), so the hot path passes no arrays.
     """
     n = t.shape[1]
-    net = new_network(capacity, latency, res_ptr, res, route_count, n)
+    net = new_network(capacity, latency, res_ptr, res, route_count, n, binding)
     rf, gf, cnt, queue = net[0], net[3], net[12], net[13]
     active = t[T_ACT]
     cm = np.empty((2, max(n, 1)), np.int32)

@@ -25,6 +25,7 @@ import numpy as np
 from taccl_py.collectives import CollectiveKind
 from taccl_py.compact import CompactSchedule, compact, compact_error
 from taccl_py.endpoint import EndpointMode
+from taccl_py.fluid import binding_resources
 from taccl_py.gc_pause import paused_gc
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
@@ -335,7 +336,7 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
     busy_us, carried, cnt, words, fault_time = fk.run(
         t, f, schedule.chunk_ptr, cs, ep, ed, not_before, bytes_by_count, capacity, latency, res_ptr, res,
         route_count, state, words, nc, n, route_posts, 0.0 if costs is None else costs.post_us,
-        np.zeros(max(n, topology.num_gpus)))
+        np.zeros(max(n, topology.num_gpus)), np.array(binding_resources(capacity.tolist(), schedule.routes), np.bool_))
     start_at, arrive_at, commit_at = f[fk.F_START], f[fk.F_ARRIVE], f[fk.F_COMMIT]
     start_cause, commit_cause = t[fk.T_SC], t[fk.T_CC]
 

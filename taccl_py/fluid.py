@@ -26,7 +26,10 @@ and a member finishes when that count reaches its ``target`` (the count when it
 joined plus its size), so a rate change updates a group, not each of its flows.
 
 A re-solve also leaves alone every group whose rate is below the level at
-which the first changed resource could saturate (see :meth:`FluidNetwork._solve`).
+which the first changed resource could saturate (see :meth:`FluidNetwork._solve`),
+and never looks at a resource that cannot limit any rate: a NIC's cable behind the
+NIC's own port, a spine whose capacity is the sum of the leaves under it
+(:func:`binding_resources`; their load, busy time and bytes are still kept).
 
 :meth:`FluidNetwork.reshare_groups` returns the groups whose next finish may
 have moved (:meth:`FluidNetwork.reshare`: with that finish); the event loop (:mod:`taccl_py.event_kernel`) keeps one finish
@@ -38,10 +41,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import IntEnum
 
-__all__ = ["Finish", "FlowGroup", "FluidNetwork"]
+__all__ = ["Finish", "FlowGroup", "FluidNetwork", "binding_resources"]
 
 _SAME_RATE = 1e-12
 """Relative change below which a re-solved rate counts as unchanged (so the flow's finish event stands)."""
@@ -51,6 +54,9 @@ _FROZEN_MARGIN = 1e-9
 
 _NO_DEMAND = 1e-9
 """A resource whose weighted count of unfixed flows is below this has none (weighted counts are sums of floats)."""
+
+_COVER_SLACK = 1 + 1e-12
+"""A cover's capacities may sum to this much of the covered resource's (the sum and the capacity round apart)."""
 
 _Entry = tuple[float, int, int]
 """A member of a group: (target drained bytes, join sequence number, flow)."""
@@ -79,11 +85,14 @@ class FlowGroup:
     group's finish event, its sequence number (0: none) and its time.
     """
 
-    __slots__ = ("_fixed", "_linked", "_order", "_seen", "_solved_size", "drained", "due", "event", "finish",
+    __slots__ = ("_fixed", "_linked", "_order", "_seen", "_solved_size", "bound", "drained", "due", "event", "finish",
                  "members", "rate", "resources", "size", "updated_at", "weight_on", "weights")
 
-    def __init__(self, resources: tuple[int, ...], now: float, weights: tuple[float, ...] | None = None) -> None:
+    def __init__(self, resources: tuple[int, ...], now: float, weights: tuple[float, ...] | None = None,
+                 bound: tuple[int, ...] | None = None) -> None:
         self.resources = resources
+        self.bound = resources if bound is None else bound
+        """The resources that may limit the group's rate (:func:`binding_resources`), in ``resources``' order."""
         self.weights = weights
         """Per resource (aligned with ``resources``), what one byte of a member uses of it; None: all 1."""
         self.weight_on: dict[int, float] | None = None if weights is None else dict(zip(resources, weights,
@@ -124,12 +133,16 @@ class FluidNetwork:
 
     Per resource (indexed as ``capacities``): ``load`` (active flows using it),
     ``busy_us`` (time it carried at least one flow), ``bytes_carried`` and
-    ``level`` (its fair share when it last saturated).
+    ``level`` (its fair share when it last saturated). ``binding`` (optional, per
+    resource): False for a resource that can limit no rate, which the re-solves then
+    skip; it must come from :func:`binding_resources` over every route the network
+    will carry, all of them without weights.
     """
 
-    def __init__(self, capacities: Sequence[float]) -> None:
+    def __init__(self, capacities: Sequence[float], binding: Sequence[bool] | None = None) -> None:
         count = len(capacities)
         self.capacity = list(capacities)
+        self.binding: list[bool] | None = None if binding is None or all(binding) else list(binding)
         self.groups_on: list[dict[FlowGroup, None]] = [{} for _ in range(count)]  # ordered sets
         self.load: list[int] = [0] * count
         """Active flows using each resource."""
@@ -155,13 +168,17 @@ class FluidNetwork:
         ``weights`` (optional, one per resource, each > 0): the flow uses ``w``
         bytes of a resource per byte it moves (``bytes_carried`` counts them).
         """
+        if weights is not None and self.binding is not None:
+            raise ValueError("a network told which resources bind carries flows without weights only")
         key: object = resources if weights is None else (resources, weights)
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = FlowGroup(resources, now, weights)
+            binding = self.binding
+            bound = None if binding is None else tuple(r for r in resources if binding[r])
+            group = self._groups[key] = FlowGroup(resources, now, weights, bound)
         if not group._linked:
             group._linked = True
-            for r in resources:
+            for r in group.bound:
                 self.groups_on[r][group] = None
         entry = (group.drained + group.rate * (now - group.updated_at) + num_bytes, next(self._joined), flow)
         group.members[flow] = entry
@@ -220,15 +237,15 @@ class FluidNetwork:
             if group.size:
                 moved.append(group)
                 if group.size != group._solved_size:
-                    for r in group.resources:
+                    for r in group.bound:
                         if len(groups_on[r]) > 1:
-                            seeds.extend(group.resources)
+                            seeds.extend(group.bound)
                             break
                     else:
                         self._solve_alone(group, now)
             elif group._linked:  # empty: unlist it, and keep it for the next flow on these resources
                 group._linked = False
-                for r in group.resources:
+                for r in group.bound:
                     del groups_on[r][group]
                     if not load[r]:
                         level[r] = math.inf
@@ -268,9 +285,9 @@ class FluidNetwork:
         m = group._solved_size = group.size
         weights = group.weights
         if weights is None:
-            least = min(capacity[r] for r in group.resources)
+            least = min(capacity[r] for r in group.bound)
             new = least / m
-            for r in group.resources:
+            for r in group.bound:
                 level[r] = new if capacity[r] == least else math.inf
         else:
             least = min(capacity[r] / w for r, w in zip(group.resources, weights, strict=True))
@@ -330,7 +347,7 @@ class FluidNetwork:
                     n += m * weight_on[r]
                 if group._seen != solve:
                     group._seen = solve
-                    for r2 in group.resources:
+                    for r2 in group.bound:
                         if reached[r2] != solve:
                             reached[r2] = solve
                             stack.append(r2)
@@ -361,7 +378,7 @@ class FluidNetwork:
                 used = current * m
                 weights = group.weights
                 if weights is None:
-                    for r2 in group.resources:
+                    for r2 in group.bound:
                         cap[r2] -= used
                         count[r2] -= m
                 else:
@@ -382,3 +399,74 @@ class FluidNetwork:
             if flows:
                 self.busy_us[r] += now - self.busy_since[r]
                 self.busy_since[r] = now
+
+
+def binding_resources(capacities: Sequence[float], routes: Iterable[tuple[int, ...]]) -> list[bool]:
+    """Per resource, whether it may limit a rate when flows use only ``routes`` (each without weights).
+
+    A resource r cannot, and is marked False, when its flows' total is bounded by capacities
+    the solve keeps, so the max-min rates over the other resources already respect r:
+
+    * every route through r also crosses one resource m of no more capacity (a NIC's cable
+      and its PCIe port: the same flows; m ranks first by capacity, then by the routes it
+      carries, then index, so of two alike one stays);
+    * the first (or the last) other kept resource of each route through r are distinct
+      resources whose capacities sum to at most r's (a spine link as wide as the NICs
+      under its leaf).
+
+    The max-min allocation over the kept resources is then feasible for all of them, so it is
+    theirs (it is unique): dropping r changes no rate, only work. Resources of the second
+    kind are decided one at a time, each on resources still kept, so the bounds chain
+    soundly.
+    """
+    count = len(capacities)
+    distinct = list(dict.fromkeys(routes))
+    through: list[list[int]] = [[] for _ in range(count)]
+    for k, route in enumerate(distinct):
+        for r in route:
+            through[r].append(k)
+    sets = [frozenset(route) for route in distinct]
+
+    def rank(r: int) -> tuple[float, int, int]:
+        return capacities[r], -len(through[r]), r
+
+    keep = [True] * count
+    for r in range(count):
+        mine = through[r]
+        if not mine:
+            continue
+        own = rank(r)
+        candidates = {m for m in sets[mine[0]] if m != r and rank(m) < own}
+        for k in mine[1:]:
+            if not candidates:
+                break
+            candidates &= sets[k]
+        if candidates:
+            keep[r] = False
+    for r in range(count):
+        if keep[r] and len(through[r]) > 1:
+            keep[r] = not (_covered(r, capacities, distinct, through[r], keep, reverse=False)
+                           or _covered(r, capacities, distinct, through[r], keep, reverse=True))
+    return keep
+
+
+def _covered(r: int, capacities: Sequence[float], routes: list[tuple[int, ...]], mine: list[int], keep: list[bool],
+             *, reverse: bool) -> bool:
+    """Whether the first (``reverse``: last) kept resource other than ``r`` of each route through ``r`` sum to at most
+    its capacity (each counted once)."""
+    limit = capacities[r] * _COVER_SLACK
+    cover: dict[int, None] = {}
+    total = 0.0
+    for k in mine:
+        route = routes[k]
+        for m in (reversed(route) if reverse else route):
+            if m != r and keep[m]:
+                if m not in cover:
+                    cover[m] = None
+                    total += capacities[m]
+                    if total > limit:
+                        return False
+                break
+        else:
+            return False
+    return math.fsum(capacities[m] for m in cover) <= limit

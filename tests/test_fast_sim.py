@@ -308,3 +308,34 @@ def test_direct_allgather_with_posts_is_the_same_compiled(protocol: str, monkeyp
     waited_compiled = simulate_large(topo, waited, 2**24, options)
     assert waited_compiled.notes.get("simulator") == "compiled" and waited_compiled.correct
     _same(simulate(topo, waited, 2**24, options), waited_compiled)
+
+
+def test_resources_that_cannot_bind_change_no_time_in_either_simulator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL's Alltoall across two DGX A100s under its runtime costs: the NICs' cables and the spines cannot limit a
+    rate (:func:`taccl_py.fluid.binding_resources`), so both simulators skip them; told every resource binds, they
+    give the same times (to rounding) and the same link accounts."""
+    from taccl_py import event_kernel, fast_sim
+    from taccl_py.fluid import binding_resources
+
+    topo = resolve_topology("dgx-a100x2")
+    assert topo.runtime is not None
+    schedule = baseline(topo, CollectiveKind.ALLTOALL, "direct")
+    costs = topo.runtime.costs("Simple", CollectiveKind.ALLTOALL, topo)
+    options = SimOptions(costs=costs)
+    binding = binding_resources(costs.link_capacity_us(topo), [t.route for t in schedule.transfers])
+    skipped = {topo.links[r].kind for r, b in enumerate(binding) if not b}
+    assert skipped == {"ib"} and sum(binding) == 32 + 32  # NVLink and the GPUs' NIC ports, both ways
+    told = simulate(topo, schedule, 2**24, options)
+    _same(told, simulate_compact(topo, compact(schedule), 2**24, options))
+
+    def every_one_binds(capacities: list[float], routes: object) -> list[bool]:
+        return [True] * len(capacities)
+
+    monkeypatch.setattr(event_kernel, "binding_resources", every_one_binds)
+    monkeypatch.setattr(fast_sim, "binding_resources", every_one_binds)
+    untold = simulate(topo, schedule, 2**24, options)
+    _same(untold, simulate_compact(topo, compact(schedule), 2**24, options))
+    assert told.correct and told.time_us == pytest.approx(untold.time_us, rel=1e-12)
+    assert np.allclose(told.commit_us, untold.commit_us, rtol=1e-12, atol=0)
+    assert told.link_bytes == untold.link_bytes
+    assert told.link_busy_us == pytest.approx(untold.link_busy_us, rel=1e-12)

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taccl_py.fluid import FluidNetwork
+from taccl_py.fluid import FluidNetwork, binding_resources
 
 Route = tuple[int, ...]
 
@@ -124,13 +124,19 @@ def scenarios(draw: st.DrawFn) -> tuple[list[float], list[tuple[float, list[tupl
     return capacity, draw(st.lists(step, min_size=1, max_size=30))
 
 
+def scenario_routes(steps: list[tuple[float, list[tuple[Route, int, bool]], list[int]]]) -> list[Route]:
+    return [route for _, adds, _ in steps for route, _, _ in adds]
+
+
 @pytest.mark.slow
 @settings(max_examples=400)
-@given(scenario=scenarios())
+@given(scenario=scenarios(), told=st.booleans())
 def test_rates_match_a_from_scratch_max_min(
-        scenario: tuple[list[float], list[tuple[float, list[tuple[Route, int, bool]], list[int]]]]) -> None:
+        scenario: tuple[list[float], list[tuple[float, list[tuple[Route, int, bool]], list[int]]]], told: bool) -> None:
+    """``told``: the network is given which resources bind (:func:`binding_resources` of the scenario's routes)."""
     capacity, steps = scenario
-    net = FluidNetwork([float(c) for c in capacity])
+    caps = [float(c) for c in capacity]
+    net = FluidNetwork(caps, binding_resources(caps, scenario_routes(steps)) if told else None)
     active: dict[int, Route] = {}
     left: dict[int, float] = {}  # bytes each flow has left, integrated here from the reference rates
     rates: dict[int, Fraction] = {}
@@ -170,6 +176,59 @@ def test_rates_match_a_from_scratch_max_min(
             assert first in group.members
             assert when == pytest.approx(soonest, rel=1e-9, abs=1e-9)
             assert now + left[first] / float(rates[first]) == pytest.approx(soonest, rel=1e-9, abs=1e-9)
+
+
+# ------------------------------------------------------------------ resources that cannot bind
+def test_a_cable_behind_its_port_and_a_spine_as_wide_as_its_leaves_do_not_bind() -> None:
+    """0 and 2: two NICs' ports (25), 1 and 3: their cables (25), 4: the spine both cross (50), 5: a wide hop."""
+    caps = [25.0, 25.0, 25.0, 25.0, 50.0, 100.0]
+    routes = [(0, 1, 4), (2, 3, 4, 5)]
+    assert binding_resources(caps, routes) == [True, False, True, False, False, False]
+    caps[4] = 49.0  # a narrower spine can be the bottleneck
+    assert binding_resources(caps, routes) == [True, False, True, False, True, False]
+    assert binding_resources([5.0, 5.0], [(1, 0), (0, 1)]) == [True, False]  # alike: the first stays
+    assert binding_resources([5.0, 4.0], [(0,), (0, 1)]) == [True, True]  # 0 carries a flow 1 does not
+    assert binding_resources([5.0, 7.0, 1.0], [(0,)]) == [True, True, True]  # resources no route uses stay
+
+
+@settings(max_examples=300)
+@given(scenario=scenarios())
+def test_telling_the_network_what_binds_changes_no_rate_and_no_account(
+        scenario: tuple[list[float], list[tuple[float, list[tuple[Route, int, bool]], list[int]]]]) -> None:
+    """Side by side with and without :func:`binding_resources`: the same rates (to rounding), busy times, bytes."""
+    capacity, steps = scenario
+    caps = [float(c) for c in capacity]
+    binding = binding_resources(caps, scenario_routes(steps))
+    nets = FluidNetwork(caps), FluidNetwork(caps, binding)
+    active: list[int] = []
+    now = 0.0
+    for dt, adds, removes in steps:
+        now += dt
+        for pick in removes:
+            if active:
+                f = active.pop(pick % len(active))
+                for net in nets:
+                    net.remove(f, now)
+        for route, num_bytes, _ in adds:
+            f = max(active, default=-1) + 1
+            active.append(f)
+            for net in nets:
+                net.add(f, route, float(num_bytes), now)
+        for net in nets:
+            net.reshare_groups(now)
+        for f in active:
+            assert nets[1].group_of[f].rate == pytest.approx(nets[0].group_of[f].rate, rel=1e-11)
+    for net in nets:
+        net.finish_busy(now)
+    assert nets[0].busy_us == nets[1].busy_us
+    assert nets[0].bytes_carried == nets[1].bytes_carried
+    assert nets[0].load == nets[1].load
+
+
+def test_a_network_told_what_binds_refuses_weighted_flows() -> None:
+    net = FluidNetwork([10.0, 10.0], [True, False])
+    with pytest.raises(ValueError, match="without weights"):
+        net.add(0, (0, 1), 5.0, 0.0, (1.0, 2.0))
 
 
 def test_reference_on_a_textbook_case() -> None:

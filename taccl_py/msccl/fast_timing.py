@@ -36,6 +36,7 @@ from taccl_py.fast_kernel import (
     proxy_post,
     settle,
 )
+from taccl_py.fluid import binding_resources
 from taccl_py.msccl.arrays import STEP_TYPES, T_ID, T_SEND, ProgramArrays
 from taccl_py.msccl.fast_machine import N_COUNT, N_FIRST, N_RANK, N_TB, N_TYPE, SENDS
 from taccl_py.msccl.fast_rules import rules_found
@@ -55,7 +56,7 @@ _ENTER = 0
 @njit(cache=True)
 def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocked: Any, capacity: Any,
         latency: Any, res_ptr: Any, res: Any, route_count: Any, post_rank: Any, post_peer: Any, post_us: float,
-        posted: Any) -> Any:
+        posted: Any, binding: Any) -> Any:
     """Time every transmission; (start, done, cause, busy_us, bytes carried, counters).
 
     Per transmission: ``group`` its route's group (-1: it does not send), ``nbytes`` what a send
@@ -67,7 +68,7 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
     :func:`taccl_py.runtime.proxy_posts`).
     """
     n = len(group)
-    net = new_network(capacity, latency, res_ptr, res, route_count, int(route_count.sum()))
+    net = new_network(capacity, latency, res_ptr, res, route_count, int(route_count.sum()), binding)
     rf, gf, cnt, queue = net[0], net[3], net[12], net[13]
     start_at = np.full(n, np.nan)
     done_at = np.full(n, np.nan)
@@ -214,7 +215,8 @@ def simulate_arrays(arrays: ProgramArrays, topology: Topology, size_bytes: float
     start_at, done_at, cause, busy, carried, _ = run(group, nbytes, succ_ptr, succs, pending, machine.blocked,
                                                      capacity, latency, res_ptr, res, route_count, post_rank,
                                                      post_peer, 0.0 if costs is None else costs.post_us,
-                                                     np.zeros(topology.num_gpus))
+                                                     np.zeros(topology.num_gpus),
+                                                     np.array(binding_resources(capacity.tolist(), routes), np.bool_))
     tb_ids = arrays.tbs[T_ID]
 
     def describe(node: int) -> str:
