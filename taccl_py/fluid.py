@@ -55,9 +55,6 @@ _FROZEN_MARGIN = 1e-9
 _NO_DEMAND = 1e-9
 """A resource whose weighted count of unfixed flows is below this has none (weighted counts are sums of floats)."""
 
-_COVER_SLACK = 1 + 1e-12
-"""A cover's capacities may sum to this much of the covered resource's (the sum and the capacity round apart)."""
-
 _Entry = tuple[float, int, int]
 """A member of a group: (target drained bytes, join sequence number, flow)."""
 
@@ -142,6 +139,8 @@ class FluidNetwork:
     def __init__(self, capacities: Sequence[float], binding: Sequence[bool] | None = None) -> None:
         count = len(capacities)
         self.capacity = list(capacities)
+        if binding is not None and len(binding) != count:
+            raise ValueError(f"binding names {len(binding)} resources, the network has {count}")
         self.binding: list[bool] | None = None if binding is None or all(binding) else list(binding)
         self.groups_on: list[dict[FlowGroup, None]] = [{} for _ in range(count)]  # ordered sets
         self.load: list[int] = [0] * count
@@ -408,16 +407,21 @@ def binding_resources(capacities: Sequence[float], routes: Iterable[tuple[int, .
     the solve keeps, so the max-min rates over the other resources already respect r:
 
     * every route through r also crosses one resource m of no more capacity (a NIC's cable
-      and its PCIe port: the same flows; m ranks first by capacity, then by the routes it
-      carries, then index, so of two alike one stays);
-    * the first (or the last) other kept resource of each route through r are distinct
-      resources whose capacities sum to at most r's (a spine link as wide as the NICs
-      under its leaf).
+      and its PCIe port: the same flows); m must rank before r by capacity, then by the
+      routes it carries (more first), then index, so of two alike one stays, and a chain of
+      such marks ends at a resource this rule keeps, whose flows include r's;
+    * the set of the first (or the last) other kept resources of the routes through r has
+      capacities summing (exactly, :func:`math.fsum`) to at most r's (a spine link as wide
+      as the NICs under its leaf). These are decided after the first kind, one at a time in
+      index order, each on resources kept at that moment.
 
-    The max-min allocation over the kept resources is then feasible for all of them, so it is
-    theirs (it is unique): dropping r changes no rate, only work. Resources of the second
-    kind are decided one at a time, each on resources still kept, so the bounds chain
-    soundly.
+    Every allocation within the kept resources' capacities then respects the marked ones: the
+    second kind in the reverse of the order they were marked (each rests on resources kept
+    then: unmarked, or marked later and so already shown), then the first kind through their
+    chains. The max-min allocation over the kept resources is thus feasible for all of them,
+    and being unique it is theirs: the marks change no rate (up to the rounding of sums taken
+    in another order), only work. Every route keeps a resource: the first rule keeps its
+    least-ranked one, the second never takes a route's last.
     """
     count = len(capacities)
     distinct = list(dict.fromkeys(routes))
@@ -452,9 +456,9 @@ def binding_resources(capacities: Sequence[float], routes: Iterable[tuple[int, .
 
 def _covered(r: int, capacities: Sequence[float], routes: list[tuple[int, ...]], mine: list[int], keep: list[bool],
              *, reverse: bool) -> bool:
-    """Whether the first (``reverse``: last) kept resource other than ``r`` of each route through ``r`` sum to at most
-    its capacity (each counted once)."""
-    limit = capacities[r] * _COVER_SLACK
+    """Whether the first (``reverse``: last) kept resources other than ``r`` of the routes through ``r``, each counted
+    once, sum to at most its capacity."""
+    limit = capacities[r]
     cover: dict[int, None] = {}
     total = 0.0
     for k in mine:

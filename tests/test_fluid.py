@@ -189,6 +189,8 @@ def test_a_cable_behind_its_port_and_a_spine_as_wide_as_its_leaves_do_not_bind()
     assert binding_resources([5.0, 5.0], [(1, 0), (0, 1)]) == [True, False]  # alike: the first stays
     assert binding_resources([5.0, 4.0], [(0,), (0, 1)]) == [True, True]  # 0 carries a flow 1 does not
     assert binding_resources([5.0, 7.0, 1.0], [(0,)]) == [True, True, True]  # resources no route uses stay
+    # a cover must not exceed the capacity by any rounding: 0 is the lone (0, 1) flow's bottleneck
+    assert binding_resources([1.0, 1.0 + 5e-13, 10.0, 10.0], [(0, 1), (0, 1, 2), (1, 3)])[0]
 
 
 @settings(max_examples=300)
@@ -225,10 +227,12 @@ def test_telling_the_network_what_binds_changes_no_rate_and_no_account(
     assert nets[0].load == nets[1].load
 
 
-def test_a_network_told_what_binds_refuses_weighted_flows() -> None:
+def test_a_network_told_what_binds_refuses_weighted_flows_and_a_mask_of_another_size() -> None:
     net = FluidNetwork([10.0, 10.0], [True, False])
     with pytest.raises(ValueError, match="without weights"):
         net.add(0, (0, 1), 5.0, 0.0, (1.0, 2.0))
+    with pytest.raises(ValueError, match="names 1 resources, the network has 2"):
+        FluidNetwork([10.0, 10.0], [True])
 
 
 def test_reference_on_a_textbook_case() -> None:
