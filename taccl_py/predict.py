@@ -515,7 +515,8 @@ def predict_nccl(topology: Topology, kind: CollectiveKind, size_bytes: int, mode
 
 def predict_program(program: object, topology: Topology, size_bytes: float, model: RuntimeModel) -> Prediction:
     """An MSCCL program (or its :class:`~taccl_py.msccl.arrays.ProgramArrays`) timed with the costs of the protocol
-    its ``proto`` names."""
+    its ``proto`` names. A ``proto`` that names none fails the program's checks, which run before any cost is read
+    (the result says why; the prediction's protocol is then Simple, a placeholder)."""
     from taccl_py.msccl import simulate_program
     from taccl_py.msccl.arrays import ProgramArrays
     from taccl_py.msccl.ir import Program
@@ -523,7 +524,7 @@ def predict_program(program: object, topology: Topology, size_bytes: float, mode
     assert isinstance(program, Program | ProgramArrays)
     kind = program.kind
     assert kind is not None
-    p = Protocol(program.proto)
+    p = Protocol(program.proto) if program.proto in {q.value for q in PROTOCOLS} else Protocol.SIMPLE
     options = SimOptions(costs=model.costs(p, kind, topology))
     if isinstance(program, ProgramArrays):
         from taccl_py.msccl.fast_timing import simulate_arrays

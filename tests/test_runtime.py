@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -367,6 +368,24 @@ def test_xml_proto_is_honoured(tmp_path: Path, capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit):
         main(["simulate", "-t", "dgx-a100", "-s", "64KB", "-a", str(path), "--json"])
     assert json.loads(capsys.readouterr().out)["proto"] == written["proto"]
+
+
+@pytest.mark.parametrize("ideal", [False, True])
+def test_an_xml_whose_proto_names_no_protocol_fails_its_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 ideal: bool) -> None:
+    """``proto="simple"`` (NCCL's names are case-sensitive) is the program's fault, reported as the verifier words it,
+    under the runtime model as with ``--ideal``: no traceback, the row without a time, exit status 1."""
+    path = tmp_path / "ring.xml"
+    with pytest.raises(SystemExit):
+        main(["baseline", "-t", "dgx-a100", "-c", "allgather", "-s", "64KB", "-a", "ring", "-o", str(path)])
+    capsys.readouterr()
+    text = path.read_text()
+    path.write_text(re.sub(r'proto="[A-Za-z0-9]+"', 'proto="simple"', text, count=1))
+    with pytest.raises(SystemExit) as done:
+        main([*(["--ideal"] if ideal else []), "simulate", "-t", "dgx-a100", "-s", "64KB", "-a", str(path)])
+    err = capsys.readouterr().err
+    assert done.value.code == 1 and "Traceback" not in err
+    assert "invalid program: [protocol] proto='simple' must be one of Simple, LL, LL128" in err
 
 
 # ------------------------------------------------------------------ presets and files
@@ -1227,3 +1246,18 @@ def test_nvls_fit_keeps_its_fixed_costs_at_zero_or_above() -> None:
     harnessed = [replace(r, offset=True) for r in rows]
     warned = fit_nvls(replace(topo, runtime=model), harnessed, max_iterations=4)
     assert any("includes the harness" in w for w in warned.warnings)
+
+
+@pytest.mark.parametrize("link_class", ["net", "pci"])
+def test_a_fit_of_a_class_no_route_crosses_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     link_class: str) -> None:
+    """One DGX H100 has neither network nor PCIe between its GPUs: its rows cannot tell those figures (a fit would
+    push the whole error into the launch), so the fit is refused and writes nothing."""
+    out = tmp_path / "fitted.json"
+    log = Path(__file__).parent / "data" / "nccl_tests" / "together_h100x8_all_reduce_ring.log"
+    with pytest.raises(SystemExit) as done:
+        main(["profile", "fit", "--runtime", f"{log}@1MB:64MB", "--into", "dgx-h100", "-o", str(out),
+              "--class", link_class])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and not out.exists()
+    assert f"--class: no route between the GPUs of 'dgx-h100' crosses a {link_class} link" in err

@@ -380,7 +380,7 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
                 say(_step_text(f"simulating {os.path.basename(algorithm)}", k, sizes))
                 pred = run(size_bytes=size)
                 results.append((size, pred.sim))
-                protos.append(pred.protocol.value)
+                protos.append(pred.protocol.value if what == "schedule" else program.proto)  # as the XML names it
         return kind, results, protos
     if kind is None:
         raise InputError("is required unless --algorithm is an XML or JSON file", where="--collective")

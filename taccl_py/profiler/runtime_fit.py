@@ -146,6 +146,12 @@ def gpu_link_class(topology: Topology) -> str:
     return next((c for c in ("nvlink", "pci", "net") if c in classes), "nvlink")
 
 
+def crossed_link_classes(topology: Topology) -> set[str]:
+    """The link classes some route from the first GPU to another crosses (what a fit of the topology's rows can
+    tell)."""
+    return {link_class_of(topology.links[li].kind) for route in topology.gpu_routes_from(0).values() for li in route}
+
+
 def default_link_class(topology: Topology) -> str:
     """The class a collective's time depends on most: ``net`` across machines, else the GPUs' widest class."""
     if len(topology.machines) > 1 and "net" in {link_class_of(link.kind) for link in topology.links}:
@@ -258,8 +264,11 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     model0 = base or topology.runtime or RuntimeModel(name="nccl", efficiency={})
     cls = link_class or default_link_class(topology)
     if cls not in LINK_CLASSES:
-        raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net; nvls is fitted by fit_nvls)",
-                                where="--class")
+        raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net; --runtime also fits nvls, nvls-tree "
+                                "and net-alltoall)", where="--class")
+    if cls not in crossed_link_classes(topology):
+        raise ProfileInputError(f"no route between the GPUs of {topology.name!r} crosses a {cls} link, so its rows cannot "
+                                f"tell the {cls} figures", where="--class")
     problem = _Problem(topology, model0, cls, rows, algorithms)
     fit_launch = fit_launch and harness_offset_us is None and any(r.offset for r in rows)
     if harness_offset_us is not None:
