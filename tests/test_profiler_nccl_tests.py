@@ -137,6 +137,18 @@ def test_broken_logs_name_file_and_line(name: str, message: str) -> None:
     assert str(info.value) == f"{DATA / name}: {message}" + (" (table cut mid-row?)" if "fields" in message else "")
 
 
+def test_a_row_whose_size_is_damaged_is_an_error_and_other_output_between_rows_is_not() -> None:
+    header = ("# nThread 1 nGpus 2 minBytes 8 maxBytes 64\n"
+              "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n")
+    row = "{} 4 float sum -1 10.0 0.0 0.0 0 10.0 0.0 0.0 0\n"
+    chatter = "10-0-0-1:123:123 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE\n"
+    (run,) = parse_nccl_tests_text(header + row.format(16) + chatter + row.format(32), where="x.log")
+    assert [r.size_bytes for r in run.rows] == [16, 32]
+    for damaged in ("1O24", "4096x"):
+        with pytest.raises(ProfileInputError, match=rf"x\.log: line 4: column 'size' is not an integer \(got '{damaged}'\)"):
+            parse_nccl_tests_text(header + row.format(16) + row.format(damaged), where="x.log")
+
+
 def test_empty_and_tableless_logs() -> None:
     with pytest.raises(ProfileInputError, match=r"x\.log: file is empty"):
         parse_nccl_tests_text("\n \n", where="x.log")

@@ -1261,3 +1261,35 @@ def test_a_fit_of_a_class_no_route_crosses_is_refused(tmp_path: Path, capsys: py
     err = capsys.readouterr().err
     assert done.value.code == 2 and not out.exists()
     assert f"--class: no route between the GPUs of 'dgx-h100' crosses a {link_class} link" in err
+
+
+def test_a_log_cut_at_a_row_boundary_is_checked_with_a_warning(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The header promised rows to 8 GB and the footer is missing: the rows there are used, and the user is told."""
+    log = Path(__file__).parent / "data" / "nccl_tests" / "together_h100x8_all_reduce_ring.log"
+    lines = log.read_text().splitlines()
+    last = next(k for k, line in enumerate(lines) if line.split()[:1] == ["33554432"])
+    cut = tmp_path / "cut.log"
+    cut.write_text("\n".join(lines[:last + 1]) + "\n")
+    with pytest.raises(SystemExit) as done:
+        main(["profile", "check", str(cut), "-t", "dgx-h100", "--json"])
+    captured = capsys.readouterr()
+    assert done.value.code in (0, 1)
+    assert "the table stops at 32MB of the header's maxBytes 8GB, without the '# Avg bus bandwidth' footer" in (
+        captured.err + captured.out)
+
+
+def test_profile_check_takes_the_ranks_of_a_log_without_rank_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    """nccl-tests#119's log prints no '#  Rank' lines: without --ranks the run looks like one rank (and the error
+    says what to pass); with --ranks 24 it is checked as the fidelity table checks it."""
+    data = Path(__file__).parent / "data" / "nccl_tests"
+    args = ["profile", "check", str(data / "nccl_tests_119_a100x3_all_reduce.log"), "-t", str(data / "a100x3-4nic.json")]
+    with pytest.raises(SystemExit) as done:
+        main(args)
+    assert done.value.code == 2 and "pass --ranks N" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as done:
+        main([*args, "--ranks", "24", "--json"])
+    assert done.value.code == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["rows_checked"] == checked["rows_within_target"] == 6
+    assert checked["inputs"][0].endswith("all_reduce_perf, 24 ranks, 6 sizes")

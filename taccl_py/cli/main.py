@@ -76,7 +76,7 @@ class _Commands(click.Group):
                    "launch overheads; shipped DGX A100 / H100 carry them). Bounds are always on the raw-link model.")
 @click.option("--launch-offset", "launch_offset", type=click.FloatRange(0, 1e6), default=0.0, metavar="US",
               help="Add US microseconds per collective to the calibrated runtime model's launch: what a benchmark "
-                   "harness adds beyond one GPU per process (nccl-tests -g 8 on the calibrated DGX A100 host: 25.0). "
+                   "harness adds beyond one GPU per process (nccl-tests -g 8 on the calibrated DGX A100 host: 25.09). "
                    "Not with --ideal.")
 def cli(ideal: bool, launch_offset: float) -> None:
     """Synthesize, verify and time collective algorithms for multi-GPU topologies.

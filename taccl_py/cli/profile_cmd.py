@@ -176,7 +176,7 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
             raise ProfileInputError(f"{flag} applies to --runtime fits only", where=flag)
     if runtime:
         _fit_runtime_cmd(files, output, into, collective, class_name, rows_kept, per_rank, _selection(select),
-                         algorithms, harness_offset, as_json)
+                         algorithms, harness_offset, as_json, ranks)
         return
     base = None
     if into is not None:
@@ -211,7 +211,8 @@ def _selection(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
                      class_name: str | None, rows_kept: str, per_rank: tuple[str, ...], select: dict[str, str],
-                     algorithms: tuple[str, ...], harness_offset: float | None, as_json: bool) -> None:
+                     algorithms: tuple[str, ...], harness_offset: float | None, as_json: bool,
+                     ranks: int | None = None) -> None:
     """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
     from dataclasses import replace
 
@@ -234,7 +235,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     if harness_offset is not None and not files:
         raise ProfileInputError("the harness offset is that of FILE...'s rows: give FILE", where="--harness-offset")
     rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
-                                             per_rank=per_rank, select=select)
+                                             per_rank=per_rank, select=select, ranks=ranks)
     if class_name in ("nvls", "nvls-tree"):
         if set(algorithms) - {class_name}:
             raise ProfileInputError(f"--class {class_name} fits rows that ran {class_name}: --algorithm can only be "
@@ -310,11 +311,13 @@ _CHECK_COLUMNS = ("size", "measured us", "predicted us", "measured busbw", "pred
                    "several runs, e.g. machines=1).")
 @click.option("--plot", "plot_path", metavar="FILE.png|FILE.svg",
               help="Also draw measured and predicted busbw against size, one panel per FILE, with the target band.")
+@click.option("--ranks", type=click.IntRange(1, MAX_GPUS),
+              help="Ranks of the nccl-tests runs whose logs lack Rank lines (else nThread x nGpus).")
 @click.option("--strict", is_flag=True, help="Exit with status 1 when a row misses its target.")
 @json_option
 def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None, rows_kept: str,
-              algorithms: tuple[str, ...], select: tuple[str, ...], plot_path: str | None, strict: bool,
-              as_json: bool) -> None:
+              algorithms: tuple[str, ...], select: tuple[str, ...], plot_path: str | None, ranks: int | None,
+              strict: bool, as_json: bool) -> None:
     """Compare nccl-tests logs (or published tables) with the calibrated prediction, size by size.
 
     For every row, NCCL's choice of algorithm and protocol is simulated under the topology's runtime
@@ -342,7 +345,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
         raise ProfileInputError(f"topology {topology.name!r} has no calibrated runtime model to predict with: "
                                 "calibrate one with taccl profile fit --runtime --into", where=topology_spec)
     per_file, inputs, warnings = read_timed_files(files, topology, collective=collective, rows_kept=rows_kept,
-                                                  select=_selection(select))
+                                                  select=_selection(select), ranks=ranks)
     for spec, rows in per_file:
         if not rows:
             raise ProfileInputError("no row to check (every row is marked wrong, or has fewer elements than ranks)",

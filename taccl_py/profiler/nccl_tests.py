@@ -253,7 +253,7 @@ def parse_nccl_tests_text(text: str, *, where: str = "<log>") -> tuple[NcclTests
                 if match and match.group(1) in BINARY_MODELS:
                     binary_hint = match.group(1)
                 continue
-            if not line.split()[0].isdigit():
+            if not line.split()[0].isdigit() and not _damaged_row(line, current.columns):
                 continue  # NCCL INFO lines ("host:pid:tid [d] NCCL INFO ..."), MPI chatter between rows
             current.rows.append(_parse_row(line, current.columns, f"{where}: line {number}", number))
             continue
@@ -291,6 +291,15 @@ def parse_nccl_tests_text(text: str, *, where: str = "<log>") -> tuple[NcclTests
         raise ProfileInputError("no nccl-tests result table found (expected a '#  size  count  type ... time "
                                 "algbw busbw' header followed by rows)", where=where)
     return tuple(runs)
+
+
+def _damaged_row(line: str, columns: Sequence[str]) -> bool:
+    """A table row whose size is not a number (``1O24``) but whose count is: parsed, so that it is an error, where a
+    line of other output between rows is skipped."""
+    tokens = line.split()
+    expected = [c for c in columns if c != "timestamp"]
+    at = expected.index("count") if "count" in expected else 1
+    return tokens[0][0].isdigit() and len(tokens) >= len(expected) and tokens[at].isdigit()
 
 
 def _is_column_header(body: str) -> bool:

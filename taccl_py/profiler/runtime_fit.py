@@ -808,8 +808,8 @@ def _cost(resid: np.ndarray, x: np.ndarray, problem: _Problem) -> float:
 
 
 def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str | None = None,
-                    rows_kept: str = "all", per_rank: Sequence[str] = (),
-                    select: dict[str, str] | None = None) -> tuple[list[TimedRow], list[str], list[str]]:
+                    rows_kept: str = "all", per_rank: Sequence[str] = (), select: dict[str, str] | None = None,
+                    ranks: int | None = None) -> tuple[list[TimedRow], list[str], list[str]]:
     """Rows to fit from nccl-tests logs (every run; out-of-place time) and published timing tables.
 
     ``rows_kept``: ``all``, or ``even`` / ``odd`` to keep every other row of each run or table (the rest
@@ -822,16 +822,17 @@ def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str
     A file given as ``FILE@LO:HI`` keeps only its rows of sizes LO to HI (e.g. the sizes at which a run of NCCL's
     default algorithm is known to run the algorithm fitted). Returns the rows, one line per input (what was read)
     and warnings. A log whose ranks differ from the topology's GPUs is an error: the fit
-    simulates every GPU of it.
+    simulates every GPU of it. ``ranks``: the ranks of a run whose log lacks its ``Rank`` lines (else
+    nThread x nGpus of its header).
     """
     per_file, inputs, warnings = read_timed_files(files, topology, collective=collective, rows_kept=rows_kept,
-                                                  per_rank=per_rank, select=select)
+                                                  per_rank=per_rank, select=select, ranks=ranks)
     return [row for _, rows in per_file for row in rows], inputs, warnings
 
 
 def read_timed_files(files: Sequence[str], topology: Topology, *, collective: str | None = None,
                      rows_kept: str = "all", per_rank: Sequence[str] = (), select: dict[str, str] | None = None,
-                     ) -> tuple[list[tuple[str, list[TimedRow]]], list[str], list[str]]:
+                     ranks: int | None = None) -> tuple[list[tuple[str, list[TimedRow]]], list[str], list[str]]:
     """:func:`read_timed_rows`, the rows kept file by file: ``(spec, rows)`` for each of ``files`` then ``per_rank``
     in order (a spec as given, with its ``@LO:HI`` and ``#ALGO``)."""
     if rows_kept not in ("all", "even", "odd"):
@@ -842,7 +843,8 @@ def read_timed_files(files: Sequence[str], topology: Topology, *, collective: st
     columns: set[str] = set()
     for path, offset in [*((f, True) for f in files), *((f, False) for f in per_rank)]:
         rows: list[TimedRow] = []
-        columns |= _read_one(path, topology, collective, rows_kept, select or {}, offset, rows, inputs, warnings)
+        columns |= _read_one(path, topology, collective, rows_kept, select or {}, offset, rows, inputs, warnings,
+                             ranks)
         per_file.append((path, rows))
     unknown = sorted(set(select or {}) - columns)
     if unknown:
@@ -886,7 +888,8 @@ def split_algorithm_qualifier(spec: str) -> tuple[str, tuple[str, ...] | None]:
 
 
 def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: str, select: dict[str, str],
-              offset: bool, rows: list[TimedRow], inputs: list[str], warnings: list[str]) -> set[str]:
+              offset: bool, rows: list[TimedRow], inputs: list[str], warnings: list[str],
+              ranks: int | None = None) -> set[str]:
     """Append one file's rows (see :func:`read_timed_rows`); returns a table's extra column names (none for a log)."""
     start = 1 if rows_kept == "odd" else 0
     step = 1 if rows_kept == "all" else 2
@@ -938,22 +941,30 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
             raise ProfileInputError("sendrecv_perf is point-to-point: fit links with it (without --runtime)",
                                     where=at)
         kind = CollectiveKind(name)
-        if run.nranks != n:
-            raise ProfileInputError(f"the run has {run.nranks} ranks but the topology has {n} GPUs", where=at)
+        nranks = ranks if ranks is not None and not run.ranks else run.nranks
+        if nranks != n:
+            hint = "" if run.ranks or ranks is not None else " (the log has no '#  Rank' lines: pass --ranks N)"
+            raise ProfileInputError(f"the run has {nranks} ranks but the topology has {n} GPUs{hint}", where=at)
         in_range = [r for r in run.rows if lo <= r.size_bytes <= hi]
         if not in_range:
             raise ProfileInputError("no row of the run is in the size range after @", where=at)
+        if not run.complete and run.rows[-1].size_bytes < run.max_bytes:
+            warnings.append(f"{at}: the table stops at {format_bytes(run.rows[-1].size_bytes)} of the header's "
+                            f"maxBytes {format_bytes(run.max_bytes)}, without the '# Avg bus bandwidth' footer "
+                            "(log cut short?)")
         used = [r for r in in_range if not r.wrong and r.size_bytes >= 4 * n]
         if len(used) < len(in_range):
-            warnings.append(f"{at}: {len(in_range) - len(used)} row(s) skipped (wrong results, or fewer "
-                            "elements than ranks)")
+            dropped = [r for r in in_range if r.wrong or r.size_bytes < 4 * n]
+            sizes = ", ".join(format_bytes(r.size_bytes) for r in dropped[:6]) + (", ..." if len(dropped) > 6 else "")
+            warnings.append(f"{at}: {len(dropped)} row(s) skipped ({sizes}: wrong results, or fewer elements "
+                            "than ranks)")
         used = used[start::step]
         if not used and (bounds is not None or rows_kept != "all"):
             raise ProfileInputError(f"no row of the run is left (wrong results, fewer elements than ranks"
                                     f"{', --rows' if rows_kept != 'all' else ''})", where=at)
         rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset, allowed)
                     for r in used)
-        inputs.append(f"{path}: {binary}, {run.nranks} ranks, {len(used)} sizes{harness}")
+        inputs.append(f"{path}: {binary}, {nranks} ranks, {len(used)} sizes{harness}")
     if not kept:
         raise ProfileInputError(f"no run of the log is among --collective {collective}", where=path)
     return set()
