@@ -1293,3 +1293,25 @@ def test_profile_check_takes_the_ranks_of_a_log_without_rank_lines(capsys: pytes
     checked = json.loads(capsys.readouterr().out)
     assert checked["rows_checked"] == checked["rows_within_target"] == 6
     assert checked["inputs"][0].endswith("all_reduce_perf, 24 ranks, 6 sizes")
+
+
+@pytest.mark.parametrize("topology, kind, algorithm, size", [
+    ("dgx-h100x2-nvls", "allreduce", "nvls-tree", "1GB"),  # NCCL's NVLS chunk steps at that size
+    ("dgx-a100x2", "allreduce", "oneshot", "16KB"),  # the form fastest under the runtime's costs
+    ("dgx-a100", "allgather", "ring", "64MB"),  # NCCL's ring in its chunk loops
+])
+def test_a_baselines_schedule_file_times_as_its_row(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                    topology: str, kind: str, algorithm: str, size: str) -> None:
+    """``baseline --schedule-out`` writes the schedule the calibrated row timed, so ``simulate -a FILE.json`` gives
+    the row's time (it wrote the baseline as first built: NVLSTree at 1 GB in 64 chunk steps where NCCL takes 32,
+    4,673 us against the row's 4,520)."""
+    out = tmp_path / "b.json"
+    with pytest.raises(SystemExit):
+        main(["baseline", "-t", topology, "-c", kind, "-a", algorithm, "-s", size, "--schedule-out", str(out),
+              "--json"])
+    row = json.loads(capsys.readouterr().out)  # one size: the row itself
+    entry = next(e for e in row["baselines"] if e["algorithm"] == algorithm)
+    with pytest.raises(SystemExit):
+        main(["simulate", "-t", topology, "-s", size, "-a", str(out), "--json"])
+    timed = json.loads(capsys.readouterr().out)
+    assert timed["time_us"] == pytest.approx(entry["time_us"], rel=1e-12) and timed["proto"] == entry["proto"]

@@ -512,6 +512,27 @@ def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size:
     return entry
 
 
+def _timed_baseline(topology: Topology, kind: CollectiveKind, name: str, size: int, channels: int | None, root: int,
+                    step_overhead_us: float) -> Schedule:
+    """The baseline's schedule for ``--schedule-out``, so that ``taccl simulate -a FILE.json`` times it as the table
+    did at ``size``: under a runtime model, NVLS and NVLSTree in the chunk steps NCCL takes at that size and the
+    ``oneshot`` form fastest there (as their predictions ran them); every other baseline as built (NCCL's ring:
+    a schedule file is timed as one, its chunk loops in the per-step latencies)."""
+    from taccl_py.baselines import baseline
+    from taccl_py.runtime import NVLS_ALGORITHMS
+
+    model = runtime_model_for(topology)
+    if model is None or (name not in NVLS_ALGORITHMS and name != "oneshot"):
+        return baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
+                        step_overhead_us=step_overhead_us)
+    from taccl_py.predict import predict_baseline
+
+    timed = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
+                             step_overhead_us=step_overhead_us).schedule
+    assert isinstance(timed, Schedule)
+    return timed
+
+
 def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, channels: int | None, root: int,
                step_overhead_us: float, path: str, dialect: str, proto: str = "Simple") -> dict[str, Any]:
     """Write the baseline as XML, with chunk and channel counts the runtime picks at ``size`` where it can.
@@ -664,14 +685,13 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         if not_xml:
             written["note"] = not_xml
     if schedule_out:
-        from taccl_py.baselines import baseline
         from taccl_py.schedule import save_schedule
 
         best = only or rows[0]["best"]
         if best is None:
             raise Infeasible("no baseline was correct on this topology; nothing to write to --schedule-out")
-        save_schedule(baseline(topology, kind, best, channels=channels, root=root, size_bytes=sizes[0],
-                               step_overhead_us=step_overhead_us), topology, schedule_out)
+        save_schedule(_timed_baseline(topology, kind, best, sizes[0], channels, root, step_overhead_us), topology,
+                      schedule_out)
     model = runtime_model_for(topology)
     head: dict[str, Any] = {"topology": topology.name, "collective": kind.value,
                             "model": "ideal" if model is None else model.name, **switch_model_keys(topology)}
