@@ -1315,3 +1315,13 @@ def test_a_baselines_schedule_file_times_as_its_row(tmp_path: Path, capsys: pyte
         main(["simulate", "-t", topology, "-s", size, "-a", str(out), "--json"])
     timed = json.loads(capsys.readouterr().out)
     assert timed["time_us"] == pytest.approx(entry["time_us"], rel=1e-12) and timed["proto"] == entry["proto"]
+
+
+@pytest.mark.parametrize("option", [["--ideal"], ["--launch-offset", "3"]])
+def test_an_option_of_taccl_itself_after_the_command_says_where_it_goes(capsys: pytest.CaptureFixture[str],
+                                                                       option: list[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB", *option])
+    assert done.value.code == 2
+    assert capsys.readouterr().err == (f"taccl: error: {option[0]} is an option of taccl itself: give it before the "
+                                       f"command (taccl {option[0]} baseline ...)\n")

@@ -101,6 +101,10 @@ def _leave(status: int) -> NoReturn:
     sys.exit(status)
 
 
+_TOP_LEVEL_OPTIONS = ("--ideal", "--launch-offset")
+"""Options of ``taccl`` itself, which a user may put after the command by mistake."""
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; map project errors to one line and an exit status."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -118,7 +122,12 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(exc.format_message(), err=True)
         sys.exit(2)
     except click.ClickException as exc:
-        click.echo(f"taccl: error: {exc.format_message()}", err=True)
+        message = exc.format_message()
+        if isinstance(exc, click.exceptions.NoSuchOption) and exc.option_name in _TOP_LEVEL_OPTIONS:
+            command = exc.ctx.command_path.split(" ", 1)[-1] if exc.ctx is not None else ""
+            message = (f"{exc.option_name} is an option of taccl itself: give it before the command "
+                       f"(taccl {exc.option_name}{' ' + command if command != 'taccl' else ''} ...)")
+        click.echo(f"taccl: error: {message}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
