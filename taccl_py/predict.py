@@ -402,7 +402,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             options = SimOptions(step_overhead_us=step_overhead_us, costs=costs)
             if algorithm == "oneshot" and kind is CollectiveKind.ALLREDUCE \
                     and topology.num_gpus <= SIMULATED_UP_TO:  # where the baseline's own choice simulates
-                return _fastest_oneshot_allreduce(topology, channels, size_bytes, options), options
+                return _fastest_oneshot_allreduce(topology, channels, root, size_bytes, options), options
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop, chunk_factor=pieces_nvls)
         return schedule, SimOptions(step_overhead_us=step_overhead_us, costs=costs)
@@ -421,7 +421,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
                       {p.value: times[p.value] for p in protocols if p.value in times})
 
 
-def _fastest_oneshot_allreduce(topology: Topology, channels: int | None, size_bytes: float,
+def _fastest_oneshot_allreduce(topology: Topology, channels: int | None, root: int, size_bytes: float,
                                options: SimOptions) -> Schedule:
     """The ``oneshot`` Allreduce form that is fastest under ``options``' runtime costs at ``size_bytes``.
 
@@ -429,8 +429,11 @@ def _fastest_oneshot_allreduce(topology: Topology, channels: int | None, size_by
     another may win: on two DGX A100s at 16 KB the form the raw links prefer took 52.8 us where another took 27.5.
     Ties keep the forms' order (:data:`~taccl_py.baselines.oneshot.ALLREDUCE_FORMS`); up to
     :data:`~taccl_py.baselines.oneshot.SIMULATED_UP_TO` GPUs, as the baseline simulates its own choice."""
+    from taccl_py.baselines import baseline
     from taccl_py.baselines.oneshot import ALLREDUCE_FORMS, oneshot_schedule
 
+    built = baseline(topology, CollectiveKind.ALLREDUCE, "oneshot", channels=channels, root=root,
+                     size_bytes=size_bytes)  # checks the arguments as any baseline's
     best: tuple[float, Schedule] | None = None
     for form in ALLREDUCE_FORMS:
         try:
@@ -441,9 +444,7 @@ def _fastest_oneshot_allreduce(topology: Topology, channels: int | None, size_by
         sim = _simulate(topology, schedule, size_bytes, options)
         if sim.time_us is not None and (best is None or sim.time_us < best[0]):
             best = (sim.time_us, schedule)
-    if best is None:  # no form runs here: the baseline says why
-        return oneshot_schedule(topology, CollectiveKind.ALLREDUCE, channels=channels, size_bytes=size_bytes)
-    return best[1]
+    return built if best is None else best[1]
 
 
 def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: float, pieces: int,

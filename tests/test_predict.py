@@ -405,6 +405,7 @@ def test_the_oneshot_allreduce_is_the_fastest_of_its_forms_under_the_runtime() -
     from taccl_py.baselines.common import NotApplicable
     from taccl_py.baselines.oneshot import ALLREDUCE_FORMS, oneshot_schedule
     from taccl_py.collectives import CollectiveKind
+    from taccl_py.errors import InputError
     from taccl_py.library import resolve_topology
 
     topo = resolve_topology("dgx-a100x2")
@@ -423,3 +424,5 @@ def test_the_oneshot_allreduce_is_the_fastest_of_its_forms_under_the_runtime() -
         assert len(per_form) >= 2 and pred.sim.time_us == min(t for t in per_form if t is not None)
         times.append(pred.sim.time_us)
     assert times[0] <= times[1]
+    with pytest.raises(InputError, match="--root: must be a rank"):  # the baseline's own argument checks still run
+        predict.predict_baseline(topo, CollectiveKind.ALLREDUCE, "oneshot", 1024, model, root=99)

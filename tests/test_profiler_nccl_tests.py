@@ -144,6 +144,9 @@ def test_a_row_whose_size_is_damaged_is_an_error_and_other_output_between_rows_i
     chatter = "10-0-0-1:123:123 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE\n"
     (run,) = parse_nccl_tests_text(header + row.format(16) + chatter + row.format(32), where="x.log")
     assert [r.size_bytes for r in run.rows] == [16, 32]
+    numactl = "0 10 12 12 12 12 12 12 12 12 12 12 12 12\n"  # a node distance row, after the run's footer
+    (run,) = parse_nccl_tests_text(header + row.format(16) + "# Avg bus bandwidth    : 0.0\n" + numactl, where="x.log")
+    assert [r.size_bytes for r in run.rows] == [16]
     for damaged in ("1O24", "4096x"):
         with pytest.raises(ProfileInputError, match=rf"x\.log: line 4: column 'size' is not an integer \(got '{damaged}'\)"):
             parse_nccl_tests_text(header + row.format(16) + row.format(damaged), where="x.log")

@@ -1261,6 +1261,10 @@ def test_a_fit_of_a_class_no_route_crosses_is_refused(tmp_path: Path, capsys: py
     err = capsys.readouterr().err
     assert done.value.code == 2 and not out.exists()
     assert f"--class: no route between the GPUs of 'dgx-h100' crosses a {link_class} link" in err
+    from taccl_py.profiler.runtime_fit import crosses_link_class
+
+    # DGX-2 pairs: the InfiniBand links run one way (GPU 2k+1 -> GPU 2k of the other machine), none from GPU 0
+    assert crosses_link_class(resolve_topology("dgx2x2"), "net")
 
 
 def test_a_log_cut_at_a_row_boundary_is_checked_with_a_warning(tmp_path: Path,

@@ -312,7 +312,8 @@ _CHECK_COLUMNS = ("size", "measured us", "predicted us", "measured busbw", "pred
 @click.option("--plot", "plot_path", metavar="FILE.png|FILE.svg",
               help="Also draw measured and predicted busbw against size, one panel per FILE, with the target band.")
 @click.option("--ranks", type=click.IntRange(1, MAX_GPUS),
-              help="Ranks of the nccl-tests runs whose logs lack Rank lines (else nThread x nGpus).")
+              help="Ranks of every nccl-tests run read (for logs without Rank lines; else their distinct Rank "
+                   "lines, or nThread x nGpus).")
 @click.option("--strict", is_flag=True, help="Exit with status 1 when a row misses its target.")
 @json_option
 def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None, rows_kept: str,

@@ -514,10 +514,11 @@ def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size:
 
 def _timed_baseline(topology: Topology, kind: CollectiveKind, name: str, size: int, channels: int | None, root: int,
                     step_overhead_us: float) -> Schedule:
-    """The baseline's schedule for ``--schedule-out``, so that ``taccl simulate -a FILE.json`` times it as the table
-    did at ``size``: under a runtime model, NVLS and NVLSTree in the chunk steps NCCL takes at that size and the
-    ``oneshot`` form fastest there (as their predictions ran them); every other baseline as built (NCCL's ring:
-    a schedule file is timed as one, its chunk loops in the per-step latencies)."""
+    """The baseline's schedule for ``--schedule-out``: under a runtime model, NVLS and NVLSTree in the chunk steps
+    NCCL takes at ``size`` and the ``oneshot`` form fastest there, as their rows ran them (``taccl simulate -a
+    FILE.json`` then gives the row's time); every other baseline as built. A file is timed as a schedule of its
+    own: where a row uses NCCL's own costs of an algorithm (a tree's shares, a ring's chunk loops and step
+    latencies across machines), its file's time may differ."""
     from taccl_py.baselines import baseline
     from taccl_py.runtime import NVLS_ALGORITHMS
 

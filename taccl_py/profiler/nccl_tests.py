@@ -253,8 +253,8 @@ def parse_nccl_tests_text(text: str, *, where: str = "<log>") -> tuple[NcclTests
                 if match and match.group(1) in BINARY_MODELS:
                     binary_hint = match.group(1)
                 continue
-            if not line.split()[0].isdigit() and not _damaged_row(line, current.columns):
-                continue  # NCCL INFO lines ("host:pid:tid [d] NCCL INFO ..."), MPI chatter between rows
+            if current.complete or (not line.split()[0].isdigit() and not _damaged_row(line, current.columns)):
+                continue  # NCCL INFO lines ("host:pid:tid [d] NCCL INFO ..."), MPI chatter, output after the footer
             current.rows.append(_parse_row(line, current.columns, f"{where}: line {number}", number))
             continue
         body = line.lstrip("#").strip()

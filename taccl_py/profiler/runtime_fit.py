@@ -146,10 +146,15 @@ def gpu_link_class(topology: Topology) -> str:
     return next((c for c in ("nvlink", "pci", "net") if c in classes), "nvlink")
 
 
-def crossed_link_classes(topology: Topology) -> set[str]:
-    """The link classes some route from the first GPU to another crosses (what a fit of the topology's rows can
-    tell)."""
-    return {link_class_of(topology.links[li].kind) for route in topology.gpu_routes_from(0).values() for li in route}
+def crosses_link_class(topology: Topology, link_class: str) -> bool:
+    """Whether a route between two GPUs (through switches) crosses a link of ``link_class``: what a fit of the
+    topology's rows can tell. Every GPU's routes are looked at until one does (links may run one way only, as
+    DGX-2 pairs' InfiniBand links)."""
+    for src in range(topology.num_gpus):
+        for route in topology.gpu_routes_from(src).values():
+            if any(link_class_of(topology.links[li].kind) == link_class for li in route):
+                return True
+    return False
 
 
 def default_link_class(topology: Topology) -> str:
@@ -266,7 +271,7 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     if cls not in LINK_CLASSES:
         raise ProfileInputError(f"unknown link class {cls!r} (nvlink, pci, net; --runtime also fits nvls, nvls-tree "
                                 "and net-alltoall)", where="--class")
-    if cls not in crossed_link_classes(topology):
+    if not crosses_link_class(topology, cls):
         raise ProfileInputError(f"no route between the GPUs of {topology.name!r} crosses a {cls} link, so its rows cannot "
                                 f"tell the {cls} figures", where="--class")
     problem = _Problem(topology, model0, cls, rows, algorithms)
@@ -823,7 +828,7 @@ def read_timed_rows(files: Sequence[str], topology: Topology, *, collective: str
     default algorithm is known to run the algorithm fitted). Returns the rows, one line per input (what was read)
     and warnings. A log whose ranks differ from the topology's GPUs is an error: the fit
     simulates every GPU of it. ``ranks``: the ranks of a run whose log lacks its ``Rank`` lines (else
-    nThread x nGpus of its header).
+    nThread x nGpus of its header); given, it is every run's.
     """
     per_file, inputs, warnings = read_timed_files(files, topology, collective=collective, rows_kept=rows_kept,
                                                   per_rank=per_rank, select=select, ranks=ranks)
@@ -941,14 +946,14 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
             raise ProfileInputError("sendrecv_perf is point-to-point: fit links with it (without --runtime)",
                                     where=at)
         kind = CollectiveKind(name)
-        nranks = ranks if ranks is not None and not run.ranks else run.nranks
+        nranks = ranks if ranks is not None else run.nranks
         if nranks != n:
             hint = "" if run.ranks or ranks is not None else " (the log has no '#  Rank' lines: pass --ranks N)"
             raise ProfileInputError(f"the run has {nranks} ranks but the topology has {n} GPUs{hint}", where=at)
         in_range = [r for r in run.rows if lo <= r.size_bytes <= hi]
         if not in_range:
             raise ProfileInputError("no row of the run is in the size range after @", where=at)
-        if not run.complete and run.rows[-1].size_bytes < run.max_bytes:
+        if not run.complete and 2 * run.rows[-1].size_bytes <= run.max_bytes:  # a doubling step still to come
             warnings.append(f"{at}: the table stops at {format_bytes(run.rows[-1].size_bytes)} of the header's "
                             f"maxBytes {format_bytes(run.max_bytes)}, without the '# Avg bus bandwidth' footer "
                             "(log cut short?)")
