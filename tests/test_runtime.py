@@ -1329,3 +1329,19 @@ def test_an_option_of_taccl_itself_after_the_command_says_where_it_goes(capsys: 
     assert done.value.code == 2
     assert capsys.readouterr().err == (f"taccl: error: {option[0]} is an option of taccl itself: give it before the "
                                        f"command (taccl {option[0]} baseline ...)\n")
+
+
+def test_a_oneshot_xml_is_the_form_its_calibrated_row_timed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``baseline -o`` lowers the ``oneshot`` form the runtime model preferred (on two DGX A100s at 16 KB not the raw
+    links' pick, whose XML took 26.7 us against the row's 23.3), so the file times as its row."""
+    xml = tmp_path / "os.xml"
+    with pytest.raises(SystemExit):
+        main(["baseline", "-t", "dgx-a100x2", "-c", "allreduce", "-a", "oneshot", "-s", "16KB", "-o", str(xml),
+              "--json"])
+    row = json.loads(capsys.readouterr().out)
+    entry = row["baselines"][0]
+    assert row["xml"]["selected"] and entry["algorithm"] == "oneshot"
+    with pytest.raises(SystemExit):
+        main(["simulate", "-t", "dgx-a100x2", "-s", "16KB", "-a", str(xml), "--json"])
+    timed = json.loads(capsys.readouterr().out)
+    assert timed["time_us"] == pytest.approx(entry["time_us"], rel=1e-9) and timed["proto"] == entry["proto"]

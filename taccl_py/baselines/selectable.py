@@ -108,13 +108,16 @@ def _powers_of_two_near(x: int, limit: int) -> list[int]:
 
 def selectable_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, size_bytes: int, *,
                         channels: int | None = None, root: int = 0, step_overhead_us: float = 0.0,
-                        type_size: int = DEFAULT_TYPE_SIZE) -> Placement:
-    """The baseline ``algorithm`` at ``size_bytes``, adjusted so the runtime picks it there when it can."""
+                        type_size: int = DEFAULT_TYPE_SIZE, built: Schedule | None = None) -> Placement:
+    """The baseline ``algorithm`` at ``size_bytes``, adjusted so the runtime picks it there when it can.
+
+    ``built``: the baseline as the caller timed it (the ``oneshot`` form a runtime model prefers), kept when the
+    runtime picks it as it is; otherwise the baseline is built here."""
     from taccl_py.baselines import NotApplicable, baseline
     from taccl_py.simulator import SimOptions, simulate
 
-    default = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
-                       step_overhead_us=step_overhead_us)
+    default = built if built is not None else baseline(topology, kind, algorithm, channels=channels, root=root,
+                                                       size_bytes=size_bytes, step_overhead_us=step_overhead_us)
     first = _placement(default, size_bytes, type_size, "")
     if first.selected:
         return first

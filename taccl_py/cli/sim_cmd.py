@@ -549,8 +549,10 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
     from taccl_py.msccl.lowering import write_program_xml
     from taccl_py.synthesis.loadable import fewer_splits, hierarchical_splits
 
+    timed = _timed_baseline(topology, kind, name, size, channels, root, step_overhead_us) if name == "oneshot" \
+        else None  # the form the row timed (a runtime model may prefer another than the raw links)
     placed = selectable_baseline(topology, kind, name, size, channels=channels, root=root,
-                                 step_overhead_us=step_overhead_us)
+                                 step_overhead_us=step_overhead_us, built=timed)
     refused: list[str] = []
     while True:
         try:
