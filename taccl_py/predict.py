@@ -426,7 +426,7 @@ def _fastest_oneshot_allreduce(topology: Topology, channels: int | None, root: i
     """The ``oneshot`` Allreduce form that is fastest under ``options``' runtime costs at ``size_bytes``.
 
     The baseline picks its form on the raw-link model; under a runtime's costs (proxy posts, per-step latencies)
-    another may win: on two DGX A100s at 16 KB the form the raw links prefer took 52.8 us where another took 27.5.
+    another may win: on two DGX A100s at 16 KB the form the raw links prefer takes 52.8 us, another 23.3.
     Ties keep the forms' order (:data:`~taccl_py.baselines.oneshot.ALLREDUCE_FORMS`); up to
     :data:`~taccl_py.baselines.oneshot.SIMULATED_UP_TO` GPUs, as the baseline simulates its own choice."""
     from taccl_py.baselines import baseline
