@@ -430,21 +430,22 @@ def _fastest_oneshot_allreduce(topology: Topology, channels: int | None, root: i
     Ties keep the forms' order (:data:`~taccl_py.baselines.oneshot.ALLREDUCE_FORMS`); up to
     :data:`~taccl_py.baselines.oneshot.SIMULATED_UP_TO` GPUs, as the baseline simulates its own choice."""
     from taccl_py.baselines import baseline
-    from taccl_py.baselines.oneshot import ALLREDUCE_FORMS, oneshot_schedule
+    from taccl_py.baselines.oneshot import ALLREDUCE_FORMS
 
-    built = baseline(topology, CollectiveKind.ALLREDUCE, "oneshot", channels=channels, root=root,
-                     size_bytes=size_bytes)  # checks the arguments as any baseline's
     best: tuple[float, Schedule] | None = None
     for form in ALLREDUCE_FORMS:
         try:
-            schedule = oneshot_schedule(topology, CollectiveKind.ALLREDUCE, channels=channels, size_bytes=size_bytes,
-                                        form=form)
+            schedule = baseline(topology, CollectiveKind.ALLREDUCE, "oneshot", channels=channels, root=root,
+                                size_bytes=size_bytes, form=form)
         except NotApplicable:
             continue
         sim = _simulate(topology, schedule, size_bytes, options)
         if sim.time_us is not None and (best is None or sim.time_us < best[0]):
             best = (sim.time_us, schedule)
-    return built if best is None else best[1]
+    if best is None:  # no form runs here: the baseline says why
+        return baseline(topology, CollectiveKind.ALLREDUCE, "oneshot", channels=channels, root=root,
+                        size_bytes=size_bytes)
+    return best[1]
 
 
 def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: float, pieces: int,

@@ -87,16 +87,20 @@ def _machine_aligned(ring: Ring, plan: RingPlan) -> tuple[int, ...]:
 
 def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, channels: int | None = None,
              chunk_factor: int | None = None, root: int = 0, size_bytes: float | None = None,
-             step_overhead_us: float = 0.0) -> Schedule:
+             step_overhead_us: float = 0.0, form: str | None = None) -> Schedule:
     """The NCCL-style ``algorithm`` (ring, tree, direct, rd, oneshot) for ``kind`` on ``topology``.
 
     ``channels``: rings / trees / parallel copies (chosen to spread the load when None).
     ``chunk_factor``: chunks per block of the collective (a multiple of the channels).
     ``size_bytes`` and ``step_overhead_us`` only tune the pipelining depth.
+    ``form``: the ``oneshot`` Allreduce's form (:data:`~taccl_py.baselines.oneshot.ALLREDUCE_FORMS`; None: the
+    fastest on the raw links).
     Raises :class:`NotApplicable` (an :class:`InputError`) when it cannot run here.
     """
     kind = _kind(kind)
     _check_args(topology, algorithm, channels, chunk_factor, root)
+    if form is not None and algorithm != "oneshot":
+        raise InputError(f"only the oneshot baseline has forms (got {algorithm!r})", where="form")
     name = topology.name
     if algorithm == "ring":
         if kind not in _RING_KINDS:
@@ -135,7 +139,7 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
         return offload_schedule(topology, kind, algorithm, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes)
     if algorithm == "oneshot":
         return oneshot_schedule(topology, kind, root=root, chunk_factor=chunk_factor, channels=channels,
-                                size_bytes=size_bytes, step_overhead_us=step_overhead_us)
+                                size_bytes=size_bytes, step_overhead_us=step_overhead_us, form=form)
     return recursive_schedule(topology, kind, _orders(topology, channels), chunk_factor=chunk_factor)
 
 
