@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # the topology module refers back to this one only for types
 
 __all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS",
            "NVLS_ONE_PHASE_KINDS", "PRESETS", "Protocol", "RuntimeModel",
-           "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_pieces",
+           "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_occupancy", "nccl_nvls_pieces",
            "nccl_ring_pieces",
            "payload_fraction", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "takes_copy_share", "widest_gpu_link",
            "wire_bytes", "with_figures", "with_launch_offset"]
@@ -260,6 +260,21 @@ def nccl_nvls_chunk_bytes(size_bytes: float, ranks: int, channels: int = NCCL_NV
     return chunk
 
 
+def nccl_nvls_occupancy(size_bytes: float, ranks: int, channels: int = NCCL_NVLS_CHANNELS) -> float:
+    """The share of NVLS's channels that carry data at ``size_bytes``.
+
+    NCCL's NVLS (and NVLSTree) Allreduce loop hands each channel ``ranks`` chunks of the size
+    :func:`nccl_nvls_chunk_bytes` picks and does not shrink them to spread a small buffer (the ring's loop does):
+    below ``channels x ranks x chunk`` bytes only ``ceil(size / (ranks x chunk))`` channels work, each on a
+    whole block, so the collective takes about as long as at that size. ``ranks`` is NVLS's heads (the GPUs of
+    one machine).
+    """
+    heads = max(ranks, 1)
+    chunk = nccl_nvls_chunk_bytes(size_bytes, heads, channels)
+    active = min(channels, max(1, math.ceil(size_bytes / (heads * chunk))))
+    return active / channels
+
+
 def nccl_nvls_pieces(size_bytes: float, ranks: int, channels: int = NCCL_NVLS_CHANNELS, *,
                      blocks: int | None = None) -> int:
     """How many chunk steps each block takes under NVLS: ``size / (blocks x channels x chunk)``, at least 1.
@@ -332,8 +347,9 @@ class RuntimeModel:
         per GPU when :attr:`tree_caps`, LL at 1/3.8, LL128 at 7/9 on one machine, and the correction factor
         of ``size_bytes``);
         ``nvls`` and ``nvls-tree`` (:data:`NVLS_ALGORITHMS`) Allreduce use the NVLS efficiency on NVLink when the
-        model has one (at the chunk size NCCL picks for ``size_bytes`` when :attr:`nvls_half_chunk_bytes` is set) and
-        add :attr:`nvls_latency_us` to the launch; ``nvls`` Allgather and ReduceScatter (one phase,
+        model has one (at the chunk size NCCL picks for ``size_bytes`` when :attr:`nvls_half_chunk_bytes` is set),
+        scale every class's share by the share of NVLS's channels that hold data at ``size_bytes``
+        (:func:`nccl_nvls_occupancy`) and add :attr:`nvls_latency_us` to the launch; ``nvls`` Allgather and ReduceScatter (one phase,
         :data:`NVLS_ONE_PHASE_KINDS`) take the NVLink copy share and Simple's launch; ``nvls-tree``'s network part, a tree, gets a tree's
         :data:`NCCL_TREE_SHARE` of the network's share, and its NVLink part :attr:`nvls_tree_share` of NVLS's.
         """
@@ -351,6 +367,8 @@ class RuntimeModel:
                 if self.nvls_half_chunk_bytes > 0 and size_bytes:
                     chunk = nccl_nvls_chunk_bytes(size_bytes, per_gpu)
                     base *= chunk / (chunk + self.nvls_half_chunk_bytes)
+            if algorithm in NVLS_ALGORITHMS and kind not in NVLS_ONE_PHASE_KINDS and size_bytes:
+                base *= nccl_nvls_occupancy(size_bytes, per_gpu)  # idle channels below NVLS's loop size
             if algorithm == "nvls-tree":
                 base *= NCCL_TREE_SHARE if c == "net" else self.nvls_tree_share if c == "nvlink" else 1.0
             if kind is CollectiveKind.ALLTOALL and c == "net" and multi_machine:
@@ -461,8 +479,8 @@ _H100_NVLS_TREE = ("nvls-tree (the share of NVLS's NVLink rate NVLSTree's NVLS p
                    "#nvls-tree' --rows even --class nvls-tree --into dgx-h100x2-nvls -o FILE` (after the network fit; "
                    "from 1, NVLS's own rate) on every other row from 2 MB of the Dell XE9680 2 x 8 H100 run of "
                    "nccl-tests#309 (https://github.com/NVIDIA/nccl-tests/issues/309; NCCL 2.26.2, one GPU per rank, "
-                   "NVLSTree at these sizes per NCCL's maintainer in the thread): 0.9273, 3.6 % rms in time over the 7 rows "
-                   "(worst 7.1 %); with NVLS's own rate the run's largest rows were 10-12 % fast (2 machines reached "
+                   "NVLSTree at these sizes per NCCL's maintainer in the thread): 0.9329, 3.9 % rms in time over the 7 rows "
+                   "(worst 7.7 %); with NVLS's own rate the run's largest rows were 10-12 % fast (2 machines reached "
                    "one machine's NVLS busbw); the odd rows and the 4 and 8-machine runs of the thread are held out")
 
 _A100_FIT = ("nvlink (per-step latency per protocol, LL's launch latency, Simple efficiency and its share for copies, "
@@ -522,8 +540,9 @@ _H100_NVLS = ("nvls (NVLS's latency beyond Simple's launch, its share of NVLink 
               "f350e7e65b82cfcb9220b32b582bc34342d9c1a6/Azure%20Results/ND_H100_v5_results.md) and of DGX Cloud's "
               "one-GPU-per-process all_reduce from 2 MB (NCCL's choice there is NVLS: its busbw is within 6 % of "
               "Azure's NVLS-only run at every size from 2 MB), simulated in NCCL's NVLS chunk steps (enqueue.cc: 16 to "
-              "128 KB by size): 10.5 % rms over the 19 rows (worst 26.7 %, Azure's 64 KB row); the launch offset fitted "
-              "on the -g 8 rows (2.56 us) is that host's, not kept here; the other rows of both runs are held out")
+              "128 KB by size) on the channels that hold data (below 2 MB NCCL's NVLS loop leaves some idle): 5.4 % rms "
+              "over the 19 rows (worst 16.4 %, Azure's 64 KB row); the launch offset fitted on the -g 8 rows (0 us) is "
+              "that host's, not kept here; the other rows of both runs are held out")
 
 PRESETS: dict[str, RuntimeModel] = {
     "dgx-a100": RuntimeModel(
@@ -539,8 +558,8 @@ PRESETS: dict[str, RuntimeModel] = {
         hop_latency_us={"nvlink": {Protocol.LL: 1.444, Protocol.LL128: 0.5298, Protocol.SIMPLE: 4.868},
                         "pci": dict(NCCL_HOP_LATENCY_US["pci"]),
                         "net": {Protocol.LL: 3.22, Protocol.LL128: 7.974, Protocol.SIMPLE: 9.6}},
-        ll128_channels=32.0, copy_efficiency={"nvlink": 0.8055}, nvls_efficiency=0.6698, nvls_latency_us=9.708,
-        nvls_half_chunk_bytes=4861.0, nvls_tree_share=0.9273,
+        ll128_channels=32.0, copy_efficiency={"nvlink": 0.8055}, nvls_efficiency=0.6747, nvls_latency_us=8.917,
+        nvls_half_chunk_bytes=5804.0, nvls_tree_share=0.9329,
         sources=(_H100_FIT, _H100_NVLS, _H100_NET, _H100_NVLS_TREE, _NCCL_SOURCE)),
 }
 """Calibrated runtime models of the shipped machine families (their clusters share them)."""

@@ -507,7 +507,8 @@ def fit_nvls(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel
     """Fit NCCL's NVLS figures of ``base`` (:attr:`RuntimeModel.nvls_latency_us`, ``nvls_efficiency``,
     ``nvls_half_chunk_bytes``) to rows that ran NVLS (``NCCL_ALGO=NVLS``, or sizes where NCCL chose it).
 
-    Each row is simulated as the ``nvls`` baseline in NCCL's chunk steps at the share its chunk size gives. The
+    Each row is simulated as the ``nvls`` baseline in NCCL's chunk steps at the share its chunk size gives, on the
+    channels that hold data (:func:`~taccl_py.runtime.nccl_nvls_occupancy`). The
     two fixed costs (NVLS's latency, and the launch offset of rows that take one) shift every prediction by
     themselves, so for each share they are solved by linear least squares on the relative residuals; Nelder-Mead
     searches the share and the half-share chunk. Units: us, bytes.
