@@ -266,8 +266,8 @@ def nccl_nvls_occupancy(size_bytes: float, ranks: int, channels: int = NCCL_NVLS
     NCCL's NVLS (and NVLSTree) Allreduce loop hands each channel ``ranks`` chunks of the size
     :func:`nccl_nvls_chunk_bytes` picks and does not shrink them to spread a small buffer (the ring's loop does):
     below ``channels x ranks x chunk`` bytes only ``ceil(size / (ranks x chunk))`` channels work, each on a
-    whole block, so the collective takes about as long as at that size. ``ranks`` is NVLS's heads (the GPUs of
-    one machine).
+    whole block, so the collective takes about as long as at the loop's size. ``ranks`` is NVLS's heads (the GPUs
+    of one machine). From 2 MB :func:`nccl_nvls_pieces` counts the loops instead.
     """
     heads = max(ranks, 1)
     chunk = nccl_nvls_chunk_bytes(size_bytes, heads, channels)

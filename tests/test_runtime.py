@@ -1008,6 +1008,13 @@ def test_nvls_channels_below_its_loop_size_idle() -> None:
                               protocols=(Protocol.SIMPLE,)).sim.time_us for s in (128 * kb, 512 * kb, 2 * mb)]
     finished = [t for t in times if t is not None]
     assert len(finished) == 3 and max(finished) / min(finished) == pytest.approx(1.0, abs=0.02)
+    # NVLSTree across machines: a channel without data sends nothing over the network either
+    two = resolve_topology("dgx-h100x2-nvls")
+    assert two.runtime is not None
+    tree_costs = {s: two.runtime.costs(Protocol.SIMPLE, CollectiveKind.ALLREDUCE, two, algorithm="nvls-tree",
+                                       size_bytes=s).fraction for s in (256 * kb, 2 * mb)}
+    for link_class in ("nvlink", "net"):
+        assert tree_costs[256 * kb][link_class] == pytest.approx(tree_costs[2 * mb][link_class] * 2 / 16)
     # one phase (Allgather, ReduceScatter) moves each block as one stream: no idle channels
     ag = model.costs(Protocol.SIMPLE, CollectiveKind.ALLGATHER, topo, algorithm="nvls", size_bytes=256 * kb)
     assert ag.fraction["nvlink"] == model.copy_efficiency.get("nvlink", 0.0)

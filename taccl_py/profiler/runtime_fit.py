@@ -464,8 +464,8 @@ def _nelder_mead(f: Any, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, fixe
     return full(simplex[int(np.argmin(values))])
 
 
-NVLS_FIT_METHOD = ("least squares on relative residuals: each row simulated as the nvls baseline in NCCL's chunk steps; "
-                   "NVLS's latency and the launch offset by non-negative linear least squares for each share, the share "
+NVLS_FIT_METHOD = ("least squares on relative residuals: each row simulated as the nvls baseline in NCCL's chunk steps "
+                   "on the channels that hold data; NVLS's latency and the launch offset by non-negative linear least squares for each share, the share "
                    "and the half-share chunk by Nelder-Mead")
 NVLS_FIGURES = ("launch", "nvls latency", "nvls efficiency", "nvls half chunk")
 """What ``--class nvls`` fits: the harness's launch offset (rows that take one), NVLS's fixed cost beyond Simple's
