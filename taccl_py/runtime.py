@@ -399,10 +399,9 @@ NVLS_ONE_PHASE_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.REDUC
 """NVLS collectives of one phase (the switches multicast each block, or sum it into its owner): priced as a copy,
 at the NVLink copy share (:attr:`RuntimeModel.copy_efficiency`: the switch adds, not the GPU), each block one
 stream (nothing to overlap, so no chunk steps) and no NVLS latency beyond Simple's launch. Allreduce runs both phases
-at once and keeps :attr:`RuntimeModel.nvls_efficiency`, the chunk cost and :attr:`RuntimeModel.nvls_latency_us`. On
-the Together host (NCCL 2.26.2, NVLS enabled, ``-g 8``) 8 GB took 20.8-20.9 ms as Allgather and as ReduceScatter,
-31.4 ms as Allreduce, and the sizes up to 256 KB 34-38 us, as on its ring-only runs (docs/runtime.md, "NVLS of one
-phase")."""
+at once and keeps :attr:`RuntimeModel.nvls_efficiency`, the chunk cost and :attr:`RuntimeModel.nvls_latency_us`.
+Reasoned, not checked against a run: no published log of NCCL running NVLS Allgather or ReduceScatter was found (the
+Together host's logs with NVLS enabled ran its ring for them; docs/runtime.md, "NVLS of one phase")."""
 
 COPY_KINDS = frozenset({CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL, CollectiveKind.BROADCAST})
 """Collectives whose steps only copy (no reduction): :attr:`RuntimeModel.copy_efficiency` applies to them."""
