@@ -531,6 +531,35 @@ MISSED_ROWS = {
 them (docs/runtime.md "Limits, stated plainly" says why); every other row is within it."""
 
 
+def test_the_docs_fidelity_table_is_the_benchmarks() -> None:
+    """docs/runtime.md's table of cited runs and its counts say what the committed fidelity benchmark measured
+    (benchmarks/results/fidelity.json): rerunning the benchmark without carrying its figures into the docs fails."""
+    root = Path(__file__).resolve().parents[1]
+    cases = json.loads((root / "benchmarks/results/fidelity.json").read_text())["data"]["cases"]
+    doc = (root / "docs/runtime.md").read_text()
+    lines = doc.splitlines()
+    start = lines.index("| run (source) | hardware | role | met >= 1 MB | met < 1 MB | worst busbw error | target |")
+    table = [line for line in lines[start + 2:start + 2 + len(cases) + 1] if line.startswith("| [")]
+    assert len(table) == len(cases)
+    for line, case in zip(table, cases, strict=True):
+        rows = case["rows"]
+        large = [r for r in rows if r["size_bytes"] >= 1 << 20]
+        small = [r for r in rows if r["size_bytes"] < 1 << 20]
+        worst = max(abs(r["error"]) for r in rows if r["error"] is not None)
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        assert cells[0].startswith(f"[{case['name']}]"), cells[0]
+        assert cells[3:] == [f"{sum(r['met'] for r in large)} of {len(large)}",
+                             f"{sum(r['met'] for r in small)} of {len(small)}", f"{worst:.1%}",
+                             "met" if all(r["met"] for r in rows) else "not met"], case["name"]
+    words = " ".join(doc.split())
+    for role in ("held-out", "calibration"):
+        rows = [r for c in cases if c["role"] == role for r in c["rows"]]
+        said = re.findall(rf"(\d+) of (\d+) {role} rows", words)
+        assert said and set(said) == {(str(sum(r["met"] for r in rows)), str(len(rows)))}, (role, said)
+    met = sum(all(r["met"] for r in c["rows"]) for c in cases)
+    assert f"**met on {met} of the {len(cases)} cases**" in doc
+
+
 @pytest.mark.slow
 def test_published_runs_stay_where_they_were_measured() -> None:
     """Regression: which rows of the cited runs meet the targets, and the error of two multi-machine rows."""
