@@ -44,8 +44,8 @@ from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_protocol", "load_floor_us",
-           "nccl_algorithms", "nccl_protocols", "predict_baseline", "predict_nccl", "predict_program",
-           "predict_schedule", "protocol_floor_us", "ring_step_latencies"]
+           "nccl_algorithms", "nccl_protocols", "nvls_chunk_steps", "predict_baseline", "predict_nccl",
+           "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 _TUNED_ALGORITHMS = frozenset({"tree", *NVLS_ALGORITHMS})
@@ -395,10 +395,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             costs = replace(costs, hop_latency_us=ring_step_latencies(topology, costs, size_bytes, pieces,
                                                                       model.channels, kind, model.net_overhead_us))
         else:
-            pieces_nvls = None
-            if algorithm in NVLS_ALGORITHMS:  # one phase: one stream per block (NVLS_ONE_PHASE_KINDS)
-                pieces_nvls = 1 if kind in NVLS_ONE_PHASE_KINDS else min(
-                    NVLS_MAX_PIECES, nccl_nvls_pieces(size_bytes, gpus_per_machine(topology), blocks=topology.num_gpus))
+            pieces_nvls = nvls_chunk_steps(topology, kind, size_bytes) if algorithm in NVLS_ALGORITHMS else None
             options = SimOptions(step_overhead_us=step_overhead_us, costs=costs)
             if algorithm == "oneshot" and kind is CollectiveKind.ALLREDUCE \
                     and topology.num_gpus <= SIMULATED_UP_TO:  # where the baseline's own choice simulates
@@ -498,6 +495,16 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
 NVLS_MAX_PIECES = 64
 """NVLS is simulated in NCCL's chunk steps per block (:func:`taccl_py.runtime.nccl_nvls_pieces`), at most this many
 (NCCL's own count up to 1 GB on 8 GPUs; beyond, the pipeline's fill is then a 64th of the time, not less)."""
+
+
+def nvls_chunk_steps(topology: Topology, kind: CollectiveKind, size_bytes: float) -> int:
+    """The chunk steps per block in which NVLS (or NVLSTree) is simulated at ``size_bytes``: NCCL's
+    (:func:`taccl_py.runtime.nccl_nvls_pieces`, at most :data:`NVLS_MAX_PIECES`); 1 for one phase (one stream per
+    block, :data:`taccl_py.runtime.NVLS_ONE_PHASE_KINDS`)."""
+    if kind in NVLS_ONE_PHASE_KINDS:
+        return 1
+    return min(NVLS_MAX_PIECES, nccl_nvls_pieces(size_bytes, gpus_per_machine(topology), blocks=topology.num_gpus))
+
 
 P2P_LL_THRESHOLD_BYTES = 16384
 """NCCL sends a point-to-point message of at most this many bytes with LL, a larger one with Simple

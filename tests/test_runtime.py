@@ -1389,8 +1389,38 @@ def test_an_option_of_taccl_itself_after_the_command_says_where_it_goes(capsys: 
     with pytest.raises(SystemExit) as done:
         main(["baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB", *option])
     assert done.value.code == 2
+    value = " US" if option[0] == "--launch-offset" else ""
     assert capsys.readouterr().err == (f"taccl: error: {option[0]} is an option of taccl itself: give it before the "
-                                       f"command (taccl {option[0]} baseline ...)\n")
+                                       f"command (taccl {option[0]}{value} baseline ...)\n")
+
+
+def test_an_nvls_schedule_file_timed_at_another_size_says_so(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """An NVLS schedule file holds NCCL's chunk steps at the size it was written for; timed where NCCL takes other
+    steps it is timed as written, with a warning naming the file, the steps and the size."""
+    out = tmp_path / "nvls.json"
+    with pytest.raises(SystemExit):
+        main(["baseline", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "1MB", "-a", "nvls", "--schedule-out",
+              str(out), "--json"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["simulate", "-t", "dgx-h100-nvls", "-a", str(out), "-s", "1MB", "--json"])
+    assert "warning" not in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["simulate", "-t", "dgx-h100-nvls", "-a", str(out), "-s", "64MB", "--json"])
+    err = capsys.readouterr().err
+    assert f"taccl: warning: {out}: nvls in 1 chunk step(s) per block, where NCCL takes 8 at 67108864 bytes" in err
+
+
+def test_a_fit_refuses_the_launch_offset_of_predictions(capsys: pytest.CaptureFixture[str]) -> None:
+    """taccl --launch-offset adds a harness's cost to predictions; a fit names --harness-offset instead of
+    silently fitting without it."""
+    log = FIXTURES / "together_h100x8_all_reduce_ring.log"
+    with pytest.raises(SystemExit) as done:
+        main(["--launch-offset", "20", "profile", "fit", "--runtime", str(log), "--into", "dgx-h100", "-o", "x.json"])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("taccl: error: --launch-offset:") and "--harness-offset US" in err and err.count("\n") == 1
 
 
 def test_a_oneshot_xml_is_the_form_its_calibrated_row_timed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

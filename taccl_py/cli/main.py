@@ -101,8 +101,8 @@ def _leave(status: int) -> NoReturn:
     sys.exit(status)
 
 
-_TOP_LEVEL_OPTIONS = ("--ideal", "--launch-offset")
-"""Options of ``taccl`` itself, which a user may put after the command by mistake."""
+_TOP_LEVEL_OPTIONS = {"--ideal": "", "--launch-offset": " US"}
+"""Options of ``taccl`` itself (with the value they take), which a user may put after the command by mistake."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -125,8 +125,9 @@ def main(argv: list[str] | None = None) -> None:
         message = exc.format_message()
         if isinstance(exc, click.exceptions.NoSuchOption) and exc.option_name in _TOP_LEVEL_OPTIONS:
             command = exc.ctx.command_path.split(" ", 1)[-1] if exc.ctx is not None else ""
+            value = _TOP_LEVEL_OPTIONS[exc.option_name]
             message = (f"{exc.option_name} is an option of taccl itself: give it before the command "
-                       f"(taccl {exc.option_name}{' ' + command if command != 'taccl' else ''} ...)")
+                       f"(taccl {exc.option_name}{value}{' ' + command if command != 'taccl' else ''} ...)")
         click.echo(f"taccl: error: {message}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:

@@ -16,6 +16,7 @@ from taccl_py.cli.common import (
     err_console,
     ideal_requested,
     json_option,
+    launch_offset_requested,
     load_topology_arg,
     make_table,
     out_console,
@@ -170,6 +171,10 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
     """
     if not files and not (runtime and per_rank):
         raise ProfileInputError("give at least one FILE (or, with --runtime, --per-rank FILE)", where="FILE")
+    if launch_offset_requested():
+        raise ProfileInputError("taccl --launch-offset adds a harness's cost to predictions; a fit takes the known "
+                                "cost of its FILE...'s harness as --harness-offset US (profile fit --runtime)",
+                                where="--launch-offset")
     for flag, given in (("--rows", rows_kept != "all"), ("--per-rank", bool(per_rank)), ("--select", bool(select)),
                         ("--algorithm", bool(algorithms)), ("--harness-offset", harness_offset is not None)):
         if given and not runtime:
@@ -195,7 +200,7 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
     _report_fit(outcome, target, as_json)
 
 
-_RUNTIME_COLUMNS = ("size", "measured us", "predicted us", "error", "algorithm", "proto", "harness")
+_RUNTIME_COLUMNS = ("size", "measured us", "predicted us", "time error", "algorithm", "proto", "harness")
 
 
 def _selection(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -291,7 +296,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     out_console.print(f"wrote {target}: runtime model {model.name!r}", markup=False)
 
 
-_CHECK_COLUMNS = ("size", "measured us", "predicted us", "measured busbw", "predicted busbw", "error", "target",
+_CHECK_COLUMNS = ("size", "measured us", "predicted us", "measured busbw", "predicted busbw", "busbw error", "target",
                   "algorithm", "proto")
 
 

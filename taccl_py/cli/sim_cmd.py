@@ -364,6 +364,7 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
             schedule = load_schedule(algorithm, topology)
             file_kind, what = schedule.collective.kind, "schedule"
             run = partial(predict_schedule, topology, schedule, model=model, step_overhead_us=step_overhead_us)
+            _warn_nvls_steps(algorithm, schedule, topology, sizes)
         else:
             from taccl_py.msccl.xml_scan import read_program
 
@@ -397,6 +398,25 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
                 elif isinstance(pred.schedule, Schedule):
                     ran.append(pred.schedule)
     return kind, results, protos
+
+
+def _warn_nvls_steps(path: str, schedule: Schedule, topology: Topology, sizes: list[int]) -> None:
+    """Warn when a schedule file of NCCL's NVLS (``baseline --schedule-out``) is timed at a size where NCCL would
+    move each block in other chunk steps than the file's: the file is timed as written, not as NCCL runs NVLS."""
+    from taccl_py.predict import nvls_chunk_steps
+    from taccl_py.runtime import NVLS_ALGORITHMS
+
+    name, pieces = schedule.notes.get("algorithm"), schedule.notes.get("pieces")
+    if name not in NVLS_ALGORITHMS or not isinstance(pieces, int):
+        return
+    other = [(size, steps) for size in sizes
+             if (steps := nvls_chunk_steps(topology, schedule.collective.kind, size)) != pieces]
+    if other:
+        size, steps = other[0]
+        more = f" (and {len(other) - 1} more size(s))" if len(other) > 1 else ""
+        err_console.print(f"taccl: warning: {path}: {name} in {pieces} chunk step(s) per block, where NCCL takes "
+                          f"{steps} at {size} bytes{more}: timed as written; `taccl baseline -a {name} -s SIZE` times "
+                          "NCCL's own", markup=False, highlight=False)
 
 
 def _by_representatives(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None,

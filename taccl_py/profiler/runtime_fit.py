@@ -868,7 +868,8 @@ def split_size_qualifier(spec: str) -> tuple[str, tuple[int, int] | None]:
         return spec, None
     path, sep, sizes = spec.rpartition("@")
     if not sep or not Path(path).is_file():
-        raise ProfileInputError("no such file", where=path if sep else spec)
+        where = path if sep else spec
+        raise ProfileInputError("is a directory, not a file" if Path(where).is_dir() else "no such file", where=where)
     return path, parse_size_bounds(sizes, where=f"{spec}: sizes after @")
 
 
@@ -961,8 +962,9 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         used = [r for r in in_range if not r.wrong and r.size_bytes >= 4 * n]
         if len(used) < len(in_range):
             dropped = [r for r in in_range if r.wrong or r.size_bytes < 4 * n]
-            sizes = ", ".join(format_bytes(r.size_bytes) for r in dropped[:6]) + (", ..." if len(dropped) > 6 else "")
-            warnings.append(f"{at}: {len(dropped)} row(s) skipped ({sizes}: wrong results, or fewer elements "
+            sizes = ", ".join(f"{format_bytes(r.size_bytes)} (line {r.line})" for r in dropped[:6]) + (
+                ", ..." if len(dropped) > 6 else "")
+            warnings.append(f"{path}: {len(dropped)} row(s) skipped ({sizes}: wrong results, or fewer elements "
                             "than ranks)")
         used = used[start::step]
         if not used and (bounds is not None or rows_kept != "all"):
