@@ -1412,6 +1412,34 @@ def test_an_nvls_schedule_file_timed_at_another_size_says_so(tmp_path: Path,
     assert f"taccl: warning: {out}: nvls in 1 chunk step(s) per block, where NCCL takes 8 at 67108864 bytes" in err
 
 
+@pytest.mark.parametrize(("topology", "collective", "sizes"), [
+    ("dgx-a100", "allreduce", "1KB:1KB"), ("dgx-a100", "allreduce", "1MB:1MB"), ("dgx-a100x2", "alltoall", "256KB:512KB"),
+    ("dgx-h100-nvls", "allreduce", "64MB:64MB")])
+def test_baseline_says_what_nccl_itself_would_run(capsys: pytest.CaptureFixture[str], topology: str, collective: str,
+                                                  sizes: str) -> None:
+    """Each row of a calibrated ``taccl baseline`` names NCCL's own choice (its algorithms, with the protocols it runs
+    them with): the algorithm, protocol and time ``profile check`` predicts."""
+    from taccl_py.predict import predict_nccl
+    from taccl_py.units import parse_size_range
+
+    with pytest.raises(SystemExit):
+        main(["baseline", "-t", topology, "-c", collective, "-s", sizes, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    rows = out.get("rows", [out])
+    topo = resolve_topology(topology)
+    assert topo.runtime is not None
+    for row, size in zip(rows, parse_size_range(sizes), strict=True):
+        expected = predict_nccl(topo, CollectiveKind(collective), size, topo.runtime)
+        assert expected is not None
+        name, pred = expected
+        assert (row["nccl"]["algorithm"], row["nccl"]["proto"]) == (name, pred.protocol.value)
+        assert row["nccl"]["time_us"] == pytest.approx(pred.sim.time_us, rel=1e-9)
+        assert row["nccl"]["busbw_GBps"] == pytest.approx(pred.sim.busbw_GBps, rel=1e-9)
+    with pytest.raises(SystemExit):
+        main(["--ideal", "baseline", "-t", topology, "-c", collective, "-s", sizes.split(":")[0], "--json"])
+    assert "nccl" not in json.loads(capsys.readouterr().out)
+
+
 def test_a_fit_refuses_the_launch_offset_of_predictions(capsys: pytest.CaptureFixture[str]) -> None:
     """taccl --launch-offset adds a harness's cost to predictions; a fit names --harness-offset instead of
     silently fitting without it."""

@@ -505,11 +505,43 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
             unicast = [e for e in timed if e["algorithm"] not in OFFLOAD_ALGORITHMS]
             row = {"size_bytes": size, "bound_us": bound.bound_us, "bound_algbw_GBps": bound.algbw_GBps,
                    "best": best, "baselines": entries}
+            if model is not None:
+                row["nccl"] = _nccl_choice(topology, kind, size, entries, model, channels, root, step_overhead_us)
             if len(unicast) < len(timed):  # switch offload on this topology: say what the bound assumed
                 row["best_unicast"] = min(unicast, key=lambda e: e["time_us"])["algorithm"] if unicast else None
                 row["bound_assumes"] = bound.assumes
             out.append(row)
     return out
+
+
+def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: list[dict[str, Any]], model: Any,
+                 channels: int | None, root: int, step_overhead_us: float) -> dict[str, Any] | None:
+    """What NCCL itself runs at ``size`` under the runtime model, as ``profile check`` predicts it: the fastest of
+    NCCL's algorithms among the table's baselines, each with the protocols NCCL runs it with (Simple for NVLS,
+    Alltoall's by its point-to-point threshold). None when no NCCL algorithm is in the table or none completes."""
+    from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline
+
+    ours = set(nccl_algorithms(topology, kind))
+    best: tuple[float, str, str] | None = None
+    for entry in entries:
+        name = entry["algorithm"]
+        if name not in ours:
+            continue
+        protocols = nccl_protocols(kind, name, size, topology.num_gpus)
+        times = entry.get("proto_times_us") or {}
+        if any(p.value not in times for p in protocols):  # one NCCL runs was skipped as slower: time it alone
+            times = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
+                                     step_overhead_us=step_overhead_us, protocols=protocols).times_us
+        for p in protocols:
+            t = times.get(p.value)
+            if t is not None and (best is None or t < best[0]):
+                best = (t, name, p.value)
+    if best is None:
+        return None
+    time_us, name, proto = best
+    algbw = size / time_us / 1e3
+    return {"algorithm": name, "proto": proto, "time_us": time_us, "algbw_GBps": algbw,
+            "busbw_GBps": algbw * _collective_for(kind, topology).busbw_factor}
 
 
 def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size: int, model: Any,
@@ -653,7 +685,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
                      channels: int | None, root: int, step_overhead_us: float, switch_model: str | None,
                      output: str | None, dialect: str, schedule_out: str | None, plot_path: str | None,
                      as_json: bool) -> None:
-    """Every applicable NCCL-style baseline side by side with the lower bound."""
+    """Every applicable NCCL-style baseline side by side with the lower bound (and, on a calibrated runtime model,
+    what NCCL itself would run at each size)."""
     from taccl_py.baselines import ALGORITHMS, applicable_baselines
     from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS
 
@@ -742,6 +775,13 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         title = (f"NCCL-style baselines for {kind.value} on {topology.name}{_switch_note(topology)} (times in us, "
                  "bandwidth in GB/s)")
         out_console.print(make_table(title, columns, table_rows))
+        chosen = [r for r in rows if r.get("nccl")]
+        if chosen and model is not None:
+            out_console.print(make_table(
+                f"What NCCL itself would run (its algorithms and protocols, the fastest under {model.name})",
+                ["size (B)", "algorithm", "proto", "time (us)", "algbw", "busbw"],
+                [[r["size_bytes"], r["nccl"]["algorithm"], r["nccl"]["proto"], _num(r["nccl"]["time_us"]),
+                  _num(r["nccl"]["algbw_GBps"]), _num(r["nccl"]["busbw_GBps"])] for r in chosen]))
         out_console.print(model_note(model), markup=False)
         for r in rows:
             for e in r["baselines"]:
