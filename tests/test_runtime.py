@@ -1409,7 +1409,8 @@ def test_an_nvls_schedule_file_timed_at_another_size_says_so(tmp_path: Path,
     with pytest.raises(SystemExit):
         main(["simulate", "-t", "dgx-h100-nvls", "-a", str(out), "-s", "64MB", "--json"])
     err = capsys.readouterr().err
-    assert f"taccl: warning: {out}: nvls in 1 chunk step(s) per block, where NCCL takes 8 at 67108864 bytes" in err
+    assert f"taccl: warning: {out}: nvls in 1 chunk step(s) per block, where NCCL takes 8 at 64MB: timed as " \
+           "written; `taccl baseline -t dgx-h100-nvls -c allreduce -a nvls -s 64MB` times NCCL's own" in err
 
 
 @pytest.mark.parametrize(("topology", "collective", "sizes"), [
@@ -1438,6 +1439,13 @@ def test_baseline_says_what_nccl_itself_would_run(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         main(["--ideal", "baseline", "-t", topology, "-c", collective, "-s", sizes.split(":")[0], "--json"])
     assert "nccl" not in json.loads(capsys.readouterr().out)
+    # with -a one baseline, NCCL's choice is still among all of its algorithms
+    with pytest.raises(SystemExit):
+        main(["baseline", "-t", topology, "-c", collective, "-s", sizes.split(":")[-1], "-a", "rd" if
+              collective == "allreduce" else "direct", "--json"])
+    one = json.loads(capsys.readouterr().out)
+    assert one["nccl"]["algorithm"] == rows[-1]["nccl"]["algorithm"]
+    assert one["nccl"]["time_us"] == pytest.approx(rows[-1]["nccl"]["time_us"], rel=1e-9)
 
 
 def test_a_fit_refuses_the_launch_offset_of_predictions(capsys: pytest.CaptureFixture[str]) -> None:

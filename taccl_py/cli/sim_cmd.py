@@ -415,8 +415,9 @@ def _warn_nvls_steps(path: str, schedule: Schedule, topology: Topology, sizes: l
         size, steps = other[0]
         more = f" (and {len(other) - 1} more size(s))" if len(other) > 1 else ""
         err_console.print(f"taccl: warning: {path}: {name} in {pieces} chunk step(s) per block, where NCCL takes "
-                          f"{steps} at {size} bytes{more}: timed as written; `taccl baseline -a {name} -s SIZE` times "
-                          "NCCL's own", markup=False, highlight=False)
+                          f"{steps} at {format_bytes(size)}{more}: timed as written; `taccl baseline -t "
+                          f"{topology.name} -c {schedule.collective.kind.value} -a {name} -s {format_bytes(size)}` "
+                          "times NCCL's own", markup=False, highlight=False)
 
 
 def _by_representatives(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None,
@@ -516,25 +517,33 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
 
 def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: list[dict[str, Any]], model: Any,
                  channels: int | None, root: int, step_overhead_us: float) -> dict[str, Any] | None:
-    """What NCCL itself runs at ``size`` under the runtime model, as ``profile check`` predicts it: the fastest of
-    NCCL's algorithms among the table's baselines, each with the protocols NCCL runs it with (Simple for NVLS,
-    Alltoall's by its point-to-point threshold). None when no NCCL algorithm is in the table or none completes."""
+    """What NCCL itself runs at ``size`` under the runtime model, as ``profile check`` predicts it (with the table's
+    ``--channels`` and ``--step-overhead``): the fastest of NCCL's algorithms, each with the protocols NCCL runs it
+    with (Simple for NVLS, Alltoall's by its point-to-point threshold). The table's entries are reused; an NCCL
+    algorithm ``-a`` left out, or a protocol NCCL is held to that the table skipped as slower, is timed here. None
+    when no NCCL algorithm applies or completes."""
+    from taccl_py.errors import NotApplicable
     from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline
+    from taccl_py.runtime import PROTOCOLS
 
-    ours = set(nccl_algorithms(topology, kind))
+    timed = {e["algorithm"]: e for e in entries}
     best: tuple[float, str, str] | None = None
-    for entry in entries:
-        name = entry["algorithm"]
-        if name not in ours:
-            continue
+    for name in nccl_algorithms(topology, kind):
         protocols = nccl_protocols(kind, name, size, topology.num_gpus)
-        times = entry.get("proto_times_us") or {}
-        if any(p.value not in times for p in protocols):  # one NCCL runs was skipped as slower: time it alone
-            times = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
-                                     step_overhead_us=step_overhead_us, protocols=protocols).times_us
+        entry = timed.get(name)
+        if entry is not None and len(protocols) == len(PROTOCOLS):  # NCCL may run any: the table's pick is its
+            times = {entry["proto"]: entry["time_us"]} if entry.get("proto") else {}
+        elif entry is not None and all(p.value in (entry.get("proto_times_us") or {}) for p in protocols):
+            times = entry["proto_times_us"]
+        else:
+            try:
+                times = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
+                                         step_overhead_us=step_overhead_us, protocols=protocols).times_us
+            except NotApplicable:
+                continue
         for p in protocols:
             t = times.get(p.value)
-            if t is not None and (best is None or t < best[0]):
+            if t is not None and t > 0 and (best is None or t < best[0]):
                 best = (t, name, p.value)
     if best is None:
         return None
@@ -778,7 +787,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         chosen = [r for r in rows if r.get("nccl")]
         if chosen and model is not None:
             out_console.print(make_table(
-                f"What NCCL itself would run (its algorithms and protocols, the fastest under {model.name})",
+                f"What NCCL itself would run: the fastest of its algorithms and protocols under {model.name} "
+                "(NCCL's own tuning may pick otherwise)",
                 ["size (B)", "algorithm", "proto", "time (us)", "algbw", "busbw"],
                 [[r["size_bytes"], r["nccl"]["algorithm"], r["nccl"]["proto"], _num(r["nccl"]["time_us"]),
                   _num(r["nccl"]["algbw_GBps"]), _num(r["nccl"]["busbw_GBps"])] for r in chosen]))
