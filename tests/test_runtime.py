@@ -1457,6 +1457,9 @@ def test_a_fit_refuses_the_launch_offset_of_predictions(capsys: pytest.CaptureFi
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("taccl: error: --launch-offset:") and "--harness-offset US" in err and err.count("\n") == 1
+    with pytest.raises(SystemExit) as done:  # after the command too
+        main(["profile", "fit", "--runtime", str(log), "--into", "dgx-h100", "-o", "x.json", "--launch-offset", "20"])
+    assert done.value.code == 2 and "--harness-offset US" in capsys.readouterr().err
 
 
 def test_a_oneshot_xml_is_the_form_its_calibrated_row_timed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
             value = _TOP_LEVEL_OPTIONS[exc.option_name]
             message = (f"{exc.option_name} is an option of taccl itself: give it before the command "
                        f"(taccl {exc.option_name}{value}{' ' + command if command != 'taccl' else ''} ...)")
+            if exc.option_name == "--launch-offset" and command == "profile fit":
+                message = ("--launch-offset applies to predictions; profile fit --runtime takes the known cost of "
+                           "its FILE...'s harness as --harness-offset US")
         click.echo(f"taccl: error: {message}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
