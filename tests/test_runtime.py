@@ -1448,6 +1448,22 @@ def test_baseline_says_what_nccl_itself_would_run(capsys: pytest.CaptureFixture[
     assert one["nccl"]["time_us"] == pytest.approx(rows[-1]["nccl"]["time_us"], rel=1e-9)
 
 
+def test_profile_check_hints_at_the_algorithm_a_run_used(capsys: pytest.CaptureFixture[str]) -> None:
+    """DGX Cloud's default run ran NVLS from 2 MB where the model's fastest is the ring: the check names NVLS for
+    the missed rows it would meet, with the FILE@LO:HI#ALGO that says so; a file that names its algorithm gets
+    no hint."""
+    log = FIXTURES / "dgxc_h100x8_all_reduce.log"
+    with pytest.raises(SystemExit):
+        main(["profile", "check", f"{log}@64KB:64MB", "-t", "dgx-h100-nvls", "--json"])
+    hints = json.loads(capsys.readouterr().out)["hints"]
+    assert len(hints) == 1 and hints[0].endswith(f"say so with {log}@2MB:16MB#nvls")
+    assert "4 of the 5 missed allreduce rows (2MB..16MB) are within target as nvls" in hints[0]
+    with pytest.raises(SystemExit):
+        main(["profile", "check", f"{log}@2MB:16MB#nvls", "-t", "dgx-h100-nvls", "--json"])
+    named = json.loads(capsys.readouterr().out)
+    assert named["hints"] == [] and named["rows_within_target"] == 4
+
+
 def test_a_fit_refuses_the_launch_offset_of_predictions(capsys: pytest.CaptureFixture[str]) -> None:
     """taccl --launch-offset adds a harness's cost to predictions; a fit names --harness-offset instead of
     silently fitting without it."""

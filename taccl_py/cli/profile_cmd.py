@@ -358,6 +358,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                                     where=spec)
     total = sum(len(rows) for _, rows in per_file)
     checked: list[tuple[str, list[tuple[TimedRow, FidelityRow]]]] = []
+    hints: list[str] = []
     done = 0
     with progress_line(progress_enabled(as_json)) as say:
         for spec, rows in per_file:
@@ -377,6 +378,8 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
             if unpredicted:
                 warnings.append(f"{spec}: {len(unpredicted)} row(s) have no prediction (no allowed algorithm runs "
                                 "them on this topology); they count as missed")
+            if not algorithms:
+                hints += _other_algorithm_hints(spec, out, topology, model)
             checked.append((spec, out))
     every = [f for _, out in checked for _, f in out]
     met = sum(f.met for f in every)
@@ -392,7 +395,8 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                + ("" if rms is None else f"; rms busbw error {rms:.1%}"))
     if as_json:
         emit_json({"command": "profile check", "topology": topology.name, "model": model.name,
-                   "inputs": inputs, "warnings": warnings, "rows_within_target": met, "rows_checked": len(every),
+                   "inputs": inputs, "warnings": warnings, "hints": hints, "rows_within_target": met,
+                   "rows_checked": len(every),
                    "rms_busbw_error": rms, "plot": plot_path,
                    "files": [{"file": spec, "rows": [_check_json(row, f) for row, f in out]} for spec, out in checked]})
     else:
@@ -411,10 +415,47 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                   "-" if f.error is None else f"{f.error:+.1%}", f"{f.target:.0%} " + ("met" if f.met else "MISSED"),
                   f.algorithm or "-", f.proto or "-"] for row, f in out]))
         out_console.print(summary, markup=False)
+        for hint in hints:
+            out_console.print(f"hint: {hint}", markup=False)
         if plot_path is not None:
             out_console.print(f"wrote {plot_path}", markup=False)
     if strict and met < len(every):
         raise SystemExit(1)
+
+
+def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], topology: Topology,
+                           model: Any) -> list[str]:
+    """Where the model's choice misses rows that another of NCCL's algorithms would meet: NCCL's own tuning may
+    have run that one there (it does not always run the model's fastest), which ``FILE@LO:HI#ALGO`` can say.
+    Rows whose file names its algorithms are left alone; a hint needs two missed rows or more, most of them met."""
+    from taccl_py.fidelity import predict_row
+    from taccl_py.predict import nccl_algorithms
+
+    missed = [(row, f) for row, f in out if not f.met and f.predicted_busbw is not None and not row.algorithms]
+    hints: list[str] = []
+    if len(missed) < 2:
+        return hints
+    for kind in sorted({row.kind for row, _ in missed}, key=lambda k: k.value):
+        rows = [(row, f) for row, f in missed if row.kind is kind]
+        for name in nccl_algorithms(topology, kind):
+            if all(f.algorithm == name for _, f in rows):
+                continue
+            met = [row for row, f in rows if f.algorithm != name and predict_row(
+                topology, model, kind, row.size_bytes, f.published_busbw, algorithms=(name,)).met]
+            if len(met) >= 2 and 2 * len(met) > len(rows):
+                lo, hi = format_bytes(min(r.size_bytes for r in met)), format_bytes(max(r.size_bytes for r in met))
+                hints.append(f"{spec}: {len(met)} of the {len(rows)} missed {kind.value} rows ({lo}..{hi}) are within "
+                             f"target as {name}, not the model's choice: if the run used {name} there, say so with "
+                             f"{_file_of(spec)}@{lo}:{hi}#{name}")
+    return hints
+
+
+def _file_of(spec: str) -> str:
+    """The file of a ``FILE[@LO:HI][#ALGO]`` argument (a name that is an existing file is taken whole)."""
+    if Path(spec).is_file():
+        return spec
+    head = spec.partition("#")[0]
+    return head if Path(head).is_file() else head.rpartition("@")[0] or head
 
 
 def _check_json(row: TimedRow, checked: FidelityRow) -> dict[str, Any]:
