@@ -547,7 +547,7 @@ def test_the_docs_fidelity_table_is_the_benchmarks() -> None:
         small = [r for r in rows if r["size_bytes"] < 1 << 20]
         worst = max(abs(r["error"]) for r in rows if r["error"] is not None)
         cells = [c.strip() for c in line.strip("|").split(" | ")]
-        assert cells[0].startswith(f"[{case['name']}]"), cells[0]
+        assert cells[0].startswith(f"[{case['name']}]") and cells[2] == case["role"], cells[:3]
         assert cells[3:] == [f"{sum(r['met'] for r in large)} of {len(large)}",
                              f"{sum(r['met'] for r in small)} of {len(small)}", f"{worst:.1%}",
                              "met" if all(r["met"] for r in rows) else "not met"], case["name"]
@@ -1411,6 +1411,14 @@ def test_an_nvls_schedule_file_timed_at_another_size_says_so(tmp_path: Path,
     err = capsys.readouterr().err
     assert f"taccl: warning: {out}: nvls in 1 chunk step(s) per block, where NCCL takes 8 at 64MB: timed as " \
            "written; `taccl baseline -t dgx-h100-nvls -c allreduce -a nvls -s 64MB` times NCCL's own" in err
+    one_phase = tmp_path / "nvls-allgather.json"  # one stream per block at every size: nothing to warn about
+    with pytest.raises(SystemExit):
+        main(["baseline", "-t", "dgx-h100-nvls", "-c", "allgather", "-s", "1MB", "-a", "nvls", "--schedule-out",
+              str(one_phase), "--json"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["simulate", "-t", "dgx-h100-nvls", "-a", str(one_phase), "-s", "1GB", "--json"])
+    assert "warning" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("topology", "collective", "sizes"), [
