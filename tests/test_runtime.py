@@ -1394,31 +1394,29 @@ def test_an_option_of_taccl_itself_after_the_command_says_where_it_goes(capsys: 
                                        f"command (taccl {option[0]}{value} baseline ...)\n")
 
 
-def test_an_nvls_schedule_file_timed_at_another_size_says_so(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    """An NVLS schedule file holds NCCL's chunk steps at the size it was written for; timed where NCCL takes other
-    steps it is timed as written, with a warning naming the file, the steps and the size."""
-    out = tmp_path / "nvls.json"
+def _nvls_file_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str], collective: str, written: str,
+                        timed: str) -> tuple[Path, str]:
+    """Write ``collective``'s nvls baseline at ``written`` as a schedule file, time it at ``timed``: (file, stderr)."""
+    out = tmp_path / f"nvls-{collective}.json"
     with pytest.raises(SystemExit):
-        main(["baseline", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "1MB", "-a", "nvls", "--schedule-out",
+        main(["baseline", "-t", "dgx-h100-nvls", "-c", collective, "-s", written, "-a", "nvls", "--schedule-out",
               str(out), "--json"])
     capsys.readouterr()
     with pytest.raises(SystemExit):
-        main(["simulate", "-t", "dgx-h100-nvls", "-a", str(out), "-s", "1MB", "--json"])
-    assert "warning" not in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["simulate", "-t", "dgx-h100-nvls", "-a", str(out), "-s", "64MB", "--json"])
-    err = capsys.readouterr().err
+        main(["simulate", "-t", "dgx-h100-nvls", "-a", str(out), "-s", timed, "--json"])
+    return out, capsys.readouterr().err
+
+
+def test_an_nvls_schedule_file_timed_at_another_size_says_so(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """An NVLS schedule file holds NCCL's chunk steps at the size it was written for; timed where NCCL takes other
+    steps it is timed as written, with a warning naming the file, the steps and the size. One phase (Allgather)
+    moves one stream per block at every size: nothing to warn about."""
+    assert "warning" not in _nvls_file_warnings(tmp_path, capsys, "allreduce", "1MB", "1MB")[1]
+    out, err = _nvls_file_warnings(tmp_path, capsys, "allreduce", "1MB", "64MB")
     assert f"taccl: warning: {out}: nvls in 1 chunk step(s) per block, where NCCL takes 8 at 64MB: timed as " \
            "written; `taccl baseline -t dgx-h100-nvls -c allreduce -a nvls -s 64MB` times NCCL's own" in err
-    one_phase = tmp_path / "nvls-allgather.json"  # one stream per block at every size: nothing to warn about
-    with pytest.raises(SystemExit):
-        main(["baseline", "-t", "dgx-h100-nvls", "-c", "allgather", "-s", "1MB", "-a", "nvls", "--schedule-out",
-              str(one_phase), "--json"])
-    capsys.readouterr()
-    with pytest.raises(SystemExit):
-        main(["simulate", "-t", "dgx-h100-nvls", "-a", str(one_phase), "-s", "1GB", "--json"])
-    assert "warning" not in capsys.readouterr().err
+    assert "warning" not in _nvls_file_warnings(tmp_path, capsys, "allgather", "1MB", "1GB")[1]
 
 
 @pytest.mark.parametrize(("topology", "collective", "sizes"), [
