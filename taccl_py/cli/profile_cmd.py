@@ -36,6 +36,8 @@ from taccl_py.topology_io import load_topology, save_topology
 from taccl_py.units import format_bytes, parse_size_range
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from taccl_py.fidelity import FidelityRow
     from taccl_py.profiler.runtime_fit import TimedRow
 
@@ -379,7 +381,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                 warnings.append(f"{spec}: {len(unpredicted)} row(s) have no prediction (no allowed algorithm runs "
                                 "them on this topology); they count as missed")
             if not algorithms:
-                hints += _other_algorithm_hints(spec, out, topology, model)
+                hints += _other_algorithm_hints(spec, out, topology, model, say)
             checked.append((spec, out))
     every = [f for _, out in checked for _, f in out]
     met = sum(f.met for f in every)
@@ -424,7 +426,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
 
 
 def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], topology: Topology,
-                           model: Any) -> list[str]:
+                           model: Any, say: Callable[[str], None]) -> list[str]:
     """Where the model's choice misses rows that another of NCCL's algorithms would meet: NCCL's own tuning may
     have run that one there (it does not always run the model's fastest), which ``FILE@LO:HI#ALGO`` can say.
     Rows whose file names its algorithms are left alone; a hint needs two missed rows or more, most of them met."""
@@ -440,6 +442,7 @@ def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], t
         for name in nccl_algorithms(topology, kind):
             if all(f.algorithm == name for _, f in rows):
                 continue
+            say(f"trying {name} on the missed rows of {Path(_file_of(spec)).name}")
             met = [row for row, f in rows if f.algorithm != name and predict_row(
                 topology, model, kind, row.size_bytes, f.published_busbw, algorithms=(name,)).met]
             if len(met) >= 2 and 2 * len(met) > len(rows):
