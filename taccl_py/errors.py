@@ -80,6 +80,13 @@ class SketchError(InputError):
 class ProfileInputError(InputError):
     """A measurement file (nccl-tests log, CSV) cannot be fitted."""
 
+    @classmethod
+    def not_a_file(cls, path: str) -> ProfileInputError:
+        """A measurement file argument that names no file: a directory, or nothing."""
+        from pathlib import Path
+
+        return cls("is a directory, not a file" if Path(path).is_dir() else "no such file", where=path)
+
 
 class OutputError(InputError):
     """An output (``-o``, ``--schedule-out``...) cannot be written where asked. Exit status 2."""

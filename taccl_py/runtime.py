@@ -53,8 +53,8 @@ if TYPE_CHECKING:  # the topology module refers back to this one only for types
 
 __all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS",
            "NVLS_ONE_PHASE_KINDS", "PRESETS", "Protocol", "RuntimeModel",
-           "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_occupancy", "nccl_nvls_pieces",
-           "nccl_ring_pieces",
+           "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_occupancy",
+           "nccl_nvls_pieces", "nccl_ring_pieces",
            "payload_fraction", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "takes_copy_share", "widest_gpu_link",
            "wire_bytes", "with_figures", "with_launch_offset"]
 
@@ -358,6 +358,8 @@ class RuntimeModel:
         per_gpu = gpus_per_machine(topology)
         lanes = self.channels if self.ll128_channels is None else self.ll128_channels
         fractions: dict[str, float] = {}
+        occupancy = nccl_nvls_occupancy(size_bytes, per_gpu) if (  # idle channels below NVLS's loop size
+            algorithm in NVLS_ALGORITHMS and kind not in NVLS_ONE_PHASE_KINDS and size_bytes) else 1.0
         for c in LINK_CLASSES:
             base = self.efficiency.get(c, 1.0)
             if takes_copy_share(kind, algorithm, c):
@@ -367,8 +369,7 @@ class RuntimeModel:
                 if self.nvls_half_chunk_bytes > 0 and size_bytes:
                     chunk = nccl_nvls_chunk_bytes(size_bytes, per_gpu)
                     base *= chunk / (chunk + self.nvls_half_chunk_bytes)
-            if algorithm in NVLS_ALGORITHMS and kind not in NVLS_ONE_PHASE_KINDS and size_bytes:
-                base *= nccl_nvls_occupancy(size_bytes, per_gpu)  # idle channels below NVLS's loop size
+            base *= occupancy
             if algorithm == "nvls-tree":
                 base *= NCCL_TREE_SHARE if c == "net" else self.nvls_tree_share if c == "nvlink" else 1.0
             if kind is CollectiveKind.ALLTOALL and c == "net" and multi_machine:

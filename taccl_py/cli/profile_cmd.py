@@ -454,11 +454,10 @@ def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], t
 
 
 def _file_of(spec: str) -> str:
-    """The file of a ``FILE[@LO:HI][#ALGO]`` argument (a name that is an existing file is taken whole)."""
-    if Path(spec).is_file():
-        return spec
-    head = spec.partition("#")[0]
-    return head if Path(head).is_file() else head.rpartition("@")[0] or head
+    """The file of a ``FILE[@LO:HI][#ALGO]`` argument, as ``profile fit --runtime`` reads it."""
+    from taccl_py.profiler.runtime_fit import split_algorithm_qualifier, split_size_qualifier
+
+    return split_size_qualifier(split_algorithm_qualifier(spec)[0])[0]
 
 
 def _check_json(row: TimedRow, checked: FidelityRow) -> dict[str, Any]:

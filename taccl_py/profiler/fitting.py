@@ -100,7 +100,7 @@ def fit_measurements(request: FitRequest) -> FitOutcome:
             if "@" in path and Path(path.rpartition("@")[0]).is_file():
                 raise ProfileInputError("FILE@LO:HI (some of a file's sizes) applies to --runtime fits only",
                                         where=path)
-            raise ProfileInputError("is a directory, not a file" if Path(path).is_dir() else "no such file", where=path)
+            raise ProfileInputError.not_a_file(path)
     kinds = {is_csv_file(p) for p in request.files}
     if len(kinds) > 1:
         raise ProfileInputError("cannot mix nccl-tests logs and CSV measurements in one fit; fit them in two steps "

@@ -465,8 +465,8 @@ def _nelder_mead(f: Any, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, fixe
 
 
 NVLS_FIT_METHOD = ("least squares on relative residuals: each row simulated as the nvls baseline in NCCL's chunk steps "
-                   "on the channels that hold data; NVLS's latency and the launch offset by non-negative linear least squares for each share, the share "
-                   "and the half-share chunk by Nelder-Mead")
+                   "on the channels that hold data; NVLS's latency and the launch offset by non-negative linear least "
+                   "squares for each share, the share and the half-share chunk by Nelder-Mead")
 NVLS_FIGURES = ("launch", "nvls latency", "nvls efficiency", "nvls half chunk")
 """What ``--class nvls`` fits: the harness's launch offset (rows that take one), NVLS's fixed cost beyond Simple's
 launch (us), its share of the NVLink rate with chunks of any size, and the chunk size (bytes) at which it
@@ -868,8 +868,7 @@ def split_size_qualifier(spec: str) -> tuple[str, tuple[int, int] | None]:
         return spec, None
     path, sep, sizes = spec.rpartition("@")
     if not sep or not Path(path).is_file():
-        where = path if sep else spec
-        raise ProfileInputError("is a directory, not a file" if Path(where).is_dir() else "no such file", where=where)
+        raise ProfileInputError.not_a_file(path if sep else spec)
     return path, parse_size_bounds(sizes, where=f"{spec}: sizes after @")
 
 
