@@ -86,13 +86,15 @@ def render(data: dict[str, Any], figures: Path) -> str:
         body += ["", f"### {case['name']}", "",
                  f"{case['ranks']} ranks, {case['collective']}, topology `{case['topology']}`, harness "
                  f"{case['harness']}; source: {case['url']}." + (f" {case['note']}." if case["note"] else ""), "",
-                 "| size (B) | published busbw | predicted busbw | algorithm | proto | error | target met |",
-                 "|---|---|---|---|---|---|---|"]
+                 "| size (B) | published busbw | predicted busbw | algorithm | proto | error | target met | "
+                 "in-place busbw |",
+                 "|---|---|---|---|---|---|---|---|"]
         for r in rows:
             pred = "-" if r["predicted_busbw_GBps"] is None else f"{r['predicted_busbw_GBps']:.2f}"
             err = "-" if r["error"] is None else f"{r['error']:+.1%}"
             body.append(f"| {_size(r['size_bytes'])} | {r['published_busbw_GBps']:.2f} | {pred} | "
-                        f"{r['algorithm'] or '-'} | {r['proto'] or '-'} | {err} | {'yes' if r['met'] else 'no'} |")
+                        f"{r['algorithm'] or '-'} | {r['proto'] or '-'} | {err} | {'yes' if r['met'] else 'no'} | "
+                        f"{_in_place(r)} |")
     curves = [c for c in data["cases"] if len(c["rows"]) >= MIN_FIGURE_ROWS]
     if curves:
         _figure(curves, figures / FIGURE)
@@ -102,7 +104,30 @@ def render(data: dict[str, Any], figures: Path) -> str:
                   "(10 % from 1 MB, 25 % below).", ""]
     totals = [f"{role} rows within target: {met} of {count}"
               for role in ("held-out", "calibration") for met, count in [_within(data, role)]]
-    return "\n".join([*lines, "; ".join(totals) + ".", "", *summary, *body])
+    return "\n".join([*lines, "; ".join(totals) + ".", "", _self_check(data), "", *summary, *body])
+
+
+def _in_place(row: dict[str, Any]) -> str:
+    """A row's in-place busbw, and how far it is from the out-of-place one when no prediction can be within the
+    row's target of both."""
+    if row.get("in_place_busbw_GBps") is None:
+        return "-"
+    text = f"{row['in_place_busbw_GBps']:.2f}"
+    return text + (f" ({row['run_spread']:+.1%}: the run disagrees with itself)" if row["run_disagrees"] else "")
+
+
+def _self_check(data: dict[str, Any]) -> str:
+    """How many missed rows the run measured twice (a log's out-of-place and in-place times), and in how many of
+    them its own two times are too far apart for any prediction to be within the target of both."""
+    twice = [(case["name"], r) for case in data["cases"] for r in case["rows"]
+             if not r["met"] and r.get("in_place_busbw_GBps") is not None]
+    apart = [(name, r) for name, r in twice if r["run_disagrees"]]
+    listed = "; ".join(f"{name} at {_size(r['size_bytes'])} ({r['run_spread']:+.1%})" for name, r in apart)
+    return (f"Missed rows a log measured twice (out-of-place, as judged, and in place): {len(twice)}. In "
+            f"{len(apart)} of them the run's own two times are too far apart for any prediction to be within the "
+            "row's target of both (a warm-up or a disturbed iteration; the in-place busbw is in each case's "
+            "table)" + (f": {listed}" if apart else "") + f". The other {len(twice) - len(apart)} miss against "
+            "both of the run's times.")
 
 
 def _figure(cases: list[dict[str, Any]], path: Path) -> None:

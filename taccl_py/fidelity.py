@@ -18,6 +18,9 @@ calibration and held-out sizes).
 For every row NCCL's choice is simulated (:func:`taccl_py.predict.predict_nccl`: the fastest of
 its algorithms and protocols) under the topology's runtime model, and the predicted busbw is
 compared with the published one (a log's out-of-place time as busbw, a table's published figure).
+A log also measured each size in place: where its two times are too far apart for any prediction to be
+within the row's target of both, the run disagrees with itself (:attr:`FidelityRow.run_disagrees`);
+such rows are reported, and still judged on the out-of-place time.
 
 Targets (issue 17): within 10 % at sizes >= 1 MB, within 25 % below.
 """
@@ -96,6 +99,8 @@ class PublishedRow:
     size_bytes: int
     busbw_GBps: float
     origin: str
+    in_place_busbw_GBps: float | None = None
+    """The busbw of the same size measured in place (a log's second time); None for a table."""
 
 
 @dataclass(frozen=True)
@@ -109,12 +114,38 @@ class FidelityRow:
     proto: str | None
     predicted_us: float | None = None
     """The predicted time (us) of NCCL's choice (None when nothing was predicted, or not kept)."""
+    in_place_busbw: float | None = None
+    """The run's in-place busbw at this size (None: not measured twice, as a published table)."""
 
     @property
     def error(self) -> float | None:
         if self.predicted_busbw is None or self.published_busbw <= 0:
             return None
         return self.predicted_busbw / self.published_busbw - 1.0
+
+    @property
+    def in_place_error(self) -> float | None:
+        """The prediction's error against the in-place measurement (None without one)."""
+        if self.predicted_busbw is None or not self.in_place_busbw:
+            return None
+        return self.predicted_busbw / self.in_place_busbw - 1.0
+
+    @property
+    def run_spread(self) -> float | None:
+        """How far the run's in-place busbw is from its out-of-place one (relative; None without both)."""
+        if not self.in_place_busbw or self.published_busbw <= 0:
+            return None
+        return self.in_place_busbw / self.published_busbw - 1.0
+
+    @property
+    def run_disagrees(self) -> bool:
+        """The run's two measurements of this size are too far apart for any prediction to be within the target
+        of both (the larger busbw over the smaller beyond (1 + target) / (1 - target)): a warm-up or a disturbed
+        iteration, usually, not something a model of the machine can follow."""
+        if not self.in_place_busbw or self.published_busbw <= 0:
+            return False
+        low, high = sorted((self.published_busbw, self.in_place_busbw))
+        return high * (1.0 - self.target) > low * (1.0 + self.target)
 
     @property
     def target(self) -> float:
@@ -127,7 +158,9 @@ class FidelityRow:
     def as_dict(self) -> dict[str, Any]:
         return {"size_bytes": self.size_bytes, "published_busbw_GBps": self.published_busbw,
                 "predicted_busbw_GBps": self.predicted_busbw, "error": self.error, "target": self.target,
-                "met": self.met, "algorithm": self.algorithm, "proto": self.proto, "predicted_us": self.predicted_us}
+                "met": self.met, "algorithm": self.algorithm, "proto": self.proto, "predicted_us": self.predicted_us,
+                "in_place_busbw_GBps": self.in_place_busbw, "in_place_error": self.in_place_error,
+                "run_spread": self.run_spread, "run_disagrees": self.run_disagrees}
 
 
 def _manifest(directory: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
@@ -226,8 +259,10 @@ def published_rows(case: FidelityCase) -> list[PublishedRow]:
         for row in run.rows:
             if row.size_bytes < case.ranks * 4:  # fewer elements than ranks: not a collective in nccl-tests' sense
                 continue
+            in_place = (measured_busbw(kind, case.ranks, row.size_bytes, row.time_us_in)
+                        if row.time_us_in > 0 else None)
             out.append(PublishedRow(row.size_bytes, measured_busbw(kind, case.ranks, row.size_bytes, row.time_us_out),
-                                    f"{case.source}: line {row.line}"))
+                                    f"{case.source}: line {row.line}", in_place))
     else:
         for trow in read_timing_table(case.source):
             if trow.kind is not kind or any(trow.extra.get(k) != v for k, v in case.select.items()):
@@ -259,19 +294,23 @@ def predict_case(case: FidelityCase, directory: str | os.PathLike[str], *,
     if topology.num_gpus != case.ranks:
         raise InputError(f"{case.ranks} ranks but the topology has {topology.num_gpus} GPUs", where=case.name)
     model = case_model(case, topology, harness_offsets(root))
-    return [predict_row(topology, model, case.kind, pub.size_bytes, pub.busbw_GBps, algorithms=case.algorithms)
+    return [predict_row(topology, model, case.kind, pub.size_bytes, pub.busbw_GBps, algorithms=case.algorithms,
+                        in_place_busbw=pub.in_place_busbw_GBps)
             for pub in published_rows(case)[:max_rows]]
 
 
 def predict_row(topology: Topology, model: RuntimeModel, kind: CollectiveKind, size_bytes: int,
-                published_busbw: float, *, algorithms: tuple[str, ...] | None = None) -> FidelityRow:
+                published_busbw: float, *, algorithms: tuple[str, ...] | None = None,
+                in_place_busbw: float | None = None) -> FidelityRow:
     """One published size against NCCL's predicted choice under ``model`` (among ``algorithms``, None: all of
-    NCCL's); the predicted busbw is None when no algorithm applies or completes."""
+    NCCL's); the predicted busbw is None when no algorithm applies or completes. ``in_place_busbw``: the same
+    run's in-place measurement of the size, kept beside it."""
     best = predict_nccl(topology, kind, size_bytes, model, algorithms=algorithms)
     if best is None:
-        return FidelityRow(size_bytes, published_busbw, None, None, None)
+        return FidelityRow(size_bytes, published_busbw, None, None, None, in_place_busbw=in_place_busbw)
     name, pred = best
-    return FidelityRow(size_bytes, published_busbw, pred.sim.busbw_GBps, name, pred.protocol.value, pred.sim.time_us)
+    return FidelityRow(size_bytes, published_busbw, pred.sim.busbw_GBps, name, pred.protocol.value, pred.sim.time_us,
+                       in_place_busbw)
 
 
 def measured_busbw(kind: CollectiveKind, ranks: int, size_bytes: int, time_us: float) -> float:

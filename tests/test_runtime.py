@@ -15,7 +15,7 @@ from taccl_py.baselines import baseline
 from taccl_py.cli.main import main
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import InputError
-from taccl_py.fidelity import load_cases, predict_case, published_rows
+from taccl_py.fidelity import FidelityRow, load_cases, predict_case, published_rows
 from taccl_py.library import resolve_topology
 from taccl_py.library.grids import switch_star
 from taccl_py.runtime import (
@@ -558,6 +558,45 @@ def test_the_docs_fidelity_table_is_the_benchmarks() -> None:
         assert said and set(said) == {(str(sum(r["met"] for r in rows)), str(len(rows)))}, (role, said)
     met = sum(all(r["met"] for r in c["rows"]) for c in cases)
     assert f"**met on {met} of the {len(cases)} cases**" in doc
+    twice = [r for c in cases for r in c["rows"] if not r["met"] and r["in_place_busbw_GBps"] is not None]
+    apart = sum(r["run_disagrees"] for r in twice)
+    assert f"{apart} of the {len(twice)} such rows, the other {len(twice) - apart} miss against both times" in words
+
+
+@given(out_us=st.floats(1.0, 1e5), in_us=st.floats(1.0, 1e5), size=st.sampled_from([4096, 1 << 20]),
+       predicted_us=st.floats(1.0, 1e5))
+def test_a_run_that_disagrees_with_itself_is_one_no_prediction_meets_twice(out_us: float, in_us: float, size: int,
+                                                                           predicted_us: float) -> None:
+    """``run_disagrees`` holds exactly when no predicted busbw is within the row's target of both the out-of-place
+    and the in-place measurement; otherwise one in the middle of what each allows meets both."""
+    def busbw(t: float) -> float:
+        return size / t  # any busbw factor: only ratios matter
+
+    row = FidelityRow(size, busbw(out_us), busbw(predicted_us), "ring", "LL", predicted_us, busbw(in_us))
+    assert row.run_spread == pytest.approx(out_us / in_us - 1.0)
+    assert row.in_place_error == pytest.approx(in_us / predicted_us - 1.0)
+    t = row.target
+    low, high = max(busbw(out_us), busbw(in_us)) * (1 - t), min(busbw(out_us), busbw(in_us)) * (1 + t)
+    if abs(high - low) > 1e-9 * high:  # not on the boundary
+        assert row.run_disagrees == (low > high)
+    if not row.run_disagrees:
+        middle = replace(row, predicted_busbw=(low + high) / 2)
+        assert middle.error is not None and middle.in_place_error is not None
+        assert abs(middle.error) <= t * (1 + 1e-9) and abs(middle.in_place_error) <= t * (1 + 1e-9)
+    elif row.error is not None and row.in_place_error is not None:
+        assert not (abs(row.error) <= t and abs(row.in_place_error) <= t)
+    assert not FidelityRow(size, 1.0, 1.0, None, None).run_disagrees  # a table's row: measured once
+
+
+def test_a_logs_rows_carry_its_in_place_time() -> None:
+    """A log's published rows keep the in-place busbw beside the out-of-place one (the 4-machine run's 1 MB row:
+    317.0 us out of place, 93.26 in place); a published table has none."""
+    cases = {c.name: c for c in load_cases(FIXTURES)}
+    row = published_rows(cases["nccl-tests#309 4 x 8 H100 all_reduce, 1 MB"])[0]
+    factor = Collective(CollectiveKind.ALLREDUCE, 32).busbw_factor
+    assert row.busbw_GBps == pytest.approx((1 << 20) / 317.0 / 1e3 * factor)
+    assert row.in_place_busbw_GBps == pytest.approx((1 << 20) / 93.26 / 1e3 * factor)
+    assert all(r.in_place_busbw_GBps is None for r in published_rows(cases["Azure ND A100 v4 all_reduce (calibration)"]))
 
 
 @pytest.mark.slow
@@ -1359,6 +1398,28 @@ def test_profile_check_takes_the_ranks_of_a_log_without_rank_lines(capsys: pytes
     checked = json.loads(capsys.readouterr().out)
     assert checked["rows_checked"] == checked["rows_within_target"] == 6
     assert checked["inputs"][0].endswith("all_reduce_perf, 24 ranks, 6 sizes")
+
+
+def test_profile_check_notes_the_sizes_a_log_measured_two_ways(capsys: pytest.CaptureFixture[str]) -> None:
+    """Where a log's out-of-place and in-place times differ by more than the target, profile check says so (the
+    run disagrees with itself there) and gives both times in --json; a log whose two times agree gets no note."""
+    log = FIXTURES / "nccl_tests_309_h100x4_all_reduce.log"
+    topology = str(FIXTURES.parents[2] / "topologies" / "dgx-h100x4.json")
+    with pytest.raises(SystemExit):
+        main(["profile", "check", f"{log}@1MB:8MB", "-t", topology, "--json"])
+    data = json.loads(capsys.readouterr().out)
+    rows = data["files"][0]["rows"]
+    assert [r["measured_in_place_us"] for r in rows] == [93.26, 156.4, 174.2, 256.7]
+    assert [r["run_disagrees"] for r in rows] == [True, True, True, False]
+    assert len(data["notes"]) == 1 and "1MB (317 us out-of-place, 93.26 in place)" in data["notes"][0]
+    assert "8MB (" not in data["notes"][0]
+    with pytest.raises(SystemExit):
+        main(["profile", "check", f"{log}@1MB:8MB", "-t", topology])
+    assert "note: " in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["profile", "check", f"{FIXTURES / 'nccl_tests_309_h100x2_ring_all_reduce.log'}@64MB:256MB#ring", "-t",
+              "dgx-h100x2", "--json"])
+    assert json.loads(capsys.readouterr().out)["notes"] == []
 
 
 @pytest.mark.parametrize("topology, kind, algorithm, size", [

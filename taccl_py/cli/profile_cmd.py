@@ -369,8 +369,11 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                 done += 1
                 say(f"predicting {Path(spec).name}: row {done}/{total} ({format_bytes(row.size_bytes)})")
                 published = measured_busbw(row.kind, topology.num_gpus, row.size_bytes, row.time_us)
+                in_place = (None if row.in_place_us is None
+                            else measured_busbw(row.kind, topology.num_gpus, row.size_bytes, row.in_place_us))
                 out.append((row, predict_row(topology, model, row.kind, row.size_bytes, published,
-                                             algorithms=row.algorithms or algorithms or None)))
+                                             algorithms=row.algorithms or algorithms or None,
+                                             in_place_busbw=in_place)))
             if all(f.predicted_busbw is None for _, f in out):
                 allowed = out[0][0].algorithms or algorithms
                 raise ProfileInputError(
@@ -395,9 +398,11 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
         save_figure(fidelity_figure(panels, measured="measured"), plot_path)
     summary = (f"{met} of {len(every)} rows within target ({LARGE_TARGET:.0%} from 1 MB, {SMALL_TARGET:.0%} below)"
                + ("" if rms is None else f"; rms busbw error {rms:.1%}"))
+    notes = [_disagreeing_rows(spec, apart) for spec, out in checked
+             if (apart := [(row, f) for row, f in out if f.run_disagrees])]
     if as_json:
         emit_json({"command": "profile check", "topology": topology.name, "model": model.name,
-                   "inputs": inputs, "warnings": warnings, "hints": hints, "rows_within_target": met,
+                   "inputs": inputs, "warnings": warnings, "hints": hints, "notes": notes, "rows_within_target": met,
                    "rows_checked": len(every),
                    "rms_busbw_error": rms, "plot": plot_path,
                    "files": [{"file": spec, "rows": [_check_json(row, f) for row, f in out]} for spec, out in checked]})
@@ -417,6 +422,8 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                   "-" if f.error is None else f"{f.error:+.1%}", f"{f.target:.0%} " + ("met" if f.met else "MISSED"),
                   f.algorithm or "-", f.proto or "-"] for row, f in out]))
         out_console.print(summary, markup=False)
+        for note in notes:
+            out_console.print(f"note: {note}", markup=False)
         for hint in hints:
             out_console.print(f"hint: {hint}", markup=False)
         if plot_path is not None:
@@ -453,6 +460,16 @@ def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], t
     return hints
 
 
+def _disagreeing_rows(spec: str, rows: list[tuple[TimedRow, FidelityRow]]) -> str:
+    """Rows whose out-of-place and in-place times are too far apart for any prediction to be within the target of
+    both: the log disagrees with itself there (a warm-up, a disturbed iteration); rerun them."""
+    sizes = ", ".join(f"{format_bytes(row.size_bytes)} ({row.time_us:g} us out-of-place, {row.in_place_us:g} in place)"
+                      for row, _ in rows)
+    return (f"{spec}: at {sizes} the log's two times are too far apart for any prediction to be within the target "
+            "of both: the run disagrees with itself there (the out-of-place time is the one checked); rerun those "
+            "sizes (more iterations, -n) to tell the model's error from the run's")
+
+
 def _file_of(spec: str) -> str:
     """The file of a ``FILE[@LO:HI][#ALGO]`` argument, as ``profile fit --runtime`` reads it."""
     from taccl_py.profiler.runtime_fit import split_algorithm_qualifier, split_size_qualifier
@@ -464,7 +481,8 @@ def _check_json(row: TimedRow, checked: FidelityRow) -> dict[str, Any]:
     """One checked row as ``profile check --json`` gives it (the measurement named as measured, not published)."""
     data = checked.as_dict()
     data["measured_busbw_GBps"] = data.pop("published_busbw_GBps")
-    return {"collective": row.kind.value, "measured_us": row.time_us, "origin": row.origin, **data}
+    return {"collective": row.kind.value, "measured_us": row.time_us, "measured_in_place_us": row.in_place_us,
+            "origin": row.origin, **data}
 
 
 @profile.command("run")

@@ -96,6 +96,8 @@ class TimedRow:
     whose launch costs are the model's own)."""
     algorithms: tuple[str, ...] | None = None
     """The NCCL algorithms this row's run allowed (a file's ``#ALGO`` qualifier); None: the fit's own."""
+    in_place_us: float | None = None
+    """The same size timed in place (a log's second time; None for a table): fits use ``time_us`` only."""
 
 
 @dataclass(frozen=True)
@@ -969,8 +971,8 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
         if not used and (bounds is not None or rows_kept != "all"):
             raise ProfileInputError(f"no row of the run is left (wrong results, fewer elements than ranks"
                                     f"{', --rows' if rows_kept != 'all' else ''})", where=at)
-        rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset, allowed)
-                    for r in used)
+        rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset, allowed,
+                             r.time_us_in if r.time_us_in > 0 else None) for r in used)
         inputs.append(f"{path}: {binary}, {nranks} ranks, {len(used)} sizes{harness}")
     if not kept:
         raise ProfileInputError(f"no run of the log is among --collective {collective}", where=path)
