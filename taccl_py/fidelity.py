@@ -44,7 +44,7 @@ from taccl_py.units import algbw_gbps, parse_size_bounds
 
 __all__ = ["LARGE_BYTES", "LARGE_TARGET", "PER_RANK", "ROLES", "SMALL_TARGET", "FidelityCase", "FidelityRow",
            "PublishedRow", "harness_offsets", "load_cases", "measured_busbw", "predict_case", "predict_row",
-           "published_rows"]
+           "published_rows", "target_for", "too_far_apart"]
 
 LARGE_BYTES = 1 << 20
 """Sizes from 1 MB on are held to :data:`LARGE_TARGET`."""
@@ -55,6 +55,19 @@ KNOWN_ALGORITHMS = NCCL_ALGORITHM_NAMES
 """What a case's ``algorithms`` (its run's ``NCCL_ALGO``) may name."""
 PER_RANK = "per-rank"
 """The harness of one GPU per process: no launch offset (the model's own launch costs)."""
+
+
+def target_for(size_bytes: int) -> float:
+    """The relative error a prediction of this size is held to: :data:`LARGE_TARGET` from 1 MB, else
+    :data:`SMALL_TARGET`."""
+    return LARGE_TARGET if size_bytes >= LARGE_BYTES else SMALL_TARGET
+
+
+def too_far_apart(a: float, b: float, target: float) -> bool:
+    """Two positive measurements of one quantity (times or busbw) that no single prediction is within ``target``
+    (relative) of both: the larger exceeds the smaller by more than (1 + target) / (1 - target)."""
+    low, high = sorted((a, b))
+    return high * (1.0 - target) > low * (1.0 + target)
 
 
 @dataclass(frozen=True)
@@ -144,12 +157,11 @@ class FidelityRow:
         iteration, usually, not something a model of the machine can follow."""
         if not self.in_place_busbw or self.published_busbw <= 0:
             return False
-        low, high = sorted((self.published_busbw, self.in_place_busbw))
-        return high * (1.0 - self.target) > low * (1.0 + self.target)
+        return too_far_apart(self.published_busbw, self.in_place_busbw, self.target)
 
     @property
     def target(self) -> float:
-        return LARGE_TARGET if self.size_bytes >= LARGE_BYTES else SMALL_TARGET
+        return target_for(self.size_bytes)
 
     @property
     def met(self) -> bool:

@@ -619,8 +619,10 @@ def test_published_runs_stay_where_they_were_measured() -> None:
 
 
 # ------------------------------------------------------------------------ taccl profile fit --runtime
-def _nccl_tests_text(times: list[tuple[int, float]], ranks: int, binary: str = "all_reduce_perf") -> str:
-    """An nccl-tests log of ``binary`` (its layout; busbw as all_reduce_perf's) with the given out-of-place times."""
+def _nccl_tests_text(times: list[tuple[int, float]], ranks: int, binary: str = "all_reduce_perf",
+                     in_place: dict[int, float] | None = None) -> str:
+    """An nccl-tests log of ``binary`` (its layout; busbw as all_reduce_perf's) with the given out-of-place times
+    (in place the same, or ``in_place``'s time for its sizes)."""
     lines = [f"# Collective test starting: {binary}",
              f"# nThread 1 nGpus 1 minBytes {times[0][0]} maxBytes {times[-1][0]} step: 2(factor) warmup iters: 5 "
              "iters: 20 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
@@ -631,8 +633,11 @@ def _nccl_tests_text(times: list[tuple[int, float]], ranks: int, binary: str = "
     for size, t in times:
         algbw = size / t / 1e3
         busbw = algbw * 2 * (ranks - 1) / ranks
+        t_in = (in_place or {}).get(size, t)
+        algbw_in = size / t_in / 1e3
+        busbw_in = algbw_in * 2 * (ranks - 1) / ranks
         lines.append(f"{size:12d} {size // 4:13d}     float     sum      -1 {t:8.2f} {algbw:7.2f} {busbw:7.2f}      0 "
-                     f"{t:8.2f} {algbw:7.2f} {busbw:7.2f}      0")
+                     f"{t_in:8.2f} {algbw_in:7.2f} {busbw_in:7.2f}      0")
     lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 1.0", "#"]
     return "\n".join(lines) + "\n"
 
@@ -1398,6 +1403,27 @@ def test_profile_check_takes_the_ranks_of_a_log_without_rank_lines(capsys: pytes
     checked = json.loads(capsys.readouterr().out)
     assert checked["rows_checked"] == checked["rows_within_target"] == 6
     assert checked["inputs"][0].endswith("all_reduce_perf, 24 ranks, 6 sizes")
+
+
+def test_profile_fit_warns_of_rows_the_run_measured_two_ways(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A row whose out-of-place time is 3x its in-place one (beyond what any prediction could meet against both) is
+    named by profile fit --runtime with its line; a log whose two times agree within that gets no such warning."""
+    topo = switch_star(4, 100.0, 0.5)
+    truth = RuntimeModel(name="truth", efficiency={"nvlink": 0.7}, channels=8)
+    times = [(1 << e, _predicted_us(topo, CollectiveKind.ALLREDUCE, 1 << e, truth)) for e in (12, 16, 20, 24)]
+    start = _start_file(tmp_path, topo)
+    for in_place, warned in (({1 << 16: times[1][1] / 3}, True), ({1 << 16: times[1][1] / 1.5}, False)):
+        log = tmp_path / "all_reduce.log"
+        log.write_text(_nccl_tests_text(times, 4, in_place=in_place))
+        with pytest.raises(SystemExit) as done:
+            main(["profile", "fit", "--runtime", str(log), "--algorithm", "ring", "--into", str(start),
+                  "-o", str(tmp_path / "fitted.json"), "--json"])
+        assert done.value.code == 0
+        said = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "too far apart" in w]
+        assert bool(said) == warned, said
+        if warned:
+            assert f"{log}: line " in said[0] and "(64KB: " in said[0] and "1MB" not in said[0]
 
 
 def test_profile_check_notes_the_sizes_a_log_measured_two_ways(capsys: pytest.CaptureFixture[str]) -> None:

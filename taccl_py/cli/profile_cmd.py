@@ -243,6 +243,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
         raise ProfileInputError("the harness offset is that of FILE...'s rows: give FILE", where="--harness-offset")
     rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
                                              per_rank=per_rank, select=select, ranks=ranks)
+    warnings += _disturbed_fit_rows(rows)
     if class_name in ("nvls", "nvls-tree"):
         if set(algorithms) - {class_name}:
             raise ProfileInputError(f"--class {class_name} fits rows that ran {class_name}: --algorithm can only be "
@@ -458,6 +459,21 @@ def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], t
                              f"target as {name}, not the model's choice: if the run used {name} there, say so with "
                              f"{_file_of(spec)}@{lo}:{hi}#{name}")
     return hints
+
+
+def _disturbed_fit_rows(rows: list[TimedRow]) -> list[str]:
+    """A warning for the rows to fit whose out-of-place and in-place times are too far apart for any prediction to be
+    within the fidelity target of both: the fit would follow the run's disturbance there."""
+    from taccl_py.fidelity import target_for, too_far_apart
+
+    apart = [r for r in rows if r.in_place_us is not None
+             and too_far_apart(r.time_us, r.in_place_us, target_for(r.size_bytes))]
+    if not apart:
+        return []
+    listed = ", ".join(f"{r.origin} ({format_bytes(r.size_bytes)}: {r.time_us:g} us out-of-place, {r.in_place_us:g} "
+                       "in place)" for r in apart)
+    return [f"{listed}: the run's two times are too far apart for any prediction to be within the target of both; "
+            "the fit follows the out-of-place one: leave those sizes out (FILE@LO:HI) or rerun them"]
 
 
 def _disagreeing_rows(spec: str, rows: list[tuple[TimedRow, FidelityRow]]) -> str:
