@@ -271,8 +271,8 @@ def published_rows(case: FidelityCase) -> list[PublishedRow]:
         for row in run.rows:
             if row.size_bytes < case.ranks * 4:  # fewer elements than ranks: not a collective in nccl-tests' sense
                 continue
-            in_place = (measured_busbw(kind, case.ranks, row.size_bytes, row.time_us_in)
-                        if row.time_us_in > 0 else None)
+            in_place = (None if row.time_us_in is None
+                        else measured_busbw(kind, case.ranks, row.size_bytes, row.time_us_in))
             out.append(PublishedRow(row.size_bytes, measured_busbw(kind, case.ranks, row.size_bytes, row.time_us_out),
                                     f"{case.source}: line {row.line}", in_place))
     else:

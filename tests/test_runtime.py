@@ -1425,7 +1425,39 @@ def test_profile_fit_warns_of_rows_the_run_measured_two_ways(tmp_path: Path,
         said = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "too far apart" in w]
         assert bool(said) == warned, said
         if warned:
-            assert f"{log}: line " in said[0] and "(64KB: " in said[0] and "1MB" not in said[0]
+            assert said[0].startswith(f"{log}: line ") and "(64KB: " in said[0] and "1MB" not in said[0]
+
+
+def test_profile_check_notes_missed_sizes_the_in_place_time_meets(capsys: pytest.CaptureFixture[str]) -> None:
+    """The Together host's earlier ring run misses at 512 KB against its out-of-place outlier (69.21 us) but the
+    prediction is within the target of the in-place time (44.23 us): a note says the run's spread is part of the
+    miss. A published table's rows have no in-place time; a log that timed each size once neither."""
+    log = FIXTURES / "together_h100x8_all_reduce_ring_220043.log"
+    with pytest.raises(SystemExit):
+        main(["--launch-offset", "20.25", "profile", "check", f"{log}@256KB:1MB", "-t", "dgx-h100", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["notes"]) == 1 and "512KB: 69.21 us out-of-place, 44.23 us in place" in data["notes"][0]
+    assert "within the target of the in-place one" in data["notes"][0]
+    table = FIXTURES / "azure_ndh100v5_all_reduce.csv"
+    with pytest.raises(SystemExit):
+        main(["profile", "check", f"{table}@1GB:1GB", "-t", "dgx-h100-nvls", "--algorithm", "nvls", "--json"])
+    row = json.loads(capsys.readouterr().out)["files"][0]["rows"][0]
+    assert (row["measured_in_place_us"], row["measured_in_place_busbw_GBps"], row["in_place_error"],
+            row["run_spread"], row["run_disagrees"]) == (None, None, None, None, False)
+
+
+def test_a_log_that_timed_each_size_once_has_no_in_place_time(tmp_path: Path) -> None:
+    """A table with one time column (out of place only) reads with no in-place time: none is made up."""
+    from taccl_py.profiler.nccl_tests import parse_nccl_tests_log
+
+    text = _nccl_tests_text([(1 << 20, 40.0), (1 << 21, 60.0)], 8)
+    one = "\n".join(line if not line.strip() or line.startswith("#") else " ".join(line.split()[:10])
+                     for line in text.splitlines())
+    one = one.replace("#wrong     time   algbw   busbw #wrong", "#wrong")
+    path = tmp_path / "once.log"
+    path.write_text(one + "\n")
+    rows = parse_nccl_tests_log(path)[0].rows
+    assert [(r.time_us_out, r.time_us_in, r.busbw_in) for r in rows] == [(40.0, None, None), (60.0, None, None)]
 
 
 def test_profile_check_notes_the_sizes_a_log_measured_two_ways(capsys: pytest.CaptureFixture[str]) -> None:
@@ -1439,8 +1471,8 @@ def test_profile_check_notes_the_sizes_a_log_measured_two_ways(capsys: pytest.Ca
     rows = data["files"][0]["rows"]
     assert [r["measured_in_place_us"] for r in rows] == [93.26, 156.4, 174.2, 256.7]
     assert [r["run_disagrees"] for r in rows] == [True, True, True, False]
-    assert len(data["notes"]) == 1 and "1MB (317 us out-of-place, 93.26 in place)" in data["notes"][0]
-    assert "8MB (" not in data["notes"][0]
+    assert len(data["notes"]) == 1 and "1MB: 317 us out-of-place, 93.26 us in place" in data["notes"][0]
+    assert "239 us out-of-place" not in data["notes"][0] and "too far apart" in data["notes"][0]
     with pytest.raises(SystemExit):
         main(["profile", "check", f"{log}@1MB:8MB", "-t", topology])
     assert "note: " in capsys.readouterr().out

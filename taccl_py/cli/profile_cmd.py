@@ -399,8 +399,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
         save_figure(fidelity_figure(panels, measured="measured"), plot_path)
     summary = (f"{met} of {len(every)} rows within target ({LARGE_TARGET:.0%} from 1 MB, {SMALL_TARGET:.0%} below)"
                + ("" if rms is None else f"; rms busbw error {rms:.1%}"))
-    notes = [_disagreeing_rows(spec, apart) for spec, out in checked
-             if (apart := [(row, f) for row, f in out if f.run_disagrees])]
+    notes = [note for spec, out in checked for note in _in_place_notes(spec, out)]
     if as_json:
         emit_json({"command": "profile check", "topology": topology.name, "model": model.name,
                    "inputs": inputs, "warnings": warnings, "hints": hints, "notes": notes, "rows_within_target": met,
@@ -462,28 +461,41 @@ def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], t
 
 
 def _disturbed_fit_rows(rows: list[TimedRow]) -> list[str]:
-    """A warning for the rows to fit whose out-of-place and in-place times are too far apart for any prediction to be
-    within the fidelity target of both: the fit would follow the run's disturbance there."""
+    """A warning per file for the rows to fit whose out-of-place and in-place times are too far apart for any
+    prediction to be within the fidelity target of both: the fit would follow the run's disturbance there."""
     from taccl_py.fidelity import target_for, too_far_apart
 
-    apart = [r for r in rows if r.in_place_us is not None
-             and too_far_apart(r.time_us, r.in_place_us, target_for(r.size_bytes))]
-    if not apart:
-        return []
-    listed = ", ".join(f"{r.origin} ({format_bytes(r.size_bytes)}: {r.time_us:g} us out-of-place, {r.in_place_us:g} "
-                       "in place)" for r in apart)
-    return [f"{listed}: the run's two times are too far apart for any prediction to be within the target of both; "
-            "the fit follows the out-of-place one: leave those sizes out (FILE@LO:HI) or rerun them"]
+    by_file: dict[str, list[str]] = {}
+    for r in rows:
+        if r.in_place_us is not None and too_far_apart(r.time_us, r.in_place_us, target_for(r.size_bytes)):
+            path, _, line = r.origin.rpartition(": ")
+            by_file.setdefault(path or r.origin, []).append(f"{line} ({_two_times(r)})")
+    return [f"{path}: {', '.join(lines)}: the run's two times are too far apart for any prediction to be within the "
+            "target of both; the fit follows the out-of-place one: leave those sizes out (FILE@LO:HI) or rerun them"
+            for path, lines in by_file.items()]
 
 
-def _disagreeing_rows(spec: str, rows: list[tuple[TimedRow, FidelityRow]]) -> str:
-    """Rows whose out-of-place and in-place times are too far apart for any prediction to be within the target of
-    both: the log disagrees with itself there (a warm-up, a disturbed iteration); rerun them."""
-    sizes = ", ".join(f"{format_bytes(row.size_bytes)} ({row.time_us:g} us out-of-place, {row.in_place_us:g} in place)"
-                      for row, _ in rows)
-    return (f"{spec}: at {sizes} the log's two times are too far apart for any prediction to be within the target "
-            "of both: the run disagrees with itself there (the out-of-place time is the one checked); rerun those "
-            "sizes (more iterations, -n) to tell the model's error from the run's")
+def _two_times(row: TimedRow) -> str:
+    return f"{format_bytes(row.size_bytes)}: {row.time_us:g} us out-of-place, {row.in_place_us:g} us in place"
+
+
+def _in_place_notes(spec: str, out: list[tuple[TimedRow, FidelityRow]]) -> list[str]:
+    """What a log's in-place times say about its rows: sizes whose two times are too far apart for any prediction
+    to be within the target of both (the run disagrees with itself: a warm-up, a disturbed iteration), and missed
+    sizes whose in-place time the prediction meets (the run's spread is part of the miss)."""
+    apart = [row for row, f in out if f.run_disagrees]
+    near = [row for row, f in out if not f.met and not f.run_disagrees and f.in_place_error is not None
+            and abs(f.in_place_error) <= f.target]
+    notes = []
+    if apart:
+        notes.append(f"{spec}: at {'; '.join(_two_times(r) for r in apart)}, the log's two times are too far apart "
+                     "for any prediction to be within the target of both: the run disagrees with itself there (the "
+                     "out-of-place time is the one checked); rerun those sizes (more iterations, -n) to tell the "
+                     "model's error from the run's")
+    if near:
+        notes.append(f"{spec}: at {'; '.join(_two_times(r) for r in near)}, the prediction misses the out-of-place "
+                     "time but is within the target of the in-place one: the run's own spread is part of the miss")
+    return notes
 
 
 def _file_of(spec: str) -> str:
@@ -497,6 +509,7 @@ def _check_json(row: TimedRow, checked: FidelityRow) -> dict[str, Any]:
     """One checked row as ``profile check --json`` gives it (the measurement named as measured, not published)."""
     data = checked.as_dict()
     data["measured_busbw_GBps"] = data.pop("published_busbw_GBps")
+    data["measured_in_place_busbw_GBps"] = data.pop("in_place_busbw_GBps")
     return {"collective": row.kind.value, "measured_us": row.time_us, "measured_in_place_us": row.in_place_us,
             "origin": row.origin, **data}
 

@@ -134,8 +134,9 @@ class NcclTestsRow:
     dtype: str
     time_us_out: float
     busbw_out: float
-    time_us_in: float
-    busbw_in: float
+    time_us_in: float | None
+    """None when the table has one time column (a log that timed each size once)."""
+    busbw_in: float | None
     wrong: bool
 
 
@@ -343,9 +344,9 @@ def _parse_row(line: str, columns: Sequence[str], at: str, number: int) -> NcclT
         if size > 0 and not t > 0:
             raise ProfileInputError(f"time must be > 0 us (got {t:g})", where=at)
     wrong = any(_nonzero_wrong(tokens[k]) for k in wrong_cols)
-    time_in = times[1] if len(times) > 1 else times[0]
+    time_in = times[1] if len(times) > 1 else None
     bus_out = busbw[0] if busbw else 0.0
-    bus_in = busbw[1] if len(busbw) > 1 else bus_out
+    bus_in = busbw[1] if len(busbw) > 1 else None
     return NcclTestsRow(number, size, count, dtype, times[0], bus_out, time_in, bus_in, wrong)
 
 
@@ -359,7 +360,8 @@ def _nonzero_wrong(token: str) -> bool:
 
 
 def observations_from_run(run: NcclTestsRun, binary: str, nranks: int) -> list[Observation]:
-    """Out-of-place and in-place times of every row (rows with wrong results skipped) as observations."""
+    """Out-of-place and in-place times of every row (rows with wrong results skipped; in place when timed) as
+    observations."""
     model = BINARY_MODELS[binary]
     lat, byt = model.coefficients(nranks)
     out: list[Observation] = []
@@ -368,5 +370,6 @@ def observations_from_run(run: NcclTestsRun, binary: str, nranks: int) -> list[O
             continue
         origin = f"{run.file}: line {row.line}"
         out.append(Observation(row.size_bytes, row.time_us_out, lat, byt, origin))
-        out.append(Observation(row.size_bytes, row.time_us_in, lat, byt, origin))
+        if row.time_us_in is not None:
+            out.append(Observation(row.size_bytes, row.time_us_in, lat, byt, origin))
     return out

@@ -972,7 +972,7 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
             raise ProfileInputError(f"no row of the run is left (wrong results, fewer elements than ranks"
                                     f"{', --rows' if rows_kept != 'all' else ''})", where=at)
         rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset, allowed,
-                             r.time_us_in if r.time_us_in > 0 else None) for r in used)
+                             r.time_us_in) for r in used)
         inputs.append(f"{path}: {binary}, {nranks} ranks, {len(used)} sizes{harness}")
     if not kept:
         raise ProfileInputError(f"no run of the log is among --collective {collective}", where=path)
