@@ -101,7 +101,8 @@ def render(data: dict[str, Any], figures: Path) -> str:
         lines += [f"![predicted and published busbw per cited run](figures/{FIGURE})", "",
                   "Published busbw (dots) and predicted (line) of every cited run with at least "
                   f"{MIN_FIGURE_ROWS} rows; the shaded band is the target around the published figure "
-                  "(10 % from 1 MB, 25 % below).", ""]
+                  "(10 % from 1 MB, 25 % below); hollow rings: a log's in-place busbw where it lies off that "
+                  "band (the run's own spread).", ""]
     totals = [f"{role} rows within target: {met} of {count}"
               for role in ("held-out", "calibration") for met, count in [_within(data, role)]]
     return "\n".join([*lines, "; ".join(totals) + ".", "", _self_check(data), "", *summary, *body])
@@ -140,7 +141,8 @@ def _figure(cases: list[dict[str, Any]], path: Path) -> None:
 
     panels = [(case["name"] if case["role"] in case["name"] else f"{case['name']} ({case['role']})",
                [FidelityRow(r["size_bytes"], r["published_busbw_GBps"], r["predicted_busbw_GBps"], r["algorithm"],
-                            r["proto"]) for r in case["rows"]]) for case in cases]
+                            r["proto"], in_place_busbw=r.get("in_place_busbw_GBps")) for r in case["rows"]])
+              for case in cases]
     save_figure(fidelity_figure(panels), path)
 
 

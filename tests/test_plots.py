@@ -306,4 +306,23 @@ def test_fidelity_figure_draws_measurement_prediction_band_and_misses() -> None:
     assert min(band) == pytest.approx(0.10 * 0.75) and max(band) == pytest.approx(200.0 * 1.10)
     assert "missed" not in {line.get_label() for line in figure.axes[1].get_lines()}
     assert "run A" in texts(figure) and "run B" in texts(figure)
+    assert "in place (off the band)" not in lines  # no in-place measurement given
     assert_drawn(figure_bytes(figure, "png"))
+
+
+def test_fidelity_figure_rings_the_in_place_times_off_the_band() -> None:
+    """A log's in-place busbw is drawn where it lies outside the target band of the out-of-place one (the run's
+    own spread): 30 % off at 1 KB (beyond 25 %: drawn), 5 % off at 1 MB (within 10 %: not drawn)."""
+    from taccl_py.fidelity import FidelityRow
+    from taccl_py.plots.fidelity import fidelity_figure
+
+    rows = [FidelityRow(1 << 10, 0.10, 0.10, "ring", "LL", in_place_busbw=0.13),
+            FidelityRow(1 << 20, 20.0, 20.0, "ring", "LL128", in_place_busbw=21.0)]
+    lines = {line.get_label(): line for line in fidelity_figure([("run", rows)]).axes[0].get_lines()}
+    ringed = lines["in place (off the band)"]
+    assert list(ringed.get_xdata()) == [1 << 10] and list(ringed.get_ydata()) == [0.13]
+    figure = fidelity_figure([("quiet", rows[1:]), ("run", rows)])  # the rings in the second panel only
+    second = {line.get_label(): line for line in figure.axes[1].get_lines()}
+    assert list(second["in place (off the band)"].get_xdata()) == [1 << 10]
+    legend = figure.axes[0].get_legend()
+    assert legend is not None and "in place (off the band)" in [t.get_text() for t in legend.get_texts()]
