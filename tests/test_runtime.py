@@ -1446,6 +1446,26 @@ def test_profile_check_notes_missed_sizes_the_in_place_time_meets(capsys: pytest
             row["run_spread"], row["run_disagrees"]) == (None, None, None, None, False)
 
 
+def test_profile_check_offers_the_launch_offset_of_a_one_process_log(capsys: pytest.CaptureFixture[str]) -> None:
+    """Together's ring Allreduce ran -g 8 (one process launching 8 GPUs): without taccl --launch-offset the check
+    misses most rows and a hint gives the offset that fits them (19.6 us, where the joint fit found 20.25) and how
+    many rows it puts within target; with the offset given, no hint. A one-GPU-per-process log gets none."""
+    log = str(FIXTURES / "together_h100x8_all_reduce_ring.log")
+    with pytest.raises(SystemExit):
+        main(["profile", "check", log, "-t", "dgx-h100", "--json"])
+    hints = [h for h in json.loads(capsys.readouterr().out)["hints"] if "--launch-offset" in h]
+    assert len(hints) == 1 and "nccl-tests -g 8" in hints[0], hints
+    offset = float(re.search(r"--launch-offset ([0-9.]+)", hints[0]).group(1))  # type: ignore[union-attr]
+    assert offset == pytest.approx(19.6, abs=0.5) and "29 of its 29 rows are within target" in hints[0]
+    with pytest.raises(SystemExit):
+        main(["--launch-offset", str(offset), "profile", "check", log, "-t", "dgx-h100", "--json"])
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["rows_within_target"] == 29 and not [h for h in checked["hints"] if "--launch-offset" in h]
+    with pytest.raises(SystemExit):
+        main(["profile", "check", f"{FIXTURES / 'dgxc_h100x8_all_reduce.log'}@64B:512KB", "-t", "dgx-h100", "--json"])
+    assert not [h for h in json.loads(capsys.readouterr().out)["hints"] if "--launch-offset" in h]
+
+
 def test_a_log_that_timed_each_size_once_has_no_in_place_time(tmp_path: Path) -> None:
     """A table with one time column (out of place only) reads with no in-place time: none is made up."""
     from taccl_py.profiler.nccl_tests import parse_nccl_tests_log

@@ -336,7 +336,8 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
     figures are from your machines. Every run of a log is read; FILE@LO:HI keeps that file's rows of sizes
     LO to HI, FILE#ALGO[,ALGO] says which algorithms its runs allowed. Runs of
     all_reduce_perf -g 8 (one process launching every GPU) carry a host cost per collective: give it
-    with ``taccl --launch-offset US``.
+    with ``taccl --launch-offset US`` (a hint gives the one that fits such a log best). Notes name the sizes
+    whose in-place time tells the run's own spread from the model's error.
     """
     from taccl_py.fidelity import LARGE_TARGET, SMALL_TARGET, measured_busbw, predict_row
     from taccl_py.profiler.runtime_fit import read_timed_files
@@ -386,6 +387,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                                 "them on this topology); they count as missed")
             if not algorithms:
                 hints += _other_algorithm_hints(spec, out, topology, model, say)
+            hints += _harness_hints(spec, out)
             checked.append((spec, out))
     every = [f for _, out in checked for _, f in out]
     met = sum(f.met for f in every)
@@ -430,6 +432,40 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
             out_console.print(f"wrote {plot_path}", markup=False)
     if strict and met < len(every):
         raise SystemExit(1)
+
+
+def _harness_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]]) -> list[str]:
+    """For a log run with one process launching several GPUs (nccl-tests ``-g N``): the launch offset that fits its
+    rows best (least squares on relative time residuals, from the offset given), when it puts more rows within
+    target. Such a host adds a cost per collective the model leaves out (``taccl --launch-offset``); an offset adds
+    to every predicted time alike, so no row is simulated again."""
+    from taccl_py.fidelity import target_for
+    from taccl_py.profiler.nccl_tests import parse_nccl_tests_log
+    from taccl_py.profiler.tables import is_timing_table
+
+    path = _file_of(spec)
+    if is_timing_table(path):
+        return []
+    launched = max((run.ngpus for run in parse_nccl_tests_log(path)), default=1)
+    timed = [(row.time_us, float(f.predicted_us), target_for(row.size_bytes)) for row, f in out
+             if f.predicted_us is not None]
+    if launched < 2 or not timed:
+        return []
+    given = launch_offset_requested()
+    weights = [1.0 / m for m, _, _ in timed]
+    shift = sum(w * (1.0 - p / m) for w, (m, p, _) in zip(weights, timed, strict=True)) / sum(w * w for w in weights)
+    shift = max(shift, -given)
+
+    def within(delta: float) -> int:
+        return sum(abs(m / (p + delta) - 1.0) <= t for m, p, t in timed)
+
+    now, then = within(0.0), within(shift)
+    if then <= now:
+        return []
+    return [f"{spec}: its runs launched {launched} GPUs from one process (nccl-tests -g {launched}), whose host adds a "
+            "cost per collective the model leaves out: with taccl --launch-offset "
+            f"{given + shift:.3g} (the offset that fits its rows best) {then} of its {len(timed)} rows are within "
+            f"target ({now} now)"]
 
 
 def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], topology: Topology,
