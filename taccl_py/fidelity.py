@@ -151,6 +151,21 @@ class FidelityRow:
         return self.in_place_busbw / self.published_busbw - 1.0
 
     @property
+    def off_band(self) -> bool:
+        """The run's in-place busbw lies outside the target band around its out-of-place one (a spread that
+        matters at this size's target)."""
+        spread = self.run_spread
+        return spread is not None and abs(spread) > self.target
+
+    @property
+    def met_in_place_only(self) -> bool:
+        """Missed against the out-of-place time, within target of the in-place one, the two times neither too far
+        apart for any prediction nor within the band of each other: the run's own spread is part of the miss."""
+        error = self.in_place_error
+        return (not self.met and self.off_band and not self.run_disagrees and error is not None
+                and abs(error) <= self.target)
+
+    @property
     def run_disagrees(self) -> bool:
         """The run's two measurements of this size are too far apart for any prediction to be within the target
         of both (the larger busbw over the smaller beyond (1 + target) / (1 - target)): a warm-up or a disturbed
@@ -172,7 +187,8 @@ class FidelityRow:
                 "predicted_busbw_GBps": self.predicted_busbw, "error": self.error, "target": self.target,
                 "met": self.met, "algorithm": self.algorithm, "proto": self.proto, "predicted_us": self.predicted_us,
                 "in_place_busbw_GBps": self.in_place_busbw, "in_place_error": self.in_place_error,
-                "run_spread": self.run_spread, "run_disagrees": self.run_disagrees}
+                "run_spread": self.run_spread, "run_disagrees": self.run_disagrees,
+                "met_in_place_only": self.met_in_place_only}
 
 
 def _manifest(directory: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:

@@ -387,8 +387,8 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                                 "them on this topology); they count as missed")
             if not algorithms:
                 hints += _other_algorithm_hints(spec, out, topology, model, say)
-            hints += _harness_hints(spec, out)
             checked.append((spec, out))
+    hints += _harness_hints(checked)
     every = [f for _, out in checked for _, f in out]
     met = sum(f.met for f in every)
     errors = [f.error for f in every if f.error is not None]
@@ -416,7 +416,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
             kinds = sorted({row.kind.value for row, _ in out})
             several = len(kinds) > 1  # a log of several binaries, or a table of several collectives
             out_console.print(make_table(
-                f"{spec} ({', '.join(kinds)}): measured against predicted on {model.name!r}",
+                f"{spec} ({', '.join(kinds)}): measured against predicted on {topology.name!r} ({model.name})",
                 ("collective", *_CHECK_COLUMNS) if several else _CHECK_COLUMNS,
                 [[*([row.kind.value] if several else []), format_bytes(row.size_bytes), float(row.time_us),
                   "-" if f.predicted_us is None else float(f.predicted_us), float(f.published_busbw),
@@ -434,38 +434,37 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
         raise SystemExit(1)
 
 
-def _harness_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]]) -> list[str]:
-    """For a log run with one process launching several GPUs (nccl-tests ``-g N``): the launch offset that fits its
-    rows best (least squares on relative time residuals, from the offset given), when it puts more rows within
-    target. Such a host adds a cost per collective the model leaves out (``taccl --launch-offset``); an offset adds
-    to every predicted time alike, so no row is simulated again."""
+def _harness_hints(checked: list[tuple[str, list[tuple[TimedRow, FidelityRow]]]]) -> list[str]:
+    """For logs whose runs launched several GPUs from one thread (nccl-tests ``-g N``): the launch offset that fits
+    their rows by least squares on relative time residuals (from the offset given), when it puts more of the rows
+    checked within target. Such a host adds a cost per collective the model leaves out; ``taccl --launch-offset``
+    adds it to every file checked, so the count is over them all, and an offset shifts every predicted time alike
+    (no row is simulated again)."""
     from taccl_py.fidelity import target_for
-    from taccl_py.profiler.nccl_tests import parse_nccl_tests_log
-    from taccl_py.profiler.tables import is_timing_table
 
-    path = _file_of(spec)
-    if is_timing_table(path):
-        return []
-    launched = max((run.ngpus for run in parse_nccl_tests_log(path)), default=1)
-    timed = [(row.time_us, float(f.predicted_us), target_for(row.size_bytes)) for row, f in out
-             if f.predicted_us is not None]
-    if launched < 2 or not timed:
+    every = [(spec, row, float(f.predicted_us), target_for(row.size_bytes)) for spec, out in checked
+             for row, f in out if f.predicted_us is not None]
+    launched = [(row.time_us, p) for _, row, p, _ in every if row.gpus_per_thread > 1]
+    if not launched:
         return []
     given = launch_offset_requested()
-    weights = [1.0 / m for m, _, _ in timed]
-    shift = sum(w * (1.0 - p / m) for w, (m, p, _) in zip(weights, timed, strict=True)) / sum(w * w for w in weights)
+    weights = [1.0 / m for m, _ in launched]
+    shift = sum(w * (1.0 - p / m) for w, (m, p) in zip(weights, launched, strict=True)) / sum(w * w for w in weights)
     shift = max(shift, -given)
 
     def within(delta: float) -> int:
-        return sum(abs(m / (p + delta) - 1.0) <= t for m, p, t in timed)
+        return sum(abs(row.time_us / (p + delta) - 1.0) <= t for _, row, p, t in every)
 
     now, then = within(0.0), within(shift)
     if then <= now:
         return []
-    return [f"{spec}: its runs launched {launched} GPUs from one process (nccl-tests -g {launched}), whose host adds a "
-            "cost per collective the model leaves out: with taccl --launch-offset "
-            f"{given + shift:.3g} (the offset that fits its rows best) {then} of its {len(timed)} rows are within "
-            f"target ({now} now)"]
+    files = sorted({spec for spec, row, _, _ in every if row.gpus_per_thread > 1})
+    gpus = sorted({row.gpus_per_thread for _, row, _, _ in every if row.gpus_per_thread > 1})
+    others = sorted({spec for spec, row, _, _ in every if row.gpus_per_thread == 1})
+    return [f"{', '.join(files)}: one thread launched {' or '.join(map(str, gpus))} GPUs (nccl-tests -g), whose host "
+            "adds a cost per collective the model leaves out: with taccl --launch-offset "
+            f"{given + shift:.4g} (least squares over those rows) {then} of the {len(every)} rows checked are within "
+            f"target ({now} now)" + (f"; it shifts {', '.join(others)} too: check those without it" if others else "")]
 
 
 def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], topology: Topology,
@@ -507,30 +506,40 @@ def _disturbed_fit_rows(rows: list[TimedRow]) -> list[str]:
             path, _, line = r.origin.rpartition(": ")
             by_file.setdefault(path or r.origin, []).append(f"{line} ({_two_times(r)})")
     return [f"{path}: {', '.join(lines)}: the run's two times are too far apart for any prediction to be within the "
-            "target of both; the fit follows the out-of-place one: leave those sizes out (FILE@LO:HI) or rerun them"
+            "target of both; the fit follows the out-of-place one: leave those sizes out (FILE@LO:HI, the file given "
+            "once per range to keep) or rerun them"
             for path, lines in by_file.items()]
 
 
-def _two_times(row: TimedRow) -> str:
-    return f"{format_bytes(row.size_bytes)}: {row.time_us:g} us out-of-place, {row.in_place_us:g} us in place"
+def _two_times(row: TimedRow, named: bool = False) -> str:
+    return (f"{row.kind.value + ' ' if named else ''}{format_bytes(row.size_bytes)}: {row.time_us:g} us out-of-place, "
+            f"{row.in_place_us:g} us in place")
 
 
 def _in_place_notes(spec: str, out: list[tuple[TimedRow, FidelityRow]]) -> list[str]:
     """What a log's in-place times say about its rows: sizes whose two times are too far apart for any prediction
-    to be within the target of both (the run disagrees with itself: a warm-up, a disturbed iteration), and missed
-    sizes whose in-place time the prediction meets (the run's spread is part of the miss)."""
-    apart = [row for row, f in out if f.run_disagrees]
-    near = [row for row, f in out if not f.met and not f.run_disagrees and f.in_place_error is not None
-            and abs(f.in_place_error) <= f.target]
+    to be within the target of both (the log disagrees with itself: a warm-up, a disturbed iteration), each with
+    whether the prediction meets the in-place time; and missed sizes whose in-place time, off the out-of-place
+    one's band, the prediction meets (the run's spread is part of the miss)."""
+    named = len({row.kind for row, _ in out}) > 1  # a log of several binaries: say which run a size is from
+
+    def meets(f: FidelityRow) -> str:
+        error = f.in_place_error
+        return ("predicted within target of the in-place time" if error is not None and abs(error) <= f.target
+                else "missed against both")
+
+    apart = [(row, f) for row, f in out if f.run_disagrees]
+    near = [row for row, f in out if f.met_in_place_only]
     notes = []
     if apart:
-        notes.append(f"{spec}: at {'; '.join(_two_times(r) for r in apart)}, the log's two times are too far apart "
-                     "for any prediction to be within the target of both: the run disagrees with itself there (the "
-                     "out-of-place time is the one checked); rerun those sizes (more iterations, -n) to tell the "
-                     "model's error from the run's")
+        notes.append(f"{spec}: at {'; '.join(f'{_two_times(r, named)} ({meets(f)})' for r, f in apart)}, the log's "
+                     "two times are too far apart for any prediction to be within the target of both: the log "
+                     "disagrees with itself there (the out-of-place time is the one checked); rerun those sizes (more "
+                     "iterations, -n) to tell the model's error from the run's")
     if near:
-        notes.append(f"{spec}: at {'; '.join(_two_times(r) for r in near)}, the prediction misses the out-of-place "
-                     "time but is within the target of the in-place one: the run's own spread is part of the miss")
+        notes.append(f"{spec}: at {'; '.join(_two_times(r, named) for r in near)}, the prediction misses the "
+                     "out-of-place time but is within the target of the in-place one, which lies off the out-of-place "
+                     "one's band: the run's own spread is part of the miss")
     return notes
 
 

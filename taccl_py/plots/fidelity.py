@@ -39,8 +39,7 @@ def fidelity_figure(panels: Sequence[tuple[str, Sequence[FidelityRow]]], *, meas
         predicted = [(r.size_bytes, r.predicted_busbw) for r in rows if r.predicted_busbw]
         if predicted:
             ax.plot(*zip(*predicted, strict=True), color="C3", linewidth=1.4, label="predicted")
-        spread = [(r.size_bytes, r.in_place_busbw) for r in rows
-                  if r.run_spread is not None and abs(r.run_spread) > r.target]
+        spread = [(r.size_bytes, r.in_place_busbw) for r in rows if r.off_band]
         if spread:
             ax.plot(*zip(*spread, strict=True), "o", markerfacecolor="none", color="C0", markersize=5,
                     label=_IN_PLACE)

@@ -98,6 +98,9 @@ class TimedRow:
     """The NCCL algorithms this row's run allowed (a file's ``#ALGO`` qualifier); None: the fit's own."""
     in_place_us: float | None = None
     """The same size timed in place (a log's second time; None for a table): fits use ``time_us`` only."""
+    gpus_per_thread: int = 1
+    """GPUs one thread of the run launched (nccl-tests ``-g N``; 1 for a table): above 1, a host cost per collective
+    the model leaves out (``taccl --launch-offset``)."""
 
 
 @dataclass(frozen=True)
@@ -972,7 +975,7 @@ def _read_one(path: str, topology: Topology, collective: str | None, rows_kept: 
             raise ProfileInputError(f"no row of the run is left (wrong results, fewer elements than ranks"
                                     f"{', --rows' if rows_kept != 'all' else ''})", where=at)
         rows.extend(TimedRow(kind, r.size_bytes, r.time_us_out, f"{path}: line {r.line}", offset, allowed,
-                             r.time_us_in) for r in used)
+                             r.time_us_in, max(run.ngpus, 1)) for r in used)
         inputs.append(f"{path}: {binary}, {nranks} ranks, {len(used)} sizes{harness}")
     if not kept:
         raise ProfileInputError(f"no run of the log is among --collective {collective}", where=path)
