@@ -441,6 +441,7 @@ def _harness_hints(checked: list[tuple[str, list[tuple[TimedRow, FidelityRow]]]]
     adds it to every file checked, so the count is over them all, and an offset shifts every predicted time alike
     (no row is simulated again)."""
     from taccl_py.fidelity import target_for
+    from taccl_py.profiler.runtime_fit import least_squares_offset
 
     every = [(spec, row, float(f.predicted_us), target_for(row.size_bytes)) for spec, out in checked
              for row, f in out if f.predicted_us is not None]
@@ -448,9 +449,7 @@ def _harness_hints(checked: list[tuple[str, list[tuple[TimedRow, FidelityRow]]]]
     if not launched:
         return []
     given = launch_offset_requested()
-    weights = [1.0 / m for m, _ in launched]
-    shift = sum(w * (1.0 - p / m) for w, (m, p) in zip(weights, launched, strict=True)) / sum(w * w for w in weights)
-    shift = max(shift, -given)
+    shift = least_squares_offset([p for _, p in launched], [m for m, _ in launched], lower=-given)
 
     def within(delta: float) -> int:
         return sum(abs(row.time_us / (p + delta) - 1.0) <= t for _, row, p, t in every)
