@@ -47,7 +47,8 @@ _WRAPPER = (
 )
 
 STAGES = ("simulate ring (NCCL channels)", "simulate ring (NCCL channels, rail)", "simulate ring (1 channel)",
-          "simulate tree AR", "simulate direct AG", "synthesize AG", "synthesize AR", "verify AG XML",
+          "simulate tree AR", "simulate direct AG", "simulate direct A2A", "simulate direct A2A (rail)",
+          "synthesize AG", "synthesize AR", "verify AG XML",
           "write ring AG XML", "write ring AG XML (1 channel)", "verify ring AG XML (1 channel)",
           "simulate ring AG XML (1 channel)")
 
@@ -99,6 +100,8 @@ def _command(stage: str, topo: Path, rail: Path, ring: Path, xml: Path) -> list[
                                       "--channels", "1"],
         "simulate tree AR": [*sim, "-t", str(topo), "-c", "allreduce", "--algorithm", "tree"],
         "simulate direct AG": [*sim, "-t", str(topo), "-c", "allgather", "--algorithm", "direct"],
+        "simulate direct A2A": [*sim, "-t", str(topo), "-c", "alltoall", "--algorithm", "direct"],
+        "simulate direct A2A (rail)": [*sim, "-t", str(rail), "-c", "alltoall", "--algorithm", "direct"],
         "synthesize AG": [_TAccl, "synthesize", "-t", str(topo), "-c", "allgather", "-s", "1GB", "-o", str(xml)],
         "synthesize AR": [_TAccl, "synthesize", "-t", str(topo), "-c", "allreduce", "-s", "1GB", "-o",
                           str(xml.with_name("ar.xml"))],
@@ -214,9 +217,10 @@ def render(data: dict[str, Any], figures: Path) -> str:
              "load floor) is above the best time found; "
              "NCCL's ring in its chunk loops); the one-channel ring rows (no runtime model in the file) on the "
              "raw-link model. Rail and one-channel ring rows from 256 GPUs on use the representative simulation "
-             "(the rail rows under the runtime model); every other simulate row runs every transfer, in the compiled "
-             "simulator from 100,000 transfers (from 1,000 where transfers wait for proxy posts: the direct "
-             "Allgather), and a ring that cannot fit in the memory available is refused before it is built "
+             "(the rail rows under the runtime model; the direct Alltoall on rail switches too, NCCL's, whose "
+             "transfers wait for the proxies' posts, from the re-measure of 2026-11-28 on); every other simulate row "
+             "runs every transfer, in the compiled simulator from 100,000 transfers (from 1,000 where transfers wait "
+             "for proxy posts: the direct Allgather and Alltoall), and a ring that cannot fit in the memory available is refused before it is built "
              "(docs/simulator.md); the protocols the compiled simulator runs go side by side on the 2 CPUs "
              "(docs/simulator.md, \"Protocols side by side\", from the re-measure of 2026-11-28 00:56 on), and "
              "`synthesize` starts the reference ring and the protocol choice ahead on the rail-stream path "

@@ -133,6 +133,10 @@ class EventKernel:
     def start(self) -> None:
         """Everything that happens at time 0 (before the first event)."""
 
+    def end_batch(self, now: float) -> None:
+        """After :meth:`start` and after each batch (at its time ``now``): what the client deferred to the end
+        of an instant (the simulator's proxy posts: :func:`taccl_py.runtime.proxy_posts`)."""
+
     def arrive(self, transfer: int, now: float) -> None:
         """``transfer``'s bytes are all at the receiver."""
         raise NotImplementedError
@@ -179,6 +183,7 @@ class EventKernel:
         """
         try:
             self.start()
+            self.end_batch(self.now)
             self._loop()
         finally:
             self.net.finish_busy(self.now)
@@ -191,7 +196,7 @@ class EventKernel:
         net_add, net_remove, reshare = net.add, net.remove, net.reshare
         resources, num_bytes, weights = self.resources, self.num_bytes, self.weights
         arrive = self.arrive if self.relays is None else self._delivered
-        wake = self.wake
+        wake, end_batch = self.wake, self.end_batch
         finish_event, enter_event = Event.FINISH, Event.ENTER  # locals: the loop is the hot path
         no_event, queued, late = Finish.NONE, Finish.QUEUED, Finish.LATE
 
@@ -246,3 +251,4 @@ class EventKernel:
                         arrive(i, time)
                 else:
                     wake(i, time)
+            end_batch(now)

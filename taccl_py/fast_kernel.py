@@ -38,7 +38,7 @@ from taccl_py.tolerances import SAME_INSTANT_REL
 
 __all__ = ["COMMITTED", "EVENTS", "FAULT_CHUNK", "FAULT_DOUBLE", "FAULT_HELD", "FAULT_KIND", "FAULT_MASK", "FAULT_MISSING",
            "FAULT_TRANSFER", "SOLVES", "VISITED_GROUPS", "VISITED_RESOURCES", "build_dependencies", "close_busy",
-           "event_pop", "event_push", "flow_leaves", "net_add", "new_network", "run", "settle"]
+           "event_pop", "event_push", "flow_leaves", "net_add", "new_network", "proxy_posts", "run", "settle"]
 
 _SAME_RATE = 1e-12
 _FROZEN_MARGIN = 1e-9
@@ -466,13 +466,21 @@ def new_network(capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count
     return rf, ri, ni, gf, gi, hk, hi, wg, seeds, stack, hshare, hres, cnt, queue
 
 
-@njit(cache=True, inline="always")
-def proxy_post(posted: Any, rank: int, peer: int, now: float, post_us: float) -> float:
-    """When a send over the network, ready at ``now``, starts: both proxies have posted it
-    (:func:`taccl_py.runtime.proxy_posts`, over arrays; ``posted`` is updated)."""
-    posted[rank] = max(now, posted[rank]) + post_us
-    posted[peer] = posted[peer] + post_us
-    return max(posted[rank], posted[peer])
+@njit(cache=True)
+def proxy_posts(posted: Any, ranks: Any, peers: Any, now: float, post_us: float) -> Any:
+    """When the sends over the network that became ready together at ``now`` start, one per (``ranks[k]``,
+    ``peers[k]``) in program order: :func:`taccl_py.runtime.proxy_posts` over arrays (``posted`` is updated)."""
+    k = len(ranks)
+    starts = np.empty(k)
+    for j in range(k):  # the receives first
+        peer = peers[j]
+        posted[peer] += post_us
+        starts[j] = posted[peer]
+    for j in range(k):
+        rank = ranks[j]
+        posted[rank] = max(now, posted[rank]) + post_us
+        starts[j] = max(posted[rank], starts[j])
+    return starts
 
 
 @njit(cache=True, inline="always")
@@ -732,6 +740,8 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
     pi = List([np.zeros(words.shape[0], np.int64), np.zeros(words.shape[0], np.int64)])  # free rows, counts
     words_box = List([words])
     timed = len(not_before) > 0
+    to_post = np.empty(max(n, 1), np.int32)  # transfers ready in this instant that wait for the proxies' posts
+    counts = np.zeros(1, np.int64)
 
     # ------------------------------------------------------------------ the rules
     def begin(i: int, now: float) -> bool:
@@ -754,12 +764,25 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
         g = t[T_ROUTE, i]  # send: the latency, then the bytes
         lat = gf[GF_LATENCY, g]
         nb = bytes_by_count[p1 - p0]
-        start = proxy_post(posted, t[T_SRC, i], t[T_DST, i], now, post_us) if route_posts[g] else now
-        if start > now or lat > 0 or not nb > 0:
-            event_push(queue, cnt, start + lat, _ENTER, i, -1)
+        if route_posts[g]:  # its proxies post it at the end of the instant (flush)
+            to_post[counts[0]] = i
+            counts[0] += 1
+        elif lat > 0 or not nb > 0:
+            event_push(queue, cnt, now + lat, _ENTER, i, -1)
         else:
             net_add(net, active, res_ptr, i, g, nb, now)
         return True
+
+    def flush(now: float) -> None:
+        """``_Run.end_batch``: the proxies post what became ready in this instant, in program order."""
+        k = counts[0]
+        if k:
+            counts[0] = 0
+            order = np.sort(to_post[:k])
+            starts = proxy_posts(posted, t[T_SRC][order], t[T_DST][order], now, post_us)
+            for j in range(k):
+                i = order[j]
+                event_push(queue, cnt, starts[j] + gf[GF_LATENCY, t[T_ROUTE, i]], _ENTER, i, -1)
 
     def release(j: int, now: float, cause: int) -> bool:
         """``_Run.release``: one of j's start conditions is met; it starts when it was the last."""
@@ -872,6 +895,8 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
             elif not begin(i, 0.0):
                 ok = False
                 break
+    if ok:
+        flush(now)
     while ok:
         settle(net, active, res_ptr, now)
         if not cnt[_QN]:
@@ -897,5 +922,7 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
             if not ok:
                 break
             q = queue[0]
+        if ok:
+            flush(now)
     close_busy(net, now)
     return rf[RF_BUSY].copy(), rf[RF_CARRIED].copy(), cnt, words_box[0], fl[0]

@@ -334,14 +334,16 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     """The NCCL-style ``algorithm`` for ``kind`` at ``size_bytes``, built and timed per protocol.
 
     From :data:`~taccl_py.symmetry.SYMMETRIC_MIN_GPUS` GPUs a ring whose topology and rings are invariant under a
-    rank translation is simulated through its representatives, in NCCL's pieces too (``schedule`` is then the
-    :class:`~taccl_py.symmetry.SymmetricSchedule`; ``representatives`` False: never, as a timeline needs the full
-    run); otherwise a large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`) is built as arrays
+    rank translation is simulated through its representatives, in NCCL's pieces too, and so is the direct baseline
+    where the topology and its routes are (:func:`~taccl_py.baselines.direct.symmetric_direct`; ``schedule`` is then
+    the :class:`~taccl_py.symmetry.SymmetricSchedule`; ``representatives`` False: never, as a timeline needs the
+    full run); otherwise a large ring (:func:`~taccl_py.baselines.ring_compact.large_ring_arrays`) is built as arrays
     and simulated by the compiled kernel (``schedule`` is then the arrays). A ring of
     :data:`PRUNE_MIN_TRANSFERS` or more, and any algorithm on :data:`PRUNE_MIN_GPUS` GPUs or more, skips a protocol
     whose floor (:func:`protocol_floor_us`) is above the best time found (missing from ``times_us``).
-    Across machines the transfers over the network wait for the proxies to post them (in the order they become
-    ready: for NCCL's Alltoall, its group's rounds, peer ``r + d`` and ``r - d`` in round ``d``), except those of
+    Across machines the transfers over the network wait for the proxies to post them (at the end of each instant,
+    receives first, each in program order: for NCCL's Alltoall, its group's rounds, peer ``r + d`` and ``r - d``
+    in round ``d``; :func:`taccl_py.runtime.proxy_posts`), except those of
     NCCL's Allgather, ReduceScatter and Allreduce rings, its tree and NVLS, which carry that cost as tuning.cc
     does, in their per-step latencies (the ring's floor, :func:`ring_step_latencies`; the network latencies
     fitted on NCCL's runs).
@@ -362,6 +364,11 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     symmetric = pieced and representatives and topology.num_gpus >= SYMMETRIC_MIN_GPUS
     plain: Schedule | CompactSchedule | SymmetricSchedule | None = symmetric_ring_baseline(
         topology, kind, channels) if symmetric else None
+    direct: SymmetricSchedule | None = None  # the direct baseline's representatives, where it has them
+    if algorithm == "direct" and representatives and topology.num_gpus >= SYMMETRIC_MIN_GPUS:
+        from taccl_py.baselines.direct import symmetric_direct
+
+        direct = symmetric_direct(topology, kind, channels=channels or 1)
     if pieced and plain is None:
         plain = large_ring_arrays(topology, kind, algorithm, channels)
     large = plain is not None and len(plain) >= PRUNE_MIN_TRANSFERS
@@ -400,6 +407,8 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             if algorithm == "oneshot" and kind is CollectiveKind.ALLREDUCE \
                     and topology.num_gpus <= SIMULATED_UP_TO:  # where the baseline's own choice simulates
                 return _fastest_oneshot_allreduce(topology, channels, root, size_bytes, options), options
+            if direct is not None:
+                return direct, options
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop, chunk_factor=pieces_nvls)
         return schedule, SimOptions(step_overhead_us=step_overhead_us, costs=costs)

@@ -217,13 +217,25 @@ class TransferCosts:
                 for link in topology.links]
 
 
-def proxy_posts(posted: list[float], rank: int, peer: int, now: float, post_us: float) -> float:
-    """When a send from ``rank`` to ``peer`` over the network, ready at ``now``, can start: ``rank``'s proxy posts
-    it after what it posted before (no earlier than ``now``), ``peer``'s proxy posts the receive after what it
-    posted before (receives are posted ahead of the data); each post costs ``post_us``. Updates ``posted``."""
-    send = posted[rank] = max(now, posted[rank]) + post_us
-    receive = posted[peer] = posted[peer] + post_us
-    return max(send, receive)
+def proxy_posts(posted: list[float], pairs: Sequence[tuple[int, int]], now: float, post_us: float) -> list[float]:
+    """When the sends over the network that became ready together at ``now`` can start, one per (rank, peer) of
+    ``pairs`` (in program order); updates ``posted`` (per rank, when its proxy has posted all it was asked).
+
+    Each post costs ``post_us``. A proxy's progress loop posts first what needs nothing (the receives: receives
+    are posted ahead of the data), then the sends, which wait for the receiver's go-ahead: every receive of
+    ``pairs`` is posted, in order, after what its rank's proxy posted before; then every send, no earlier than
+    ``now`` and after what its proxy posted before. A send starts once both are posted. Posting the receives of
+    an instant first makes the result independent of the order in which the instant's transfers became ready
+    (and invariant when the ranks are translated: :mod:`taccl_py.symmetry`)."""
+    received = []
+    for _, peer in pairs:
+        posted[peer] += post_us
+        received.append(posted[peer])
+    starts = []
+    for (rank, _), receive in zip(pairs, received, strict=True):
+        posted[rank] = max(now, posted[rank]) + post_us
+        starts.append(max(posted[rank], receive))
+    return starts
 
 
 NCCL_NVLS_CHANNELS = 16

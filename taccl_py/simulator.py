@@ -335,6 +335,7 @@ class _Run(EventKernel):
         "start_on_commit",
         "start_pending",
         "state",
+        "to_post",
         "topology",
         "transfers",
     )
@@ -449,6 +450,8 @@ class _Run(EventKernel):
         """Per transfer: it crosses the network under a runtime model whose proxies post (not a multicast group's)."""
         self.posted = [0.0] * topology.num_gpus
         """Per rank: when its proxy has posted everything asked of it so far (runtime.proxy_posts)."""
+        self.to_post: list[int] = []
+        """Transfers ready in this instant that wait for the proxies' posts (:meth:`end_batch`)."""
         if costs is not None and self.post_us > 0:
             in_group = self.group_leader
             for i, t in enumerate(transfers):
@@ -505,12 +508,21 @@ class _Run(EventKernel):
             self.send(first, now)
             return
         self.start_at[i] = now
-        if self.posting[i]:  # its proxies post it first (taccl_py.runtime.proxy_posts)
-            start = proxy_posts(self.posted, t.src, t.dst, now, self.post_us)
-            if start > now:
-                self.send_at(i, start)
-                return
+        if self.posting[i]:  # its proxies post it at the end of the instant (taccl_py.runtime.proxy_posts)
+            self.to_post.append(i)
+            return
         self.send(i, now)
+
+    def end_batch(self, now: float) -> None:
+        """The proxies post what became ready in this instant, in program order (taccl_py.runtime.proxy_posts)."""
+        if not self.to_post:
+            return
+        ready = sorted(self.to_post)
+        self.to_post.clear()
+        transfers = self.transfers
+        starts = proxy_posts(self.posted, [(transfers[i].src, transfers[i].dst) for i in ready], now, self.post_us)
+        for i, start in zip(ready, starts, strict=True):
+            self.send_at(i, start)
 
     def wake(self, item: int, time: float) -> None:
         """Transfer ``item``'s ``not_before_us`` has come (every other start condition held already).

@@ -13,25 +13,33 @@ times the full schedule gets from :func:`taccl_py.simulator.simulate`, because:
 * the topology is invariant (every link maps to a link of the same bandwidth,
   latency and kind, so a runtime model's costs, which read a route's link kinds,
   per-kind shares of a link and figures of the whole topology, and add a launch
-  time once, are invariant too) and the translation moves every link (each link orbit has N/d
-  links), so the flows of one orbit load each link of a link orbit once: the
-  max-min problem on link orbits, one flow per representative, has the full
-  problem's rates (the full solution is unique, hence invariant);
+  time once, are invariant too); a link orbit of k links (k divides the orbit
+  size m = N/d: a link that moving by k*d maps to itself, as a switch port
+  every machine shares) carries m/k members of each orbit whose route crosses
+  it once, so the max-min problem on link orbits, one flow per representative
+  consuming m/k of a k-link orbit per byte (the fluid network's weights), has
+  the full problem's rates (the full solution is unique, hence invariant);
 * the collective's pre- and post-conditions are invariant (Allgather,
   ReduceScatter, Allreduce, Alltoall; rooted collectives are refused);
 * every block is a whole orbit and its members touch no common (rank, chunk)
   (checked: :func:`symmetry_error`), so program order, which the start and
   commit rules read, is invariant up to the order inside a block, which then
   decides nothing: every member waits for the translate of what its
-  representative waits for.
+  representative waits for;
+* a runtime's proxy posts (:func:`taccl_py.runtime.proxy_posts`) are made at
+  the end of an instant, receives first, each kind in program order: an
+  orbit posts one send at every rank of its sender's rank orbit and one
+  receive at every rank of its receiver's, so every rank of a rank orbit has
+  posted the same at every instant (one counter per rank orbit), and the
+  full schedule's program order (:func:`expand`: representative-major) sees
+  any one rank's posts in representative order.
 
 The data is tracked too, per orbit of (rank, chunk) in the frame of its member
 on ranks 0..d-1, the contribution masks rotated by the translation, so a wrong
 representative schedule is reported as the full one would be (same first
 fault up to which member shows it). Not supported (refused with a reason):
 ``after``, ``not_before_us``, exchanges and network groups, a route that
-crosses two links of one orbit, transfers that wait for a runtime's proxy posts
-(serialized per rank in the order transfers become ready).
+crosses two links of one orbit.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import ScheduleError
 from taccl_py.event_kernel import EventKernel, Fault
 from taccl_py.gc_pause import paused_gc
+from taccl_py.runtime import proxy_posts
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.topology import Topology, Vertex
@@ -175,22 +184,20 @@ def expand(schedule: SymmetricSchedule, topology: Topology) -> Schedule:
     return Schedule(coll, tuple(out), name=schedule.name, topology=schedule.topology, notes=dict(schedule.notes))
 
 
-def _link_orbits(links: list[int], m: int) -> list[int] | None:
-    """Orbit number of every link under the permutation ``links``; None unless every orbit has ``m`` links."""
+def _link_orbits(links: list[int]) -> tuple[list[int], list[int]]:
+    """Orbit number of every link under the permutation ``links``, and the number of links of each orbit."""
     orbit = [-1] * len(links)
-    count = 0
+    sizes: list[int] = []
     for first in range(len(links)):
         if orbit[first] >= 0:
             continue
         size, i = 0, first
         while orbit[i] < 0:
-            orbit[i] = count
+            orbit[i] = len(sizes)
             size += 1
             i = links[i]
-        if size != m or i != first:
-            return None
-        count += 1
-    return orbit
+        sizes.append(size)
+    return orbit, sizes
 
 
 @dataclass(frozen=True)
@@ -198,6 +205,8 @@ class _Checked:
     """What :func:`_check` derived on the way: the link map's orbits and each representative's canonical keys."""
 
     link_orbit: list[int]
+    orbit_links: list[int]
+    """Links per link orbit (each divides the schedule's orbit size)."""
     reads: list[list[tuple[int, int]]]
     writes: list[list[tuple[int, int]]]
 
@@ -231,9 +240,7 @@ def _checked_now(schedule: SymmetricSchedule, topology: Topology) -> str | _Chec
     links = translation_automorphism(topology, d)
     if links is None:
         return f"moving every GPU by {d} is not a symmetry of topology {topology.name!r}"
-    orbit = _link_orbits(links, schedule.orbit_size)
-    if orbit is None:
-        return f"moving every GPU by {d} leaves some link orbit with fewer than {schedule.orbit_size} links"
+    orbit, orbit_links = _link_orbits(links)
     problem = Schedule(coll, schedule.reps).structural_error(topology)
     if problem:
         return problem
@@ -253,7 +260,7 @@ def _checked_now(schedule: SymmetricSchedule, topology: Topology) -> str | _Chec
                     "would matter")
         all_reads.append(reads)
         all_writes.append(writes)
-    return _Checked(orbit, all_reads, all_writes)
+    return _Checked(orbit, orbit_links, all_reads, all_writes)
 
 
 def _canonical(coll: Collective, d: int, rank: int, chunk: int) -> tuple[int, int]:
@@ -318,10 +325,15 @@ class _QuotientRun(EventKernel):
             capacity[link_orbit[i]] = rate
         chunk_bytes = coll.chunk_bytes(size_bytes)
         resources = [tuple(link_orbit[i] for i in t.route) for t in reps]
+        m = schedule.orbit_size
+        members_on = [m // k for k in checked.orbit_links]  # members of an orbit on each link of a link orbit
+        weights = None if all(c == 1 for c in members_on) else [
+            None if all(members_on[o] == 1 for o in r) else tuple(float(members_on[o]) for o in r)
+            for r in resources]
         latency = [(topology.route_latency(t.route) if costs is None else costs.route_latency_us(topology, t.route))
                    + options.step_overhead_us for t in reps]
         num_bytes = [len(t.chunks) * chunk_bytes for t in reps]
-        super().__init__(capacity, resources, latency, num_bytes)
+        super().__init__(capacity, resources, latency, num_bytes, weights)
         self.link_orbit = link_orbit
         # (orbit key, shift) of every chunk a representative reads and writes
         self.reads, self.writes = checked.reads, checked.writes
@@ -361,6 +373,14 @@ class _QuotientRun(EventKernel):
                 self.conn_next[p] = i
                 self.start_pending[i] += 1
             last_on[conn] = i
+        self.post_us = 0.0 if costs is None else costs.post_us
+        self.posting = [self.post_us > 0 and costs is not None and costs.posts(topology, t.route) for t in reps]
+        """Per representative: its orbit waits for the proxies' posts (it crosses the network)."""
+        self.posted = [0.0] * d
+        """Per rank orbit (rank mod d): when each of its ranks' proxies has posted all it was asked (the same for
+        every rank of an orbit: each representative's orbit posts one send at each rank of its sender's and one
+        receive at each rank of its receiver's)."""
+        self.to_post: list[int] = []
         self.state = _initial(coll, d)
         nan = math.nan
         self.start_at, self.arrive_at, self.commit_at = [nan] * k, [nan] * k, [nan] * k
@@ -387,7 +407,23 @@ class _QuotientRun(EventKernel):
             masks.append(_rotate(mask, a * step, self.n, self.full))
         self.snapshot[i] = masks
         self.start_at[i] = now
-        self.send(i, now)
+        if self.posting[i]:
+            self.to_post.append(i)
+        else:
+            self.send(i, now)
+
+    def end_batch(self, now: float) -> None:
+        """The proxies post what became ready in this instant (:func:`taccl_py.runtime.proxy_posts`), per rank
+        orbit; in representative order, which is the full schedule's program order (:func:`expand`) as far as
+        any one rank sees it."""
+        if not self.to_post:
+            return
+        ready = sorted(self.to_post)
+        self.to_post.clear()
+        d, reps = self.d, self.reps
+        starts = proxy_posts(self.posted, [(reps[i].src % d, reps[i].dst % d) for i in ready], now, self.post_us)
+        for i, start in zip(ready, starts, strict=True):
+            self.send_at(i, start)
 
     def wake(self, item: int, time: float) -> None:
         raise AssertionError("no timers in a representative simulation")
@@ -477,18 +513,14 @@ def simulate_symmetric(topology: Topology, schedule: SymmetricSchedule, size_byt
     Per-transfer arrays are in the full schedule's order (:func:`expand`), or with ``expand_times`` False one
     per representative (``notes["times_per"] == "representative"``; every member of an orbit has its
     representative's times: what a caller that reads the makespan and link figures only keeps, 134 million
-    transfers' times being 3 GiB at 4,096 GPUs); ``critical_path`` is left empty. A runtime's costs (``options.costs``) are honoured (the module says why
-    they stay exact); transfers that wait for proxy posts are refused. A schedule :func:`symmetry_error` refuses
+    transfers' times being 3 GiB at 4,096 GPUs); ``critical_path`` is left empty. A runtime's costs (``options.costs``) are honoured, proxy posts
+    included (the module says why they stay exact). A schedule :func:`symmetry_error` refuses
     raises :class:`~taccl_py.errors.ScheduleError` with its reason: callers check first.
     """
     checked = _check(schedule, topology)
     if isinstance(checked, str):
         raise ScheduleError(checked)
     options = options or SimOptions()
-    costs = options.costs
-    if costs is not None and any(costs.posts(topology, t.route) for t in schedule.reps):
-        raise ScheduleError("proxy posts are serialized per rank in the order transfers become ready, which the "
-                            "representatives do not track")
     with paused_gc():
         run = _QuotientRun(topology, schedule, size_bytes, options, checked, expand_times)
         try:

@@ -193,8 +193,9 @@ def test_ring_across_machines_pays_the_network_on_its_crossings_only() -> None:
 
 
 def test_alltoall_across_machines_waits_for_its_proxies_to_post() -> None:
-    """Each rank's proxy posts its 8 network sends and 8 receives in turn, 2 us each on this AMD host: the last
-    network transfer enters at 32 us, then pays the network hop and the launch (1 KB: the data is negligible)."""
+    """Each rank's proxy posts its 8 network receives, then its 8 sends, 2 us each on this AMD host: the first
+    network transfer enters at 18 us, the last at 32, then pays the network hop and the launch (1 KB: the data is
+    negligible)."""
     from taccl_py.predict import predict_baseline
 
     topo = resolve_topology("dgx-a100x2")
@@ -207,7 +208,7 @@ def test_alltoall_across_machines_waits_for_its_proxies_to_post() -> None:
     hop = model.hop_latency_us["net"][Protocol.SIMPLE]
     entered = sorted(float(pred.sim.arrive_us[i]) - hop for i in net)  # 1 KB: the bytes take ~0 us
     assert len(net) == 16 * 8 and entered[-1] == pytest.approx(16 * model.net_overhead_us, abs=0.05)
-    assert entered[0] == pytest.approx(model.net_overhead_us, abs=0.05)  # a first send to a first receive
+    assert entered[0] == pytest.approx(9 * model.net_overhead_us, abs=0.05)  # every receive, then a first send
     expected = 16 * 2.0 + hop + model.launch_us[Protocol.SIMPLE]
     assert pred.sim.time_us == pytest.approx(expected, abs=0.1)
     one = resolve_topology("dgx-a100")
@@ -254,14 +255,38 @@ def test_posts_are_the_same_in_both_kernels(tmp_path: Path, kind: str, algorithm
 
 
 def test_proxy_posts_one_after_another() -> None:
-    """Hand-computed: each post costs 2 us; a send posts no earlier than it is ready, receives are posted ahead."""
+    """Hand-computed: each post costs 2 us; an instant's receives are posted first, then its sends, each no earlier
+    than it is ready and after what its proxy posted before."""
     from taccl_py.runtime import proxy_posts
 
     posted = [0.0, 0.0, 0.0]
-    assert proxy_posts(posted, 0, 1, 0.0, 2.0) == 2.0  # rank 0 posts its send at 2, rank 1 its receive at 2
-    assert proxy_posts(posted, 0, 2, 0.0, 2.0) == 4.0  # rank 0's second post ends at 4
-    assert proxy_posts(posted, 2, 1, 10.0, 2.0) == 12.0  # ready at 10: rank 1 posted its receive long before
+    # at 0, 0 -> 1 and 0 -> 2: ranks 1 and 2 post their receives by 2, then rank 0 its two sends by 2 and 4
+    assert proxy_posts(posted, [(0, 1), (0, 2)], 0.0, 2.0) == [2.0, 4.0]
+    # at 10, 2 -> 1: rank 1's receive is posted ahead (at 4, long before), rank 2's send at 12
+    assert proxy_posts(posted, [(2, 1)], 10.0, 2.0) == [12.0]
     assert posted == [4.0, 4.0, 12.0]
+    # an exchange 0 <-> 1 at 20: both receives first (rank 0 has posted by 6, rank 1 by 6), then both sends
+    assert proxy_posts(posted, [(0, 1), (1, 0)], 20.0, 2.0) == [22.0, 22.0]
+    assert posted == [22.0, 22.0, 12.0]
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_proxy_posts_of_a_round_do_not_depend_on_its_order(n: int) -> None:
+    """A ring round r -> r + 1 ready at once: whatever rank comes first, every send starts at 2 posts (its receive,
+    then its send), the same on every rank; the compiled kernels' version gives the same times."""
+    import numpy as np
+
+    from taccl_py.fast_kernel import proxy_posts as compiled_posts
+    from taccl_py.runtime import proxy_posts
+
+    for first in range(n):
+        pairs = [((first + k) % n, (first + k + 1) % n) for k in range(n)]
+        posted = [0.0] * n
+        assert proxy_posts(posted, pairs, 0.0, 1.5) == [3.0] * n
+        arrays = np.zeros(n)
+        ranks, peers = (np.array(list(column), np.int64) for column in zip(*pairs, strict=True))
+        assert compiled_posts(arrays, ranks, peers, 0.0, 1.5).tolist() == [3.0] * n
+        assert arrays.tolist() == posted == [3.0] * n
 
 
 @pytest.mark.parametrize("size", [1024, 1 << 20])

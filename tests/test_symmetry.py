@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from taccl_py.baselines import baseline, ring_plan
 from taccl_py.baselines.ring import symmetric_ring
 from taccl_py.collectives import Collective, CollectiveKind
-from taccl_py.errors import ScheduleError
 from taccl_py.library.fabrics import dgx_a100_cluster
 from taccl_py.library.grids import ring, switch_star
 from taccl_py.schedule import Op, Transfer
@@ -35,9 +34,10 @@ from taccl_py.topology import Endpoint, Link, Switch, Topology
 
 
 def _symmetric_topology(d: int, m: int, offsets: list[tuple[int, float, float]], pods: bool,
-                        kinds: tuple[str, ...] = ("nvlink",)) -> Topology:
+                        kinds: tuple[str, ...] = ("nvlink",), rails: bool = False) -> Topology:
     """GPU g -> g + o for every (o, GB/s, us) of ``offsets`` (per position g mod d, the k-th offset of kind
-    ``kinds[k % len(kinds)]``), and a switch per block."""
+    ``kinds[k % len(kinds)]``), a switch per block; with ``rails`` an InfiniBand rail switch per position that
+    every block shares, under one core switch (its links are fixed by every translation: link orbits of 1 link)."""
     n = d * m
     links: dict[tuple[object, object], Link] = {}
     for g in range(n):
@@ -45,14 +45,23 @@ def _symmetric_topology(d: int, m: int, offsets: list[tuple[int, float, float]],
             h = (g + o) % n
             if h != g and (g, h) not in links:
                 links[(g, h)] = Link(g, h, bw + (g % d), lat, kinds[k % len(kinds)])
-    switches: tuple[Switch, ...] = ()
+    switches: list[Switch] = []
     if pods:
-        switches = tuple(Switch(f"pod{a}", "nvswitch") for a in range(m))
+        switches += [Switch(f"pod{a}", "nvswitch") for a in range(m)]
         for g in range(n):
             pod = f"pod{g // d}"
             links[(g, pod)] = Link(g, pod, 100.0, 0.3)
             links[(pod, g)] = Link(pod, g, 100.0, 0.3)
-    return Topology("sym", n, tuple(links.values()), switches)
+    if rails:
+        switches += [Switch(f"rail{p}", "ib") for p in range(d)] + [Switch("core", "ib")]
+        for g in range(n):
+            rail = f"rail{g % d}"
+            links[(g, rail)] = Link(g, rail, 25.0, 1.0, "ib")
+            links[(rail, g)] = Link(rail, g, 25.0, 1.0, "ib")
+        for p in range(d):
+            links[(f"rail{p}", "core")] = Link(f"rail{p}", "core", 40.0 + p, 0.5, "ib")
+            links[("core", f"rail{p}")] = Link("core", f"rail{p}", 40.0 + p, 0.5, "ib")
+    return Topology("sym", n, tuple(links.values()), tuple(switches))
 
 
 def _route(topo: Topology, src: int, dst: int) -> tuple[int, ...] | None:
@@ -62,6 +71,10 @@ def _route(topo: Topology, src: int, dst: int) -> tuple[int, ...] | None:
     for s in topo.switches:
         if (src, s.name) in index and (s.name, dst) in index:
             return (index[(src, s.name)], index[(s.name, dst)])
+    for s in topo.switches:  # two switches: up a rail, through the core, down another
+        for t in topo.switches:
+            if (src, s.name) in index and (s.name, t.name) in index and (t.name, dst) in index:
+                return (index[(src, s.name)], index[(s.name, t.name)], index[(t.name, dst)])
     return None
 
 
@@ -73,7 +86,7 @@ def _cases(draw: st.DrawFn) -> tuple[Topology, SymmetricSchedule]:
     offsets = draw(st.lists(st.tuples(st.integers(1, n - 1), st.sampled_from([10.0, 25.0, 50.0]),
                                       st.sampled_from([0.5, 1.0])), min_size=1, max_size=3))
     kinds = draw(st.lists(st.sampled_from(["nvlink", "pcie", "ib"]), min_size=1, max_size=3, unique=True))
-    topo = _symmetric_topology(d, m, offsets, draw(st.booleans()) and d > 1, tuple(kinds))
+    topo = _symmetric_topology(d, m, offsets, draw(st.booleans()) and d > 1, tuple(kinds), draw(st.booleans()))
     kind = draw(st.sampled_from([CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE, CollectiveKind.REDUCESCATTER,
                                  CollectiveKind.ALLTOALL]))
     coll = Collective(kind, n, draw(st.integers(1, 2)))
@@ -114,21 +127,23 @@ def _same(full: object, quotient: object, *, same_order: bool = True) -> None:
                                                                   HealthCheck.too_slow])
 @given(_cases(), st.sampled_from([1.0, 4096.0, 2.0**20]), st.sampled_from([0.0, 1.5]), st.one_of(st.none(), st.tuples(
     st.lists(st.floats(0.1, 1.0), min_size=3, max_size=3), st.lists(st.floats(0.0, 5.0), min_size=3, max_size=3),
-    st.floats(0.0, 20.0))))
+    st.floats(0.0, 20.0), st.sampled_from([0.0, 0.7, 2.0]))))
 def test_representatives_time_as_the_full_schedule(case: tuple[Topology, SymmetricSchedule], size: float,
                                                    overhead: float,
-                                                   costs: tuple[list[float], list[float], float] | None) -> None:
-    """Also under a runtime's costs: a share of each link and a step latency per link class, a launch time."""
+                                                   costs: tuple[list[float], list[float], float, float] | None) -> None:
+    """Also under a runtime's costs: a share of each link and a step latency per link class, a launch time, the
+    proxies' posts across the network; and on shared switches whose links every translation keeps."""
     from taccl_py.runtime import Protocol, TransferCosts
 
     topo, sym = case
     assume(symmetry_error(sym, topo) is None)
     options = SimOptions(step_overhead_us=overhead)
     if costs is not None:
-        shares, hops, launch = costs
+        shares, hops, launch, post = costs
         classes = ("nvlink", "pci", "net")
         options = SimOptions(step_overhead_us=overhead, costs=TransferCosts(
-            Protocol.SIMPLE, dict(zip(classes, hops, strict=True)), dict(zip(classes, shares, strict=True)), launch))
+            Protocol.SIMPLE, dict(zip(classes, hops, strict=True)), dict(zip(classes, shares, strict=True)), launch,
+            post_us=post))
     _same(simulate(topo, expand(sym, topo), size, options), simulate_symmetric(topo, sym, size, options))
 
 
@@ -188,9 +203,10 @@ def test_pieced_ring_representatives_under_runtime_costs(kind: CollectiveKind) -
     assert per_rep.time_us == quotient.time_us and per_rep.link_busy_us == quotient.link_busy_us
     for short, full_times in ((per_rep.start_us, quotient.start_us), (per_rep.commit_us, quotient.commit_us)):
         np.testing.assert_array_equal(np.repeat(short, m), full_times)
-    assert posted.post_us > 0
-    with pytest.raises(ScheduleError, match="proxy posts"):
-        simulate_symmetric(topo, sym, 2.0**26, SimOptions(costs=posted))
+    assert posted.post_us > 0  # posted (as a synthesized ring would be): the same times too
+    with_posts = SimOptions(costs=posted)
+    _same(simulate(topo, full, 2.0**26, with_posts), simulate_symmetric(topo, sym, 2.0**26, with_posts),
+          same_order=False)
 
 
 @pytest.mark.slow
@@ -213,6 +229,50 @@ def test_calibrated_ring_prediction_from_representatives(monkeypatch: pytest.Mon
         assert full.schedule is not None and len(fast.schedule) == len(full.schedule)
         assert fast.schedule.notes["pieces"] == full.schedule.notes["pieces"] == pieces
         assert fast.sim.notes["times_per"] == "representative" and len(fast.sim.commit_us) == len(fast.schedule.reps)
+
+
+@pytest.mark.parametrize("kind", [CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
+                                  CollectiveKind.ALLREDUCE])
+def test_direct_representatives_under_proxy_posts(kind: CollectiveKind) -> None:
+    """The direct baseline on 4 DGX H100s (leaf-spine: the spine's links are kept by moving machines, orbits of
+    fewer links than members) under the calibrated costs, every network transfer posted: its representatives give
+    every transfer's times, the links' figures and the makespan of the full schedule."""
+    from taccl_py.baselines.direct import direct_schedule, symmetric_direct
+    from taccl_py.library.registry import resolve_topology
+    from taccl_py.runtime import Protocol
+
+    topo = resolve_topology("dgx-h100x4")
+    assert topo.runtime is not None
+    sym = symmetric_direct(topo, kind)
+    assert sym is not None and sym.shift == 8 and sym.orbit_size == 4 and len(sym.reps) == 8 * len(sym) // 32
+    full = direct_schedule(topo, kind)
+    for protocol, size in ((Protocol.LL, 4096.0), (Protocol.SIMPLE, 2.0**26)):
+        costs = topo.runtime.costs(protocol, kind, topo)
+        assert costs.post_us > 0 and any(costs.posts(topo, t.route) for t in sym.reps)
+        options = SimOptions(costs=costs)
+        reference = simulate(topo, full, size, options)
+        assert reference.time_us is not None
+        assert reference.time_us > simulate(topo, full, size, SimOptions(costs=replace(costs, post_us=0.0))).time_us
+        _same(reference, simulate_symmetric(topo, sym, size, options), same_order=False)
+    assert symmetric_direct(topo, CollectiveKind.BROADCAST) is None  # a root: no rank translation keeps it
+
+
+def test_direct_prediction_from_representatives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """predict_baseline's direct Alltoall through the representatives: the same protocol and time per protocol."""
+    import taccl_py.predict as predict
+    from taccl_py.library.registry import resolve_topology
+
+    topo = resolve_topology("dgx-h100x4")
+    assert topo.runtime is not None
+    for size in (2**12, 2**28):
+        full = predict.predict_baseline(topo, CollectiveKind.ALLTOALL, "direct", size, topo.runtime)
+        monkeypatch.setattr(predict, "SYMMETRIC_MIN_GPUS", topo.num_gpus)
+        fast = predict.predict_baseline(topo, CollectiveKind.ALLTOALL, "direct", size, topo.runtime)
+        monkeypatch.undo()
+        assert isinstance(fast.schedule, SymmetricSchedule) and not isinstance(full.schedule, SymmetricSchedule)
+        assert fast.protocol is full.protocol and fast.times_us.keys() == full.times_us.keys()
+        for p, t in full.times_us.items():
+            assert t is not None and abs(fast.times_us[p] - t) <= 1e-9 * t  # type: ignore[operator]
 
 
 def test_a_check_is_kept_per_schedule_and_topology_object() -> None:
@@ -279,6 +339,23 @@ def test_simulate_command_uses_representatives_from_256_gpus() -> None:
     full = _simulate_baseline(topo, kind, "ring", 1, 0, 2.0**30, SimOptions(), representatives=False)
     assert fast.notes["orbit_size"] == SYMMETRIC_MIN_GPUS and "orbit_size" not in full.notes
     assert fast.notes["times_per"] == "representative"  # the command reads the makespan and link figures only
+    m = fast.notes["orbit_size"]
+    expanded = replace(fast, start_us=np.repeat(fast.start_us, m), arrive_us=np.repeat(fast.arrive_us, m),
+                       commit_us=np.repeat(fast.commit_us, m))
+    _same(full, expanded, same_order=False)
+
+
+@pytest.mark.slow
+def test_simulate_command_runs_direct_alltoall_from_representatives() -> None:
+    """`taccl simulate --algorithm direct -c alltoall` on 256 GPUs around one switch: one shift moves every GPU, so
+    255 representatives give the 65,280 transfers' figures."""
+    from taccl_py.cli.sim_cmd import _simulate_baseline
+
+    topo = switch_star(256)
+    kind = CollectiveKind.ALLTOALL
+    fast = _simulate_baseline(topo, kind, "direct", 1, 0, 2.0**28, SimOptions())
+    full = _simulate_baseline(topo, kind, "direct", 1, 0, 2.0**28, SimOptions(), representatives=False)
+    assert fast.notes["representatives"] == 255 and fast.notes["orbit_size"] == 256
     m = fast.notes["orbit_size"]
     expanded = replace(fast, start_us=np.repeat(fast.start_us, m), arrive_us=np.repeat(fast.arrive_us, m),
                        commit_us=np.repeat(fast.commit_us, m))

@@ -11,12 +11,18 @@ direct routes (a relayed partial sum would overwrite the relay's own data).
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import TYPE_CHECKING
+
 from taccl_py.baselines.common import Leg, NotApplicable, legs_between
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Topology
 
-__all__ = ["direct_schedule", "missing_direct_route"]
+if TYPE_CHECKING:
+    from taccl_py.symmetry import SymmetricSchedule
+
+__all__ = ["direct_schedule", "missing_direct_route", "symmetric_direct"]
 
 
 def missing_direct_route(topology: Topology, pairs: list[tuple[int, int]]) -> tuple[int, int] | None:
@@ -99,3 +105,30 @@ def direct_schedule(topology: Topology, kind: CollectiveKind, *, channels: int =
                     _send(out, legs, block(0, k), Op.REDUCE, k)
     return Schedule(collective, tuple(out), name="direct", topology=topology.name,
                     notes={"algorithm": "direct", "channels": channels, "pieces": pieces})
+
+
+def symmetric_direct(topology: Topology, kind: CollectiveKind, *, channels: int = 1) -> SymmetricSchedule | None:
+    """The direct ``kind`` as representatives of its orbits under the smallest rank shift that keeps the topology
+    and the routes (the senders below the shift), when their orbits are the direct schedule's transfers exactly;
+    else None (no such shift, a rooted collective, routes that do not move with the ranks).
+
+    Every rank's sends and receives keep their order (peer ``r + 1``, ``r + 2``, ...), so the proxies post them as
+    they post the direct schedule's (:func:`taccl_py.runtime.proxy_posts`) and the representatives time it exactly
+    (:func:`taccl_py.symmetry.simulate_symmetric`; per-transfer times in the representatives' order)."""
+    from taccl_py.symmetry import SymmetricSchedule, expand, symmetry_error, translation_automorphism
+
+    if kind not in (CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
+                    CollectiveKind.ALLREDUCE):
+        return None
+    full = direct_schedule(topology, kind, channels=channels)
+    n = topology.num_gpus
+    for shift in range(1, n // 2 + 1):
+        if n % shift or translation_automorphism(topology, shift) is None:
+            continue
+        sym = SymmetricSchedule(full.collective, shift, tuple(t for t in full.transfers if t.src < shift),
+                                name=full.name, topology=topology.name, notes=dict(full.notes))
+        if symmetry_error(sym, topology) is None and \
+                Counter(expand(sym, topology).transfers) == Counter(full.transfers):
+            return sym
+        return None
+    return None

@@ -422,20 +422,23 @@ def _warn_nvls_steps(path: str, schedule: Schedule, topology: Topology, sizes: l
 
 def _by_representatives(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None,
                         size: float, options: SimOptions) -> tuple[SimResult, SymmetricSchedule] | None:
-    """A large symmetric ring baseline simulated through its representatives (one time per representative); None
-    when it has no such form."""
-    if algorithm != "ring" or topology.num_gpus < SYMMETRIC_MIN_GPUS:
+    """A large symmetric ring or direct baseline simulated through its representatives (one time per
+    representative); None when it has no such form."""
+    if algorithm not in ("ring", "direct") or topology.num_gpus < SYMMETRIC_MIN_GPUS:
         return None
+    from taccl_py.baselines.direct import symmetric_direct
     from taccl_py.predict import symmetric_ring_baseline
     from taccl_py.symmetry import simulate_symmetric
 
-    sym = symmetric_ring_baseline(topology, kind, channels)  # its rows read the makespan: times per representative
+    sym = symmetric_ring_baseline(topology, kind, channels) if algorithm == "ring" else symmetric_direct(
+        topology, kind, channels=channels or 1)  # its rows read the makespan: times per representative
     return None if sym is None else (simulate_symmetric(topology, sym, size, options, expand_times=False), sym)
 
 
 def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None, root: int,
                        size: float, options: SimOptions, *, representatives: bool = True) -> SimResult:
-    """Simulate a baseline; large symmetric rings through their representatives (the same times, exactly).
+    """Simulate a baseline; large symmetric rings and direct baselines through their representatives (the same
+    times, exactly).
 
     ``representatives`` False: always the full schedule (a timeline draws its transfers in their order).
     """
@@ -475,7 +478,7 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                                                      step_overhead_us, bound))
                     continue
                 fast = _by_representatives(topology, kind, name, channels, size, options)
-                if fast is not None:  # a large symmetric ring: the same figures from its representatives
+                if fast is not None:  # a large symmetric ring or direct: the same figures from its representatives
                     sim, sym = fast
                     entry = {"algorithm": name, **_row(size, sim, bound)}
                     del entry["size_bytes"]

@@ -33,7 +33,7 @@ from taccl_py.fast_kernel import (
     flow_leaves,
     net_add,
     new_network,
-    proxy_post,
+    proxy_posts,
     settle,
 )
 from taccl_py.fluid import binding_resources
@@ -75,16 +75,31 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
     cause = np.full(n, -1, np.int64)
     active = np.zeros(n, np.bool_)
     work = np.empty(max(n, 1), np.int64)
+    to_post = np.empty(max(n, 1), np.int64)  # sends ready in this instant that wait for the proxies' posts
+    counts = np.zeros(1, np.int64)
 
     # ------------------------------------------------------------------ the client (_Timing)
     def send(i: int, now: float) -> None:
         g = group[i]
         lat = gf[GF_LATENCY, g]
-        start = proxy_post(posted, post_rank[i], post_peer[i], now, post_us) if post_rank[i] >= 0 else now
-        if start > now or lat > 0 or not nbytes[i] > 0:
-            event_push(queue, cnt, start + lat, _ENTER, i, -1)
+        if post_rank[i] >= 0:  # its proxies post it at the end of the instant (flush)
+            to_post[counts[0]] = i
+            counts[0] += 1
+        elif lat > 0 or not nbytes[i] > 0:
+            event_push(queue, cnt, now + lat, _ENTER, i, -1)
         else:
             net_add(net, active, res_ptr, i, g, nbytes[i], now)
+
+    def flush(now: float) -> None:
+        """``_Timing.end_batch``: the proxies post the sends ready in this instant, in node order."""
+        k = counts[0]
+        if k:
+            counts[0] = 0
+            order = np.sort(to_post[:k])
+            starts = proxy_posts(posted, post_rank[order], post_peer[order], now, post_us)
+            for j in range(k):
+                i = order[j]
+                event_push(queue, cnt, starts[j] + gf[GF_LATENCY, group[i]], _ENTER, i, -1)
 
     def complete(node: int, now: float) -> None:
         done_at[node] = now
@@ -120,6 +135,7 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
             send(v, 0.0)
         else:
             complete(v, 0.0)
+    flush(now)
     while True:
         settle(net, active, res_ptr, now)
         if not cnt[_QN]:
@@ -139,6 +155,7 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
                 else:
                     complete(i, time)
             q = queue[0]
+        flush(now)
     close_busy(net, now)
     return start_at, done_at, cause, rf[RF_BUSY].copy(), rf[RF_CARRIED].copy(), cnt
 

@@ -202,7 +202,7 @@ class _Timing(EventKernel):
     """
 
     __slots__ = ("cause", "done_at", "machine", "pending", "post_us", "posted", "posting", "sends", "start_at",
-                 "succs", "topology")
+                 "succs", "to_post", "topology")
 
     def __init__(self, machine: Machine, topology: Topology, chunk_bytes: float, options: SimOptions) -> None:
         self.machine = machine
@@ -226,6 +226,8 @@ class _Timing(EventKernel):
         """Per send over the network under a runtime model that posts: (its rank, the peer)."""
         self.posted = [0.0] * topology.num_gpus
         """Per rank: when its proxy has posted everything asked of it so far."""
+        self.to_post: list[int] = []
+        """Sends ready in this instant that wait for the proxies' posts (:meth:`end_batch`)."""
         for node, t in enumerate(machine.nodes):
             if t.type.sends:
                 peer = machine.tbs[t.tb][1].send
@@ -265,14 +267,22 @@ class _Timing(EventKernel):
         """All predecessors are done: start the send (once posted) or complete at once."""
         self.start_at[node] = now
         if self.sends[node]:
-            pair = self.posting[node]
-            start = now if pair is None else proxy_posts(self.posted, pair[0], pair[1], now, self.post_us)
-            if start > now:
-                self.send_at(node, start)
-            else:
+            if self.posting[node] is None:
                 self.send(node, now)
+            else:  # its proxies post it at the end of the instant (taccl_py.runtime.proxy_posts)
+                self.to_post.append(node)
         else:
             self.complete(node, now)
+
+    def end_batch(self, now: float) -> None:
+        """The proxies post the sends that became ready in this instant, in node order."""
+        if not self.to_post:
+            return
+        ready = sorted(self.to_post)
+        self.to_post.clear()
+        pairs = [pair for node in ready if (pair := self.posting[node]) is not None]
+        for node, start in zip(ready, proxy_posts(self.posted, pairs, now, self.post_us), strict=True):
+            self.send_at(node, start)
 
     def arrive(self, transfer: int, now: float) -> None:
         """A send's data is at the receiver: the send is done."""
