@@ -289,6 +289,35 @@ def test_proxy_posts_of_a_round_do_not_depend_on_its_order(n: int) -> None:
         assert arrays.tolist() == posted == [3.0] * n
 
 
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)).filter(lambda p: p[0] != p[1]), min_size=1,
+                max_size=12),
+       st.lists(st.floats(0.0, 50.0), min_size=6, max_size=6), st.floats(0.0, 60.0), st.floats(0.1, 3.0))
+def test_proxy_posts_rules_and_the_compiled_version(pairs: list[tuple[int, int]], before: list[float], now: float,
+                                                    post_us: float) -> None:
+    """Any instant: a send starts once its proxy and its receiver's have posted it, no earlier than the instant plus
+    one post; each proxy ends having posted its receives and sends of the instant after what it had posted (its
+    sends no earlier than the instant); the kernels' version gives the same, exactly."""
+    import numpy as np
+
+    from taccl_py.fast_kernel import proxy_posts as compiled_posts
+    from taccl_py.runtime import proxy_posts
+
+    posted = list(before)
+    starts = proxy_posts(posted, pairs, now, post_us)
+    for rank in range(6):
+        receives = sum(1 for _, peer in pairs if peer == rank)
+        sends = sum(1 for src, _ in pairs if src == rank)
+        expected = before[rank] + receives * post_us
+        if sends:
+            expected = max(now, expected) + sends * post_us
+        assert posted[rank] == pytest.approx(expected)
+    assert all(start >= now + post_us - 1e-12 for start in starts)
+    assert all(start <= max(posted[src], posted[dst]) + 1e-12 for start, (src, dst) in zip(starts, pairs, strict=True))
+    arrays = np.array(before)
+    ranks, peers = (np.array(column, np.int64) for column in zip(*pairs, strict=True))
+    assert compiled_posts(arrays, ranks, peers, now, post_us).tolist() == starts and arrays.tolist() == posted
+
+
 @pytest.mark.parametrize("size", [1024, 1 << 20])
 def test_an_xml_across_machines_waits_for_its_proxies(tmp_path: Path, size: int) -> None:
     """An MSCCL XML's sends over the network start once posted, in both timing kernels; at 1 KB a direct Alltoall

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -209,24 +210,32 @@ def test_pieced_ring_representatives_under_runtime_costs(kind: CollectiveKind) -
           same_order=False)
 
 
+def _predicted_both_ways(monkeypatch: pytest.MonkeyPatch, topo: Topology, kind: CollectiveKind, algorithm: str,
+                         size: int) -> tuple[Any, Any]:
+    """predict_baseline on the full schedule, then through representatives (SYMMETRIC_MIN_GPUS lowered to the
+    topology's GPUs): the same protocol and the same time per protocol. Returns (full, through representatives)."""
+    import taccl_py.predict as predict
+
+    assert topo.runtime is not None
+    full = predict.predict_baseline(topo, kind, algorithm, size, topo.runtime)
+    monkeypatch.setattr(predict, "SYMMETRIC_MIN_GPUS", topo.num_gpus)
+    fast = predict.predict_baseline(topo, kind, algorithm, size, topo.runtime)
+    monkeypatch.undo()
+    assert isinstance(fast.schedule, SymmetricSchedule) and not isinstance(full.schedule, SymmetricSchedule)
+    assert fast.protocol is full.protocol and fast.times_us.keys() == full.times_us.keys()
+    for p, t in full.times_us.items():
+        assert t is not None and abs(fast.times_us[p] - t) <= 1e-9 * t  # type: ignore[operator]
+    return full, fast
+
+
 @pytest.mark.slow
 def test_calibrated_ring_prediction_from_representatives(monkeypatch: pytest.MonkeyPatch) -> None:
     """predict_baseline on a rail cluster: through the representatives (in pieces) the same times per protocol,
     protocol and transfer count as the full schedule."""
-    import taccl_py.predict as predict
-
     topo = dgx_a100_cluster(4, fabric="rail")
-    assert topo.runtime is not None
     for size, pieces in ((2**20, 1), (2**30, 2)):
-        full = predict.predict_baseline(topo, CollectiveKind.ALLREDUCE, "ring", size, topo.runtime)
-        monkeypatch.setattr(predict, "SYMMETRIC_MIN_GPUS", topo.num_gpus)
-        fast = predict.predict_baseline(topo, CollectiveKind.ALLREDUCE, "ring", size, topo.runtime)
-        monkeypatch.undo()
-        assert isinstance(fast.schedule, SymmetricSchedule) and not isinstance(full.schedule, SymmetricSchedule)
-        assert fast.protocol is full.protocol and fast.times_us.keys() == full.times_us.keys()
-        for p, t in full.times_us.items():
-            assert t is not None and abs(fast.times_us[p] - t) <= 1e-9 * t  # type: ignore[operator]
-        assert full.schedule is not None and len(fast.schedule) == len(full.schedule)
+        full, fast = _predicted_both_ways(monkeypatch, topo, CollectiveKind.ALLREDUCE, "ring", size)
+        assert isinstance(fast.schedule, SymmetricSchedule) and full.schedule is not None and len(fast.schedule) == len(full.schedule)
         assert fast.schedule.notes["pieces"] == full.schedule.notes["pieces"] == pieces
         assert fast.sim.notes["times_per"] == "representative" and len(fast.sim.commit_us) == len(fast.schedule.reps)
 
@@ -244,35 +253,27 @@ def test_direct_representatives_under_proxy_posts(kind: CollectiveKind) -> None:
     topo = resolve_topology("dgx-h100x4")
     assert topo.runtime is not None
     sym = symmetric_direct(topo, kind)
-    assert sym is not None and sym.shift == 8 and sym.orbit_size == 4 and len(sym.reps) == 8 * len(sym) // 32
     full = direct_schedule(topo, kind)
+    assert sym is not None and sym.shift == 8 and sym.orbit_size == 4 and 4 * len(sym.reps) == len(full.transfers)
     for protocol, size in ((Protocol.LL, 4096.0), (Protocol.SIMPLE, 2.0**26)):
         costs = topo.runtime.costs(protocol, kind, topo)
         assert costs.post_us > 0 and any(costs.posts(topo, t.route) for t in sym.reps)
         options = SimOptions(costs=costs)
         reference = simulate(topo, full, size, options)
-        assert reference.time_us is not None
-        assert reference.time_us > simulate(topo, full, size, SimOptions(costs=replace(costs, post_us=0.0))).time_us
+        unposted = simulate(topo, full, size, SimOptions(costs=replace(costs, post_us=0.0))).time_us
+        assert reference.time_us is not None and unposted is not None and reference.time_us > unposted
         _same(reference, simulate_symmetric(topo, sym, size, options), same_order=False)
     assert symmetric_direct(topo, CollectiveKind.BROADCAST) is None  # a root: no rank translation keeps it
 
 
 def test_direct_prediction_from_representatives(monkeypatch: pytest.MonkeyPatch) -> None:
     """predict_baseline's direct Alltoall through the representatives: the same protocol and time per protocol."""
-    import taccl_py.predict as predict
     from taccl_py.library.registry import resolve_topology
 
     topo = resolve_topology("dgx-h100x4")
-    assert topo.runtime is not None
     for size in (2**12, 2**28):
-        full = predict.predict_baseline(topo, CollectiveKind.ALLTOALL, "direct", size, topo.runtime)
-        monkeypatch.setattr(predict, "SYMMETRIC_MIN_GPUS", topo.num_gpus)
-        fast = predict.predict_baseline(topo, CollectiveKind.ALLTOALL, "direct", size, topo.runtime)
-        monkeypatch.undo()
-        assert isinstance(fast.schedule, SymmetricSchedule) and not isinstance(full.schedule, SymmetricSchedule)
-        assert fast.protocol is full.protocol and fast.times_us.keys() == full.times_us.keys()
-        for p, t in full.times_us.items():
-            assert t is not None and abs(fast.times_us[p] - t) <= 1e-9 * t  # type: ignore[operator]
+        _, fast = _predicted_both_ways(monkeypatch, topo, CollectiveKind.ALLTOALL, "direct", size)
+        assert isinstance(fast.schedule, SymmetricSchedule) and fast.schedule.notes["algorithm"] == "direct"
 
 
 def test_a_check_is_kept_per_schedule_and_topology_object() -> None:
