@@ -241,6 +241,10 @@ def _checked_now(schedule: SymmetricSchedule, topology: Topology) -> str | _Chec
     if links is None:
         return f"moving every GPU by {d} is not a symmetry of topology {topology.name!r}"
     orbit, orbit_links = _link_orbits(links)
+    uneven = next((k for k in orbit_links if schedule.orbit_size % k), None)
+    if uneven is not None:
+        return (f"moving every GPU by {d} leaves a link orbit of {uneven} links, which does not divide the "
+                f"{schedule.orbit_size} members of an orbit")
     problem = Schedule(coll, schedule.reps).structural_error(topology)
     if problem:
         return problem

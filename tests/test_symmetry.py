@@ -206,8 +206,9 @@ def test_pieced_ring_representatives_under_runtime_costs(kind: CollectiveKind) -
         np.testing.assert_array_equal(np.repeat(short, m), full_times)
     assert posted.post_us > 0  # posted (as a synthesized ring would be): the same times too
     with_posts = SimOptions(costs=posted)
-    _same(simulate(topo, full, 2.0**26, with_posts), simulate_symmetric(topo, sym, 2.0**26, with_posts),
-          same_order=False)
+    reference_posted = simulate(topo, full, 2.0**26, with_posts)
+    assert reference_posted.time_us is not None and reference_posted.time_us > reference.time_us
+    _same(reference_posted, simulate_symmetric(topo, sym, 2.0**26, with_posts), same_order=False)
 
 
 def _predicted_both_ways(monkeypatch: pytest.MonkeyPatch, topo: Topology, kind: CollectiveKind, algorithm: str,
@@ -264,6 +265,32 @@ def test_direct_representatives_under_proxy_posts(kind: CollectiveKind) -> None:
         assert reference.time_us is not None and unposted is not None and reference.time_us > unposted
         _same(reference, simulate_symmetric(topo, sym, size, options), same_order=False)
     assert symmetric_direct(topo, CollectiveKind.BROADCAST) is None  # a root: no rank translation keeps it
+
+
+@pytest.mark.parametrize("kind", [CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL])
+def test_direct_with_relays_has_no_representatives(kind: CollectiveKind) -> None:
+    """On a ring of 7 GPUs most pairs relay through the GPUs between them: moving every GPU by 1 keeps the ring,
+    but the expansion would not keep the order of the relays' legs, so the direct baseline is simulated whole."""
+    from taccl_py.baselines.direct import missing_direct_route, symmetric_direct
+
+    topo = ring(7)
+    assert translation_automorphism(topo, 1) is not None and missing_direct_route(topo, [(0, 3)]) == (0, 3)
+    assert symmetric_direct(topo, kind) is None
+
+
+def test_link_orbits_that_do_not_divide_the_orbit_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link map with an orbit of 3 links under a shift whose orbits have 2 members: no weight m / k would be
+    whole, so the check refuses it (translation_automorphism gives none such today: a guard on its contract)."""
+    import taccl_py.symmetry as symmetry
+
+    star = switch_star(4)
+    sym = SymmetricSchedule(Collective(CollectiveKind.ALLGATHER, 4, 1), 2, (Transfer(0, 1, (0,), (0, 3)),))
+    assert symmetry_error(sym, star) is None
+    n = len(star.links)
+    cycled = [1, 2, 0, *range(3, n)]  # links 0 -> 1 -> 2 -> 0, the others kept
+    monkeypatch.setattr(symmetry, "translation_automorphism", lambda topology, shift: cycled)
+    fresh = SymmetricSchedule(sym.collective, 2, sym.reps)
+    assert "does not divide" in (symmetry_error(fresh, star) or "")
 
 
 def test_direct_prediction_from_representatives(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ direct routes (a relayed partial sum would overwrite the relay's own data).
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from taccl_py.baselines.common import Leg, NotApplicable, legs_between
@@ -107,21 +108,29 @@ def direct_schedule(topology: Topology, kind: CollectiveKind, *, channels: int =
                     notes={"algorithm": "direct", "channels": channels, "pieces": pieces})
 
 
+@lru_cache(maxsize=16)
 def symmetric_direct(topology: Topology, kind: CollectiveKind, *, channels: int = 1) -> SymmetricSchedule | None:
     """The direct ``kind`` as representatives of its orbits under the smallest rank shift that keeps the topology
     and the routes (the senders below the shift), when their orbits are the direct schedule's transfers exactly;
-    else None (no such shift, a rooted collective, routes that do not move with the ranks).
+    else None (no such shift, a rooted collective, a pair that needs a relay, routes that do not move with the
+    ranks). Kept per (topology, kind, channels): a sweep asks for it at every size.
 
-    Every rank's sends and receives keep their order (peer ``r + 1``, ``r + 2``, ...), so the proxies post them as
-    they post the direct schedule's (:func:`taccl_py.runtime.proxy_posts`) and the representatives time it exactly
-    (:func:`taccl_py.symmetry.simulate_symmetric`; per-transfer times in the representatives' order)."""
+    Without relays each transfer is one pair's, and the representatives' order (the direct schedule's, senders
+    below the shift) expands to an order in which every rank's sends, every rank's receives, every (rank, chunk)'s
+    writers and every connection's transfers come as in the direct schedule (peer ``r + 1``, ``r + 2``, ...;
+    Reduce before copies): the start and commit rules and the proxies' posts (:func:`taccl_py.runtime.proxy_posts`)
+    then see the same program, and the representatives time it exactly
+    (:func:`taccl_py.symmetry.simulate_symmetric`; per-transfer times in the representatives' order). A pair that
+    needs a relay is refused: its legs leave from the relay GPUs, in an order the expansion does not keep."""
     from taccl_py.symmetry import SymmetricSchedule, expand, symmetry_error, translation_automorphism
 
     if kind not in (CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
                     CollectiveKind.ALLREDUCE):
         return None
-    full = direct_schedule(topology, kind, channels=channels)
     n = topology.num_gpus
+    if missing_direct_route(topology, _pairs(n)) is not None:
+        return None
+    full = direct_schedule(topology, kind, channels=channels)
     for shift in range(1, n // 2 + 1):
         if n % shift or translation_automorphism(topology, shift) is None:
             continue
