@@ -47,7 +47,7 @@ _WRAPPER = (
 )
 
 STAGES = ("simulate ring (NCCL channels)", "simulate ring (NCCL channels, rail)", "simulate ring (1 channel)",
-          "simulate tree AR", "simulate direct AG", "simulate direct A2A", "simulate direct A2A (rail)",
+          "simulate tree AR", "simulate direct AG", "simulate direct A2A", "simulate direct A2A (one switch)",
           "synthesize AG", "synthesize AR", "verify AG XML",
           "write ring AG XML", "write ring AG XML (1 channel)", "verify ring AG XML (1 channel)",
           "simulate ring AG XML (1 channel)")
@@ -80,7 +80,7 @@ def _measure(command: list[str], timeout_s: float) -> dict[str, Any]:
 
 
 def _topology(gpus: int, workdir: Path, kind: str) -> Path:
-    """``kind``: ring, leaf-spine (DGX A100 machines, the default fabric) or rail."""
+    """``kind``: ring, leaf-spine (DGX A100 machines, the default fabric), rail or single (one InfiniBand switch)."""
     path = workdir / f"{kind}{gpus}.json"
     if not path.exists():
         spec = (["ring", "-n", str(gpus)] if kind == "ring" else ["dgx-a100"] if gpus == 8
@@ -89,7 +89,7 @@ def _topology(gpus: int, workdir: Path, kind: str) -> Path:
     return path
 
 
-def _command(stage: str, topo: Path, rail: Path, ring: Path, xml: Path) -> list[str]:
+def _command(stage: str, topo: Path, rail: Path, ring: Path, xml: Path, single: Path) -> list[str]:
     sim = [_TAccl, "simulate", "-s", "1GB", "--json"]
     ring1 = xml.with_name("ring1.xml")
     write = [_TAccl, "baseline", "-t", str(topo), "-c", "allgather", "-s", "1GB", "-a", "ring", "--json"]
@@ -101,7 +101,7 @@ def _command(stage: str, topo: Path, rail: Path, ring: Path, xml: Path) -> list[
         "simulate tree AR": [*sim, "-t", str(topo), "-c", "allreduce", "--algorithm", "tree"],
         "simulate direct AG": [*sim, "-t", str(topo), "-c", "allgather", "--algorithm", "direct"],
         "simulate direct A2A": [*sim, "-t", str(topo), "-c", "alltoall", "--algorithm", "direct"],
-        "simulate direct A2A (rail)": [*sim, "-t", str(rail), "-c", "alltoall", "--algorithm", "direct"],
+        "simulate direct A2A (one switch)": [*sim, "-t", str(single), "-c", "alltoall", "--algorithm", "direct"],
         "synthesize AG": [_TAccl, "synthesize", "-t", str(topo), "-c", "allgather", "-s", "1GB", "-o", str(xml)],
         "synthesize AR": [_TAccl, "synthesize", "-t", str(topo), "-c", "allreduce", "-s", "1GB", "-o",
                           str(xml.with_name("ar.xml"))],
@@ -121,6 +121,7 @@ def measure(sizes: list[int], stages: tuple[str, ...], timeout_s: float) -> list
         stopped: dict[str, str] = {}
         for gpus in sizes:
             topo, rail = _topology(gpus, workdir, "leaf-spine"), _topology(gpus, workdir, "rail")
+            single = _topology(gpus, workdir, "single")
             ring = _topology(gpus, workdir, "ring")
             xml = workdir / f"ag{gpus}.xml"
             for old in workdir.glob("ring*.xml"):  # each GPU count's XML stages read the file written at it
@@ -136,7 +137,8 @@ def measure(sizes: list[int], stages: tuple[str, ...], timeout_s: float) -> list
                 if needs and wanted is not None and not wanted.exists():
                     rows.append({"stage": stage, "gpus": gpus, "exit": "not run", "why": f"no XML from {needs[1]}"})
                     continue
-                row = {"stage": stage, "gpus": gpus, **_measure(_command(stage, topo, rail, ring, xml), timeout_s)}
+                command = _command(stage, topo, rail, ring, xml, single)
+                row = {"stage": stage, "gpus": gpus, **_measure(command, timeout_s)}
                 rows.append(row)
                 if row["exit"] != 0:
                     stopped[stage] = f"{row['exit']} at {gpus} GPUs"
@@ -208,7 +210,7 @@ def run_tiny() -> dict[str, Any]:
 def render(data: dict[str, Any], figures: Path) -> str:
     lines = [f"Budget {data['timeout_s']:.0f} s per stage; DGX A100 machines on the default leaf-spine fabric "
              "(`taccl topo generate dgx-a100 -k N/8`; one machine at 8), the rail row on rail switches "
-             "(`--fabric rail`), 1 GB buffers; the one-channel ring rows run on `taccl topo generate ring -n N`. "
+             "(`--fabric rail`), the one-switch row on one InfiniBand switch (`--fabric single`), 1 GB buffers; the one-channel ring rows run on `taccl topo generate ring -n N`. "
              "Wall s / peak RSS MiB per stage, the whole command in a fresh process; `-` not run. Growth: time ~ n^k "
              "fitted over the four largest GPU counts that completed. The simulate rows on DGX A100 machines run under "
              "their calibrated runtime model (`dgx-a100`, the default of `taccl simulate`: each protocol NCCL may "
@@ -217,8 +219,9 @@ def render(data: dict[str, Any], figures: Path) -> str:
              "load floor) is above the best time found; "
              "NCCL's ring in its chunk loops); the one-channel ring rows (no runtime model in the file) on the "
              "raw-link model. Rail and one-channel ring rows from 256 GPUs on use the representative simulation "
-             "(the rail rows under the runtime model; the direct Alltoall on rail switches too, NCCL's, whose "
-             "transfers wait for the proxies' posts, from the re-measure of 2026-11-28 on); every other simulate row "
+             "(the rail rows under the runtime model; from the re-measure of 2026-11-28 12:50 on, NCCL's Alltoall "
+             "on one InfiniBand switch (`--fabric single`) too, whose transfers wait for the proxies' posts: "
+             "docs/runtime.md, \"The proxy's posts across machines\"); every other simulate row "
              "runs every transfer, in the compiled simulator from 100,000 transfers (from 1,000 where transfers wait "
              "for proxy posts: the direct Allgather and Alltoall), and a ring that cannot fit in the memory available is refused before it is built "
              "(docs/simulator.md); the protocols the compiled simulator runs go side by side on the 2 CPUs "
@@ -248,7 +251,8 @@ def render(data: dict[str, Any], figures: Path) -> str:
     for u in data.get("updates", []):
         lines += ["", f"Re-measured {u['when']} (budget {u['timeout_s']:.0f} s, load average "
                       f"{u['load_average']:.2f} when it ended): {', '.join(u['stages'])} at "
-                      f"{', '.join(str(n) for n in u['gpus'])} GPUs, with `TACCL_SCALING_STAGES=\"{';'.join(u['stages'])}\" "
+                      f"{', '.join(str(n) for n in u['gpus'])} GPUs, with `TACCL_SCALING_TIMEOUT={u['timeout_s']:g} "
+                      f"TACCL_SCALING_STAGES=\"{';'.join(u['stages'])}\" "
                       f"TACCL_SCALING_GPUS={','.join(str(n) for n in u['gpus'])} .venv/bin/python benchmarks/run.py "
                       f"--full --only scaling`; the other cells are from the full run of {data.get('full_run', 'before')}."]
     stopped = sorted({f"{r['stage']}: {r['why']}" for r in data["rows"] if r["exit"] == "not run"})

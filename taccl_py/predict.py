@@ -93,8 +93,8 @@ PRUNE_MIN_TRANSFERS = 100_000
 PRUNE_MIN_GPUS = 64
 """From this many GPUs protocols are pruned so whatever the transfer count: across machines a schedule's transfers
 over the network wait for the proxies' posts, and at 128 GPUs each protocol's run of NCCL's Alltoall (16,256
-transfers) took 10-11 s in the compiled kernel while posts were made one transfer at a time (about 1 s since they
-are made per instant: :func:`taccl_py.runtime.proxy_posts`)."""
+transfers) took 10-11 s in the compiled kernel while posts were made one transfer at a time (the whole `taccl
+simulate` at 1 GB takes 2.0 s since they are made per instant: :func:`taccl_py.runtime.proxy_posts`)."""
 
 
 def protocol_floor_us(costs: TransferCosts, bandwidth_bound_us: float) -> float:
