@@ -111,9 +111,10 @@ def direct_schedule(topology: Topology, kind: CollectiveKind, *, channels: int =
 @lru_cache(maxsize=16)
 def symmetric_direct(topology: Topology, kind: CollectiveKind, *, channels: int = 1) -> SymmetricSchedule | None:
     """The direct ``kind`` as representatives of its orbits under the smallest rank shift that keeps the topology
-    and the routes (the senders below the shift), when their orbits are the direct schedule's transfers exactly;
-    else None (no such shift, a rooted collective, a pair that needs a relay, routes that do not move with the
-    ranks). Kept per (topology, kind, channels): a sweep asks for it at every size.
+    (the senders below the shift), when their orbits are the direct schedule's transfers exactly; else None (no
+    such shift, a rooted collective, a pair that needs a relay, routes that do not move with the ranks under that
+    shift: larger shifts are not tried, each check costs the whole schedule). Kept per (topology, kind, channels):
+    a sweep asks for it at every size.
 
     Without relays each transfer is one pair's, and the representatives' order (the direct schedule's, senders
     below the shift) expands to an order in which every rank's sends, every rank's receives, every (rank, chunk)'s
