@@ -39,7 +39,7 @@ per-step latency of a ring across machines (``getNetOverhead``: 1 us, 2 us on AM
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -55,7 +55,7 @@ __all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHAN
            "NVLS_ONE_PHASE_KINDS", "PRESETS", "Protocol", "RuntimeModel",
            "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_occupancy",
            "nccl_nvls_pieces", "nccl_ring_pieces",
-           "payload_fraction", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "takes_copy_share", "widest_gpu_link",
+           "payload_fraction", "post_instant", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "takes_copy_share", "widest_gpu_link",
            "wire_bytes", "with_figures", "with_launch_offset"]
 
 
@@ -237,6 +237,16 @@ def proxy_posts(posted: list[float], pairs: Sequence[tuple[int, int]], now: floa
         starts.append(max(posted[rank], receive))
     return starts
 
+
+
+def post_instant(pending: list[int], pair_of: Callable[[int], tuple[int, int]], posted: list[float], now: float,
+                 post_us: float) -> list[tuple[int, float]]:
+    """The transfers ``pending`` (emptied) that became ready at ``now`` and wait for the proxies' posts, in program
+    order (by index), each with the time it starts (:func:`proxy_posts` of their (rank, peer), ``pair_of``): what
+    every simulator does at the end of an instant."""
+    order = sorted(pending)
+    pending.clear()
+    return list(zip(order, proxy_posts(posted, [pair_of(i) for i in order], now, post_us), strict=True))
 
 NCCL_NVLS_CHANNELS = 16
 """Channels NCCL's NVLS algorithm runs on (``NCCL_NVLS_NCHANNELS``, 16 on H100: enough for its peak)."""

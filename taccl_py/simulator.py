@@ -27,7 +27,7 @@ from taccl_py.endpoint import EndpointMode, endpoint_flows, endpoint_layout, end
 from taccl_py.errors import InputError
 from taccl_py.event_kernel import EventKernel, Fault
 from taccl_py.gc_pause import paused_gc
-from taccl_py.runtime import TransferCosts, proxy_posts
+from taccl_py.runtime import TransferCosts, post_instant
 from taccl_py.schedule import Op, Schedule, Transfer, network_groups, read_tag
 from taccl_py.store_forward import LegPlan
 from taccl_py.topology import Topology
@@ -515,14 +515,11 @@ class _Run(EventKernel):
 
     def end_batch(self, now: float) -> None:
         """The proxies post what became ready in this instant, in program order (taccl_py.runtime.proxy_posts)."""
-        if not self.to_post:
-            return
-        ready = sorted(self.to_post)
-        self.to_post.clear()
-        transfers = self.transfers
-        starts = proxy_posts(self.posted, [(transfers[i].src, transfers[i].dst) for i in ready], now, self.post_us)
-        for i, start in zip(ready, starts, strict=True):
-            self.send_at(i, start)
+        if self.to_post:
+            transfers = self.transfers
+            for i, start in post_instant(self.to_post, lambda i: (transfers[i].src, transfers[i].dst), self.posted,
+                                         now, self.post_us):
+                self.send_at(i, start)
 
     def wake(self, item: int, time: float) -> None:
         """Transfer ``item``'s ``not_before_us`` has come (every other start condition held already).

@@ -55,7 +55,7 @@ from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.errors import ScheduleError
 from taccl_py.event_kernel import EventKernel, Fault
 from taccl_py.gc_pause import paused_gc
-from taccl_py.runtime import proxy_posts
+from taccl_py.runtime import post_instant
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.topology import Topology, Vertex
@@ -378,7 +378,7 @@ class _QuotientRun(EventKernel):
                 self.start_pending[i] += 1
             last_on[conn] = i
         self.post_us = 0.0 if costs is None else costs.post_us
-        self.posting = [self.post_us > 0 and costs is not None and costs.posts(topology, t.route) for t in reps]
+        self.posting = [costs is not None and costs.posts(topology, t.route) for t in reps]
         """Per representative: its orbit waits for the proxies' posts (it crosses the network)."""
         self.posted = [0.0] * d
         """Per rank orbit (rank mod d): when each of its ranks' proxies has posted all it was asked (the same for
@@ -420,14 +420,11 @@ class _QuotientRun(EventKernel):
         """The proxies post what became ready in this instant (:func:`taccl_py.runtime.proxy_posts`), per rank
         orbit; in representative order, which is the full schedule's program order (:func:`expand`) as far as
         any one rank sees it."""
-        if not self.to_post:
-            return
-        ready = sorted(self.to_post)
-        self.to_post.clear()
-        d, reps = self.d, self.reps
-        starts = proxy_posts(self.posted, [(reps[i].src % d, reps[i].dst % d) for i in ready], now, self.post_us)
-        for i, start in zip(ready, starts, strict=True):
-            self.send_at(i, start)
+        if self.to_post:
+            d, reps = self.d, self.reps
+            for i, start in post_instant(self.to_post, lambda i: (reps[i].src % d, reps[i].dst % d), self.posted,
+                                         now, self.post_us):
+                self.send_at(i, start)
 
     def wake(self, item: int, time: float) -> None:
         raise AssertionError("no timers in a representative simulation")

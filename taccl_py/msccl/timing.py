@@ -38,7 +38,7 @@ from taccl_py.msccl.ir import Program
 from taccl_py.msccl.machine import Machine, build_machine
 from taccl_py.msccl.report import VerifyReport
 from taccl_py.msccl.verify import verify_program
-from taccl_py.runtime import proxy_posts
+from taccl_py.runtime import post_instant
 from taccl_py.simulator import SimOptions, SimResult
 from taccl_py.store_forward import LegPlan
 from taccl_py.topology import Route, Topology
@@ -276,13 +276,15 @@ class _Timing(EventKernel):
 
     def end_batch(self, now: float) -> None:
         """The proxies post the sends that became ready in this instant, in node order."""
-        if not self.to_post:
-            return
-        ready = sorted(self.to_post)
-        self.to_post.clear()
-        pairs = [pair for node in ready if (pair := self.posting[node]) is not None]
-        for node, start in zip(ready, proxy_posts(self.posted, pairs, now, self.post_us), strict=True):
-            self.send_at(node, start)
+        if self.to_post:
+            for node, start in post_instant(self.to_post, self._posted_pair, self.posted, now, self.post_us):
+                self.send_at(node, start)
+
+    def _posted_pair(self, node: int) -> tuple[int, int]:
+        """(rank, peer) of a send the proxies post."""
+        pair = self.posting[node]
+        assert pair is not None
+        return pair
 
     def arrive(self, transfer: int, now: float) -> None:
         """A send's data is at the receiver: the send is done."""
