@@ -15,7 +15,8 @@ compare them to the Python simulator's, exactly). What each piece mirrors:
   re-solve with frozen groups (``FluidNetwork._solve``) and the lone-group shortcut;
 * start, arrival and commit rules with the dependency lists of
   :func:`taccl_py.simulator._dependencies` (built here too, in the same order);
-* the data: every (rank, chunk) holds the id of a contribution mask; masks are rows of
+* the data: every (rank, chunk) pair a run can touch (numbered by :mod:`taccl_py.fast_sim`) holds the id of a
+  contribution mask; masks are rows of
   64-bit words in a pool, ids 1..N are the single ranks' masks, others are reference
   counted and reused when dropped. A copy moves an id, a reduction checks the overlap
   and writes the union into a new row.
@@ -37,7 +38,7 @@ from numba.typed import List
 from taccl_py.tolerances import SAME_INSTANT_REL
 
 __all__ = ["COMMITTED", "EVENTS", "FAULT_CHUNK", "FAULT_DOUBLE", "FAULT_HELD", "FAULT_KIND", "FAULT_MASK", "FAULT_MISSING",
-           "FAULT_TRANSFER", "SOLVES", "VISITED_GROUPS", "VISITED_RESOURCES", "build_dependencies", "close_busy",
+           "FAULT_TRANSFER", "PRUNED", "QUEUE_PEAK", "QUEUE_PRUNE_FROM", "SOLVES", "VISITED_GROUPS", "VISITED_RESOURCES", "build_dependencies", "close_busy",
            "event_pop", "event_push", "flow_leaves", "net_add", "new_network", "proxy_posts", "run", "settle"]
 
 _SAME_RATE = 1e-12
@@ -55,23 +56,30 @@ FAULT_DOUBLE = 2
 
 # The counters (one int64 array that run returns): next event seq, next join seq, re-solves, transfers committed,
 # the fault (kind, transfer, chunk, held mask id, incoming mask id), pool rows used, free rows, the lengths of the
-# event queue, the touched and moved groups and the commit stack, and the work the re-solves did (resources and
-# groups visited).
+# event queue, the touched and moved groups and the commit stack, the work the re-solves did (resources and
+# groups visited), the event queue's longest length, the length from which settle drops its void events, the
+# least that length may be, and how many void events it dropped.
 (EVENTS, _JOIN, SOLVES, COMMITTED, FAULT_KIND, FAULT_TRANSFER, FAULT_CHUNK, FAULT_HELD, FAULT_MASK, _USED, _NFREE, _QN,
- _TN, _MN, _CN, VISITED_RESOURCES, VISITED_GROUPS) = range(17)
+ _TN, _MN, _CN, VISITED_RESOURCES, VISITED_GROUPS, QUEUE_PEAK, _QLIMIT, _QFLOOR, PRUNED) = range(21)
+QUEUE_PRUNE_FROM = 1 << 20
+"""From this many queued events :func:`settle` drops the void finish events (a re-solve that moves a group's first
+finish earlier leaves its old event in the heap), and again once the queue is twice what it kept (the callers pass
+it to :func:`new_network`): a posted Alltoall on 512 GPUs queued 4.8 million events for 262,000 transfers, most of
+them void (1.1 million kept)."""
 
 
 # ---------------------------------------------------------------------------------------------- dependencies
 @njit(cache=True, nogil=True)
-def build_dependencies(src: Any, dst: Any, chunk_ptr: Any, chunks: Any, after_ptr: Any, after: Any,
-                       num_chunks: int, num_keys: int) -> Any:
-    """Start and commit dependencies, as ``simulator._dependencies`` derives them (no exchanges or groups).
+def build_dependencies(cs: Any, chunk_ptr: Any, after_ptr: Any, after: Any, num_keys: int) -> Any:
+    """Start and commit dependencies, as ``simulator._dependencies`` derives them (no exchanges or groups), from the
+    (rank, chunk) pair each chunk slot reads and writes (``cs[CS_READ]``, ``cs[CS_WRITE]``, numbered below
+    ``num_keys``).
 
     Returns start_pending, commit_pending and three CSR lists (pointer, waiters):
     start_on_commit, commit_on_commit, commit_on_arrive; each waiter list in increasing order.
     """
-    n = len(src)
-    total = len(chunks)
+    n = len(chunk_ptr) - 1
+    total = cs.shape[1]
     last_writer = np.full(num_keys, -1, np.int32)
     rd_head = np.full(num_keys, -1, np.int32)
     rd_tail = np.full(num_keys, -1, np.int32)
@@ -90,8 +98,6 @@ def build_dependencies(src: Any, dst: Any, chunk_ptr: Any, chunks: Any, after_pt
     scratch = np.empty(64, np.int64)
     for i in range(n):
         p0, p1 = chunk_ptr[i], chunk_ptr[i + 1]
-        sb = src[i] * num_chunks
-        db = dst[i] * num_chunks
         # start: the writers of what it reads, and 'after'
         k = 0
         need = (p1 - p0) * 2 + (after_ptr[i + 1] - after_ptr[i])
@@ -101,7 +107,7 @@ def build_dependencies(src: Any, dst: Any, chunk_ptr: Any, chunks: Any, after_pt
             scratch[k] = after[q]
             k += 1
         for p in range(p0, p1):
-            key = sb + chunks[p]
+            key = cs[CS_READ, p]
             w = last_writer[key]
             if w >= 0:
                 scratch[k] = w
@@ -124,7 +130,7 @@ def build_dependencies(src: Any, dst: Any, chunk_ptr: Any, chunks: Any, after_pt
         # commit: earlier writers there, earlier readers of it there
         k = 0
         for p in range(p0, p1):
-            key = db + chunks[p]
+            key = cs[CS_WRITE, p]
             w = last_writer[key]
             if w >= 0:
                 scratch[k] = w
@@ -140,7 +146,7 @@ def build_dependencies(src: Any, dst: Any, chunk_ptr: Any, chunks: Any, after_pt
             extra += len(deps)
         k = 0
         for p in range(p0, p1):
-            key = db + chunks[p]
+            key = cs[CS_WRITE, p]
             node = rd_head[key]
             while node >= 0:
                 if k >= len(scratch):
@@ -188,8 +194,9 @@ def _csr(on: Any, by: Any, n: int) -> Any:
 T_SRC, T_DST, T_ROUTE, T_SP, T_CP, T_NEXT, T_SC, T_CC, T_RED, T_ACT = range(10)
 # per transfer, float (F): start, arrival, commit times (NaN: never)
 F_START, F_ARRIVE, F_COMMIT = range(3)
-# per chunk slot of a transfer, int32 (CS): the chunk, the mask id read at the start
-CS_CHUNK, CS_SNAP = range(2)
+# per chunk slot of a transfer, int32 (CS): the chunk, the mask id read at the start, the numbers of the (rank, chunk)
+# pairs it reads at its sender and writes at its receiver
+CS_CHUNK, CS_SNAP, CS_READ, CS_WRITE = range(4)
 # dependency lists (EP pointers into ED): start on commit, commit on commit, commit on arrival
 EP_SOC, EP_COC, EP_COA = range(3)
 # per resource, float (RF) and int64 (RI)
@@ -415,9 +422,10 @@ def _less(ka: float, sa: int, kb: float, sb: int) -> bool:
 # ``new_network`` returns; ``active`` is the per-flow "in the network" flag (an integer or boolean array).
 @njit(cache=True)
 def new_network(capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, members: int,
-                binding: Any) -> Any:
+                binding: Any, prune_from: int) -> Any:
     """The fluid network of ``capacity`` per resource and routes ``res[res_ptr[g]:res_ptr[g + 1]]`` (with their
-    ``latency`` and ``route_count`` flows each), room for ``members`` flows; an empty event heap.
+    ``latency`` and ``route_count`` flows each), room for ``members`` flows; an empty event heap, whose void
+    events are dropped from ``prune_from`` queued events (:data:`QUEUE_PRUNE_FROM`).
 
     ``binding`` per resource (:func:`taccl_py.fluid.binding_resources`): each group's slots list its binding
     resources first, in route order, up to ``GI_BOUND``; the re-solves see only those (``FlowGroup.bound``), the
@@ -460,8 +468,9 @@ def new_network(capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count
     stack = np.empty(num_res, np.int64)
     hshare = np.empty(num_res)
     hres = np.empty(num_res, np.int64)
-    cnt = np.zeros(20, np.int64)
+    cnt = np.zeros(24, np.int64)
     cnt[EVENTS] = 1
+    cnt[_QLIMIT] = cnt[_QFLOOR] = prune_from
     queue = List([np.empty((1024, 5))])
     return rf, ri, ni, gf, gi, hk, hi, wg, seeds, stack, hshare, hres, cnt, queue
 
@@ -512,6 +521,8 @@ def event_push(queue: Any, cnt: Any, time: float, kind: int, item: int, group: i
     q[j, 3] = item
     q[j, 4] = group
     cnt[_QN] = size + 1
+    if size >= cnt[QUEUE_PEAK]:
+        cnt[QUEUE_PEAK] = size + 1
     return seq
 
 
@@ -646,6 +657,42 @@ def net_add(net: Any, active: Any, res_ptr: Any, i: int, g: int, nbytes: float, 
         rf[RF_CARRIED, r] += nbytes
 
 
+@njit(cache=True)
+def _prune_queue(queue: Any, cnt: Any, gi: Any) -> None:
+    """Drop the void finish events (not their group's current one) and heap the rest again: the order in which
+    they come off, by (time, seq), is the same."""
+    q = queue[0]
+    m = 0
+    for j in range(cnt[_QN]):
+        if int(q[j, 2]) != _FINISH or gi[GI_EVENT, int(q[j, 4])] == int(q[j, 1]):
+            for c in range(5):
+                q[m, c] = q[j, c]
+            m += 1
+    for top in range(m // 2 - 1, -1, -1):  # sift every parent down, last first
+        time, fseq, kind, item, group = q[top, 0], q[top, 1], q[top, 2], q[top, 3], q[top, 4]
+        j = top
+        while True:
+            c = 2 * j + 1
+            if c >= m:
+                break
+            if c + 1 < m and (q[c + 1, 0] < q[c, 0] or (q[c + 1, 0] == q[c, 0] and q[c + 1, 1] < q[c, 1])):
+                c += 1
+            if q[c, 0] < time or (q[c, 0] == time and q[c, 1] < fseq):
+                for k in range(5):
+                    q[j, k] = q[c, k]
+                j = c
+            else:
+                break
+        q[j, 0] = time
+        q[j, 1] = fseq
+        q[j, 2] = kind
+        q[j, 3] = item
+        q[j, 4] = group
+    cnt[PRUNED] += cnt[_QN] - m
+    cnt[_QN] = m
+    cnt[_QLIMIT] = max(cnt[_QFLOOR], 2 * m)
+
+
 @njit(cache=True, inline="always")
 def settle(net: Any, active: Any, res_ptr: Any, now: float) -> None:
     """Before a batch: re-solve where sizes changed, re-time the groups whose first finish may have moved, and
@@ -663,6 +710,8 @@ def settle(net: Any, active: Any, res_ptr: Any, now: float) -> None:
             elif gi[GI_FINISH, g] == _QUEUED:
                 gi[GI_FINISH, g] = _LATE
         cnt[_MN] = 0
+    if cnt[_QN] >= cnt[_QLIMIT]:
+        _prune_queue(queue, cnt, gi)
     while cnt[_QN] and int(queue[0][0, 2]) == _FINISH:  # void and late finish events must not open a batch
         seq, g = int(queue[0][0, 1]), int(queue[0][0, 4])
         if gi[GI_EVENT, g] == seq and gi[GI_FINISH, g] == _QUEUED:
@@ -717,21 +766,22 @@ def close_busy(net: Any, now: float) -> None:
 @njit(cache=True, nogil=True)
 def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: Any, bytes_by_count: Any,
         capacity: Any, latency: Any, res_ptr: Any, res: Any, route_count: Any, state: Any, words: Any,
-        num_chunks: int, n_ranks: int, route_posts: Any, post_us: float, posted: Any, binding: Any) -> Any:
+        n_ranks: int, route_posts: Any, post_us: float, posted: Any, binding: Any, prune_from: int) -> Any:
     """Run every transfer of the tables (see the layout above; ``t`` and ``f`` are updated in place).
 
     ``capacity`` per resource, ``latency`` per route (with the step overhead), ``res_ptr``/``res`` the
     resources of each route, ``route_count`` the transfers on each route, ``state`` the mask id of every
-    (rank, chunk) key (updated in place), ``words`` the mask pool; ``route_posts`` per route whether its
+    numbered (rank, chunk) pair (updated in place; ``cs[CS_READ]`` and ``cs[CS_WRITE]`` number each slot's), ``words`` the mask pool; ``route_posts`` per route whether its
     transfers wait for the proxies to post them (``post_us`` each; ``posted`` per rank, updated: as
-    :func:`taccl_py.runtime.proxy_posts`), ``binding`` per resource whether it may limit a rate (:func:`new_network`). Returns (busy_us, bytes carried, counters, pool words, fault time);
+    :func:`taccl_py.runtime.proxy_posts`), ``binding`` per resource whether it may limit a rate and ``prune_from``
+    when to drop void events (:func:`new_network`). Returns (busy_us, bytes carried, counters, pool words, fault time);
     ``counters[FAULT_KIND]`` is a fault code (0: none).
 
     The rules are closures over the tables and the fluid network's steps are inline functions (numba inlines
     both), so the hot path passes no arrays.
     """
     n = t.shape[1]
-    net = new_network(capacity, latency, res_ptr, res, route_count, n, binding)
+    net = new_network(capacity, latency, res_ptr, res, route_count, n, binding, prune_from)
     rf, gf, cnt, queue = net[0], net[3], net[12], net[13]
     active = t[T_ACT]
     cm = np.empty((2, max(n, 1)), np.int32)
@@ -746,17 +796,16 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
     # ------------------------------------------------------------------ the rules
     def begin(i: int, now: float) -> bool:
         """``_Run.begin``: read the sender's masks (a missing chunk is a fault: False) and send."""
-        at = t[T_SRC, i] * num_chunks
         p0, p1 = chunk_ptr[i], chunk_ptr[i + 1]
         for p in range(p0, p1):
-            if state[at + cs[CS_CHUNK, p]] == 0:
+            if state[cs[CS_READ, p]] == 0:
                 cnt[FAULT_KIND] = FAULT_MISSING
                 cnt[FAULT_TRANSFER] = i
                 cnt[FAULT_CHUNK] = cs[CS_CHUNK, p]
                 fl[0] = now
                 return False
         for p in range(p0, p1):
-            mid = state[at + cs[CS_CHUNK, p]]
+            mid = state[cs[CS_READ, p]]
             cs[CS_SNAP, p] = mid
             if mid > n_ranks:
                 pi[1][mid] += 1
@@ -827,16 +876,15 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
             cnt[_CN] -= 1
             k, cause = cm[0, cnt[_CN]], cm[1, cnt[_CN]]
             t[T_CC, k] = cause
-            at = t[T_DST, k] * num_chunks
             if not t[T_RED, k]:
                 for p in range(chunk_ptr[k], chunk_ptr[k + 1]):
-                    key = at + cs[CS_CHUNK, p]
+                    key = cs[CS_WRITE, p]
                     old = state[key]
                     state[key] = cs[CS_SNAP, p]
                     drop(old)
             else:
                 for p in range(chunk_ptr[k], chunk_ptr[k + 1]):
-                    key = at + cs[CS_CHUNK, p]
+                    key = cs[CS_WRITE, p]
                     held = state[key]
                     mid = cs[CS_SNAP, p]
                     if held == 0:

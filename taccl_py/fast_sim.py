@@ -18,11 +18,11 @@ mask's row has every bit.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from taccl_py.collectives import CollectiveKind
+from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.compact import CompactSchedule, compact, compact_error
 from taccl_py.endpoint import EndpointMode
 from taccl_py.fluid import binding_resources
@@ -32,8 +32,9 @@ from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, gbps_to_bytes_per_us
 
-__all__ = ["FAST_MIN_TRANSFERS", "FULL_BYTES_PER_TRANSFER", "POSTED_MIN_TRANSFERS", "fast_error",
-           "full_simulation_error", "runs_compiled", "simulate_compact", "simulate_large"]
+__all__ = ["DENSE_KEYS_PER_SLOT", "FAST_MIN_TRANSFERS", "FULL_BYTES_PER_PAIR", "FULL_BYTES_PER_ROUTE",
+           "FULL_BYTES_PER_TRANSFER", "POSTED_MIN_TRANSFERS", "fast_error", "full_simulation_bytes",
+           "full_simulation_error", "numbered_pairs", "runs_compiled", "simulate_compact", "simulate_large"]
 
 FAST_MIN_TRANSFERS = 100_000
 """From this many transfers :func:`simulate_large` uses the compiled kernel (below it, Python is as quick as the
@@ -50,6 +51,15 @@ on the other CPU. While posts were made one transfer at a time, 0.30 / 0.03 s an
 FULL_BYTES_PER_TRANSFER = 160
 """At least this much memory per transfer of a full compiled simulation: the schedule's arrays, the kernel's
 dependency lists and state, and the result's per-transfer times (measured: about 185 bytes on a 1,024-GPU ring)."""
+
+FULL_BYTES_PER_ROUTE = 1_000
+"""And per distinct route, while the tables are built (each route's resources, latency and posts as Python lists,
+the binding rule's sets: :func:`taccl_py.fluid.binding_resources`); a ring has a few routes, a direct Alltoall one
+per pair of GPUs (measured: 1.4 KB per transfer, all told, on 512 GPUs, 2026-11-28)."""
+
+FULL_BYTES_PER_PAIR = 12
+"""And per (rank, chunk) pair the kernel numbers (:func:`numbered_pairs`): the dependency builder's last writer and
+readers' list ends, then the mask id, int32 each."""
 
 
 def _read_int(path: str, field_name: str | None = None) -> int | None:
@@ -77,9 +87,22 @@ def _available_memory_bytes() -> int | None:
     return free
 
 
-def full_simulation_error(transfers: int) -> str | None:
-    """Why simulating ``transfers`` transfers in full cannot fit in memory now (None: it can, or it is unknown)."""
-    need = transfers * FULL_BYTES_PER_TRANSFER
+def full_simulation_bytes(schedule: Schedule | CompactSchedule) -> int:
+    """The memory a full compiled simulation of ``schedule`` needs at least: per transfer, distinct route and
+    numbered pair (a transfer's chunks counted as one)."""
+    if isinstance(schedule, CompactSchedule):
+        transfers, routes = len(schedule), len(schedule.routes)
+    else:
+        transfers, routes = len(schedule.transfers), len({t.route for t in schedule.transfers})
+    pairs, _ = numbered_pairs(schedule.collective, transfers)
+    return transfers * FULL_BYTES_PER_TRANSFER + routes * FULL_BYTES_PER_ROUTE + pairs * FULL_BYTES_PER_PAIR
+
+
+def full_simulation_error(transfers: int, need_bytes: int | None = None) -> str | None:
+    """Why simulating ``transfers`` transfers in full cannot fit in memory now (None: it can, or it is unknown);
+    ``need_bytes`` what that takes (:func:`full_simulation_bytes`; default: :data:`FULL_BYTES_PER_TRANSFER` each,
+    as for a ring, whose routes and pairs are few)."""
+    need = transfers * FULL_BYTES_PER_TRANSFER if need_bytes is None else need_bytes
     available = _available_memory_bytes()
     if available is None or need <= available:
         return None
@@ -101,7 +124,7 @@ def fast_error(schedule: CompactSchedule, topology: Topology, options: SimOption
         return "GPU memory or channels are declared (endpoint resources are simulated in Python only)"
     if topology.store_and_forward:
         return "store-and-forward switches (transfers relayed hop by hop are simulated in Python only)"
-    if schedule.collective.num_ranks > 0 and schedule.collective.num_ranks * schedule.collective.num_chunks > 2**31:
+    if numbered_pairs(schedule.collective, len(schedule.chunks))[0] > 2**31:
         return "more (rank, chunk) pairs than the kernel indexes"
     return None
 
@@ -119,41 +142,109 @@ def _row_int(words: np.ndarray, row: int) -> int:
     return int.from_bytes(np.ascontiguousarray(words[row]).astype("<u8").tobytes(), "little")
 
 
-def _initial(schedule: CompactSchedule, num_keys: int) -> np.ndarray:
-    """Mask id per (rank, chunk) key at the start: ``Collective.initial`` as arrays."""
-    coll = schedule.collective
+DENSE_KEYS_PER_SLOT = 4
+"""The kernel numbers every (rank, chunk) pair (``rank * num_chunks + chunk``) unless that is more than this many per
+pair a run can touch (the chunk slots' reads and writes, the collective's start and its post-condition): an
+Alltoall's n^2 chunks on each of its n ranks are n^3 pairs, of which a direct Alltoall touches about 3 n^2 (on 1,024
+GPUs: 1.1 billion, 13 GB of the dependency builder's arrays, against 3 million). Then only the pairs it can touch
+are numbered (:class:`_Keys`)."""
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """The (rank, chunk) pairs the kernel keeps a mask id for, numbered 0..size-1: every pair, numbered by its
+    key ``rank * num_chunks + chunk`` (``live`` None), or the sorted keys ``live``, each numbered by its position."""
+
+    live: np.ndarray | None
+    size: int
+
+    def number(self, keys: np.ndarray) -> np.ndarray:
+        """The numbers of ``keys`` (int64; each one in the space)."""
+        return keys if self.live is None else np.searchsorted(self.live, keys)
+
+
+def _initial_keys(coll: Collective) -> tuple[np.ndarray | None, np.ndarray]:
+    """``Collective.initial`` as (keys, mask id of each); keys None: every pair, in key order."""
     n, c, nc = coll.num_ranks, coll.chunk_factor, coll.num_chunks
-    state = np.zeros(num_keys, np.int32)
     ranks = np.arange(n, dtype=np.int64)
     if coll.kind is CollectiveKind.ALLGATHER:
         keys = (ranks * nc + ranks * c)[:, None] + np.arange(c)
-        state[keys.ravel()] = np.repeat(ranks + 1, c)
-    elif coll.kind is CollectiveKind.ALLTOALL:
+        return keys.ravel(), np.repeat(ranks + 1, c)
+    if coll.kind is CollectiveKind.ALLTOALL:
         keys = (ranks * nc + ranks * n * c)[:, None] + np.arange(n * c)
-        state[keys.ravel()] = np.repeat(ranks + 1, n * c)
-    elif coll.kind is CollectiveKind.BROADCAST:
-        state[coll.root * nc + np.arange(c)] = coll.root + 1
+        return keys.ravel(), np.repeat(ranks + 1, n * c)
+    if coll.kind is CollectiveKind.BROADCAST:
+        return coll.root * nc + np.arange(c, dtype=np.int64), np.full(c, coll.root + 1, np.int64)
+    return None, np.repeat(ranks + 1, nc)
+
+
+def _required_ranks(coll: Collective) -> np.ndarray | None:
+    """The rank that must end with each chunk (None: every rank ends with every chunk)."""
+    n, c, nc = coll.num_ranks, coll.chunk_factor, coll.num_chunks
+    chunk = np.arange(nc, dtype=np.int64)
+    if coll.kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST):
+        return None
+    if coll.kind is CollectiveKind.ALLTOALL:
+        return (chunk // c) % n
+    if coll.kind is CollectiveKind.REDUCESCATTER:
+        return chunk // c
+    return np.full(nc, coll.root, np.int64)
+
+
+def _slot_keys(schedule: CompactSchedule) -> tuple[np.ndarray, np.ndarray]:
+    """The key each chunk slot reads (at its sender) and writes (at its receiver)."""
+    nc = schedule.collective.num_chunks
+    per = np.diff(schedule.chunk_ptr)
+    chunks = schedule.chunks.astype(np.int64)
+    return (np.repeat(schedule.src.astype(np.int64), per) * nc + chunks,
+            np.repeat(schedule.dst.astype(np.int64), per) * nc + chunks)
+
+
+def numbered_pairs(collective: Collective, slots: int) -> tuple[int, bool]:
+    """How many (rank, chunk) pairs the kernel numbers for ``slots`` chunk slots of ``collective`` (at most: the
+    pairs touched are counted with repeats), and whether it numbers only those (:data:`DENSE_KEYS_PER_SLOT`).
+
+    Only an Alltoall's pairs can be far more than it touches: every other collective starts or ends with (nearly)
+    every pair holding data."""
+    dense = collective.num_ranks * collective.num_chunks
+    if collective.kind is not CollectiveKind.ALLTOALL:
+        return dense, False
+    touched = 2 * slots + 2 * collective.num_chunks  # the slots' reads and writes, the start and the end
+    return (dense, False) if dense <= DENSE_KEYS_PER_SLOT * touched else (touched, True)
+
+
+def _key_space(schedule: CompactSchedule, read: np.ndarray, write: np.ndarray) -> _Keys:
+    """Every pair, or the pairs the run can touch where that is far fewer (:func:`numbered_pairs`)."""
+    coll = schedule.collective
+    count, sparse = numbered_pairs(coll, len(read))
+    initial, _ = _initial_keys(coll)
+    required = _required_ranks(coll)
+    if not sparse or initial is None or required is None:
+        return _Keys(None, count)
+    nc = coll.num_chunks
+    live = np.unique(np.concatenate([read, write, initial, required * nc + np.arange(nc, dtype=np.int64)]))
+    return _Keys(live, len(live))
+
+
+def _initial(schedule: CompactSchedule, keys: _Keys) -> np.ndarray:
+    """Mask id per numbered (rank, chunk) pair at the start: ``Collective.initial`` as arrays."""
+    state = np.zeros(keys.size, np.int32)
+    where, ids = _initial_keys(schedule.collective)
+    if where is None:  # every pair starts with a mask: every pair is numbered (_key_space)
+        state[:] = ids
     else:
-        state[:] = np.repeat(ranks + 1, nc)
+        state[keys.number(where)] = ids
     return state
 
 
-def _postcondition(schedule: CompactSchedule, state: np.ndarray, words: np.ndarray) -> str | None:
+def _postcondition(schedule: CompactSchedule, state: np.ndarray, words: np.ndarray, keys: _Keys) -> str | None:
     """The first (rank, chunk) of ``Collective.required`` without its complete contribution set (None: all do)."""
     coll = schedule.collective
     n, c, nc = coll.num_ranks, coll.chunk_factor, coll.num_chunks
     chunk = np.arange(nc, dtype=np.int64)
-    if coll.kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE, CollectiveKind.BROADCAST):
-        have = state.reshape(n, nc)  # every rank, every chunk, rank-major
-        rank_of = None
-    else:
-        if coll.kind is CollectiveKind.ALLTOALL:
-            rank_of = (chunk // c) % n
-        elif coll.kind is CollectiveKind.REDUCESCATTER:
-            rank_of = chunk // c
-        else:
-            rank_of = np.full(nc, coll.root, np.int64)
-        have = state[rank_of * nc + chunk][None, :]
+    rank_of = _required_ranks(coll)
+    # every rank, every chunk, rank-major (every pair is numbered), or the rank each chunk must end at
+    have = state.reshape(n, nc) if rank_of is None else state[keys.number(rank_of * nc + chunk)][None, :]
     if coll.is_reduction:
         full = np.zeros(words.shape[1], np.uint64)
         for r in range(n):
@@ -281,14 +372,20 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
         return SimResult(correct=False, error=problem, time_us=None, size_bytes=size_bytes, collective=coll,
                          start_us=nan, arrive_us=nan.copy(), commit_us=nan.copy(), link_busy_us=empty,
                          link_bytes=empty, critical_path=())
-    n, nc = coll.num_ranks, coll.num_chunks
-    num_keys = n * nc
+    n = coll.num_ranks
+    read, write = _slot_keys(schedule)
+    keys = _key_space(schedule, read, write)
     fk = fast_kernel
     no_after = np.zeros(count + 1, np.int64)
     after_ptr = schedule.after_ptr if schedule.after_ptr is not None else no_after
     after = schedule.after if schedule.after is not None else np.zeros(0, np.int32)
+    cs = np.zeros((4, len(schedule.chunks)), np.int32)
+    cs[fk.CS_CHUNK] = schedule.chunks
+    cs[fk.CS_READ] = keys.number(read)
+    cs[fk.CS_WRITE] = keys.number(write)
+    del read, write
     sp, cp, soc_ptr, soc, coc_ptr, coc, coa_ptr, coa = fk.build_dependencies(
-        schedule.src, schedule.dst, schedule.chunk_ptr, schedule.chunks, after_ptr, after, nc, num_keys)
+        cs, schedule.chunk_ptr, after_ptr, after, keys.size)
     del no_after
     conn_next, conn_prev = _connections(schedule)
     t = np.empty((10, count), np.int32)
@@ -305,8 +402,6 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
     t[fk.T_RED] = schedule.reduce
     t[fk.T_ACT] = 0
     f = np.full((3, count), math.nan)
-    cs = np.zeros((2, len(schedule.chunks)), np.int32)
-    cs[fk.CS_CHUNK] = schedule.chunks
     ep = np.empty((3, count + 1), np.int32)
     ep[fk.EP_SOC] = soc_ptr
     ep[fk.EP_COC] = coc_ptr + len(soc)
@@ -333,11 +428,12 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
     words = np.zeros((rows, width), np.uint64)
     ranks = np.arange(n)
     words[ranks + 1, ranks // 64] = np.uint64(1) << (ranks % 64).astype(np.uint64)
-    state = _initial(schedule, num_keys)
+    state = _initial(schedule, keys)
     busy_us, carried, cnt, words, fault_time = fk.run(
         t, f, schedule.chunk_ptr, cs, ep, ed, not_before, bytes_by_count, capacity, latency, res_ptr, res,
-        route_count, state, words, nc, n, route_posts, 0.0 if costs is None else costs.post_us,
-        np.zeros(max(n, topology.num_gpus)), np.array(binding_resources(capacity.tolist(), schedule.routes), np.bool_))
+        route_count, state, words, n, route_posts, 0.0 if costs is None else costs.post_us,
+        np.zeros(max(n, topology.num_gpus)), np.array(binding_resources(capacity.tolist(), schedule.routes), np.bool_),
+        fk.QUEUE_PRUNE_FROM)
     start_at, arrive_at, commit_at = f[fk.F_START], f[fk.F_ARRIVE], f[fk.F_COMMIT]
     start_cause, commit_cause = t[fk.T_SC], t[fk.T_CC]
 
@@ -348,7 +444,7 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
                          commit_us=commit_at, link_busy_us=tuple(float(x) for x in busy_us[:links]),
                          link_bytes=tuple(float(x) for x in carried[:links]), critical_path=path, stuck=stuck,
                          notes={"simulator": "compiled", "events": int(cnt[fk.EVENTS]) - 1,
-                                "re_solves": int(cnt[fk.SOLVES])})
+                                "re_solves": int(cnt[fk.SOLVES]), "queue_peak": int(cnt[fk.QUEUE_PEAK]), "void_events_dropped": int(cnt[fk.PRUNED])})
 
     fault = int(cnt[fast_kernel.FAULT_KIND])
     if fault:
@@ -364,7 +460,7 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
     if int(cnt[fast_kernel.COMMITTED]) < count:
         return result(_deadlock_message(schedule, start_at, commit_at, conn_prev),
                       stuck=tuple(int(i) for i in np.flatnonzero(np.isnan(commit_at))))
-    problem = _postcondition(schedule, state, words)
+    problem = _postcondition(schedule, state, words, keys)
     if problem:
         return result(problem)
     return result(None, path=_critical_path(commit_at, start_cause, commit_cause))

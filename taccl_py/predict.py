@@ -201,11 +201,11 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
 
     Runs the compiled kernel takes go side by side (the kernel releases the GIL) while there are CPUs
     (:func:`taccl_py.threads.available_cpus`) and memory (a snapshot: :func:`~taccl_py.fast_sim.full_simulation_error`
-    of them all) for them: the next protocols not yet skipped are prepared and start, in threads, with the
+    of their :func:`~taccl_py.fast_sim.full_simulation_bytes` summed) for them: the next protocols not yet skipped are prepared and start, in threads, with the
     first, which runs in this one. One a loop would have skipped once the first's time was known is dropped, its
     error too, so what comes back (or is raised) is what one loop gives. ``stop`` set: raises
     :class:`~taccl_py.threads.Cancelled` before the next runs start (work started ahead that is no longer wanted)."""
-    from taccl_py.fast_sim import full_simulation_error, runs_compiled
+    from taccl_py.fast_sim import full_simulation_bytes, full_simulation_error, runs_compiled
     from taccl_py.threads import Cancelled, available_cpus, in_background
 
     ran: list[tuple[Protocol, _Timed, SimResult]] = []
@@ -231,6 +231,9 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
     def simulate(job: tuple[_Timed, SimOptions]) -> SimResult:
         return _simulate(topology, job[0], size_bytes, job[1])
 
+    def footprint(job: tuple[_Timed, SimOptions]) -> int:
+        return 0 if isinstance(job[0], SymmetricSchedule) else full_simulation_bytes(job[0])
+
     width = min(available_cpus(), len(order))
     i = 0
     while i < len(order):
@@ -244,7 +247,8 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
         if skipped(p, first):
             continue
         wave: list[tuple[Protocol, tuple[_Timed, SimOptions]]] = [(p, first)]
-        if width > 1 and kernel(first) and full_simulation_error(width * len(first[0])) is None:
+        used = [len(first[0]), footprint(first)] if width > 1 and kernel(first) else [0, 0]
+        if used[0] and full_simulation_error(width * used[0], width * used[1]) is None:
             while len(wave) < width and i < len(order):
                 q = order[i]
                 if skipped(q):
@@ -257,9 +261,10 @@ def _by_protocol(topology: Topology, order: tuple[Protocol, ...], floors: dict[P
                 if skipped(q, job):
                     i += 1
                     continue
-                if not kernel(job) or full_simulation_error(sum(len(j[0]) for _, j in wave) + len(job[0])):
+                if not kernel(job) or full_simulation_error(used[0] + len(job[0]), used[1] + footprint(job)):
                     prepared[q] = job  # runs in its turn
                     break
+                used = [used[0] + len(job[0]), used[1] + footprint(job)]
                 wave.append((q, job))
                 i += 1
         alongside = [in_background(partial(simulate, job)) for _, job in wave[1:]]

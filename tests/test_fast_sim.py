@@ -339,3 +339,111 @@ def test_resources_that_cannot_bind_change_no_time_in_either_simulator(monkeypat
     assert np.allclose(told.commit_us, untold.commit_us, rtol=1e-12, atol=0)
     assert told.link_bytes == untold.link_bytes
     assert told.link_busy_us == pytest.approx(untold.link_busy_us, rel=1e-12)
+
+
+@pytest.mark.parametrize("per_slot", [0, 10**9], ids=["touched pairs", "every pair"])
+def test_an_alltoalls_pairs_numbered_either_way_time_and_fail_as_in_python(per_slot: int,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Alltoall's n^2 chunks on each of n ranks: the kernel numbers only the (rank, chunk) pairs the run can
+    touch (its reads, its writes, the start, the post-condition) or all of them; the same times either way, and a
+    dropped transfer and a chunk its sender never holds fail with Python's message."""
+    from taccl_py import fast_sim
+
+    monkeypatch.setattr(fast_sim, "DENSE_KEYS_PER_SLOT", per_slot)
+    topo = resolve_topology("dgx-a100x2")
+    schedule = baseline(topo, CollectiveKind.ALLTOALL, "direct")
+    arrays = compact(schedule)
+    coll = schedule.collective
+    keys = fast_sim._key_space(arrays, *fast_sim._slot_keys(arrays))
+    assert (keys.live is not None) == (per_slot == 0)
+    c = coll.chunk_factor
+    if keys.live is not None:  # each rank's 16 chunks at the start, and the 15 it receives (its own one it keeps)
+        assert keys.size == 16 * (16 + 15) * c
+    else:
+        assert keys.size == 16 * coll.num_chunks
+    assert _both(topo, schedule, 2**20).correct
+    transfers = list(schedule.transfers)
+    dropped = _both(topo, schedule.with_transfers(transfers[:5] + transfers[6:]), 2**20)
+    assert dropped.error is not None and "never receives" in dropped.error
+    t = transfers[5]
+    stranger = next(x for x in range(coll.num_chunks)
+                    if x // (16 * coll.chunk_factor) not in (t.src, t.dst) and (x // coll.chunk_factor) % 16 != t.src)
+    transfers[5] = replace(t, chunks=(stranger,))
+    missing = _both(topo, schedule.with_transfers(transfers), 2**20)
+    assert missing.error is not None and "does not hold" in missing.error
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0, 2.5, 2.5, 7.0]), st.integers(0, 2), st.integers(0, 5),
+                          st.booleans()), max_size=60))
+def test_pruning_the_event_queue_keeps_its_live_events_in_order(events: list[tuple[float, int, int, bool]]) -> None:
+    """Events pushed with their kind and group, finish events made void by a later one of their group (or by the
+    group emptying): pruning drops exactly the void ones and the rest come off in (time, seq) order, as they
+    would have."""
+    from numba.typed import List
+
+    from taccl_py import fast_kernel as fk
+
+    queue = List([np.empty((4, 5))])
+    cnt = np.zeros(24, np.int64)
+    cnt[fk.EVENTS] = 1
+    gi = np.zeros((11, 6), np.int64)
+    pushed = []
+    for time, kind, group, emptied in events:
+        seq = fk.event_push(queue, cnt, time, kind, 100 + group, group)
+        pushed.append((time, seq, kind, 100 + group, group))
+        if kind == fk._FINISH:
+            gi[fk.GI_EVENT, group] = 0 if emptied else seq
+    live = sorted(e for e in pushed if e[2] != fk._FINISH or gi[fk.GI_EVENT, e[4]] == e[1])
+    fk._prune_queue(queue, cnt, gi)
+    assert cnt[fk._QN] == len(live)
+    assert [fk.event_pop(queue, cnt) for _ in live] == live
+
+
+@pytest.mark.parametrize(("kind", "algorithm", "costed"), [("allgather", "oneshot", True),
+                                                            ("allreduce", "tree", False)])
+def test_a_run_that_prunes_its_event_queue_times_as_in_python(kind: str, algorithm: str, costed: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two DGX A100s, runs whose re-solves leave void finish events behind (a one-shot Allgather under Simple's
+    costs, the tree Allreduce on the raw links): pruned from 16 queued events on, the kernel drops them and gives
+    Python's result, and the one it gives unpruned."""
+    from taccl_py import fast_kernel
+
+    topo = resolve_topology("dgx-a100x2")
+    assert topo.runtime is not None
+    coll = CollectiveKind(kind)
+    schedule = baseline(topo, coll, algorithm)
+    options = SimOptions(costs=topo.runtime.costs("Simple", coll, topo) if costed else None)
+    whole = simulate_compact(topo, compact(schedule), 2**24, options)
+    monkeypatch.setattr(fast_kernel, "QUEUE_PRUNE_FROM", 16)
+    pruned = simulate_compact(topo, compact(schedule), 2**24, options)
+    _same(simulate(topo, schedule, 2**24, options), pruned)
+    _same(whole, pruned)
+    assert pruned.notes["events"] == whole.notes["events"]
+    assert whole.notes["void_events_dropped"] == 0 < pruned.notes["void_events_dropped"]
+
+
+def test_the_memory_a_full_simulation_needs_counts_routes_and_numbered_pairs() -> None:
+    """Per transfer, per distinct route (a direct Alltoall has one per pair of GPUs, a ring a few) and per
+    numbered (rank, chunk) pair: an Alltoall's touched pairs, not its n^3 (1,024 GPUs: 4.2 million, not 1.1
+    billion), so that the side-by-side check and the refusal see what a run takes; the same for a schedule and its
+    arrays."""
+    from taccl_py import fast_sim
+    from taccl_py.collectives import Collective
+
+    topo = resolve_topology("dgx-a100x2")
+    a2a = baseline(topo, CollectiveKind.ALLTOALL, "direct")
+    routes = len({t.route for t in a2a.transfers})
+    assert routes == 240
+    pairs, sparse = fast_sim.numbered_pairs(a2a.collective, 240)
+    assert sparse and pairs == 2 * 240 + 2 * 256
+    want = 240 * fast_sim.FULL_BYTES_PER_TRANSFER + 240 * fast_sim.FULL_BYTES_PER_ROUTE + \
+        pairs * fast_sim.FULL_BYTES_PER_PAIR
+    assert fast_sim.full_simulation_bytes(a2a) == want == fast_sim.full_simulation_bytes(compact(a2a))
+    ring = baseline(topo, CollectiveKind.ALLGATHER, "ring")
+    ring_routes = len({t.route for t in ring.transfers})
+    assert ring_routes < len(ring.transfers) // 4
+    assert fast_sim.numbered_pairs(ring.collective, len(ring.transfers)) == (16 * ring.collective.num_chunks, False)
+    big = Collective(CollectiveKind.ALLTOALL, 1024)
+    assert fast_sim.numbered_pairs(big, 1024 * 1023) == (2 * 1024 * 1023 + 2 * 1024**2, True)
+    assert fast_sim.numbered_pairs(Collective(CollectiveKind.ALLTOALL, 8), 56) == (8**3, False)  # 512 <= 4 x 240

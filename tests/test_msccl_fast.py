@@ -347,3 +347,33 @@ def test_the_golden_programs_through_the_compiled_paths(group: str, monkeypatch:
     failures = [f"{case.key}: {line}" for case in GROUPS[("programs", group)]
                 for line in _check(case, GOLDEN["programs"][case.key])]
     assert not failures, "\n".join(failures[:20])
+
+
+def test_xml_timing_that_prunes_its_event_queue_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-shot Allgather's XML on two DGX A100s under Simple's costs (its re-solves leave void finish events):
+    pruned from 16 queued events on, the compiled XML timing drops them and still gives Python's result."""
+    from taccl_py import fast_kernel
+    from taccl_py.baselines import baseline
+    from taccl_py.library import resolve_topology
+    from taccl_py.runtime import Protocol
+
+    topo = resolve_topology("dgx-a100x2")
+    assert topo.runtime is not None
+    program = lower_schedule(baseline(topo, CollectiveKind.ALLGATHER, "oneshot"), topo)
+    options = SimOptions(costs=topo.runtime.costs(Protocol.SIMPLE, CollectiveKind.ALLGATHER, topo))
+    want = timing_module.simulate_program(program, topo, 2**24, options)
+    from taccl_py.msccl import fast_timing
+
+    counters: list[np.ndarray] = []
+
+    def counted(*args: object) -> tuple[object, ...]:
+        out = compiled_run(*args)
+        counters.append(out[-1])
+        return out  # type: ignore[no-any-return]
+
+    compiled_run = fast_timing.run
+    monkeypatch.setattr(fast_timing, "run", counted)
+    monkeypatch.setattr(fast_kernel, "QUEUE_PRUNE_FROM", 16)
+    got = simulate_arrays(program_arrays(program), topo, 2**24, options)
+    same_results(got, want)  # type: ignore[arg-type]
+    assert want.correct and counters[0][fast_kernel.PRUNED] > 0

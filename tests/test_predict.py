@@ -86,7 +86,9 @@ def test_side_by_side_runs_what_one_loop_runs(order: list[Protocol], floors: dic
         patch.setattr(predict, "_simulate", fake_simulate)
         patch.setattr(threads, "available_cpus", lambda: cpus)
         patch.setattr(fast_sim, "runs_compiled", lambda _t, job, _o: compiled[job.protocol])
-        patch.setattr(fast_sim, "full_simulation_error", lambda n: "no room" if n > memory else None)
+        patch.setattr(fast_sim, "full_simulation_bytes", lambda job: 1000)
+        patch.setattr(fast_sim, "full_simulation_error",
+                      lambda n, need: "no room" if n > memory or need != 1000 * n else None)
         try:
             outcome: list[tuple[Protocol, float | None]] | str = [
                 (p, sim.time_us) for p, _, sim in predict._by_protocol(
@@ -122,7 +124,8 @@ def test_a_protocol_run_ahead_then_skipped_is_dropped(monkeypatch: pytest.Monkey
     monkeypatch.setattr(predict, "_simulate", fake)
     monkeypatch.setattr(threads, "available_cpus", lambda: 2)
     monkeypatch.setattr(fast_sim, "runs_compiled", lambda *_: True)
-    monkeypatch.setattr(fast_sim, "full_simulation_error", lambda _: None)
+    monkeypatch.setattr(fast_sim, "full_simulation_bytes", lambda _: 1)
+    monkeypatch.setattr(fast_sim, "full_simulation_error", lambda *_: None)
     order = (Protocol.LL128, Protocol.SIMPLE, Protocol.LL)
     floors = {Protocol.LL128: 5.0, Protocol.SIMPLE: 20.0, Protocol.LL: 25.0}
     ran = predict._by_protocol(None, order, floors, 1.0, lambda p: (p, SimOptions()))  # type: ignore[arg-type,return-value]
@@ -141,7 +144,8 @@ def test_an_error_of_a_protocol_a_loop_would_skip_is_dropped(monkeypatch: pytest
     monkeypatch.setattr(predict, "_simulate", fake)
     monkeypatch.setattr(threads, "available_cpus", lambda: 2)
     monkeypatch.setattr(fast_sim, "runs_compiled", lambda *_: True)
-    monkeypatch.setattr(fast_sim, "full_simulation_error", lambda _: None)
+    monkeypatch.setattr(fast_sim, "full_simulation_bytes", lambda _: 1)
+    monkeypatch.setattr(fast_sim, "full_simulation_error", lambda *_: None)
     order = (Protocol.LL128, Protocol.SIMPLE)
     ran = predict._by_protocol(None, order, {Protocol.LL128: 5.0, Protocol.SIMPLE: 20.0}, 1.0,  # type: ignore[arg-type]
                                lambda p: (p, SimOptions()))  # type: ignore[arg-type,return-value]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from taccl_py import fast_kernel
 from taccl_py.errors import TopologyError
 from taccl_py.fast_kernel import (
     _FINISH,
@@ -56,7 +57,7 @@ _ENTER = 0
 @njit(cache=True)
 def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocked: Any, capacity: Any,
         latency: Any, res_ptr: Any, res: Any, route_count: Any, post_rank: Any, post_peer: Any, post_us: float,
-        posted: Any, binding: Any) -> Any:
+        posted: Any, binding: Any, prune_from: int) -> Any:
     """Time every transmission; (start, done, cause, busy_us, bytes carried, counters).
 
     Per transmission: ``group`` its route's group (-1: it does not send), ``nbytes`` what a send
@@ -65,10 +66,10 @@ def run(group: Any, nbytes: Any, succ_ptr: Any, succs: Any, pending: Any, blocke
     send the proxies post (-1: none) ``post_rank`` / ``post_peer``. Per group: ``latency`` (with the
     step overhead) and its resources ``res[res_ptr[g]:res_ptr[g + 1]]``. ``posted``: per rank, when
     its proxy has posted what it was asked (updated; each post costs ``post_us``, as
-    :func:`taccl_py.runtime.proxy_posts`).
+    :func:`taccl_py.runtime.proxy_posts`). ``prune_from``: :func:`taccl_py.fast_kernel.new_network`.
     """
     n = len(group)
-    net = new_network(capacity, latency, res_ptr, res, route_count, int(route_count.sum()), binding)
+    net = new_network(capacity, latency, res_ptr, res, route_count, int(route_count.sum()), binding, prune_from)
     rf, gf, cnt, queue = net[0], net[3], net[12], net[13]
     start_at = np.full(n, np.nan)
     done_at = np.full(n, np.nan)
@@ -233,7 +234,8 @@ def simulate_arrays(arrays: ProgramArrays, topology: Topology, size_bytes: float
                                                      capacity, latency, res_ptr, res, route_count, post_rank,
                                                      post_peer, 0.0 if costs is None else costs.post_us,
                                                      np.zeros(topology.num_gpus),
-                                                     np.array(binding_resources(capacity.tolist(), routes), np.bool_))
+                                                     np.array(binding_resources(capacity.tolist(), routes), np.bool_),
+                                                     fast_kernel.QUEUE_PRUNE_FROM)
     tb_ids = arrays.tbs[T_ID]
 
     def describe(node: int) -> str:
