@@ -267,6 +267,32 @@ def test_direct_representatives_under_proxy_posts(kind: CollectiveKind) -> None:
     assert symmetric_direct(topo, CollectiveKind.BROADCAST) is None  # a root: no rank translation keeps it
 
 
+@pytest.mark.parametrize("name", ["dgx-h100x4", "switch8", "dgx-a100x2-single"])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_direct_representatives_expand_to_the_direct_schedule(name: str, channels: int) -> None:
+    """Built alone and checked pair by pair, the representatives' orbits are the direct schedule's transfers, as
+    a multiset, for every kind they are made for; a link map that does not move the routes, or a representative
+    carrying another pair's chunks, fails the check."""
+    from taccl_py.baselines.direct import _orbits_are_direct, direct_schedule, symmetric_direct
+    from taccl_py.library.registry import resolve_topology
+
+    topo = switch_star(8) if name == "switch8" else resolve_topology(name)
+    for kind in (CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
+                 CollectiveKind.ALLREDUCE):
+        sym = symmetric_direct(topo, kind, channels=channels)
+        assert sym is not None, (name, kind)
+        full = direct_schedule(topo, kind, channels=channels)
+        assert Counter(expand(sym, topo).transfers) == Counter(full.transfers)
+        links = translation_automorphism(topo, sym.shift)
+        assert links is not None and _orbits_are_direct(sym, topo, links)
+        assert not _orbits_are_direct(sym, topo, list(range(len(topo.links))))  # routes kept in place
+        first, c = sym.reps[0], sym.collective.chunk_factor
+        moved = tuple((x + c) % sym.collective.num_chunks for x in first.chunks)  # the next block or pair's
+        swapped = SymmetricSchedule(sym.collective, sym.shift, (replace(first, chunks=moved), *sym.reps[1:]),
+                                    notes=dict(sym.notes))
+        assert not _orbits_are_direct(swapped, topo, links)
+
+
 @pytest.mark.parametrize("kind", [CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL])
 def test_direct_with_relays_has_no_representatives(kind: CollectiveKind) -> None:
     """On a ring of 7 GPUs most pairs relay through the GPUs between them: moving every GPU by 1 keeps the ring,

@@ -11,7 +11,6 @@ direct routes (a relayed partial sum would overwrite the relay's own data).
 
 from __future__ import annotations
 
-from collections import Counter
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -62,8 +61,10 @@ def check_direct(topology: Topology, kind: CollectiveKind, root: int = 0) -> Non
 
 
 def direct_schedule(topology: Topology, kind: CollectiveKind, *, channels: int = 1, chunk_factor: int | None = None,
-                    root: int = 0) -> Schedule:
-    """The direct algorithm for ``kind``; ``channels`` split every message into that many parallel ones."""
+                    root: int = 0, senders: int | None = None) -> Schedule:
+    """The direct algorithm for ``kind``; ``channels`` split every message into that many parallel ones.
+    ``senders``: only the transfers that leave GPUs below it (the Alltoall, Allgather, ReduceScatter and
+    Allreduce without relays: :func:`symmetric_direct`'s representatives), in the same order."""
     check_direct(topology, kind, root)
     n = topology.num_gpus
     c = chunk_factor if chunk_factor is not None else channels
@@ -76,22 +77,18 @@ def direct_schedule(topology: Topology, kind: CollectiveKind, *, channels: int =
     def block(first: int, k: int) -> tuple[int, ...]:
         return tuple(range(first + k * pieces, first + (k + 1) * pieces))
 
-    pairs = _pairs(n)
-    if kind is CollectiveKind.ALLTOALL:
+    pairs = _pairs(n) if senders is None else [(s, d) for s, d in _pairs(n) if s < senders]
+    if kind in (CollectiveKind.ALLTOALL, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+        op = Op.COPY if kind is CollectiveKind.ALLTOALL else Op.REDUCE
         for s, d in pairs:
             legs = legs_between(topology, s, d)
             for k in range(channels):
-                _send(out, legs, block((s * n + d) * c, k), Op.COPY, k)
-    elif kind in (CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
-        for s, d in pairs:
-            legs = legs_between(topology, s, d)
-            for k in range(channels):
-                _send(out, legs, block(d * c, k), Op.REDUCE, k)
+                _send(out, legs, block(_first_chunk(collective, op, s, d), k), op, k)
     if kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE):
         for s, d in pairs:
             legs = legs_between(topology, s, d)
             for k in range(channels):
-                _send(out, legs, block(s * c, k), Op.COPY, k)
+                _send(out, legs, block(_first_chunk(collective, Op.COPY, s, d), k), Op.COPY, k)
     elif kind is CollectiveKind.BROADCAST:
         for d in range(n):
             if d != root:
@@ -108,12 +105,45 @@ def direct_schedule(topology: Topology, kind: CollectiveKind, *, channels: int =
                     notes={"algorithm": "direct", "channels": channels, "pieces": pieces})
 
 
+def _first_chunk(collective: Collective, op: Op, src: int, dst: int) -> int:
+    """The first chunk the pair's message carries: the Alltoall's piece for ``dst``, the reduced block ``dst``
+    owns, or the copied block of ``src`` (each channel takes the next ``pieces`` of its ``chunk_factor``)."""
+    n, c = collective.num_ranks, collective.chunk_factor
+    if collective.kind is CollectiveKind.ALLTOALL:
+        return (src * n + dst) * c
+    return (dst if op is Op.REDUCE else src) * c
+
+
+def _orbits_are_direct(reps: SymmetricSchedule, topology: Topology, links: list[int]) -> bool:
+    """Whether every translate of every representative is the direct schedule's transfer for its pair: the
+    route that :meth:`Topology.gpu_route` gives it (the representative's moved link by link) and the chunks
+    that pair's message carries. The representatives hold every pair whose sender is below the shift once per
+    channel and phase, so their orbits then are the direct schedule's transfers, without building them."""
+    from taccl_py.symmetry import translate_chunk
+
+    coll, shift, n = reps.collective, reps.shift, topology.num_gpus
+    pieces = coll.chunk_factor // max(1, int(reps.notes.get("channels") or 1))
+    for rep in reps.reps:
+        route, first = rep.route, rep.chunks[0]
+        offset = first - _first_chunk(coll, rep.op, rep.src, rep.dst)
+        if rep.chunks != tuple(range(first, first + pieces)) or not 0 <= offset < coll.chunk_factor:
+            return False
+        for a in range(1, reps.orbit_size):
+            src, dst = (rep.src + a * shift) % n, (rep.dst + a * shift) % n
+            route = tuple(links[i] for i in route)
+            if route != topology.gpu_route(src, dst) or \
+                    translate_chunk(coll, first, a * shift) != _first_chunk(coll, rep.op, src, dst) + offset:
+                return False
+    return True
+
+
 @lru_cache(maxsize=16)
 def symmetric_direct(topology: Topology, kind: CollectiveKind, *, channels: int = 1) -> SymmetricSchedule | None:
     """The direct ``kind`` as representatives of its orbits under the smallest rank shift that keeps the topology
     (the senders below the shift), when their orbits are the direct schedule's transfers exactly; else None (no
     such shift, a rooted collective, a pair that needs a relay, routes that do not move with the ranks under that
-    shift: larger shifts are not tried, each check costs the whole schedule). Kept per (topology, kind, channels):
+    shift: larger shifts are not tried, each check compares every pair's route). Only the representatives are
+    built: :func:`_orbits_are_direct` checks their translates pair by pair. Kept per (topology, kind, channels):
     a sweep asks for it at every size.
 
     Without relays each transfer is one pair's, and the representatives' order (the direct schedule's, senders
@@ -123,7 +153,7 @@ def symmetric_direct(topology: Topology, kind: CollectiveKind, *, channels: int 
     then see the same program, and the representatives time it exactly
     (:func:`taccl_py.symmetry.simulate_symmetric`; per-transfer times in the representatives' order). A pair that
     needs a relay is refused: its legs leave from the relay GPUs, in an order the expansion does not keep."""
-    from taccl_py.symmetry import SymmetricSchedule, expand, symmetry_error, translation_automorphism
+    from taccl_py.symmetry import SymmetricSchedule, symmetry_error, translation_automorphism
 
     if kind not in (CollectiveKind.ALLTOALL, CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
                     CollectiveKind.ALLREDUCE):
@@ -131,14 +161,16 @@ def symmetric_direct(topology: Topology, kind: CollectiveKind, *, channels: int 
     n = topology.num_gpus
     if missing_direct_route(topology, _pairs(n)) is not None:
         return None
-    full = direct_schedule(topology, kind, channels=channels)
     for shift in range(1, n // 2 + 1):
-        if n % shift or translation_automorphism(topology, shift) is None:
+        if n % shift:
             continue
-        sym = SymmetricSchedule(full.collective, shift, tuple(t for t in full.transfers if t.src < shift),
-                                name=full.name, topology=topology.name, notes=dict(full.notes))
-        if symmetry_error(sym, topology) is None and \
-                Counter(expand(sym, topology).transfers) == Counter(full.transfers):
+        links = translation_automorphism(topology, shift)
+        if links is None:
+            continue
+        reps = direct_schedule(topology, kind, channels=channels, senders=shift)
+        sym = SymmetricSchedule(reps.collective, shift, reps.transfers, name=reps.name, topology=topology.name,
+                                notes=dict(reps.notes))
+        if symmetry_error(sym, topology) is None and _orbits_are_direct(sym, topology, links):
             return sym
         return None
     return None
