@@ -493,6 +493,16 @@ def proxy_posts(posted: Any, ranks: Any, peers: Any, now: float, post_us: float)
 
 
 @njit(cache=True, inline="always")
+def _put(q: Any, j: int, time: float, fseq: float, kind: float, item: float, group: float) -> None:
+    """Write event row ``j``."""
+    q[j, 0] = time
+    q[j, 1] = fseq
+    q[j, 2] = kind
+    q[j, 3] = item
+    q[j, 4] = group
+
+
+@njit(cache=True, inline="always")
 def event_push(queue: Any, cnt: Any, time: float, kind: int, item: int, group: int) -> int:
     """Push ``(time, seq, kind, item, group)`` on the event heap (``seq`` counts pushes: FIFO ties); its seq."""
     q = queue[0]
@@ -515,11 +525,7 @@ def event_push(queue: Any, cnt: Any, time: float, kind: int, item: int, group: i
             j = parent
         else:
             break
-    q[j, 0] = time
-    q[j, 1] = fseq
-    q[j, 2] = kind
-    q[j, 3] = item
-    q[j, 4] = group
+    _put(q, j, time, fseq, kind, item, group)
     cnt[_QN] = size + 1
     if size >= cnt[QUEUE_PEAK]:
         cnt[QUEUE_PEAK] = size + 1
@@ -534,26 +540,28 @@ def event_pop(queue: Any, cnt: Any) -> Any:
     m = cnt[_QN] - 1
     cnt[_QN] = m
     if m > 0:
-        time, fseq, kind, item, group = q[m, 0], q[m, 1], q[m, 2], q[m, 3], q[m, 4]
-        j = 0
-        while True:
-            c = 2 * j + 1
-            if c >= m:
-                break
-            if c + 1 < m and (q[c + 1, 0] < q[c, 0] or (q[c + 1, 0] == q[c, 0] and q[c + 1, 1] < q[c, 1])):
-                c += 1
-            if q[c, 0] < time or (q[c, 0] == time and q[c, 1] < fseq):
-                for k in range(5):
-                    q[j, k] = q[c, k]
-                j = c
-            else:
-                break
-        q[j, 0] = time
-        q[j, 1] = fseq
-        q[j, 2] = kind
-        q[j, 3] = item
-        q[j, 4] = group
+        _sift_down(q, 0, m, m)
     return top
+
+
+@njit(cache=True, inline="always")
+def _sift_down(q: Any, hole: int, m: int, row: int) -> None:
+    """Put event row ``row`` in the heap of the first ``m`` rows from the place ``hole`` down, by (time, seq)."""
+    time, fseq, kind, item, group = q[row, 0], q[row, 1], q[row, 2], q[row, 3], q[row, 4]
+    j = hole
+    while True:
+        c = 2 * j + 1
+        if c >= m:
+            break
+        if c + 1 < m and (q[c + 1, 0] < q[c, 0] or (q[c + 1, 0] == q[c, 0] and q[c + 1, 1] < q[c, 1])):
+            c += 1
+        if q[c, 0] < time or (q[c, 0] == time and q[c, 1] < fseq):
+            for k in range(5):
+                q[j, k] = q[c, k]
+            j = c
+        else:
+            break
+    _put(q, j, time, fseq, kind, item, group)
 
 
 @njit(cache=True, inline="always")
@@ -669,25 +677,7 @@ def _prune_queue(queue: Any, cnt: Any, gi: Any) -> None:
                 q[m, c] = q[j, c]
             m += 1
     for top in range(m // 2 - 1, -1, -1):  # sift every parent down, last first
-        time, fseq, kind, item, group = q[top, 0], q[top, 1], q[top, 2], q[top, 3], q[top, 4]
-        j = top
-        while True:
-            c = 2 * j + 1
-            if c >= m:
-                break
-            if c + 1 < m and (q[c + 1, 0] < q[c, 0] or (q[c + 1, 0] == q[c, 0] and q[c + 1, 1] < q[c, 1])):
-                c += 1
-            if q[c, 0] < time or (q[c, 0] == time and q[c, 1] < fseq):
-                for k in range(5):
-                    q[j, k] = q[c, k]
-                j = c
-            else:
-                break
-        q[j, 0] = time
-        q[j, 1] = fseq
-        q[j, 2] = kind
-        q[j, 3] = item
-        q[j, 4] = group
+        _sift_down(q, top, m, top)
     cnt[PRUNED] += cnt[_QN] - m
     cnt[_QN] = m
     cnt[_QLIMIT] = max(cnt[_QFLOOR], 2 * m)

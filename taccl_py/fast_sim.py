@@ -59,7 +59,8 @@ per pair of GPUs (measured: 1.4 KB per transfer, all told, on 512 GPUs, 2026-11-
 
 FULL_BYTES_PER_PAIR = 12
 """And per (rank, chunk) pair the kernel numbers (:func:`numbered_pairs`): the dependency builder's last writer and
-readers' list ends, then the mask id, int32 each."""
+readers' list ends, three int32 (the mask id, int32, comes once they are freed); numbered sparsely, 8 more (the
+pair's key, int64)."""
 
 
 def _read_int(path: str, field_name: str | None = None) -> int | None:
@@ -89,13 +90,16 @@ def _available_memory_bytes() -> int | None:
 
 def full_simulation_bytes(schedule: Schedule | CompactSchedule) -> int:
     """The memory a full compiled simulation of ``schedule`` needs at least: per transfer, distinct route and
-    numbered pair (a transfer's chunks counted as one)."""
+    numbered pair."""
     if isinstance(schedule, CompactSchedule):
-        transfers, routes = len(schedule), len(schedule.routes)
+        transfers, routes, slots = len(schedule), len(schedule.routes), len(schedule.chunks)
     else:
-        transfers, routes = len(schedule.transfers), len({t.route for t in schedule.transfers})
-    pairs, _ = numbered_pairs(schedule.collective, transfers)
-    return transfers * FULL_BYTES_PER_TRANSFER + routes * FULL_BYTES_PER_ROUTE + pairs * FULL_BYTES_PER_PAIR
+        transfers = len(schedule.transfers)
+        routes = len({t.route for t in schedule.transfers})
+        slots = sum(len(t.chunks) for t in schedule.transfers)
+    pairs, sparse = numbered_pairs(schedule.collective, slots)
+    return (transfers * FULL_BYTES_PER_TRANSFER + routes * FULL_BYTES_PER_ROUTE
+            + pairs * (FULL_BYTES_PER_PAIR + (8 if sparse else 0)))
 
 
 def full_simulation_error(transfers: int, need_bytes: int | None = None) -> str | None:
@@ -144,10 +148,10 @@ def _row_int(words: np.ndarray, row: int) -> int:
 
 DENSE_KEYS_PER_SLOT = 4
 """The kernel numbers every (rank, chunk) pair (``rank * num_chunks + chunk``) unless that is more than this many per
-pair a run can touch (the chunk slots' reads and writes, the collective's start and its post-condition): an
-Alltoall's n^2 chunks on each of its n ranks are n^3 pairs, of which a direct Alltoall touches about 3 n^2 (on 1,024
-GPUs: 1.1 billion, 13 GB of the dependency builder's arrays, against 3 million). Then only the pairs it can touch
-are numbered (:class:`_Keys`)."""
+pair a run can touch (the chunk slots' reads and writes, the collective's start and its post-condition, counted
+with repeats): an Alltoall's n^2 chunks on each of its n ranks are n^3 pairs, of which a direct Alltoall touches
+2 n^2 - n distinct ones (on 1,024 GPUs: 1.07 billion, 12.9 GB of the dependency builder's arrays, against 2.1
+million). Then only the pairs it can touch are numbered (:class:`_Keys`)."""
 
 
 @dataclass(frozen=True)
@@ -159,8 +163,13 @@ class _Keys:
     size: int
 
     def number(self, keys: np.ndarray) -> np.ndarray:
-        """The numbers of ``keys`` (int64; each one in the space)."""
-        return keys if self.live is None else np.searchsorted(self.live, keys)
+        """The numbers of ``keys`` (int64), each of which must be in the space."""
+        if self.live is None:
+            return keys
+        at = np.searchsorted(self.live, keys)
+        if len(at) and (int(at.max()) >= len(self.live) or not np.array_equal(self.live[at], keys)):
+            raise ValueError("a (rank, chunk) key outside the numbered pairs")  # a bug in _key_space, not input
+        return at
 
 
 def _initial_keys(coll: Collective) -> tuple[np.ndarray | None, np.ndarray]:

@@ -21,11 +21,13 @@ from hypothesis import strategies as st
 from test_symmetry import _cases as symmetric_cases
 
 from taccl_py.baselines import applicable_baselines, baseline, ring_plan
+from taccl_py.baselines.direct import direct_schedule
 from taccl_py.baselines.ring_compact import ring_compact
 from taccl_py.collectives import CollectiveKind
 from taccl_py.compact import compact, compact_error
 from taccl_py.fast_sim import fast_error, simulate_compact, simulate_large
 from taccl_py.library import resolve_topology
+from taccl_py.library.grids import switch_star
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.symmetry import SymmetricSchedule, expand
@@ -438,8 +440,15 @@ def test_the_memory_a_full_simulation_needs_counts_routes_and_numbered_pairs() -
     pairs, sparse = fast_sim.numbered_pairs(a2a.collective, 240)
     assert sparse and pairs == 2 * 240 + 2 * 256
     want = 240 * fast_sim.FULL_BYTES_PER_TRANSFER + 240 * fast_sim.FULL_BYTES_PER_ROUTE + \
-        pairs * fast_sim.FULL_BYTES_PER_PAIR
+        pairs * (fast_sim.FULL_BYTES_PER_PAIR + 8)
     assert fast_sim.full_simulation_bytes(a2a) == want == fast_sim.full_simulation_bytes(compact(a2a))
+    star = switch_star(12)  # 4 chunk slots per transfer: dense by its 528 slots (sparse by its 132 transfers)
+    pieces = direct_schedule(star, CollectiveKind.ALLTOALL, chunk_factor=4)
+    dense = 12 * pieces.collective.num_chunks
+    assert fast_sim.numbered_pairs(pieces.collective, 4 * 132) == (dense, False)
+    assert fast_sim.numbered_pairs(pieces.collective, 132)[1]
+    assert fast_sim.full_simulation_bytes(pieces) == fast_sim.full_simulation_bytes(compact(pieces)) == \
+        132 * (fast_sim.FULL_BYTES_PER_TRANSFER + fast_sim.FULL_BYTES_PER_ROUTE) + dense * fast_sim.FULL_BYTES_PER_PAIR
     ring = baseline(topo, CollectiveKind.ALLGATHER, "ring")
     ring_routes = len({t.route for t in ring.transfers})
     assert ring_routes < len(ring.transfers) // 4
@@ -447,3 +456,48 @@ def test_the_memory_a_full_simulation_needs_counts_routes_and_numbered_pairs() -
     big = Collective(CollectiveKind.ALLTOALL, 1024)
     assert fast_sim.numbered_pairs(big, 1024 * 1023) == (2 * 1024 * 1023 + 2 * 1024**2, True)
     assert fast_sim.numbered_pairs(Collective(CollectiveKind.ALLTOALL, 8), 56) == (8**3, False)  # 512 <= 4 x 240
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topologies(min_gpus=3, max_gpus=6), st.sampled_from([(1, None), (2, None), (1, 3)]), st.data())
+def test_random_alltoalls_with_sparse_pairs_time_and_fail_as_in_python(topo: Topology,
+                                                                      shape: tuple[int, int | None],
+                                                                      data: st.DataObject) -> None:
+    """Direct Alltoalls on random topologies (relayed where GPUs are not joined through switches), on 1 or 2
+    channels or 3 chunks per piece, mutated (dropped, repeated or retargeted transfers, another chunk, the other
+    operation, a relay added): with only the touched (rank, chunk) pairs numbered, the kernel gives Python's
+    result, fault or post-condition message, to the last digit."""
+    from taccl_py import fast_sim
+
+    channels, chunk_factor = shape
+    schedule = direct_schedule(topo, CollectiveKind.ALLTOALL, channels=channels, chunk_factor=chunk_factor)
+    n, nc = topo.num_gpus, schedule.collective.num_chunks
+    transfers = list(schedule.transfers)
+    for _ in range(data.draw(st.integers(0, 3))):
+        if not transfers:
+            break
+        i = data.draw(st.integers(0, len(transfers) - 1))
+        t = transfers[i]
+        how = data.draw(st.sampled_from(["drop", "twice", "chunk", "dst", "op", "relay"]))
+        others = [x for x in range(n) if x not in (t.src, t.dst)]
+        if how == "drop":
+            del transfers[i]
+        elif how == "twice":
+            transfers.insert(data.draw(st.integers(0, len(transfers))), t)
+        elif how == "chunk":
+            transfers[i] = replace(t, chunks=(data.draw(st.integers(0, nc - 1)),))
+        elif how == "op":
+            transfers[i] = replace(t, op=Op.REDUCE if t.op is Op.COPY else Op.COPY)
+        elif others:
+            r = data.draw(st.sampled_from(others))
+            there, back = topo.shortest_path(t.src, r), topo.shortest_path(r, t.dst)
+            if how == "dst" and there is not None:
+                transfers[i] = replace(t, dst=r, route=there)
+            elif how == "relay" and there is not None and back is not None:
+                transfers[i:i + 1] = [replace(t, dst=r, route=there), replace(t, src=r, route=back)]
+    mutated = schedule.with_transfers(transfers)
+    arrays = compact(mutated)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fast_sim, "DENSE_KEYS_PER_SLOT", 0)  # always the touched pairs
+        assert fast_sim._key_space(arrays, *fast_sim._slot_keys(arrays)).live is not None
+        _same(simulate(topo, mutated, 2**20), simulate_compact(topo, arrays, 2**20))

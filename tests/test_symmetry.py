@@ -291,6 +291,10 @@ def test_direct_representatives_expand_to_the_direct_schedule(name: str, channel
         swapped = SymmetricSchedule(sym.collective, sym.shift, (replace(first, chunks=moved), *sym.reps[1:]),
                                     notes=dict(sym.notes))
         assert not _orbits_are_direct(swapped, topo, links)
+        if channels > 1:  # its own pair's chunks, but another channel's
+            crossed = SymmetricSchedule(sym.collective, sym.shift, (replace(first, channel=1 - first.channel),
+                                                                    *sym.reps[1:]), notes=dict(sym.notes))
+            assert not _orbits_are_direct(crossed, topo, links)
 
 
 @pytest.mark.parametrize("kind", [CollectiveKind.ALLGATHER, CollectiveKind.ALLTOALL])

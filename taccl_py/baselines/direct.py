@@ -116,23 +116,22 @@ def _first_chunk(collective: Collective, op: Op, src: int, dst: int) -> int:
 
 def _orbits_are_direct(reps: SymmetricSchedule, topology: Topology, links: list[int]) -> bool:
     """Whether every translate of every representative is the direct schedule's transfer for its pair: the
-    route that :meth:`Topology.gpu_route` gives it (the representative's moved link by link) and the chunks
-    that pair's message carries. The representatives hold every pair whose sender is below the shift once per
-    channel and phase, so their orbits then are the direct schedule's transfers, without building them."""
-    from taccl_py.symmetry import translate_chunk
-
+    representative carries its own pair's chunks on its channel, and each translate's route (the representative's
+    moved link by link) is the one :meth:`Topology.gpu_route` gives its pair. The chunks then move with the ranks
+    as the direct schedule's do (:func:`taccl_py.symmetry.translate_chunk` shifts the pair or block and keeps the
+    piece), and translation keeps the operation and channel. The representatives hold every pair whose sender is
+    below the shift once per channel and phase, so their orbits then are the direct schedule's transfers, without
+    building them."""
     coll, shift, n = reps.collective, reps.shift, topology.num_gpus
     pieces = coll.chunk_factor // max(1, int(reps.notes.get("channels") or 1))
     for rep in reps.reps:
-        route, first = rep.route, rep.chunks[0]
-        offset = first - _first_chunk(coll, rep.op, rep.src, rep.dst)
-        if rep.chunks != tuple(range(first, first + pieces)) or not 0 <= offset < coll.chunk_factor:
+        first = _first_chunk(coll, rep.op, rep.src, rep.dst) + rep.channel * pieces
+        if rep.chunks != tuple(range(first, first + pieces)):
             return False
+        route = rep.route
         for a in range(1, reps.orbit_size):
-            src, dst = (rep.src + a * shift) % n, (rep.dst + a * shift) % n
             route = tuple(links[i] for i in route)
-            if route != topology.gpu_route(src, dst) or \
-                    translate_chunk(coll, first, a * shift) != _first_chunk(coll, rep.op, src, dst) + offset:
+            if route != topology.gpu_route((rep.src + a * shift) % n, (rep.dst + a * shift) % n):
                 return False
     return True
 
