@@ -501,3 +501,16 @@ def test_random_alltoalls_with_sparse_pairs_time_and_fail_as_in_python(topo: Top
         patch.setattr(fast_sim, "DENSE_KEYS_PER_SLOT", 0)  # always the touched pairs
         assert fast_sim._key_space(arrays, *fast_sim._slot_keys(arrays)).live is not None
         _same(simulate(topo, mutated, 2**20), simulate_compact(topo, arrays, 2**20))
+
+
+def test_a_key_outside_the_numbered_pairs_is_refused() -> None:
+    """The sparse numbering looks keys up in its sorted table; a key not in it (a bug in what was numbered, never
+    input) raises rather than take a neighbour's number or run past the table."""
+    from taccl_py import fast_sim
+
+    keys = fast_sim._Keys(np.array([1, 5, 9], np.int64), 3)
+    assert keys.number(np.array([9, 1, 5], np.int64)).tolist() == [2, 0, 1]
+    for outside in ([5, 6], [10], [0]):
+        with pytest.raises(ValueError, match="outside the numbered pairs"):
+            keys.number(np.array(outside, np.int64))
+    assert fast_sim._Keys(None, 7).number(np.array([3], np.int64)).tolist() == [3]
