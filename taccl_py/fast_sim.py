@@ -50,7 +50,10 @@ on the other CPU. While posts were made one transfer at a time, 0.30 / 0.03 s an
 
 FULL_BYTES_PER_TRANSFER = 160
 """At least this much memory per transfer of a full compiled simulation: the schedule's arrays, the kernel's
-dependency lists and state, and the result's per-transfer times (measured: about 185 bytes on a 1,024-GPU ring)."""
+dependency lists and state, and the result's per-transfer times (measured: about 185 bytes on a 1,024-GPU ring,
+before each chunk slot carried the numbers of the two pairs it touches, 8 bytes more: `taccl simulate -t
+dgx-a100x128 -c allgather -s 1GB --algorithm ring` peaked at 2,711 MiB on 2026-11-28, 2,600 in the scaling
+benchmark before)."""
 
 FULL_BYTES_PER_ROUTE = 1_000
 """And per distinct route, while the tables are built (each route's resources, latency and posts as Python lists,
@@ -200,13 +203,13 @@ def _required_ranks(coll: Collective) -> np.ndarray | None:
     return np.full(nc, coll.root, np.int64)
 
 
-def _slot_keys(schedule: CompactSchedule) -> tuple[np.ndarray, np.ndarray]:
-    """The key each chunk slot reads (at its sender) and writes (at its receiver)."""
-    nc = schedule.collective.num_chunks
-    per = np.diff(schedule.chunk_ptr)
-    chunks = schedule.chunks.astype(np.int64)
-    return (np.repeat(schedule.src.astype(np.int64), per) * nc + chunks,
-            np.repeat(schedule.dst.astype(np.int64), per) * nc + chunks)
+def _slot_keys(schedule: CompactSchedule, ranks: np.ndarray) -> np.ndarray:
+    """The key each chunk slot touches at its transfer's rank in ``ranks`` (``src``: what it reads, ``dst``: what
+    it writes); built in place, one int64 per slot at a time."""
+    keys = np.repeat(ranks.astype(np.int64), np.diff(schedule.chunk_ptr))
+    keys *= schedule.collective.num_chunks
+    keys += schedule.chunks
+    return keys
 
 
 def numbered_pairs(collective: Collective, slots: int) -> tuple[int, bool]:
@@ -222,16 +225,17 @@ def numbered_pairs(collective: Collective, slots: int) -> tuple[int, bool]:
     return (dense, False) if dense <= DENSE_KEYS_PER_SLOT * touched else (touched, True)
 
 
-def _key_space(schedule: CompactSchedule, read: np.ndarray, write: np.ndarray) -> _Keys:
+def _key_space(schedule: CompactSchedule) -> _Keys:
     """Every pair, or the pairs the run can touch where that is far fewer (:func:`numbered_pairs`)."""
     coll = schedule.collective
-    count, sparse = numbered_pairs(coll, len(read))
+    count, sparse = numbered_pairs(coll, len(schedule.chunks))
     initial, _ = _initial_keys(coll)
     required = _required_ranks(coll)
     if not sparse or initial is None or required is None:
         return _Keys(None, count)
     nc = coll.num_chunks
-    live = np.unique(np.concatenate([read, write, initial, required * nc + np.arange(nc, dtype=np.int64)]))
+    live = np.unique(np.concatenate([_slot_keys(schedule, schedule.src), _slot_keys(schedule, schedule.dst), initial,
+                                     required * nc + np.arange(nc, dtype=np.int64)]))
     return _Keys(live, len(live))
 
 
@@ -382,17 +386,15 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
                          start_us=nan, arrive_us=nan.copy(), commit_us=nan.copy(), link_busy_us=empty,
                          link_bytes=empty, critical_path=())
     n = coll.num_ranks
-    read, write = _slot_keys(schedule)
-    keys = _key_space(schedule, read, write)
+    keys = _key_space(schedule)
     fk = fast_kernel
     no_after = np.zeros(count + 1, np.int64)
     after_ptr = schedule.after_ptr if schedule.after_ptr is not None else no_after
     after = schedule.after if schedule.after is not None else np.zeros(0, np.int32)
     cs = np.zeros((4, len(schedule.chunks)), np.int32)
     cs[fk.CS_CHUNK] = schedule.chunks
-    cs[fk.CS_READ] = keys.number(read)
-    cs[fk.CS_WRITE] = keys.number(write)
-    del read, write
+    cs[fk.CS_READ] = keys.number(_slot_keys(schedule, schedule.src))
+    cs[fk.CS_WRITE] = keys.number(_slot_keys(schedule, schedule.dst))
     sp, cp, soc_ptr, soc, coc_ptr, coc, coa_ptr, coa = fk.build_dependencies(
         cs, schedule.chunk_ptr, after_ptr, after, keys.size)
     del no_after

@@ -356,7 +356,7 @@ def test_an_alltoalls_pairs_numbered_either_way_time_and_fail_as_in_python(per_s
     schedule = baseline(topo, CollectiveKind.ALLTOALL, "direct")
     arrays = compact(schedule)
     coll = schedule.collective
-    keys = fast_sim._key_space(arrays, *fast_sim._slot_keys(arrays))
+    keys = fast_sim._key_space(arrays)
     assert (keys.live is not None) == (per_slot == 0)
     c = coll.chunk_factor
     if keys.live is not None:  # each rank's 16 chunks at the start, and the 15 it receives (its own one it keeps)
@@ -499,7 +499,7 @@ def test_random_alltoalls_with_sparse_pairs_time_and_fail_as_in_python(topo: Top
     arrays = compact(mutated)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fast_sim, "DENSE_KEYS_PER_SLOT", 0)  # always the touched pairs
-        assert fast_sim._key_space(arrays, *fast_sim._slot_keys(arrays)).live is not None
+        assert fast_sim._key_space(arrays).live is not None
         _same(simulate(topo, mutated, 2**20), simulate_compact(topo, arrays, 2**20))
 
 
