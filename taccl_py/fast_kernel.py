@@ -38,8 +38,9 @@ from numba.typed import List
 from taccl_py.tolerances import SAME_INSTANT_REL
 
 __all__ = ["COMMITTED", "EVENTS", "FAULT_CHUNK", "FAULT_DOUBLE", "FAULT_HELD", "FAULT_KIND", "FAULT_MASK", "FAULT_MISSING",
-           "FAULT_TRANSFER", "PRUNED", "QUEUE_PEAK", "QUEUE_PRUNE_FROM", "SOLVES", "VISITED_GROUPS", "VISITED_RESOURCES", "build_dependencies", "close_busy",
-           "event_pop", "event_push", "flow_leaves", "net_add", "new_network", "proxy_posts", "run", "settle"]
+           "FAULT_TRANSFER", "PRUNED", "QUEUE_PEAK", "QUEUE_PRUNE_FROM", "SOLVES", "VISITED_GROUPS",
+           "VISITED_RESOURCES", "build_dependencies", "close_busy", "event_pop", "event_push", "flow_leaves",
+           "net_add", "new_network", "proxy_posts", "run", "settle"]
 
 _SAME_RATE = 1e-12
 _FROZEN_MARGIN = 1e-9
@@ -761,11 +762,12 @@ def run(t: Any, f: Any, chunk_ptr: Any, cs: Any, ep: Any, ed: Any, not_before: A
 
     ``capacity`` per resource, ``latency`` per route (with the step overhead), ``res_ptr``/``res`` the
     resources of each route, ``route_count`` the transfers on each route, ``state`` the mask id of every
-    numbered (rank, chunk) pair (updated in place; ``cs[CS_READ]`` and ``cs[CS_WRITE]`` number each slot's), ``words`` the mask pool; ``route_posts`` per route whether its
-    transfers wait for the proxies to post them (``post_us`` each; ``posted`` per rank, updated: as
-    :func:`taccl_py.runtime.proxy_posts`), ``binding`` per resource whether it may limit a rate and ``prune_from``
-    when to drop void events (:func:`new_network`). Returns (busy_us, bytes carried, counters, pool words, fault time);
-    ``counters[FAULT_KIND]`` is a fault code (0: none).
+    numbered (rank, chunk) pair (updated in place; ``cs[CS_READ]`` and ``cs[CS_WRITE]`` number each slot's),
+    ``words`` the mask pool; ``route_posts`` per route whether its transfers wait for the proxies to post them
+    (``post_us`` each; ``posted`` per rank, updated: as :func:`taccl_py.runtime.proxy_posts`), ``binding`` per
+    resource whether it may limit a rate and ``prune_from`` when to drop void events (:func:`new_network`).
+    Returns (busy_us, bytes carried, counters, pool words, fault time); ``counters[FAULT_KIND]`` is a fault code
+    (0: none).
 
     The rules are closures over the tables and the fluid network's steps are inline functions (numba inlines
     both), so the hot path passes no arrays.

@@ -97,9 +97,11 @@ def full_simulation_bytes(schedule: Schedule | CompactSchedule) -> int:
     if isinstance(schedule, CompactSchedule):
         transfers, routes, slots = len(schedule), len(schedule.routes), len(schedule.chunks)
     else:
-        transfers = len(schedule.transfers)
-        routes = len({t.route for t in schedule.transfers})
-        slots = sum(len(t.chunks) for t in schedule.transfers)
+        transfers, slots, distinct = len(schedule.transfers), 0, set()
+        for t in schedule.transfers:
+            slots += len(t.chunks)
+            distinct.add(t.route)
+        routes = len(distinct)
     pairs, sparse = numbered_pairs(schedule.collective, slots)
     return (transfers * FULL_BYTES_PER_TRANSFER + routes * FULL_BYTES_PER_ROUTE
             + pairs * (FULL_BYTES_PER_PAIR + (8 if sparse else 0)))
@@ -455,7 +457,8 @@ def _simulate(topology: Topology, schedule: CompactSchedule, size_bytes: float, 
                          commit_us=commit_at, link_busy_us=tuple(float(x) for x in busy_us[:links]),
                          link_bytes=tuple(float(x) for x in carried[:links]), critical_path=path, stuck=stuck,
                          notes={"simulator": "compiled", "events": int(cnt[fk.EVENTS]) - 1,
-                                "re_solves": int(cnt[fk.SOLVES]), "queue_peak": int(cnt[fk.QUEUE_PEAK]), "void_events_dropped": int(cnt[fk.PRUNED])})
+                                "re_solves": int(cnt[fk.SOLVES]), "queue_peak": int(cnt[fk.QUEUE_PEAK]),
+                                "void_events_dropped": int(cnt[fk.PRUNED])})
 
     fault = int(cnt[fast_kernel.FAULT_KIND])
     if fault:
