@@ -34,6 +34,8 @@ from taccl_py.runtime import (
     gpus_per_machine,
     nccl_nvls_pieces,
     nccl_ring_pieces,
+    nccl_tree_depth,
+    nccl_tree_pieces,
     simple_step_latency,
     widest_gpu_link,
 )
@@ -45,7 +47,7 @@ from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_protocol", "load_floor_us",
            "nccl_algorithms", "nccl_protocols", "nvls_chunk_steps", "predict_baseline", "predict_nccl",
-           "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies"]
+           "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies", "tree_step_costs"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 _TUNED_ALGORITHMS = frozenset({"tree", *NVLS_ALGORITHMS})
@@ -409,6 +411,11 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
                                                                       model.channels, kind, model.net_overhead_us))
         else:
             pieces_nvls = nvls_chunk_steps(topology, kind, size_bytes) if algorithm in NVLS_ALGORITHMS else None
+            pieces_tree = None
+            if algorithm == "tree":
+                pieces_tree = nccl_tree_pieces(p, size_bytes, model.channels,
+                                               nccl_tree_depth(len(topology.machines), gpus_per_machine(topology)))
+                costs = tree_step_costs(topology, costs, kind, pieces_tree)
             options = SimOptions(step_overhead_us=step_overhead_us, costs=costs)
             if algorithm == "oneshot" and kind is CollectiveKind.ALLREDUCE \
                     and topology.num_gpus <= SIMULATED_UP_TO:  # where the baseline's own choice simulates
@@ -416,7 +423,8 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             if direct is not None:
                 return direct, options
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
-                                step_overhead_us=step_overhead_us + hop, chunk_factor=pieces_nvls)
+                                step_overhead_us=step_overhead_us + hop, chunk_factor=pieces_nvls,
+                                pieces=pieces_tree)
         return schedule, SimOptions(step_overhead_us=step_overhead_us, costs=costs)
 
     best: Prediction | None = None
@@ -505,6 +513,27 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     rate = 0.0 if widest is None else gbps_to_bytes_per_us(widest) * costs.fraction["net"] / channels
     out["net"] = simple_step_latency(net, chunk, rate) / pieces
     return out
+
+
+def tree_step_costs(topology: Topology, costs: TransferCosts, kind: CollectiveKind, pieces: int) -> TransferCosts:
+    """``costs`` for NCCL's tree simulated in ``pieces`` chunk steps per channel: the per-step latency paid once
+    along the tree's path, as tuning.cc charges a tree (``2 x ((ppn - 1) x intraLat + log2(nNodes) x
+    interLat)`` for Allreduce, one phase for Broadcast and Reduce).
+
+    A tree's chunk steps overlap in the connection's NCCL_STEPS slots, so each of a connection's ``pieces``
+    transfers carries ``1 / pieces`` of the hop latency, and the rest of the path's latency, which the
+    simulated pieces no longer pay, is added to the launch. With one piece nothing changes.
+    """
+    if pieces <= 1:
+        return costs
+    hops = costs.hop_latency_us
+    intra_class = "nvlink" if widest_gpu_link(topology, "nvlink") is not None else "pci"
+    machines = len(topology.machines)
+    levels = math.ceil(math.log2(machines)) if machines > 1 else 0
+    phases = 2 if kind is CollectiveKind.ALLREDUCE else 1
+    path = phases * ((gpus_per_machine(topology) - 1) * hops.get(intra_class, 0.0) + levels * hops.get("net", 0.0))
+    return replace(costs, hop_latency_us={c: v / pieces for c, v in hops.items()},
+                   launch_us=costs.launch_us + path * (1.0 - 1.0 / pieces))
 
 
 NVLS_MAX_PIECES = 64

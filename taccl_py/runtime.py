@@ -51,10 +51,10 @@ from taccl_py.units import gbps_to_bytes_per_us
 if TYPE_CHECKING:  # the topology module refers back to this one only for types
     from taccl_py.topology import Topology
 
-__all__ = ["COPY_KINDS", "LINK_CLASSES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS",
+__all__ = ["COPY_KINDS", "LINK_CLASSES", "MAX_TREE_PIECES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS",
            "NVLS_ONE_PHASE_KINDS", "PRESETS", "Protocol", "RuntimeModel",
            "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_occupancy",
-           "nccl_nvls_pieces", "nccl_ring_pieces",
+           "nccl_nvls_pieces", "nccl_ring_pieces", "nccl_tree_depth", "nccl_tree_pieces",
            "payload_fraction", "post_instant", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "takes_copy_share", "widest_gpu_link",
            "wire_bytes", "with_figures", "with_launch_offset"]
 
@@ -146,6 +146,40 @@ def nccl_ring_pieces(protocol: Protocol | str, size_bytes: float, num_ranks: int
     """
     per_loop = chunk_bytes(protocol) * max(num_ranks, 1) * max(channels, 1)
     return max(1, min(MAX_RING_PIECES, math.ceil(size_bytes / per_loop)))
+
+
+MAX_TREE_PIECES = 256
+"""Most chunk steps per channel in which the calibrated tree is simulated (NCCL's own count at 4 GB on 32
+channels; beyond, the pipeline's fill and drain are under a 100th of the time on a tree of depth 8)."""
+_TREE_SIMPLE_CHUNK_RULES = ((8, 128 << 10), (4, 64 << 10), (1, 32 << 10))
+"""enqueue.cc: the Simple tree's chunk is halved while fewer than depth x 8, x 4, x 1 chunks per channel would
+make up the buffer and the chunk is above 128, 64, 32 KB."""
+
+
+def nccl_tree_depth(machines: int, gpus_per_machine: int) -> int:
+    """The depth NCCL's tree chunk rule counts: the chain through a machine's GPUs, then the binary tree's
+    levels over the machines."""
+    return max(gpus_per_machine - 1, 0) + max(math.ceil(math.log2(max(machines, 1))), 0)
+
+
+def nccl_tree_pieces(protocol: Protocol | str, size_bytes: float, channels: int, depth: int) -> int:
+    """How many chunk steps each channel of NCCL's tree Allreduce takes for ``size_bytes`` (at most
+    :data:`MAX_TREE_PIECES`).
+
+    Each loop hands every channel one chunk: one connection step's data with LL and LL128 (32 KB, 576,000 bytes),
+    and with Simple a 512 KB step halved for buffers too small to give the tree ``depth`` x 8 chunks per channel
+    (:data:`_TREE_SIMPLE_CHUNK_RULES`).
+    """
+    p = Protocol(protocol)
+    step = (SIMPLE_BUFFER_BYTES if p is Protocol.SIMPLE else LL_BUFFER_BYTES if p is Protocol.LL
+            else LL128_BUFFER_BYTES) / NCCL_STEPS
+    chunk = int(step * payload_fraction(p))
+    lanes = max(channels, 1)
+    if p is Protocol.SIMPLE:
+        for times, floor in _TREE_SIMPLE_CHUNK_RULES:
+            while size_bytes // (lanes * chunk) < depth * times and chunk > floor:
+                chunk //= 2
+    return max(1, min(MAX_TREE_PIECES, math.ceil(size_bytes / (lanes * chunk))))
 
 
 def simple_slice_bytes(chunk: float) -> float:

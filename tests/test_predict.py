@@ -430,3 +430,53 @@ def test_the_oneshot_allreduce_is_the_fastest_of_its_forms_under_the_runtime() -
     assert times[0] <= times[1]
     with pytest.raises(InputError, match="--root: must be a rank"):  # the baseline's own argument checks still run
         predict.predict_baseline(topo, CollectiveKind.ALLREDUCE, "oneshot", 1024, model, root=99)
+
+
+def test_the_calibrated_tree_runs_nccls_chunk_steps_and_pays_its_path_latency_once() -> None:
+    """Under a runtime model the tree is simulated in NCCL's chunk steps (enqueue.cc's rule), each step carrying
+    1/pieces of the hop latency and the launch the rest of tuning.cc's tree path (2 x (7 NVLink + 1 network hops)
+    on two machines of 8); with one piece the costs are the model's own."""
+    from taccl_py.collectives import CollectiveKind
+    from taccl_py.library import resolve_topology
+    from taccl_py.runtime import nccl_tree_depth, nccl_tree_pieces
+
+    topo = resolve_topology("dgx-a100x2")
+    model = topo.runtime
+    assert model is not None
+    kind = CollectiveKind.ALLREDUCE
+    costs = model.costs(Protocol.SIMPLE, kind, topo, algorithm="tree", size_bytes=1 << 30)
+    assert predict.tree_step_costs(topo, costs, kind, 1) is costs
+    hops = costs.hop_latency_us
+    stepped = predict.tree_step_costs(topo, costs, kind, 4)
+    assert stepped.hop_latency_us == {c: v / 4 for c, v in hops.items()}
+    path = 2 * (7 * hops["nvlink"] + 1 * hops["net"])
+    assert stepped.launch_us == pytest.approx(costs.launch_us + path * 3 / 4)
+    one_phase = predict.tree_step_costs(topo, costs, CollectiveKind.BROADCAST, 4)
+    assert one_phase.launch_us == pytest.approx(costs.launch_us + path / 2 * 3 / 4)
+    for size in (1 << 20, 64 << 20, 1 << 30):
+        pred = predict.predict_baseline(topo, kind, "tree", size, model, protocols=(Protocol.SIMPLE,))
+        want = nccl_tree_pieces(Protocol.SIMPLE, size, model.channels, nccl_tree_depth(2, 8))
+        assert isinstance(pred.schedule, predict.Schedule) and pred.schedule.notes["pieces"] == want
+        assert pred.sim.correct, pred.sim.error
+
+
+def test_a_tree_given_its_pieces_builds_that_many() -> None:
+    from taccl_py.baselines import baseline
+    from taccl_py.errors import InputError
+    from taccl_py.library import resolve_topology
+    from taccl_py.simulator import simulate
+
+    topo = resolve_topology("dgx-a100x2")
+    for pieces in (1, 3, 40):
+        schedule = baseline(topo, "allreduce", "tree", pieces=pieces)
+        channels = int(schedule.notes["channels"])
+        assert schedule.notes["pieces"] == pieces
+        assert len(schedule.transfers) == pieces * len(baseline(topo, "allreduce", "tree", pieces=1).transfers)
+        assert schedule.collective.num_chunks % (channels * pieces) == 0
+        assert simulate(topo, schedule, 1 << 20).correct
+    with pytest.raises(InputError, match="only the tree"):
+        baseline(topo, "allreduce", "ring", pieces=2)
+    with pytest.raises(InputError, match="pieces must be"):
+        baseline(topo, "allreduce", "tree", pieces=2, chunk_factor=8)
+    with pytest.raises(InputError, match="pieces must be"):
+        baseline(topo, "allreduce", "tree", pieces=0)

@@ -87,12 +87,14 @@ def _machine_aligned(ring: Ring, plan: RingPlan) -> tuple[int, ...]:
 
 def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, channels: int | None = None,
              chunk_factor: int | None = None, root: int = 0, size_bytes: float | None = None,
-             step_overhead_us: float = 0.0, form: str | None = None) -> Schedule:
+             step_overhead_us: float = 0.0, form: str | None = None, pieces: int | None = None) -> Schedule:
     """The NCCL-style ``algorithm`` (ring, tree, direct, rd, oneshot) for ``kind`` on ``topology``.
 
     ``channels``: rings / trees / parallel copies (chosen to spread the load when None).
     ``chunk_factor``: chunks per block of the collective (a multiple of the channels).
     ``size_bytes`` and ``step_overhead_us`` only tune the pipelining depth.
+    ``pieces``: the tree's chunk steps per channel, given (NCCL's own count: the calibrated prediction's), not
+    tuned; trees only, and not with ``chunk_factor``.
     ``form``: the ``oneshot`` Allreduce's form (:data:`~taccl_py.baselines.oneshot.ALLREDUCE_FORMS`; None: the
     fastest on the raw links).
     Raises :class:`NotApplicable` (an :class:`InputError`) when it cannot run here.
@@ -101,6 +103,8 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
     _check_args(topology, algorithm, channels, chunk_factor, root)
     if form is not None and algorithm != "oneshot":
         raise InputError(f"only the oneshot baseline has forms (got {algorithm!r})", where="form")
+    if pieces is not None and algorithm != "tree":
+        raise InputError(f"only the tree baseline takes pieces (got {algorithm!r})", where="pieces")
     name = topology.name
     if algorithm == "ring":
         if kind not in _RING_KINDS:
@@ -125,12 +129,12 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
         n = topology.num_gpus
         if kind is CollectiveKind.ALLREDUCE:
             return tree_allreduce(tplan, n, name, chunk_factor=chunk_factor, size_bytes=size_bytes,
-                                  step_overhead_us=step_overhead_us)
+                                  step_overhead_us=step_overhead_us, pieces=pieces)
         if kind is CollectiveKind.BROADCAST:
             return tree_broadcast(tplan, n, name, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes,
-                                  step_overhead_us=step_overhead_us)
+                                  step_overhead_us=step_overhead_us, pieces=pieces)
         return tree_reduce(tplan, n, name, root=root, chunk_factor=chunk_factor, size_bytes=size_bytes,
-                           step_overhead_us=step_overhead_us)
+                           step_overhead_us=step_overhead_us, pieces=pieces)
     if algorithm == "direct":
         return direct_schedule(topology, kind, channels=channels or 1, chunk_factor=chunk_factor, root=root)
     if algorithm in ("hier", "hier-lb"):  # per-dimension phases; channels come from the dimension algorithms

@@ -36,6 +36,7 @@ from taccl_py.baselines.common import (
 )
 from taccl_py.baselines.layout import MAX_CHANNELS, SearchSpace, groups_of, hamiltonian_path
 from taccl_py.collectives import Collective, CollectiveKind
+from taccl_py.errors import InputError
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Topology
 
@@ -331,10 +332,16 @@ def _pieces(plan: TreePlan, num_chunks: int, chunk_factor_given: bool, size_byte
 
 
 def _emit(plan: TreePlan, kind: CollectiveKind, n: int, root: int, chunk_factor: int | None,
-          size_bytes: float | None, step_overhead_us: float, topology_name: str, name: str) -> Schedule:
+          size_bytes: float | None, step_overhead_us: float, topology_name: str, name: str,
+          pieces: int | None = None) -> Schedule:
     k = len(plan.channels)
     per_block = n if kind is CollectiveKind.ALLREDUCE else 1
-    if chunk_factor is None:
+    if pieces is not None:
+        if chunk_factor is not None or pieces < 1:
+            raise InputError(f"pieces must be >= 1 and exclude chunk_factor (got {pieces})", where="pieces")
+        groups = k * pieces
+        c = groups // math.gcd(per_block, groups)
+    elif chunk_factor is None:
         pieces = _pieces(plan, 0, False, size_bytes, step_overhead_us)
         groups = k * pieces
         c = groups // math.gcd(per_block, groups)
@@ -361,24 +368,25 @@ def _emit(plan: TreePlan, kind: CollectiveKind, n: int, root: int, chunk_factor:
 
 
 def tree_allreduce(plan: TreePlan, num_gpus: int, topology_name: str = "", *, chunk_factor: int | None = None,
-                   size_bytes: float | None = None, step_overhead_us: float = 0.0) -> Schedule:
+                   size_bytes: float | None = None, step_overhead_us: float = 0.0,
+                   pieces: int | None = None) -> Schedule:
     """Double-binary-tree Allreduce (NCCL's two trees of machines, taken channel by channel): reduce up, broadcast
-    down, pipelined per channel."""
+    down, pipelined per channel (in ``pieces`` per channel when given, else the alpha-beta optimum)."""
     return _emit(plan, CollectiveKind.ALLREDUCE, num_gpus, 0, chunk_factor, size_bytes, step_overhead_us,
-                 topology_name, "tree")
+                 topology_name, "tree", pieces)
 
 
 def tree_broadcast(plan: TreePlan, num_gpus: int, topology_name: str = "", *, root: int = 0,
                    chunk_factor: int | None = None, size_bytes: float | None = None,
-                   step_overhead_us: float = 0.0) -> Schedule:
+                   step_overhead_us: float = 0.0, pieces: int | None = None) -> Schedule:
     """Pipelined tree Broadcast from ``root`` (the plan must be built for this root)."""
     return _emit(plan, CollectiveKind.BROADCAST, num_gpus, root, chunk_factor, size_bytes, step_overhead_us,
-                 topology_name, "tree")
+                 topology_name, "tree", pieces)
 
 
 def tree_reduce(plan: TreePlan, num_gpus: int, topology_name: str = "", *, root: int = 0,
                 chunk_factor: int | None = None, size_bytes: float | None = None,
-                step_overhead_us: float = 0.0) -> Schedule:
+                step_overhead_us: float = 0.0, pieces: int | None = None) -> Schedule:
     """Pipelined tree Reduce to ``root`` (the plan must be built for this root)."""
     return _emit(plan, CollectiveKind.REDUCE, num_gpus, root, chunk_factor, size_bytes, step_overhead_us,
-                 topology_name, "tree")
+                 topology_name, "tree", pieces)
