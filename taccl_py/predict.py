@@ -474,14 +474,19 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
 
     The ring pays ``nsteps x`` a hop latency once per collective, as tuning.cc charges it: the chunk loops
     overlap in the connection's NCCL_STEPS slots and each of the ring's ``pieces`` carries ``1 / pieces`` of
-    it. Across machines tuning.cc charges the network's latency on ``nInterSteps`` of the ``nsteps`` only
-    (``baseLat + (nsteps - nInterSteps) x intraLat + nInterSteps x interLat``; ``nInterSteps`` is
-    ``2 (machines - 1)`` for Allreduce, ``machines - 1`` for Allgather and ReduceScatter): a ring's connection
-    over the network sends every step, but its steps are in flight together and the chain of data waits on
-    the network once per crossing. The network's transfers therefore carry ``intraLat + (interLat - intraLat)
-    x nInterSteps / nsteps``, which gives that sum over the ring's serial steps (``nInterSteps`` as at the cited
-    commit of tuning.cc). A ring across machines pays at least ``net_overhead_us`` per step within a machine
-    (three times it with Simple: ``intraLat = max(intraLat, netOverhead)`` of later tuning.cc, NCCL 2.19 on).
+    it. Across machines the network's latency is charged on ``nInterSteps`` of the ``nsteps`` only
+    (``baseLat + (nsteps - nInterSteps) x intraLat + nInterSteps x interLat``, tuning.cc's form): a ring's
+    connection over the network sends every step, but its steps are in flight together and the chain of data
+    waits on the network once per crossing. ``nInterSteps`` counts the crossings of the longest chain: a ring
+    through ``m`` machines crosses the network ``m`` times per turn, and a block's chain goes round all but one
+    of its links once (Allgather, ReduceScatter: ``m``) or twice (Allreduce: ``2 m``; tuning.cc counts
+    ``m - 1`` for the first two). The network's transfers therefore carry ``intraLat + (interLat - intraLat)
+    x nInterSteps / nsteps``, which gives that sum over the ring's serial steps. A ring across machines steps
+    no faster than its proxies post: at least ``net_overhead_us`` per step within a machine (three times it
+    with Simple: ``intraLat = max(intraLat, netOverhead)`` of tuning.cc, NCCL 2.19 on), a bound on the rate of
+    its pipelined loops, not on one step's latency: the steps of ``pieces`` loops pay it on all but one loop's
+    share (``intraLat + (netOverhead - intraLat) x (1 - 1 / pieces)`` when the overhead is larger), so a
+    one-loop ring pays its NVLink hops.
     A Simple step over the network also pipelines its slices through the NIC
     (:func:`taccl_py.runtime.simple_step_latency`): it hides that latency behind the slices after its first,
     computed for NCCL's own ``runtime_channels`` channels, each moving ``size / (ranks x channels x loops)``
@@ -494,9 +499,9 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     net = hops.get("net")
     if net is not None and machines > 1:
         floor = net_overhead_us * (3 if costs.protocol is Protocol.SIMPLE else 1)
-        hops = {c: v if c == "net" else max(v, floor) for c, v in hops.items()}
+        hops = {c: v if c == "net" else v + max(0.0, floor - v) * (1.0 - 1.0 / pieces) for c, v in hops.items()}
         nsteps = 2 * (n - 1) if kind is CollectiveKind.ALLREDUCE else n - 1
-        inter = 2 * (machines - 1) if kind is CollectiveKind.ALLREDUCE else machines - 1
+        inter = 2 * machines if kind is CollectiveKind.ALLREDUCE else machines
         intra_class = "nvlink" if widest_gpu_link(topology, "nvlink") is not None else "pci"
         intra = hops.get(intra_class, net)
         net = intra + (net - intra) * min(inter, nsteps) / nsteps

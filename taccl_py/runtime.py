@@ -527,15 +527,15 @@ _H100_NET = ("net (per-step latency per protocol, Simple efficiency): fitted by 
              "https://github.com/NVIDIA/nccl-tests/issues/267) on every other row of two 2 x 8 H100 runs of "
              "nccl-tests#309 (https://github.com/NVIDIA/nccl-tests/issues/309), one GPU per rank, 8 x 400 Gb/s "
              "InfiniBand NICs per machine: the Dell XE9680 run's (NCCL 2.26.2, NCCL's default algorithm, its tree at "
-             "these sizes) from 512 B to 256 KB, and the ring-only run's from 64 MB: 4.1 % rms over the 9 rows "
-             "(worst 8.0 %); 0.9525 of 50 GB/s is 47.6 GB/s per NIC; the other rows of both runs are held out")
+             "these sizes) from 512 B to 256 KB, and the ring-only run's from 64 MB: 4.0 % rms over the 9 rows "
+             "(worst 8.0 %); 0.9535 of 50 GB/s is 47.7 GB/s per NIC; the other rows of both runs are held out")
 
 _H100_NVLS_TREE = ("nvls-tree (the share of NVLS's NVLink rate NVLSTree's NVLS phases reach): fitted by `taccl profile fit "
                    "--runtime --per-rank 'tests/data/nccl_tests/nccl_tests_309_h100x2_xe9680_all_reduce.log@2MB:16GB"
                    "#nvls-tree' --rows even --class nvls-tree --into dgx-h100x2-nvls -o FILE` (after the network fit; "
                    "from 1, NVLS's own rate) on every other row from 2 MB of the Dell XE9680 2 x 8 H100 run of "
                    "nccl-tests#309 (https://github.com/NVIDIA/nccl-tests/issues/309; NCCL 2.26.2, one GPU per rank, "
-                   "NVLSTree at these sizes per NCCL's maintainer in the thread): 0.9329, 3.9 % rms in time over the 7 rows "
+                   "NVLSTree at these sizes per NCCL's maintainer in the thread): 0.9339, 3.9 % rms in time over the 7 rows "
                    "(worst 7.7 %); with NVLS's own rate the run's largest rows were 10-12 % fast (2 machines reached "
                    "one machine's NVLS busbw); the odd rows and the 4 and 8-machine runs of the thread are held out")
 
@@ -610,12 +610,12 @@ PRESETS: dict[str, RuntimeModel] = {
         ll128_channels=7.722, tree_caps=True, copy_efficiency={"nvlink": 0.8586}, net_overhead_us=2.0,
         alltoall_net_share=0.8671, sources=(_A100_FIT, _A100_NET, _A100_NET_ALLTOALL, _NCCL_SOURCE)),
     "dgx-h100": RuntimeModel(
-        name="dgx-h100", efficiency={"nvlink": 0.8292, "pci": 1.0, "net": 0.9525}, channels=32,
+        name="dgx-h100", efficiency={"nvlink": 0.8292, "pci": 1.0, "net": 0.9535}, channels=32,
         hop_latency_us={"nvlink": {Protocol.LL: 1.444, Protocol.LL128: 0.5298, Protocol.SIMPLE: 4.868},
                         "pci": dict(NCCL_HOP_LATENCY_US["pci"]),
-                        "net": {Protocol.LL: 3.22, Protocol.LL128: 7.974, Protocol.SIMPLE: 9.6}},
+                        "net": {Protocol.LL: 3.221, Protocol.LL128: 8.04, Protocol.SIMPLE: 9.6}},
         ll128_channels=32.0, copy_efficiency={"nvlink": 0.8055}, nvls_efficiency=0.6747, nvls_latency_us=8.917,
-        nvls_half_chunk_bytes=5804.0, nvls_tree_share=0.9329,
+        nvls_half_chunk_bytes=5804.0, nvls_tree_share=0.9339,
         sources=(_H100_FIT, _H100_NVLS, _H100_NET, _H100_NVLS_TREE, _NCCL_SOURCE)),
 }
 """Calibrated runtime models of the shipped machine families (their clusters share them)."""
