@@ -47,7 +47,8 @@ from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_protocol", "load_floor_us",
            "nccl_algorithms", "nccl_protocols", "nvls_chunk_steps", "predict_baseline", "predict_nccl",
-           "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies", "tree_step_costs"]
+           "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies", "tree_chunk_steps",
+           "tree_step_costs"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 _TUNED_ALGORITHMS = frozenset({"tree", *NVLS_ALGORITHMS})
@@ -413,8 +414,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             pieces_nvls = nvls_chunk_steps(topology, kind, size_bytes) if algorithm in NVLS_ALGORITHMS else None
             pieces_tree = None
             if algorithm == "tree":
-                pieces_tree = nccl_tree_pieces(p, size_bytes, model.channels,
-                                               nccl_tree_depth(len(topology.machines), gpus_per_machine(topology)))
+                pieces_tree = tree_chunk_steps(topology, kind, size_bytes, p, model.channels, root, channels)
                 costs = tree_step_costs(topology, costs, kind, pieces_tree)
             options = SimOptions(step_overhead_us=step_overhead_us, costs=costs)
             if algorithm == "oneshot" and kind is CollectiveKind.ALLREDUCE \
@@ -518,6 +518,27 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     rate = 0.0 if widest is None else gbps_to_bytes_per_us(widest) * costs.fraction["net"] / channels
     out["net"] = simple_step_latency(net, chunk, rate) / pieces
     return out
+
+
+TREE_TRANSFER_BUDGET = 500_000
+"""Most transfers the calibrated tree is simulated in: on large topologies it takes fewer chunk steps than NCCL's
+(:func:`tree_chunk_steps`), never fewer than the 32 of the alpha-beta pipeline it had before."""
+
+
+def tree_chunk_steps(topology: Topology, kind: CollectiveKind, size_bytes: float, protocol: Protocol,
+                     runtime_channels: int, root: int = 0, channels: int | None = None) -> int:
+    """The chunk steps per channel in which the calibrated tree is simulated: NCCL's
+    (:func:`taccl_py.runtime.nccl_tree_pieces` on the runtime's channels), as long as the schedule stays within
+    :data:`TREE_TRANSFER_BUDGET` transfers or 32 steps (a 512-GPU tree has about 16,000 legs a step: NCCL's 78 and
+    170 steps at 1 GB, LL128 and Simple, took 3 minutes and 4.4 GB to simulate)."""
+    from taccl_py.baselines.common import MAX_PIECES
+    from taccl_py.baselines.tree import tree_plan
+
+    nccl = nccl_tree_pieces(protocol, size_bytes, runtime_channels,
+                            nccl_tree_depth(len(topology.machines), gpus_per_machine(topology)))
+    plan = tree_plan(topology, kind, root if kind is not CollectiveKind.ALLREDUCE else 0, channels)
+    legs = sum(len(ch.reduce_legs) + len(ch.bcast_legs) for ch in plan.channels)
+    return min(nccl, max(MAX_PIECES, TREE_TRANSFER_BUDGET // max(legs, 1)))
 
 
 def tree_step_costs(topology: Topology, costs: TransferCosts, kind: CollectiveKind, pieces: int) -> TransferCosts:

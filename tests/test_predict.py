@@ -480,3 +480,25 @@ def test_a_tree_given_its_pieces_builds_that_many() -> None:
         baseline(topo, "allreduce", "tree", pieces=2, chunk_factor=8)
     with pytest.raises(InputError, match="pieces must be"):
         baseline(topo, "allreduce", "tree", pieces=0)
+
+
+def test_a_large_tree_takes_fewer_chunk_steps_within_its_transfer_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL's chunk steps while the schedule stays within the budget, else as many as fit, never fewer than 32."""
+    from taccl_py.baselines.tree import tree_plan
+    from taccl_py.collectives import CollectiveKind
+    from taccl_py.library import resolve_topology
+
+    topo = resolve_topology("dgx-a100x2")
+    assert topo.runtime is not None
+    kind, lanes = CollectiveKind.ALLREDUCE, topo.runtime.channels
+    legs = sum(len(ch.reduce_legs) + len(ch.bcast_legs) for ch in tree_plan(topo, kind).channels)
+    assert predict.tree_chunk_steps(topo, kind, 8 << 30, Protocol.SIMPLE, lanes) == 256  # NCCL's 512, capped
+    assert predict.tree_chunk_steps(topo, kind, 1 << 20, Protocol.SIMPLE, lanes) == 2  # 24 x 32 KB a loop
+    monkeypatch.setattr(predict, "TREE_TRANSFER_BUDGET", legs * 40)
+    assert predict.tree_chunk_steps(topo, kind, 8 << 30, Protocol.SIMPLE, lanes) == 40
+    monkeypatch.setattr(predict, "TREE_TRANSFER_BUDGET", legs * 10)
+    assert predict.tree_chunk_steps(topo, kind, 8 << 30, Protocol.SIMPLE, lanes) == 32
+    assert predict.tree_chunk_steps(topo, kind, 1 << 20, Protocol.SIMPLE, lanes) == 2
+    pred = predict.predict_baseline(topo, kind, "tree", 8 << 30, topo.runtime, protocols=(Protocol.SIMPLE,))
+    assert isinstance(pred.schedule, predict.Schedule) and pred.schedule.notes["pieces"] == 32
+    assert len(pred.schedule.transfers) == 32 * legs
