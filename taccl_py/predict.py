@@ -34,7 +34,6 @@ from taccl_py.runtime import (
     gpus_per_machine,
     nccl_nvls_pieces,
     nccl_ring_pieces,
-    nccl_tree_depth,
     nccl_tree_pieces,
     simple_step_latency,
     widest_gpu_link,
@@ -413,8 +412,8 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
         else:
             pieces_nvls = nvls_chunk_steps(topology, kind, size_bytes) if algorithm in NVLS_ALGORITHMS else None
             pieces_tree = None
-            if algorithm == "tree":
-                pieces_tree = tree_chunk_steps(topology, kind, size_bytes, p, model.channels, root, channels)
+            if algorithm == "tree" and p is Protocol.SIMPLE:
+                pieces_tree = tree_chunk_steps(topology, kind, size_bytes, model.channels, root, channels)
                 costs = tree_step_costs(topology, costs, kind, pieces_tree)
             options = SimOptions(step_overhead_us=step_overhead_us, costs=costs)
             if algorithm == "oneshot" and kind is CollectiveKind.ALLREDUCE \
@@ -479,12 +478,12 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     connection over the network sends every step, but its steps are in flight together and the chain of data
     waits on the network once per crossing. ``nInterSteps`` counts the crossings of the longest chain: a ring
     through ``m`` machines crosses the network ``m`` times per turn, and a block's chain goes round all but one
-    of its links once (Allgather, ReduceScatter: ``m``) or twice (Allreduce: ``2 m``; tuning.cc counts
-    ``m - 1`` for the first two). The network's transfers therefore carry ``intraLat + (interLat - intraLat)
-    x nInterSteps / nsteps``, which gives that sum over the ring's serial steps. A ring across machines steps
-    no faster than its proxies post: at least ``net_overhead_us`` per step within a machine (three times it
-    with Simple: ``intraLat = max(intraLat, netOverhead)`` of tuning.cc, NCCL 2.19 on), a bound on the rate of
-    its pipelined loops, not on one step's latency: the steps of ``pieces`` loops pay it on all but one loop's
+    of its links once (Allgather, ReduceScatter: ``m``) or twice (Allreduce: ``2 m``, ``2 m - 1`` with 2 GPUs a
+    machine; tuning.cc counts ``m - 1`` for the first two). The network's transfers therefore carry ``intraLat
+    + (interLat - intraLat) x nInterSteps / nsteps``, which gives that sum over the ring's serial steps. A ring
+    across machines steps no faster than its proxies post, ``net_overhead_us`` a step within a machine (three
+    times it with Simple: ``intraLat = max(intraLat, netOverhead)`` of tuning.cc, NCCL 2.19 on), a bound on the
+    rate of its pipelined loops, not on one step's latency: the steps of ``pieces`` loops pay it on all but one loop's
     share (``intraLat + (netOverhead - intraLat) x (1 - 1 / pieces)`` when the overhead is larger), so a
     one-loop ring pays its NVLink hops.
     A Simple step over the network also pipelines its slices through the NIC
@@ -501,7 +500,9 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
         floor = net_overhead_us * (3 if costs.protocol is Protocol.SIMPLE else 1)
         hops = {c: v if c == "net" else v + max(0.0, floor - v) * (1.0 - 1.0 / pieces) for c, v in hops.items()}
         nsteps = 2 * (n - 1) if kind is CollectiveKind.ALLREDUCE else n - 1
-        inter = 2 * machines if kind is CollectiveKind.ALLREDUCE else machines
+        # an Allreduce chain skips the two links into its block's owner: both within a machine from 3 GPUs on
+        inter = (2 * machines - (1 if gpus_per_machine(topology) == 2 else 0)) if kind is CollectiveKind.ALLREDUCE \
+            else machines
         intra_class = "nvlink" if widest_gpu_link(topology, "nvlink") is not None else "pci"
         intra = hops.get(intra_class, net)
         net = intra + (net - intra) * min(inter, nsteps) / nsteps
@@ -521,21 +522,21 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
 
 
 TREE_TRANSFER_BUDGET = 500_000
-"""Most transfers the calibrated tree is simulated in: on large topologies it takes fewer chunk steps than NCCL's
-(:func:`tree_chunk_steps`), never fewer than the 32 of the alpha-beta pipeline it had before."""
+"""Most transfers the calibrated Simple tree is simulated in: on large topologies it takes fewer chunk steps than
+NCCL's (:func:`tree_chunk_steps`), never fewer than the 32 of the alpha-beta pipeline it had before."""
 
 
-def tree_chunk_steps(topology: Topology, kind: CollectiveKind, size_bytes: float, protocol: Protocol,
-                     runtime_channels: int, root: int = 0, channels: int | None = None) -> int:
-    """The chunk steps per channel in which the calibrated tree is simulated: NCCL's
+def tree_chunk_steps(topology: Topology, kind: CollectiveKind, size_bytes: float, runtime_channels: int,
+                     root: int = 0, channels: int | None = None) -> int:
+    """The chunk steps per channel in which the calibrated Simple tree is simulated: NCCL's
     (:func:`taccl_py.runtime.nccl_tree_pieces` on the runtime's channels), as long as the schedule stays within
-    :data:`TREE_TRANSFER_BUDGET` transfers or 32 steps (a 512-GPU tree has about 16,000 legs a step: NCCL's 78 and
-    170 steps at 1 GB, LL128 and Simple, took 3 minutes and 4.4 GB to simulate)."""
+    :data:`TREE_TRANSFER_BUDGET` transfers or 32 steps (a 512-GPU tree has about 16,000 legs a step: NCCL's 170
+    steps at 1 GB took minutes and gigabytes to simulate). LL and LL128 trees keep the alpha-beta pipeline: they
+    forward line by line, finer than their steps."""
     from taccl_py.baselines.common import MAX_PIECES
     from taccl_py.baselines.tree import tree_plan
 
-    nccl = nccl_tree_pieces(protocol, size_bytes, runtime_channels,
-                            nccl_tree_depth(len(topology.machines), gpus_per_machine(topology)))
+    nccl = nccl_tree_pieces(size_bytes, runtime_channels)
     plan = tree_plan(topology, kind, root if kind is not CollectiveKind.ALLREDUCE else 0, channels)
     legs = sum(len(ch.reduce_legs) + len(ch.bcast_legs) for ch in plan.channels)
     return min(nccl, max(MAX_PIECES, TREE_TRANSFER_BUDGET // max(legs, 1)))
@@ -555,7 +556,7 @@ def tree_step_costs(topology: Topology, costs: TransferCosts, kind: CollectiveKi
     hops = costs.hop_latency_us
     intra_class = "nvlink" if widest_gpu_link(topology, "nvlink") is not None else "pci"
     machines = len(topology.machines)
-    levels = math.ceil(math.log2(machines)) if machines > 1 else 0
+    levels = int(math.log2(machines)) if machines > 1 else 0  # tuning.cc's log2i rounds down
     phases = 2 if kind is CollectiveKind.ALLREDUCE else 1
     path = phases * ((gpus_per_machine(topology) - 1) * hops.get(intra_class, 0.0) + levels * hops.get("net", 0.0))
     return replace(costs, hop_latency_us={c: v / pieces for c, v in hops.items()},

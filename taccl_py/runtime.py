@@ -30,8 +30,8 @@ per-hop latencies (``hwLat``, ring: NVLink 0.47 / 1.9 / 3.4, PCI 1.0 / 2.5 / 5.7
 NET 2.7 / 4.0 / 9.6 us for LL / LL128 / Simple), LL's bandwidth factor (1/4 for
 Allreduce and multi-machine runs, else 1/3), LL128's (0.92, or 0.7 with one GPU per
 machine) and its per-channel cap (``ll128MaxBwPerCh``: 18.8 Broadcast, 12.0 Reduce,
-18.3 Allgather, 15.2 ReduceScatter, 16.7 Allreduce GB/s), and the network post overhead that is the least
-per-step latency of a ring across machines (``getNetOverhead``: 1 us, 2 us on AMD hosts, x3 with Simple). The calibrated figures
+18.3 Allgather, 15.2 ReduceScatter, 16.7 Allreduce GB/s), and the network post overhead that bounds how fast
+a ring across machines steps (``getNetOverhead``: 1 us, 2 us on AMD hosts, x3 with Simple). The calibrated figures
 (Simple's achievable share of each link type) carry their sources in
 :data:`PRESETS`. Units: us, bytes, GB/s of 1e9 bytes.
 """
@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # the topology module refers back to this one only for types
 __all__ = ["COPY_KINDS", "LINK_CLASSES", "MAX_TREE_PIECES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS",
            "NVLS_ONE_PHASE_KINDS", "PRESETS", "Protocol", "RuntimeModel",
            "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_occupancy",
-           "nccl_nvls_pieces", "nccl_ring_pieces", "nccl_tree_depth", "nccl_tree_pieces",
+           "nccl_nvls_pieces", "nccl_ring_pieces", "nccl_tree_pieces",
            "payload_fraction", "post_instant", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "takes_copy_share", "widest_gpu_link",
            "wire_bytes", "with_figures", "with_launch_offset"]
 
@@ -149,37 +149,18 @@ def nccl_ring_pieces(protocol: Protocol | str, size_bytes: float, num_ranks: int
 
 
 MAX_TREE_PIECES = 256
-"""Most chunk steps per channel in which the calibrated tree is simulated (NCCL's own count at 4 GB on 32
-channels; beyond, the pipeline's fill and drain are under a 100th of the time on a tree of depth 8)."""
-_TREE_SIMPLE_CHUNK_RULES = ((8, 128 << 10), (4, 64 << 10), (1, 32 << 10))
-"""enqueue.cc: the Simple tree's chunk is halved while fewer than depth x 8, x 4, x 1 chunks per channel would
-make up the buffer and the chunk is above 128, 64, 32 KB."""
+"""Most chunk steps per channel in which the calibrated Simple tree is simulated (NCCL's own count at 4 GB on 32
+channels; beyond, the pipeline's fill and drain are under a 100th of the time on 2 machines of 8 GPUs)."""
 
 
-def nccl_tree_depth(machines: int, gpus_per_machine: int) -> int:
-    """The depth NCCL's tree chunk rule counts: the chain through a machine's GPUs, then the binary tree's
-    levels over the machines."""
-    return max(gpus_per_machine - 1, 0) + max(math.ceil(math.log2(max(machines, 1))), 0)
-
-
-def nccl_tree_pieces(protocol: Protocol | str, size_bytes: float, channels: int, depth: int) -> int:
-    """How many chunk steps each channel of NCCL's tree Allreduce takes for ``size_bytes`` (at most
-    :data:`MAX_TREE_PIECES`).
-
-    Each loop hands every channel one chunk: one connection step's data with LL and LL128 (32 KB, 576,000 bytes),
-    and with Simple a 512 KB step halved for buffers too small to give the tree ``depth`` x 8 chunks per channel
-    (:data:`_TREE_SIMPLE_CHUNK_RULES`).
-    """
-    p = Protocol(protocol)
-    step = (SIMPLE_BUFFER_BYTES if p is Protocol.SIMPLE else LL_BUFFER_BYTES if p is Protocol.LL
-            else LL128_BUFFER_BYTES) / NCCL_STEPS
-    chunk = int(step * payload_fraction(p))
-    lanes = max(channels, 1)
-    if p is Protocol.SIMPLE:
-        for times, floor in _TREE_SIMPLE_CHUNK_RULES:
-            while size_bytes // (lanes * chunk) < depth * times and chunk > floor:
-                chunk //= 2
-    return max(1, min(MAX_TREE_PIECES, math.ceil(size_bytes / (lanes * chunk))))
+def nccl_tree_pieces(size_bytes: float, channels: int) -> int:
+    """How many chunk steps each channel of NCCL's Simple tree takes for ``size_bytes`` (at most
+    :data:`MAX_TREE_PIECES`): each loop hands every channel one 512 KB step (enqueue.cc's ``calcCollChunking``,
+    NCCL 2.19 on, which no longer halves the Simple tree's chunk for small buffers as 2.18's ``computeColl``
+    did). LL and LL128 forward their data line by line, so their steps are not the pipeline's depth (not
+    modelled here)."""
+    chunk = SIMPLE_BUFFER_BYTES // NCCL_STEPS
+    return max(1, min(MAX_TREE_PIECES, math.ceil(size_bytes / (max(channels, 1) * chunk))))
 
 
 def simple_slice_bytes(chunk: float) -> float:
@@ -378,7 +359,7 @@ class RuntimeModel:
     tree_caps: bool = False
     """Cap trees at tuning.cc's ``maxTreeBw`` per GPU (figures of the NCCL of the A100 era; later NCCLs raised them)."""
     net_overhead_us: float = 1.0
-    """Least per-step latency within a machine of a ring that spans machines, and the proxy's cost per posted
+    """Least time per step within a machine of a pipelined ring that spans machines, and the proxy's cost per posted
     network send or receive (tuning.cc ``getNetOverhead``, NCCL 2.19 on: 1 us on Intel hosts, 2 us on AMD ones;
     three times that per ring step with Simple)."""
     copy_efficiency: Mapping[str, float] = field(default_factory=dict)

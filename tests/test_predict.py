@@ -438,7 +438,7 @@ def test_the_calibrated_tree_runs_nccls_chunk_steps_and_pays_its_path_latency_on
     on two machines of 8); with one piece the costs are the model's own."""
     from taccl_py.collectives import CollectiveKind
     from taccl_py.library import resolve_topology
-    from taccl_py.runtime import nccl_tree_depth, nccl_tree_pieces
+    from taccl_py.runtime import nccl_tree_pieces
 
     topo = resolve_topology("dgx-a100x2")
     model = topo.runtime
@@ -455,9 +455,30 @@ def test_the_calibrated_tree_runs_nccls_chunk_steps_and_pays_its_path_latency_on
     assert one_phase.launch_us == pytest.approx(costs.launch_us + path / 2 * 3 / 4)
     for size in (1 << 20, 64 << 20, 1 << 30):
         pred = predict.predict_baseline(topo, kind, "tree", size, model, protocols=(Protocol.SIMPLE,))
-        want = nccl_tree_pieces(Protocol.SIMPLE, size, model.channels, nccl_tree_depth(2, 8))
+        want = nccl_tree_pieces(size, model.channels)
         assert isinstance(pred.schedule, predict.Schedule) and pred.schedule.notes["pieces"] == want
         assert pred.sim.correct, pred.sim.error
+    # the prediction pays the stepped costs: its schedule under them takes its time, under the model's own more
+    from taccl_py.simulator import simulate
+
+    pred = predict.predict_baseline(topo, kind, "tree", 1 << 30, model, protocols=(Protocol.SIMPLE,))
+    assert isinstance(pred.schedule, predict.Schedule)
+    pieces = int(pred.schedule.notes["pieces"])
+    assert pieces > 1
+    unposted = replace(costs, post_us=0.0)  # NCCL's tree carries its proxy's cost in its latencies
+    own = simulate(topo, pred.schedule, 1 << 30, SimOptions(costs=unposted))
+    stepped = simulate(topo, pred.schedule, 1 << 30, SimOptions(costs=predict.tree_step_costs(topo, unposted, kind,
+                                                                                               pieces)))
+    assert pred.sim.time_us == pytest.approx(stepped.time_us)
+    assert own.time_us is not None and stepped.time_us is not None and own.time_us > stepped.time_us
+    # LL128 forwards line by line: its tree keeps the raw-link baseline's alpha-beta pipeline
+    from taccl_py.baselines import baseline
+
+    ll128 = predict.predict_baseline(topo, kind, "tree", 64 << 20, model, protocols=(Protocol.LL128,))
+    hop = max(model.costs(Protocol.LL128, kind, topo, algorithm="tree", size_bytes=64 << 20).hop_latency_us.values())
+    assert isinstance(ll128.schedule, predict.Schedule)
+    assert ll128.schedule.notes["pieces"] == baseline(topo, kind, "tree", size_bytes=64 << 20,
+                                                      step_overhead_us=hop).notes["pieces"]
 
 
 def test_a_tree_given_its_pieces_builds_that_many() -> None:
@@ -492,13 +513,13 @@ def test_a_large_tree_takes_fewer_chunk_steps_within_its_transfer_budget(monkeyp
     assert topo.runtime is not None
     kind, lanes = CollectiveKind.ALLREDUCE, topo.runtime.channels
     legs = sum(len(ch.reduce_legs) + len(ch.bcast_legs) for ch in tree_plan(topo, kind).channels)
-    assert predict.tree_chunk_steps(topo, kind, 8 << 30, Protocol.SIMPLE, lanes) == 256  # NCCL's 512, capped
-    assert predict.tree_chunk_steps(topo, kind, 1 << 20, Protocol.SIMPLE, lanes) == 2  # 24 x 32 KB a loop
+    assert predict.tree_chunk_steps(topo, kind, 8 << 30, lanes) == 256  # NCCL's 512, capped
+    assert predict.tree_chunk_steps(topo, kind, 1 << 20, lanes) == 1  # 24 x 512 KB a loop
     monkeypatch.setattr(predict, "TREE_TRANSFER_BUDGET", legs * 40)
-    assert predict.tree_chunk_steps(topo, kind, 8 << 30, Protocol.SIMPLE, lanes) == 40
+    assert predict.tree_chunk_steps(topo, kind, 8 << 30, lanes) == 40
     monkeypatch.setattr(predict, "TREE_TRANSFER_BUDGET", legs * 10)
-    assert predict.tree_chunk_steps(topo, kind, 8 << 30, Protocol.SIMPLE, lanes) == 32
-    assert predict.tree_chunk_steps(topo, kind, 1 << 20, Protocol.SIMPLE, lanes) == 2
+    assert predict.tree_chunk_steps(topo, kind, 8 << 30, lanes) == 32
+    assert predict.tree_chunk_steps(topo, kind, 1 << 20, lanes) == 1
     pred = predict.predict_baseline(topo, kind, "tree", 8 << 30, topo.runtime, protocols=(Protocol.SIMPLE,))
     assert isinstance(pred.schedule, predict.Schedule) and pred.schedule.notes["pieces"] == 32
     assert len(pred.schedule.transfers) == 32 * legs

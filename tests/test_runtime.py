@@ -26,7 +26,6 @@ from taccl_py.runtime import (
     TransferCosts,
     nccl_nvls_chunk_bytes,
     nccl_ring_pieces,
-    nccl_tree_depth,
     nccl_tree_pieces,
     payload_fraction,
     runtime_from_dict,
@@ -71,34 +70,23 @@ def test_ring_pieces_follow_nccl_chunks() -> None:
 
 
 def test_tree_pieces_follow_nccl_chunks() -> None:
-    """enqueue.cc's tree chunks, by hand: 32 channels, depth 8 (2 machines of 8 GPUs)."""
-    depth = nccl_tree_depth(2, 8)
-    assert (depth, nccl_tree_depth(8, 8), nccl_tree_depth(1, 8), nccl_tree_depth(3, 8)) == (8, 10, 7, 9)
-    # Simple: 512 KB steps; 1 GB gives 64 chunks of 512 KB per channel (= depth x 8: not halved)
-    assert nccl_tree_pieces("Simple", 1 << 30, 32, depth) == 64
-    # 256 MB: 16 < 64 at 512 KB, 32 at 256 KB, 64 at 128 KB: 64 chunks of 128 KB
-    assert nccl_tree_pieces("Simple", 256 << 20, 32, depth) == 64
-    # 64 MB: 16 at 128 KB (the first rule stops there), < 32 so 64 KB: 32 chunks; 8 >= depth keeps 64 KB at 16 MB
-    assert nccl_tree_pieces("Simple", 64 << 20, 32, depth) == 32
-    assert nccl_tree_pieces("Simple", 16 << 20, 32, depth) == 8
-    # 8 MB: 4 < 8 at 64 KB, so 32 KB: 8 chunks; below, chunks stay at 32 KB
-    assert nccl_tree_pieces("Simple", 8 << 20, 32, depth) == 8
-    assert nccl_tree_pieces("Simple", 1 << 20, 32, depth) == 1
-    assert nccl_tree_pieces("Simple", 8 << 30, 32, depth) == 256  # 512 chunks of 512 KB, capped
-    # LL: 32 KB of data a step (64 KB of lines); LL128: 576,000 bytes (120 of every 128)
-    assert nccl_tree_pieces("LL", 8 << 20, 32, depth) == 8
-    assert nccl_tree_pieces("LL128", 32 * 576_000, 32, depth) == 1
-    assert nccl_tree_pieces("LL128", 32 * 576_000 + 1, 32, depth) == 2
+    """enqueue.cc's Simple tree (NCCL 2.19 on): one 512 KB step a channel a loop; 32 channels move 16 MB a loop."""
+    assert nccl_tree_pieces(1 << 20, 32) == 1
+    assert nccl_tree_pieces(16 << 20, 32) == 1
+    assert nccl_tree_pieces((16 << 20) + 1, 32) == 2
+    assert nccl_tree_pieces(1 << 30, 32) == 64
+    assert nccl_tree_pieces(1 << 30, 24) == 86  # 1 GB over 24 x 512 KB: 85.3 loops
+    assert nccl_tree_pieces(8 << 30, 32) == 256  # 512 loops, capped
 
 
-@given(st.integers(1, 1 << 36), st.sampled_from(list(Protocol)), st.integers(1, 64), st.integers(0, 20))
-def test_tree_pieces_cover_the_buffer(size: int, protocol: Protocol, channels: int, depth: int) -> None:
-    """Pieces x channels x chunk covers the buffer (below the cap), with chunks of 32 KB to 576,000 bytes."""
-    pieces = nccl_tree_pieces(protocol, size, channels, depth)
+@given(st.integers(1, 1 << 36), st.integers(1, 64))
+def test_tree_pieces_cover_the_buffer(size: int, channels: int) -> None:
+    """Pieces x channels x 512 KB covers the buffer (below the cap) and one piece fewer does not."""
+    pieces = nccl_tree_pieces(size, channels)
     assert 1 <= pieces <= 256
-    assert pieces <= max(1, -(-size // (channels * (32 << 10))))
+    assert nccl_tree_pieces(size + 1, channels) >= pieces
     if pieces < 256:
-        assert pieces * channels * 576_000 >= size
+        assert pieces * channels * (512 << 10) >= size > (pieces - 1) * channels * (512 << 10)
 
 
 def test_costs_on_a_hand_computed_switch() -> None:

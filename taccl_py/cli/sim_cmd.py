@@ -578,16 +578,17 @@ def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size:
 
 def _timed_baseline(topology: Topology, kind: CollectiveKind, name: str, size: int, channels: int | None, root: int,
                     step_overhead_us: float) -> Schedule:
-    """The baseline's schedule for ``--schedule-out``: under a runtime model, NVLS and NVLSTree in the chunk steps
-    NCCL takes at ``size`` and the ``oneshot`` form fastest there, as their rows ran them (``taccl simulate -a
-    FILE.json`` then gives the row's time); every other baseline as built. A file is timed as a schedule of its
-    own: where a row uses NCCL's own costs of an algorithm (a tree's shares, a ring's chunk loops and step
-    latencies across machines), its file's time may differ."""
+    """The baseline's schedule for ``--schedule-out``: under a runtime model, NVLS, NVLSTree and the tree in the
+    chunk steps NCCL takes at ``size`` (the tree with the protocol its row chose) and the ``oneshot`` form fastest
+    there, as their rows ran them (``taccl simulate -a FILE.json`` then gives the row's time); every other
+    baseline as built. A file is timed as a schedule of its own: where a row uses NCCL's own costs of an
+    algorithm (a tree's shares and step latencies, a ring's chunk loops and step latencies across machines), its
+    file's time may differ."""
     from taccl_py.baselines import baseline
     from taccl_py.runtime import NVLS_ALGORITHMS
 
     model = runtime_model_for(topology)
-    if model is None or (name not in NVLS_ALGORITHMS and name != "oneshot"):
+    if model is None or (name not in NVLS_ALGORITHMS and name not in ("oneshot", "tree")):
         return baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
                         step_overhead_us=step_overhead_us)
     from taccl_py.predict import predict_baseline
