@@ -544,7 +544,7 @@ def tree_chunk_steps(topology: Topology, kind: CollectiveKind, size_bytes: float
 
 def tree_step_costs(topology: Topology, costs: TransferCosts, kind: CollectiveKind, pieces: int) -> TransferCosts:
     """``costs`` for NCCL's tree simulated in ``pieces`` chunk steps per channel: the per-step latency paid once
-    along the tree's path, as tuning.cc charges a tree (``2 x ((ppn - 1) x intraLat + log2(nNodes) x
+    along the tree's path, as tuning.cc charges a tree (``2 x ((ppn - 1) x intraLat + log2i(nNodes) x
     interLat)`` for Allreduce, one phase for Broadcast and Reduce).
 
     A tree's chunk steps overlap in the connection's NCCL_STEPS slots, so each of a connection's ``pieces``
