@@ -467,6 +467,11 @@ def _fastest_oneshot_allreduce(topology: Topology, channels: int | None, root: i
     return best[1]
 
 
+def _intra_class(topology: Topology) -> str:
+    """The link class within a machine whose per-step latency NCCL charges: NVLink where GPUs have it, else PCI."""
+    return "nvlink" if widest_gpu_link(topology, "nvlink") is not None else "pci"
+
+
 def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: float, pieces: int,
                         runtime_channels: int, kind: CollectiveKind, net_overhead_us: float) -> dict[str, float]:
     """Per link class, the per-step latency a transfer of the calibrated ring carries (its share of the hop).
@@ -503,8 +508,7 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
         # an Allreduce chain skips the two links into its block's owner: both within a machine from 3 GPUs on
         inter = (2 * machines - (1 if gpus_per_machine(topology) == 2 else 0)) if kind is CollectiveKind.ALLREDUCE \
             else machines
-        intra_class = "nvlink" if widest_gpu_link(topology, "nvlink") is not None else "pci"
-        intra = hops.get(intra_class, net)
+        intra = hops.get(_intra_class(topology), net)
         net = intra + (net - intra) * min(inter, nsteps) / nsteps
     out = {c: v / pieces for c, v in hops.items()}
     if net is None:
@@ -554,7 +558,7 @@ def tree_step_costs(topology: Topology, costs: TransferCosts, kind: CollectiveKi
     if pieces <= 1:
         return costs
     hops = costs.hop_latency_us
-    intra_class = "nvlink" if widest_gpu_link(topology, "nvlink") is not None else "pci"
+    intra_class = _intra_class(topology)
     machines = len(topology.machines)
     levels = int(math.log2(machines)) if machines > 1 else 0  # tuning.cc's log2i rounds down
     phases = 2 if kind is CollectiveKind.ALLREDUCE else 1
