@@ -13,7 +13,8 @@ the manifest's ``harness`` object, one per host whose ``all_reduce_perf -g 8`` c
 launches every GPU's kernel in turn: a fixed host cost per collective, which differs between hosts). Each
 gives its launch offset, fitted on a declared calibration case; it is added to the model's launch
 overheads. ``sizes`` (``LO:HI``) keeps a log's or table's rows of those sizes only (a log split into
-calibration and held-out sizes).
+calibration and held-out sizes). ``algorithms`` and ``protocols`` name what the run allowed (its NCCL_ALGO and
+NCCL_PROTO, or what it is known to have run); without them NCCL's choice among all is predicted.
 
 For every row NCCL's choice is simulated (:func:`taccl_py.predict.predict_nccl`: the fastest of
 its algorithms and protocols) under the topology's runtime model, and the predicted busbw is
@@ -38,7 +39,7 @@ from taccl_py.errors import InputError
 from taccl_py.predict import predict_nccl
 from taccl_py.profiler.nccl_tests import BINARY_MODELS, parse_nccl_tests_log
 from taccl_py.profiler.tables import read_timing_table
-from taccl_py.runtime import NCCL_ALGORITHM_NAMES, RuntimeModel, with_launch_offset
+from taccl_py.runtime import NCCL_ALGORITHM_NAMES, Protocol, RuntimeModel, with_launch_offset
 from taccl_py.topology import Topology
 from taccl_py.units import algbw_gbps, parse_size_bounds
 
@@ -91,6 +92,8 @@ class FidelityCase:
     """``all``, or ``even`` / ``odd``: every other row (a log split into calibration and held-out rows)."""
     algorithms: tuple[str, ...] | None = None
     """The algorithms the run allowed (its ``NCCL_ALGO``); None: NCCL's own choice."""
+    protocols: tuple[Protocol, ...] | None = None
+    """The protocols the run allowed (its ``NCCL_PROTO``); None: all of NCCL's."""
     sizes: tuple[int, int] | None = None
     """Only the rows of sizes in this range (bytes, both ends included); None: every size."""
 
@@ -223,6 +226,12 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
                                        or not all(a in KNOWN_ALGORITHMS for a in algorithms)):
             raise InputError(f"algorithms must be a non-empty list of {', '.join(KNOWN_ALGORITHMS)} "
                              f"(got {algorithms!r})", where=at)
+        protocols = entry.get("protocols")
+        known_protocols = [p.value for p in Protocol]
+        if protocols is not None and (not isinstance(protocols, list) or not protocols
+                                      or not all(p in known_protocols for p in protocols)):
+            raise InputError(f"protocols must be a non-empty list of {', '.join(known_protocols)} "
+                             f"(got {protocols!r})", where=at)
         sizes = entry.get("sizes")
         if sizes is not None and not isinstance(sizes, str):
             raise InputError(f"sizes must be a range LO:HI (got {sizes!r})", where=at)
@@ -239,6 +248,7 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
                 note=entry.get("note", ""), select={str(a): str(b) for a, b in entry.get("select", {}).items()},
                 rows=entry.get("rows", "all"),
                 algorithms=tuple(entry["algorithms"]) if "algorithms" in entry else None,
+                protocols=None if protocols is None else tuple(Protocol(p) for p in protocols),
                 sizes=bounds)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"bad entry ({exc})", where=at) from None
@@ -323,17 +333,18 @@ def predict_case(case: FidelityCase, directory: str | os.PathLike[str], *,
         raise InputError(f"{case.ranks} ranks but the topology has {topology.num_gpus} GPUs", where=case.name)
     model = case_model(case, topology, harness_offsets(root))
     return [predict_row(topology, model, case.kind, pub.size_bytes, pub.busbw_GBps, algorithms=case.algorithms,
-                        in_place_busbw=pub.in_place_busbw_GBps)
+                        protocols=case.protocols, in_place_busbw=pub.in_place_busbw_GBps)
             for pub in published_rows(case)[:max_rows]]
 
 
 def predict_row(topology: Topology, model: RuntimeModel, kind: CollectiveKind, size_bytes: int,
                 published_busbw: float, *, algorithms: tuple[str, ...] | None = None,
+                protocols: tuple[Protocol, ...] | None = None,
                 in_place_busbw: float | None = None) -> FidelityRow:
-    """One published size against NCCL's predicted choice under ``model`` (among ``algorithms``, None: all of
-    NCCL's); the predicted busbw is None when no algorithm applies or completes. ``in_place_busbw``: the same
-    run's in-place measurement of the size, kept beside it."""
-    best = predict_nccl(topology, kind, size_bytes, model, algorithms=algorithms)
+    """One published size against NCCL's predicted choice under ``model`` (among ``algorithms`` and ``protocols``,
+    None: all of NCCL's); the predicted busbw is None when no algorithm applies or completes. ``in_place_busbw``:
+    the same run's in-place measurement of the size, kept beside it."""
+    best = predict_nccl(topology, kind, size_bytes, model, algorithms=algorithms, protocols=protocols)
     if best is None:
         return FidelityRow(size_bytes, published_busbw, None, None, None, in_place_busbw=in_place_busbw)
     name, pred = best

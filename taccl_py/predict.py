@@ -28,6 +28,7 @@ from taccl_py.runtime import (
     NVLS_ALGORITHMS,
     NVLS_ONE_PHASE_KINDS,
     PROTOCOLS,
+    SIMPLE_BUFFER_BYTES,
     Protocol,
     RuntimeModel,
     TransferCosts,
@@ -44,8 +45,8 @@ from taccl_py.symmetry import SYMMETRIC_MIN_GPUS, SymmetricSchedule
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "best_protocol", "load_floor_us",
-           "nccl_algorithms", "nccl_protocols", "nvls_chunk_steps", "predict_baseline", "predict_nccl",
+__all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "allowed_protocols", "best_protocol",
+           "load_floor_us", "nccl_algorithms", "nccl_protocols", "nvls_chunk_steps", "predict_baseline", "predict_nccl",
            "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies", "tree_chunk_steps",
            "tree_step_costs"]
 
@@ -395,7 +396,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             if plain is None:
                 plain = baseline(topology, kind, "ring", channels=channels, root=root, size_bytes=size_bytes)
             count = int(plain.notes.get("channels") or 1)
-            pieces = nccl_ring_pieces(p, size_bytes, topology.num_gpus, count)
+            pieces = nccl_ring_pieces(p, size_bytes, topology.num_gpus, count, model.simple_buffer_bytes)
             in_pieces = symmetric_ring_baseline(topology, kind, channels, pieces, shift=plain.shift) \
                 if pieces > 1 and isinstance(plain, SymmetricSchedule) else None
             if pieces == 1:
@@ -407,13 +408,15 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
                 schedule = pieced_arrays if pieced_arrays is not None else baseline(
                     topology, kind, "ring", channels=channels, root=root, chunk_factor=count * pieces,
                     size_bytes=size_bytes)
-            costs = replace(costs, hop_latency_us=ring_step_latencies(topology, costs, size_bytes, pieces,
-                                                                      model.channels, kind, model.net_overhead_us))
+            costs = replace(costs, hop_latency_us=ring_step_latencies(
+                topology, costs, size_bytes, pieces, model.channels, kind, model.net_overhead_us,
+                simple_buffer_bytes=model.simple_buffer_bytes))
         else:
             pieces_nvls = nvls_chunk_steps(topology, kind, size_bytes) if algorithm in NVLS_ALGORITHMS else None
             pieces_tree = None
             if algorithm == "tree" and p is Protocol.SIMPLE:
-                pieces_tree = tree_chunk_steps(topology, kind, size_bytes, model.channels, root, channels)
+                pieces_tree = tree_chunk_steps(topology, kind, size_bytes, model.channels, root, channels,
+                                               simple_buffer_bytes=model.simple_buffer_bytes)
                 costs = tree_step_costs(topology, costs, kind, pieces_tree)
             options = SimOptions(step_overhead_us=step_overhead_us, costs=costs)
             if algorithm == "oneshot" and kind is CollectiveKind.ALLREDUCE \
@@ -473,7 +476,8 @@ def _intra_class(topology: Topology) -> str:
 
 
 def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: float, pieces: int,
-                        runtime_channels: int, kind: CollectiveKind, net_overhead_us: float) -> dict[str, float]:
+                        runtime_channels: int, kind: CollectiveKind, net_overhead_us: float, *,
+                        simple_buffer_bytes: int = SIMPLE_BUFFER_BYTES) -> dict[str, float]:
     """Per link class, the per-step latency a transfer of the calibrated ring carries (its share of the hop).
 
     The ring pays ``nsteps x`` a hop latency once per collective, as tuning.cc charges it: the chunk loops
@@ -495,7 +499,7 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     (:func:`taccl_py.runtime.simple_step_latency`): it hides that latency behind the slices after its first,
     computed for NCCL's own ``runtime_channels`` channels, each moving ``size / (ranks x channels x loops)``
     per step at the NIC's rate x the share / ``runtime_channels`` (the baseline's channel count only shapes
-    the simulated schedule).
+    the simulated schedule; ``simple_buffer_bytes``, NCCL_BUFFSIZE, sets the loops).
     """
     hops = dict(costs.hop_latency_us)
     n = max(topology.num_gpus, 1)
@@ -517,7 +521,7 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     if costs.protocol is not Protocol.SIMPLE:
         return out
     channels = max(runtime_channels, 1)
-    loops = nccl_ring_pieces(Protocol.SIMPLE, size_bytes, n, channels)
+    loops = nccl_ring_pieces(Protocol.SIMPLE, size_bytes, n, channels, simple_buffer_bytes)
     chunk = size_bytes / (n * channels * loops)
     widest = widest_gpu_link(topology, "net")
     rate = 0.0 if widest is None else gbps_to_bytes_per_us(widest) * costs.fraction["net"] / channels
@@ -531,16 +535,17 @@ NCCL's (:func:`tree_chunk_steps`), never fewer than the 32 of the alpha-beta pip
 
 
 def tree_chunk_steps(topology: Topology, kind: CollectiveKind, size_bytes: float, runtime_channels: int,
-                     root: int = 0, channels: int | None = None) -> int:
+                     root: int = 0, channels: int | None = None, *,
+                     simple_buffer_bytes: int = SIMPLE_BUFFER_BYTES) -> int:
     """The chunk steps per channel in which the calibrated Simple tree is simulated: NCCL's
-    (:func:`taccl_py.runtime.nccl_tree_pieces` on the runtime's channels), as long as the schedule stays within
+    (:func:`taccl_py.runtime.nccl_tree_pieces` on the runtime's channels and Simple buffer), as long as the schedule stays within
     :data:`TREE_TRANSFER_BUDGET` transfers or 32 steps (a 512-GPU tree has about 16,000 legs a step: NCCL's 170
     steps at 1 GB took minutes and gigabytes to simulate). LL and LL128 trees keep the alpha-beta pipeline: they
     forward line by line, finer than their steps."""
     from taccl_py.baselines.common import MAX_PIECES
     from taccl_py.baselines.tree import tree_plan
 
-    nccl = nccl_tree_pieces(size_bytes, runtime_channels)
+    nccl = nccl_tree_pieces(size_bytes, runtime_channels, simple_buffer_bytes)
     plan = tree_plan(topology, kind, root if kind is not CollectiveKind.ALLREDUCE else 0, channels)
     legs = sum(len(ch.reduce_legs) + len(ch.bcast_legs) for ch in plan.channels)
     return min(nccl, max(MAX_PIECES, TREE_TRANSFER_BUDGET // max(legs, 1)))
@@ -600,6 +605,15 @@ def nccl_protocols(kind: CollectiveKind, algorithm: str, size_bytes: float | Non
     return PROTOCOLS
 
 
+def allowed_protocols(kind: CollectiveKind, algorithm: str, size_bytes: float | None = None,
+                      num_ranks: int | None = None,
+                      protocols: tuple[Protocol, ...] | list[Protocol] | None = None) -> tuple[Protocol, ...]:
+    """The protocols of :func:`nccl_protocols` that ``protocols`` (a run's NCCL_PROTO; None: all) allows, in NCCL's
+    order; empty when none is (NVLS under ``NCCL_PROTO=LL``)."""
+    own = nccl_protocols(kind, algorithm, size_bytes, num_ranks)
+    return own if protocols is None else tuple(p for p in own if p in protocols)
+
+
 def nccl_algorithms(topology: Topology, kind: CollectiveKind) -> list[str]:
     """The algorithms of :data:`NCCL_ALGORITHMS` that can run ``kind`` on ``topology``."""
     from taccl_py.baselines import applicable_baselines
@@ -609,16 +623,20 @@ def nccl_algorithms(topology: Topology, kind: CollectiveKind) -> list[str]:
 
 
 def predict_nccl(topology: Topology, kind: CollectiveKind, size_bytes: int, model: RuntimeModel, *,
-                 algorithms: tuple[str, ...] | list[str] | None = None) -> tuple[str, Prediction] | None:
+                 algorithms: tuple[str, ...] | list[str] | None = None,
+                 protocols: tuple[Protocol, ...] | list[Protocol] | None = None) -> tuple[str, Prediction] | None:
     """What NCCL would run at ``size_bytes``: the fastest of its algorithms and protocols under ``model``.
 
+    ``algorithms`` and ``protocols``: what the run allowed (its NCCL_ALGO and NCCL_PROTO); None: all of NCCL's.
     Returns (algorithm, prediction), or None when no algorithm applies or none completes.
     """
     best: tuple[str, Prediction] | None = None
     for name in nccl_algorithms(topology, kind) if algorithms is None else algorithms:
-        protocols = nccl_protocols(kind, name, size_bytes, topology.num_gpus)
+        allowed = allowed_protocols(kind, name, size_bytes, topology.num_gpus, protocols)
+        if not allowed:
+            continue
         try:
-            pred = predict_baseline(topology, kind, name, size_bytes, model, protocols=protocols)
+            pred = predict_baseline(topology, kind, name, size_bytes, model, protocols=allowed)
         except NotApplicable:
             continue
         if pred.sim.time_us is not None and (best is None or best[1].sim.time_us is None

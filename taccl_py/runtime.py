@@ -130,21 +130,24 @@ def wire_bytes(protocol: Protocol | str, payload: float) -> float:
     return float(lines * LINE_BYTES[p])
 
 
-def chunk_bytes(protocol: Protocol | str) -> float:
-    """Data bytes of one ring chunk per channel (NCCL: buffer / NCCL_STEPS x chunk steps, payload share)."""
+def chunk_bytes(protocol: Protocol | str, simple_buffer_bytes: int = SIMPLE_BUFFER_BYTES) -> float:
+    """Data bytes of one ring chunk per channel (NCCL: buffer / NCCL_STEPS x chunk steps, payload share).
+    ``simple_buffer_bytes``: Simple's buffer per connection (NCCL_BUFFSIZE; LL and LL128 keep their own)."""
     p = Protocol(protocol)
-    buffer = {Protocol.SIMPLE: SIMPLE_BUFFER_BYTES, Protocol.LL: LL_BUFFER_BYTES,
+    buffer = {Protocol.SIMPLE: simple_buffer_bytes, Protocol.LL: LL_BUFFER_BYTES,
               Protocol.LL128: LL128_BUFFER_BYTES}[p]
     return buffer / NCCL_STEPS * RING_CHUNK_STEPS * payload_fraction(p)
 
 
-def nccl_ring_pieces(protocol: Protocol | str, size_bytes: float, num_ranks: int, channels: int) -> int:
+def nccl_ring_pieces(protocol: Protocol | str, size_bytes: float, num_ranks: int, channels: int,
+                     simple_buffer_bytes: int = SIMPLE_BUFFER_BYTES) -> int:
     """How many chunk loops NCCL's ring makes per channel for ``size_bytes`` (at most :data:`MAX_RING_PIECES`).
 
     Each loop moves one chunk per rank per channel; a buffer that needs more loops is pipelined
     through the connection's FIFO, so the per-step latency is paid once per loop and step.
+    ``simple_buffer_bytes``: Simple's buffer per connection (NCCL_BUFFSIZE).
     """
-    per_loop = chunk_bytes(protocol) * max(num_ranks, 1) * max(channels, 1)
+    per_loop = chunk_bytes(protocol, simple_buffer_bytes) * max(num_ranks, 1) * max(channels, 1)
     return max(1, min(MAX_RING_PIECES, math.ceil(size_bytes / per_loop)))
 
 
@@ -153,13 +156,13 @@ MAX_TREE_PIECES = 256
 channels; beyond, the pipeline's fill and drain are under a 100th of the time on 2 machines of 8 GPUs)."""
 
 
-def nccl_tree_pieces(size_bytes: float, channels: int) -> int:
+def nccl_tree_pieces(size_bytes: float, channels: int, simple_buffer_bytes: int = SIMPLE_BUFFER_BYTES) -> int:
     """How many chunk steps each channel of NCCL's Simple tree takes for ``size_bytes`` (at most
-    :data:`MAX_TREE_PIECES`): each loop hands every channel one 512 KB step (enqueue.cc's ``calcCollChunking``,
-    NCCL 2.19 on, which no longer halves the Simple tree's chunk for small buffers as 2.18's ``computeColl``
-    did). LL and LL128 forward their data line by line, so their steps are not the pipeline's depth (not
-    modelled here)."""
-    chunk = SIMPLE_BUFFER_BYTES // NCCL_STEPS
+    :data:`MAX_TREE_PIECES`): each loop hands every channel one step of Simple's buffer, 512 KB with NCCL's
+    default 4 MiB (enqueue.cc's ``calcCollChunking``, NCCL 2.19 on, which no longer halves the Simple tree's
+    chunk for small buffers as 2.18's ``computeColl`` did; ``simple_buffer_bytes`` is NCCL_BUFFSIZE). LL and
+    LL128 forward their data line by line, so their steps are not the pipeline's depth (not modelled here)."""
+    chunk = simple_buffer_bytes // NCCL_STEPS
     return max(1, min(MAX_TREE_PIECES, math.ceil(size_bytes / (max(channels, 1) * chunk))))
 
 
@@ -358,6 +361,10 @@ class RuntimeModel:
     --runtime --class nvls-tree``."""
     tree_caps: bool = False
     """Cap trees at tuning.cc's ``maxTreeBw`` per GPU (figures of the NCCL of the A100 era; later NCCLs raised them)."""
+    simple_buffer_bytes: int = SIMPLE_BUFFER_BYTES
+    """Simple's buffer per connection (NCCL_BUFFSIZE, 4 MiB by default): a step is an eighth of it, so it sets the
+    size of the ring's chunks and the tree's chunk steps. A setting of the runs, not a calibrated figure: Google's
+    A3 Mega profile sets 8 MiB."""
     net_overhead_us: float = 1.0
     """Least time per step within a machine of a pipelined ring that spans machines, and the proxy's cost per posted
     network send or receive (tuning.cc ``getNetOverhead``, NCCL 2.19 on: 1 us on Intel hosts, 2 us on AMD ones;
@@ -605,8 +612,10 @@ PRESETS: dict[str, RuntimeModel] = {
 def runtime_to_dict(model: RuntimeModel) -> dict[str, Any]:
     """The ``runtime`` object of a topology file: a preset by name, or every figure."""
     preset = PRESETS.get(model.name)
-    if preset is not None and preset == model:
-        return {"preset": model.name}
+    if preset is not None and replace(preset, simple_buffer_bytes=model.simple_buffer_bytes) == model:
+        if model.simple_buffer_bytes == preset.simple_buffer_bytes:
+            return {"preset": model.name}
+        return {"preset": model.name, "simple_buffer_bytes": model.simple_buffer_bytes}
     data: dict[str, Any] = {"name": model.name, "efficiency": dict(model.efficiency), "channels": model.channels,
                             "hop_latency_us": {c: {p.value: v for p, v in lat.items()}
                                                for c, lat in model.hop_latency_us.items()},
@@ -630,6 +639,8 @@ def runtime_to_dict(model: RuntimeModel) -> dict[str, Any]:
         data["alltoall_net_share"] = model.alltoall_net_share
     if model.net_overhead_us != 1.0:
         data["net_overhead_us"] = model.net_overhead_us
+    if model.simple_buffer_bytes != SIMPLE_BUFFER_BYTES:
+        data["simple_buffer_bytes"] = model.simple_buffer_bytes
     if model.fitted is not None:
         data["fitted"] = dict(model.fitted)
     return data
@@ -644,13 +655,14 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
         if name not in PRESETS:
             raise InputError(f"unknown preset {name!r} (known: {', '.join(sorted(PRESETS))})",
                              where=f"{where}: runtime.preset")
-        extra = set(raw) - {"preset"}
+        extra = set(raw) - {"preset", "simple_buffer_bytes"}
         if extra:
-            raise InputError(f"a preset takes no other keys (got {sorted(extra)})", where=f"{where}: runtime")
-        return PRESETS[name]
+            raise InputError(f"a preset takes no other keys than simple_buffer_bytes (got {sorted(extra)})",
+                             where=f"{where}: runtime")
+        return replace(PRESETS[name], simple_buffer_bytes=_buffer_bytes(raw, where))
     known = {"name", "efficiency", "copy_efficiency", "net_overhead_us", "channels", "ll128_channels", "nvls_efficiency",
              "nvls_latency_us", "nvls_half_chunk_bytes", "nvls_tree_share", "alltoall_net_share", "tree_caps",
-             "hop_latency_us", "launch_us", "sources", "fitted"}
+             "hop_latency_us", "launch_us", "sources", "fitted", "simple_buffer_bytes"}
     unknown = set(raw) - known
     if unknown:
         raise InputError(f"unknown key(s) {sorted(unknown)}", where=f"{where}: runtime")
@@ -707,7 +719,25 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
     return RuntimeModel(name=name, efficiency=efficiency, channels=channels, hop_latency_us=hops, launch_us=launch,
                         sources=tuple(sources), fitted=fitted, ll128_channels=None if ll128 is None else float(ll128),
                         nvls_efficiency=None if nvls is None else float(nvls), tree_caps=tree_caps, **extra_figures,
-                        copy_efficiency=copy_efficiency, net_overhead_us=float(overhead))
+                        copy_efficiency=copy_efficiency, net_overhead_us=float(overhead),
+                        simple_buffer_bytes=_buffer_bytes(raw, where))
+
+
+MIN_SIMPLE_BUFFER_BYTES = 1 << 16
+"""Smallest NCCL_BUFFSIZE read from a file (64 KiB: 8 KiB steps)."""
+MAX_SIMPLE_BUFFER_BYTES = 1 << 30
+"""Largest NCCL_BUFFSIZE read from a file (1 GiB)."""
+
+
+def _buffer_bytes(raw: dict[str, Any], where: str) -> int:
+    """The ``simple_buffer_bytes`` of a ``runtime`` object (NCCL_BUFFSIZE), NCCL's 4 MiB when absent."""
+    value = raw.get("simple_buffer_bytes", SIMPLE_BUFFER_BYTES)
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            MIN_SIMPLE_BUFFER_BYTES <= value <= MAX_SIMPLE_BUFFER_BYTES) or value % NCCL_STEPS:
+        raise InputError(f"must be a whole number of bytes in {MIN_SIMPLE_BUFFER_BYTES}..{MAX_SIMPLE_BUFFER_BYTES}, "
+                         f"a multiple of {NCCL_STEPS} (NCCL_BUFFSIZE; got {value!r})",
+                         where=f"{where}: runtime.simple_buffer_bytes")
+    return value
 
 
 def _class_numbers(raw: Any, where: str, *, upper: float) -> dict[str, float]:

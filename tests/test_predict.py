@@ -523,3 +523,26 @@ def test_a_large_tree_takes_fewer_chunk_steps_within_its_transfer_budget(monkeyp
     pred = predict.predict_baseline(topo, kind, "tree", 8 << 30, topo.runtime, protocols=(Protocol.SIMPLE,))
     assert isinstance(pred.schedule, predict.Schedule) and pred.schedule.notes["pieces"] == 32
     assert len(pred.schedule.transfers) == 32 * legs
+
+
+def test_a_runs_nccl_proto_limits_the_choice() -> None:
+    """``protocols`` (a run's NCCL_PROTO) keeps NCCL's choice to those protocols: at 64 KB on DGX H100 the model's
+    choice runs LL128; under ``NCCL_PROTO=Simple`` it is a Simple algorithm, and NVLS (Simple only) has no protocol
+    under ``NCCL_PROTO=LL``."""
+    from taccl_py.collectives import CollectiveKind
+    from taccl_py.library import resolve_topology
+
+    topo = resolve_topology("dgx-h100-nvls")
+    assert topo.runtime is not None
+    kind = CollectiveKind.ALLREDUCE
+    assert predict.allowed_protocols(kind, "ring") == PROTOCOLS
+    assert predict.allowed_protocols(kind, "ring", protocols=(Protocol.SIMPLE, Protocol.LL)) == (Protocol.LL,
+                                                                                                Protocol.SIMPLE)
+    assert predict.allowed_protocols(kind, "nvls", protocols=(Protocol.LL,)) == ()
+    free = predict.predict_nccl(topo, kind, 64 << 10, topo.runtime)
+    simple = predict.predict_nccl(topo, kind, 64 << 10, topo.runtime, protocols=(Protocol.SIMPLE,))
+    ll = predict.predict_nccl(topo, kind, 64 << 10, topo.runtime, protocols=(Protocol.LL,), algorithms=("nvls",))
+    assert free is not None and simple is not None and ll is None
+    assert free[1].protocol is not Protocol.SIMPLE and simple[1].protocol is Protocol.SIMPLE
+    assert simple[1].sim.time_us is not None and free[1].sim.time_us is not None
+    assert simple[1].sim.time_us > free[1].sim.time_us

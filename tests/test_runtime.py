@@ -79,6 +79,52 @@ def test_tree_pieces_follow_nccl_chunks() -> None:
     assert nccl_tree_pieces(8 << 30, 32) == 256  # 512 loops, capped
 
 
+def test_nccl_buffsize_sets_simple_steps_only() -> None:
+    """NCCL_BUFFSIZE (``simple_buffer_bytes``) is Simple's buffer: 8 MiB makes 1 MiB steps, so the tree takes half
+    the chunk steps and a ring chunk doubles; LL and LL128 keep their own buffers."""
+    eight = 8 << 20
+    assert nccl_tree_pieces(64 << 20, 32, eight) == 2 and nccl_tree_pieces(64 << 20, 32) == 4
+    assert nccl_tree_pieces((32 << 20) + 1, 32, eight) == 2
+    assert nccl_ring_pieces("Simple", 32 << 20, 8, 1, eight) == 1 and nccl_ring_pieces("Simple", 32 << 20, 8, 1) == 2
+    for p in ("LL", "LL128"):
+        assert nccl_ring_pieces(p, 1 << 30, 8, 4, eight) == nccl_ring_pieces(p, 1 << 30, 8, 4)
+
+
+def test_a_preset_takes_the_runs_buffer_size() -> None:
+    """``{"preset": ..., "simple_buffer_bytes": N}`` is the preset run with NCCL_BUFFSIZE=N, and writes back the
+    same; anything but a whole multiple of 8 bytes in 64 KiB..1 GiB is one error naming the field."""
+    model = runtime_from_dict({"preset": "dgx-h100", "simple_buffer_bytes": 8 << 20}, where="t.json")
+    assert model == replace(PRESETS["dgx-h100"], simple_buffer_bytes=8 << 20)
+    assert runtime_to_dict(model) == {"preset": "dgx-h100", "simple_buffer_bytes": 8 << 20}
+    assert runtime_to_dict(PRESETS["dgx-h100"]) == {"preset": "dgx-h100"}
+    full = replace(PRESETS["dgx-a100"], name="mine", simple_buffer_bytes=2 << 20)
+    assert runtime_from_dict(runtime_to_dict(full), where="t.json") == full
+    assert "simple_buffer_bytes" not in runtime_to_dict(replace(full, simple_buffer_bytes=4 << 20))
+    for bad in (True, 1.5e6, 1000, 1 << 31, (1 << 20) + 4):
+        with pytest.raises(InputError, match="NCCL_BUFFSIZE") as error:
+            runtime_from_dict({"preset": "dgx-h100", "simple_buffer_bytes": bad}, where="t.json")
+        assert error.value.where == "t.json: runtime.simple_buffer_bytes"
+    with pytest.raises(InputError, match="no other keys than simple_buffer_bytes"):
+        runtime_from_dict({"preset": "dgx-h100", "channels": 8}, where="t.json")
+
+
+def test_the_tree_of_a_larger_buffer_pipelines_less() -> None:
+    """With NCCL_BUFFSIZE=8 MiB the Simple tree at 64 MB takes 2 chunk steps a channel where 4 MiB takes 4: the
+    pipeline fills with larger pieces, so the same tree is slower; at 1 GB (64 or 32 steps) the two are close."""
+    from taccl_py.predict import predict_baseline
+
+    topo = resolve_topology("dgx-h100x2")
+    assert topo.runtime is not None
+    big = replace(topo.runtime, simple_buffer_bytes=8 << 20)
+    times = {}
+    for size in (64 << 20, 1 << 30):
+        for name, model in (("4MiB", topo.runtime), ("8MiB", big)):
+            pred = predict_baseline(topo, CollectiveKind.ALLREDUCE, "tree", size, model, protocols=(Protocol.SIMPLE,))
+            times[name, size] = pred.sim.time_us
+    assert times["8MiB", 64 << 20] > 1.05 * times["4MiB", 64 << 20]
+    assert times["8MiB", 1 << 30] == pytest.approx(times["4MiB", 1 << 30], rel=0.05)
+
+
 @given(st.integers(1, 1 << 36), st.integers(1, 64))
 def test_tree_pieces_cover_the_buffer(size: int, channels: int) -> None:
     """Pieces x channels x 512 KB covers the buffer (below the cap) and one piece fewer does not."""
@@ -986,6 +1032,49 @@ def test_a_file_names_the_algorithms_its_runs_allowed(tmp_path: Path, capsys: py
     assert exit_info.value.code == 2 and "unknown algorithm nope after #" in capsys.readouterr().err
 
 
+def test_a_fit_under_nccl_proto_leaves_the_other_protocols_alone(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``--protocol`` (the runs' NCCL_PROTO): every row is fitted as one of those protocols, and the figures of the
+    others (their per-step latencies, LL's launch, the LL128 cap) are neither fitted nor moved; it is a --runtime
+    option of the link classes only, and ``profile check`` takes it too."""
+    from taccl_py.profiler.runtime_fit import fit_runtime, read_timed_rows
+
+    topo = switch_star(4, 100.0, 0.5)
+    log = tmp_path / "all_reduce.log"
+    log.write_text(_nccl_tests_text([(1 << e, 30.0 + (1 << e) / 2e4) for e in range(4, 24, 2)], 4))
+    start_file = _start_file(tmp_path, topo)
+    start = topology_from_dict(json.loads(start_file.read_text())).runtime
+    assert start is not None
+    rows, _, _ = read_timed_rows([str(log)], topo)
+    fit = fit_runtime(topo, rows, base=start, max_iterations=2, protocols=(Protocol.SIMPLE,))
+    assert {f.protocol for f in fit.rows} == {"Simple"}
+    assert not {"hop LL", "hop LL128", "ll128 channels", "LL launch"} & set(fit.fitted)
+    for p in (Protocol.LL, Protocol.LL128):
+        assert fit.model.hop_latency_us["nvlink"][p] == start.hop_latency_us["nvlink"][p]
+    assert (fit.model.ll128_channels or fit.model.channels) == (start.ll128_channels or start.channels)
+    assert not any("run fastest with LL" in w for w in fit.warnings)  # no warning about what the runs could not run
+    out = tmp_path / "fitted.json"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", "fit", "--runtime", str(log), "--protocol", "Simple", "--into", str(start_file), "-o",
+              str(out), "--json"])
+    assert exit_info.value.code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["fit"]["protocols"] == ["Simple"] and {r["proto"] for r in report["rows"]} == {"Simple"}
+    for args, message in ((["profile", "fit", str(log), "--protocol", "LL"], "--protocol applies to --runtime"),
+                          (["profile", "fit", "--runtime", str(log), "--class", "nvls", "--protocol", "Simple",
+                            "--into", str(start_file), "-o", str(out)], "--protocol applies to the nvlink, pci and net"),
+                          (["profile", "fit", "--runtime", str(log), "--protocol", "LL9", "--into", str(start_file),
+                            "-o", str(out)], "LL9")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", "check", f"{log}@64KB:1MB", "-t", str(out), "--protocol", "Simple", "--json"])
+    assert exit_info.value.code == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert {r["proto"] for f in checked["files"] for r in f["rows"]} == {"Simple"}
+
+
 @pytest.mark.slow
 def test_a_network_fit_keeps_the_model_wide_ll128_cap() -> None:
     """The LL128 cap is the channels one GPU drives, on every class: a fit of the network leaves it where the
@@ -1072,7 +1161,12 @@ def test_a_case_keeps_its_sizes_and_names_its_host_harness(tmp_path: Path) -> No
     assert cases["Together 8 x H100 reduce_scatter (ring)"].harness == "one-process-together"
     raw = json.loads((FIXTURES / "manifest.json").read_text())
     first = raw["cases"][0]
+    a3 = cases["A3 Mega 2 x 8 H100 all_reduce, odd rows"]  # NCCL_ALGO=Ring,Tree NCCL_PROTO=Simple, run as the tree
+    assert a3.protocols == (Protocol.SIMPLE,) and a3.algorithms == ("tree",)
+    assert cases["Galvatron 8 x A100 all_reduce"].protocols is None
     for change, message in (({"harness": "one-process-elsewhere"}, "harness must be per-rank or a name"),
+                            ({"protocols": ["LL9"]}, "protocols must be a non-empty list of"),
+                            ({"protocols": []}, "protocols must be a non-empty list of"),
                             ({"sizes": "1MB:1KB"}, r"^\S*manifest.json: cases\[0\]: sizes: range '1MB:1KB' has"),
                             ({"sizes": 1024}, "sizes must be a range")):
         raw["cases"] = [{**first, **change}]

@@ -30,7 +30,7 @@ from taccl_py.limits import MAX_GPUS, MAX_LOCAL_RANKS, MAX_PROFILE_REPEATS
 from taccl_py.profiler.calibration import LinkFit, link_classes
 from taccl_py.profiler.fitting import FitOutcome, FitRequest, fit_measurements
 from taccl_py.profiler.report import FitRow, fit_to_json, rows_from_fits, rows_from_topology, write_plot
-from taccl_py.runtime import NCCL_ALGORITHM_NAMES
+from taccl_py.runtime import NCCL_ALGORITHM_NAMES, PROTOCOLS, Protocol
 from taccl_py.topology import Topology
 from taccl_py.topology_io import load_topology, save_topology
 from taccl_py.units import format_bytes, parse_size_range
@@ -149,6 +149,9 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 @click.option("--algorithm", "algorithms", multiple=True, type=click.Choice(list(NCCL_ALGORITHM_NAMES)),
               help="With --runtime: an algorithm the runs allowed (their NCCL_ALGO); repeat for several. Default: "
                    "NCCL's own choice among all. FILE#ALGO[,ALGO] (after any @LO:HI) says it for one file.")
+@click.option("--protocol", "protocols", multiple=True, type=click.Choice([p.value for p in PROTOCOLS]),
+              help="With --runtime: a protocol the runs allowed (their NCCL_PROTO); repeat for several. Default: "
+                   "all of NCCL's. The other protocols' figures are left as they are.")
 @click.option("--harness-offset", "harness_offset", type=click.FloatRange(0, 1e6), metavar="US",
               help="With --runtime: the host cost per collective of FILE...'s harness (e.g. all_reduce_perf -g 8), "
                    "known from another fit: not fitted, and not written into the model.")
@@ -158,8 +161,8 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 @json_option
 def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
             ranks: int | None, group: str | None, class_name: str | None, name: str | None, runtime: bool,
-            rows_kept: str, per_rank: tuple[str, ...], algorithms: tuple[str, ...], harness_offset: float | None,
-            select: tuple[str, ...], as_json: bool) -> None:
+            rows_kept: str, per_rank: tuple[str, ...], algorithms: tuple[str, ...], protocols: tuple[str, ...],
+            harness_offset: float | None, select: tuple[str, ...], as_json: bool) -> None:
     """Fit alpha (us) and bandwidth (GB/s) per link from nccl-tests logs or CSVs.
 
     FILE is an nccl-tests log (sendrecv_perf, all_gather_perf, all_reduce_perf,
@@ -178,12 +181,13 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
                                 "cost of its FILE...'s harness as --harness-offset US (profile fit --runtime)",
                                 where="--launch-offset")
     for flag, given in (("--rows", rows_kept != "all"), ("--per-rank", bool(per_rank)), ("--select", bool(select)),
-                        ("--algorithm", bool(algorithms)), ("--harness-offset", harness_offset is not None)):
+                        ("--algorithm", bool(algorithms)), ("--protocol", bool(protocols)),
+                        ("--harness-offset", harness_offset is not None)):
         if given and not runtime:
             raise ProfileInputError(f"{flag} applies to --runtime fits only", where=flag)
     if runtime:
         _fit_runtime_cmd(files, output, into, collective, class_name, rows_kept, per_rank, _selection(select),
-                         algorithms, harness_offset, as_json, ranks)
+                         algorithms, harness_offset, as_json, ranks, protocols=tuple(Protocol(p) for p in protocols))
         return
     base = None
     if into is not None:
@@ -219,7 +223,7 @@ def _selection(pairs: tuple[str, ...]) -> dict[str, str]:
 def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
                      class_name: str | None, rows_kept: str, per_rank: tuple[str, ...], select: dict[str, str],
                      algorithms: tuple[str, ...], harness_offset: float | None, as_json: bool,
-                     ranks: int | None = None) -> None:
+                     ranks: int | None = None, *, protocols: tuple[Protocol, ...] = ()) -> None:
     """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
     from dataclasses import replace
 
@@ -244,6 +248,10 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
                                              per_rank=per_rank, select=select, ranks=ranks)
     warnings += _disturbed_fit_rows(rows)
+    if protocols and class_name in ("nvls", "nvls-tree", "net-alltoall"):
+        raise ProfileInputError(f"--class {class_name} fits rows whose protocol NCCL fixes (NVLS runs Simple, Alltoall "
+                                "picks by size): --protocol applies to the nvlink, pci and net classes",
+                                where="--protocol")
     if class_name in ("nvls", "nvls-tree"):
         if set(algorithms) - {class_name}:
             raise ProfileInputError(f"--class {class_name} fits rows that ran {class_name}: --algorithm can only be "
@@ -257,7 +265,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
         fit = fit_alltoall_net(base, rows, harness_offset_us=harness_offset)
     else:
         fit = fit_runtime(base, rows, link_class=class_name, algorithms=algorithms or None,
-                          harness_offset_us=harness_offset)
+                          harness_offset_us=harness_offset, protocols=protocols or None)
     record: dict[str, object] = {**fit.as_dict(), "files": list(files), "rows_kept": rows_kept}
     if per_rank:
         record["per_rank_files"] = list(per_rank)
@@ -269,6 +277,8 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
         record["select"] = dict(select)
     if algorithms:
         record["algorithms"] = list(algorithms)
+    if protocols:
+        record["protocols"] = [p.value for p in protocols]
     label = ", ".join(Path(f).name for f in (*files, *per_rank))
     kept = tuple(s for s in fit.model.sources if not s.startswith((f"{fit.link_class}:", f"{fit.link_class} (")))
     model = replace(fit.model, name=f"{fit.model.name.removesuffix('+fit')}+fit", fitted=record,
@@ -314,6 +324,8 @@ _CHECK_COLUMNS = ("size", "measured us", "predicted us", "measured busbw", "pred
 @click.option("--algorithm", "algorithms", multiple=True, type=click.Choice(list(NCCL_ALGORITHM_NAMES)),
               help="An algorithm the runs allowed (their NCCL_ALGO); repeat for several. Default: NCCL's choice "
                    "among all, predicted. FILE#ALGO[,ALGO] says it for one file.")
+@click.option("--protocol", "protocols", multiple=True, type=click.Choice([p.value for p in PROTOCOLS]),
+              help="A protocol the runs allowed (their NCCL_PROTO); repeat for several. Default: all of NCCL's.")
 @click.option("--select", "select", multiple=True, metavar="COLUMN=VALUE",
               help="A published table keeps only the rows with this value in this column (a table holding "
                    "several runs, e.g. machines=1).")
@@ -325,8 +337,8 @@ _CHECK_COLUMNS = ("size", "measured us", "predicted us", "measured busbw", "pred
 @click.option("--strict", is_flag=True, help="Exit with status 1 when a row misses its target.")
 @json_option
 def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None, rows_kept: str,
-              algorithms: tuple[str, ...], select: tuple[str, ...], plot_path: str | None, ranks: int | None,
-              strict: bool, as_json: bool) -> None:
+              algorithms: tuple[str, ...], protocols: tuple[str, ...], select: tuple[str, ...], plot_path: str | None,
+              ranks: int | None, strict: bool, as_json: bool) -> None:
     """Compare nccl-tests logs (or published tables) with the calibrated prediction, size by size.
 
     For every row, NCCL's choice of algorithm and protocol is simulated under the topology's runtime
@@ -375,6 +387,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                             else measured_busbw(row.kind, topology.num_gpus, row.size_bytes, row.in_place_us))
                 out.append((row, predict_row(topology, model, row.kind, row.size_bytes, published,
                                              algorithms=row.algorithms or algorithms or None,
+                                             protocols=tuple(Protocol(p) for p in protocols) or None,
                                              in_place_busbw=in_place)))
             if all(f.predicted_busbw is None for _, f in out):
                 allowed = out[0][0].algorithms or algorithms
@@ -386,7 +399,8 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                 warnings.append(f"{spec}: {len(unpredicted)} row(s) have no prediction (no allowed algorithm runs "
                                 "them on this topology); they count as missed")
             if not algorithms:
-                hints += _other_algorithm_hints(spec, out, topology, model, say)
+                hints += _other_algorithm_hints(spec, out, topology, model, say,
+                                                protocols=tuple(Protocol(p) for p in protocols) or None)
             checked.append((spec, out))
     hints += _harness_hints(checked)
     every = [f for _, out in checked for _, f in out]
@@ -467,7 +481,8 @@ def _harness_hints(checked: list[tuple[str, list[tuple[TimedRow, FidelityRow]]]]
 
 
 def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], topology: Topology,
-                           model: Any, say: Callable[[str], None]) -> list[str]:
+                           model: Any, say: Callable[[str], None], *,
+                           protocols: tuple[Protocol, ...] | None = None) -> list[str]:
     """Where the model's choice misses rows that another of NCCL's algorithms would meet: NCCL's own tuning may
     have run that one there (it does not always run the model's fastest), which ``FILE@LO:HI#ALGO`` can say.
     Rows whose file names its algorithms are left alone; a hint needs two missed rows or more, most of them met."""
@@ -485,7 +500,7 @@ def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], t
                 continue
             say(f"trying {name} on the missed rows of {Path(_file_of(spec)).name}")
             met = [row for row, f in rows if f.algorithm != name and predict_row(
-                topology, model, kind, row.size_bytes, f.published_busbw, algorithms=(name,)).met]
+                topology, model, kind, row.size_bytes, f.published_busbw, algorithms=(name,), protocols=protocols).met]
             if len(met) >= 2 and 2 * len(met) > len(rows):
                 lo, hi = format_bytes(min(r.size_bytes for r in met)), format_bytes(max(r.size_bytes for r in met))
                 hints.append(f"{spec}: {len(met)} of the {len(rows)} missed {kind.value} rows ({lo}..{hi}) are within "

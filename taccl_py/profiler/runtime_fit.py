@@ -44,7 +44,7 @@ import numpy as np
 
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import ProfileInputError
-from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline, predict_nccl
+from taccl_py.predict import allowed_protocols, nccl_algorithms, predict_baseline, predict_nccl
 from taccl_py.profiler.nccl_tests import BINARY_MODELS, binary_from_name, parse_nccl_tests_log, resolve_binary
 from taccl_py.profiler.tables import is_timing_table, read_timing_table
 from taccl_py.runtime import (
@@ -173,8 +173,10 @@ class _Problem:
     """Figures <-> model, and cached predictions of a row under one algorithm and protocol."""
 
     def __init__(self, topology: Topology, base: RuntimeModel, link_class: str, rows: Sequence[TimedRow],
-                 allowed: Sequence[str] | None = None) -> None:
+                 allowed: Sequence[str] | None = None, protocols: Sequence[Protocol] | None = None) -> None:
         self.topology = topology
+        self.protocols = None if protocols is None else tuple(protocols)
+        """The protocols the runs allowed (their NCCL_PROTO); None: all of NCCL's."""
         self.base = base
         self.link_class = link_class
         self.rows = list(rows)
@@ -185,11 +187,13 @@ class _Problem:
         """Per row, the NCCL algorithms it may have run (its file's ``#ALGO``, else ``allowed``, else all)."""
         for r in rows:
             own = r.algorithms if r.algorithms is not None else allowed
-            names = [a for a in nccl_algorithms(topology, r.kind) if own is None or a in own]
+            names = [a for a in nccl_algorithms(topology, r.kind) if (own is None or a in own)
+                     and allowed_protocols(r.kind, a, r.size_bytes, topology.num_gpus, self.protocols)]
             if not names:
                 among = "" if own is None else f" among {', '.join(own)}"
-                raise ProfileInputError(f"no NCCL algorithm{among} applies to {r.kind.value} on {topology.name!r}",
-                                        where=r.origin or "taccl profile fit --runtime")
+                under = "" if self.protocols is None else f" with {', '.join(p.value for p in self.protocols)}"
+                raise ProfileInputError(f"no NCCL algorithm{among} applies to {r.kind.value}{under} on "
+                                        f"{topology.name!r}", where=r.origin or "taccl profile fit --runtime")
             self.algorithms.append(names)
         copying = [takes_copy_share(r.kind, a, link_class) for r, names in zip(rows, self.algorithms, strict=True)
                    for a in names]
@@ -235,11 +239,16 @@ class _Problem:
             self._cache[key] = math.inf if t is None else t - float(x[0])
         return self._cache[key] + (float(x[0]) if self.rows[i].offset else 0.0)
 
+    def protocols_of(self, i: int, algorithm: str) -> tuple[Protocol, ...]:
+        """The protocols row ``i`` may have run ``algorithm`` with (NCCL's, within the runs' NCCL_PROTO)."""
+        row = self.rows[i]
+        return allowed_protocols(row.kind, algorithm, row.size_bytes, self.topology.num_gpus, self.protocols)
+
     def choose(self, i: int, x: np.ndarray) -> tuple[str, Protocol, float]:
         """The fastest algorithm and protocol for row ``i`` under ``x`` (NCCL's choice as the model sees it)."""
         best: tuple[str, Protocol, float] | None = None
         for name in self.algorithms[i]:
-            for p in nccl_protocols(self.rows[i].kind, name, self.rows[i].size_bytes, self.topology.num_gpus):
+            for p in self.protocols_of(i, name):
                 t = self.time(i, name, p, x)
                 if best is None or t < best[2]:
                     best = (name, p, t)
@@ -250,10 +259,12 @@ class _Problem:
 def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeModel | None = None,
                 link_class: str | None = None, fit_launch: bool = True,
                 max_iterations: int = MAX_ITERATIONS, algorithms: Sequence[str] | None = None,
-                harness_offset_us: float | None = None) -> RuntimeFit:
+                harness_offset_us: float | None = None, protocols: Sequence[Protocol] | None = None) -> RuntimeFit:
     """Fit ``base``'s figures of ``link_class`` (default :func:`default_link_class`) to ``rows``.
 
     ``algorithms``: the NCCL algorithms the runs allowed (their ``NCCL_ALGO``); None: NCCL's own choice.
+    ``protocols``: the protocols they allowed (their ``NCCL_PROTO``); None: all. The per-step latencies of the
+    others (and LL's launch, and the LL128 cap, without them) are not fitted: no row can tell them.
     ``harness_offset_us``: the launch offset of the rows that take one, known (not fitted) and kept out of the
     model: their harness's host cost per collective, measured elsewhere.
 
@@ -279,15 +290,17 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     if not crosses_link_class(topology, cls):
         raise ProfileInputError(f"no route between the GPUs of {topology.name!r} crosses a {cls} link, so its rows cannot "
                                 f"tell the {cls} figures", where="--class")
-    problem = _Problem(topology, model0, cls, rows, algorithms)
+    problem = _Problem(topology, model0, cls, rows, algorithms, protocols)
     fit_launch = fit_launch and harness_offset_us is None and any(r.offset for r in rows)
     if harness_offset_us is not None:
         problem.start[0] = harness_offset_us
     measured = np.array([r.time_us for r in rows])
     x = problem.start.copy()
-    fit_ll_launch = _ll_launch_identified(problem, x)
-    fit_cap = cls == gpu_link_class(topology)
-    free = np.array([fit_launch, True, True, True, True, fit_cap, fit_ll_launch, problem.mixed])
+    allowed = set(PROTOCOLS if problem.protocols is None else problem.protocols)
+    fit_ll_launch = Protocol.LL in allowed and _ll_launch_identified(problem, x)
+    fit_cap = cls == gpu_link_class(topology) and Protocol.LL128 in allowed
+    free = np.array([fit_launch, Protocol.LL in allowed, Protocol.LL128 in allowed, Protocol.SIMPLE in allowed, True,
+                     fit_cap, fit_ll_launch, problem.mixed])
     radius = 1.0
     iterations = 0
     cost = _true_cost(problem, x, measured)
@@ -320,7 +333,7 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
     counts = {p: sum(1 for c in choice if c[1] is p) for p in PROTOCOLS}
     warnings: list[str] = []
     for p in PROTOCOLS:
-        if counts[p] < MIN_ROWS_PER_PROTOCOL:
+        if counts[p] < MIN_ROWS_PER_PROTOCOL and p in allowed:
             warnings.append(f"{counts[p]} row(s) run fastest with {p.value}: its {cls} per-step latency "
                             f"({x[_HOP[p]]:.4g} us) is only bounded by these rows (no faster than what they ran)")
     if fit_cap and counts[Protocol.LL128] < MIN_ROWS_PER_PROTOCOL:
@@ -361,8 +374,7 @@ class _Surrogate:
         for i in range(len(problem.rows)):
             options = []
             for name in problem.algorithms[i]:
-                for p in nccl_protocols(problem.rows[i].kind, name, problem.rows[i].size_bytes,
-                                         problem.topology.num_gpus):
+                for p in problem.protocols_of(i, name):
                     t0 = problem.time(i, name, p, x)
                     if not math.isfinite(t0):
                         continue
