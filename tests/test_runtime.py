@@ -1803,6 +1803,38 @@ def test_baseline_says_what_nccl_itself_would_run(capsys: pytest.CaptureFixture[
     assert one["nccl"]["time_us"] == pytest.approx(rows[-1]["nccl"]["time_us"], rel=1e-9)
 
 
+def test_baseline_under_nccl_proto_times_those_protocols_only(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``baseline --protocol Simple`` (a run's NCCL_PROTO): every baseline and NCCL's choice take Simple (NCCL's
+    choice as ``predict_nccl`` under the same restriction), the XML written says so; NVLS under LL alone, or any
+    protocol on the raw-link model, is one line, exit 2."""
+    from taccl_py.predict import predict_nccl
+
+    topo = resolve_topology("dgx-h100-nvls")
+    assert topo.runtime is not None
+    xml = tmp_path / "ar.xml"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["baseline", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "64KB", "--protocol", "Simple", "-a", "ring",
+              "-o", str(xml), "--json"])
+    assert exit_info.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["protocols"] == ["Simple"] and {e["proto"] for e in out["baselines"]} == {"Simple"}
+    expected = predict_nccl(topo, CollectiveKind.ALLREDUCE, 64 << 10, topo.runtime, protocols=(Protocol.SIMPLE,))
+    assert expected is not None and expected[1].protocol is Protocol.SIMPLE
+    assert (out["nccl"]["algorithm"], out["nccl"]["proto"]) == (expected[0], "Simple")
+    assert out["nccl"]["time_us"] == pytest.approx(expected[1].sim.time_us, rel=1e-9)
+    assert out["xml"]["proto"] == "Simple" and 'proto="Simple"' in xml.read_text()
+    for args, message in ((["-a", "nvls", "--protocol", "LL"], "Simple only"),
+                          (["--protocol", "LL9"], "LL9")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["baseline", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "64KB", *args])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--ideal", "baseline", "-t", "dgx-h100", "-c", "allreduce", "-s", "64KB", "--protocol", "LL"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "raw-link model has none" in err and len(err.strip().splitlines()) == 1
+
+
 def test_profile_check_hints_at_the_algorithm_a_run_used(capsys: pytest.CaptureFixture[str]) -> None:
     """DGX Cloud's default run ran NVLS from 2 MB where the model's fastest is the ring: the check names NVLS for
     the missed rows it would meet, with the FILE@LO:HI#ALGO that says so; a file that names its algorithm gets

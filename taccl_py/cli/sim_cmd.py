@@ -52,6 +52,7 @@ from taccl_py.compact import CompactSchedule
 from taccl_py.endpoint import EndpointMode, memory_traffic
 from taccl_py.errors import Infeasible, InputError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
+from taccl_py.runtime import Protocol
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.symmetry import SYMMETRIC_MIN_GPUS, SymmetricSchedule
@@ -458,7 +459,8 @@ def _simulate_baseline(topology: Topology, kind: CollectiveKind, algorithm: str,
 
 # ------------------------------------------------------------------- baseline
 def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], names: list[str],
-                   channels: int | None, root: int, step_overhead_us: float, show: bool) -> list[dict[str, Any]]:
+                   channels: int | None, root: int, step_overhead_us: float, show: bool,
+                   protocols: tuple[Protocol, ...] | None = None) -> list[dict[str, Any]]:
     from taccl_py.baselines import baseline
     from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS
     from taccl_py.fast_sim import simulate_compact, simulate_large
@@ -475,7 +477,7 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                 say(_step_text(f"simulating {name}", k, sizes))
                 if model is not None:  # calibrated: the protocol the runtime model finds fastest at this size
                     entries.append(_calibrated_entry(topology, kind, name, size, model, channels, root,
-                                                     step_overhead_us, bound))
+                                                     step_overhead_us, bound, protocols))
                     continue
                 fast = _by_representatives(topology, kind, name, channels, size, options)
                 if fast is not None:  # a large symmetric ring or direct: the same figures from its representatives
@@ -510,7 +512,8 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
             row = {"size_bytes": size, "bound_us": bound.bound_us, "bound_algbw_GBps": bound.algbw_GBps,
                    "best": best, "baselines": entries}
             if model is not None:
-                row["nccl"] = _nccl_choice(topology, kind, size, entries, model, channels, root, step_overhead_us)
+                row["nccl"] = _nccl_choice(topology, kind, size, entries, model, channels, root, step_overhead_us,
+                                           protocols)
             if len(unicast) < len(timed):  # switch offload on this topology: say what the bound assumed
                 row["best_unicast"] = min(unicast, key=lambda e: e["time_us"])["algorithm"] if unicast else None
                 row["bound_assumes"] = bound.assumes
@@ -519,22 +522,25 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
 
 
 def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: list[dict[str, Any]], model: Any,
-                 channels: int | None, root: int, step_overhead_us: float) -> dict[str, Any] | None:
+                 channels: int | None, root: int, step_overhead_us: float,
+                 allowed: tuple[Protocol, ...] | None = None) -> dict[str, Any] | None:
     """What NCCL itself runs at ``size`` under the runtime model, as ``profile check`` predicts it (with the table's
     ``--channels`` and ``--step-overhead``): the fastest of NCCL's algorithms, each with the protocols NCCL runs it
     with (Simple for NVLS, Alltoall's by its point-to-point threshold). The table's entries are reused; an NCCL
-    algorithm ``-a`` left out, or a protocol NCCL is held to that the table skipped as slower, is timed here. None
-    when no NCCL algorithm applies or completes."""
+    algorithm ``-a`` left out, or a protocol NCCL is held to that the table skipped as slower, is timed here.
+    ``allowed``: the protocols the run allows (``--protocol``, its NCCL_PROTO); None: all. None when no NCCL
+    algorithm applies or completes."""
     from taccl_py.errors import NotApplicable
-    from taccl_py.predict import nccl_algorithms, nccl_protocols, predict_baseline
-    from taccl_py.runtime import PROTOCOLS
+    from taccl_py.predict import allowed_protocols, nccl_algorithms, predict_baseline
 
     timed = {e["algorithm"]: e for e in entries}
     best: tuple[float, str, str] | None = None
     for name in nccl_algorithms(topology, kind):
-        protocols = nccl_protocols(kind, name, size, topology.num_gpus)
+        protocols = allowed_protocols(kind, name, size, topology.num_gpus, allowed)
+        if not protocols:
+            continue
         entry = timed.get(name)
-        if entry is not None and len(protocols) == len(PROTOCOLS):  # NCCL may run any: the table's pick is its
+        if entry is not None and set(protocols) == set(_table_protocols(name, allowed)):  # the table's pick is its
             times = {entry["proto"]: entry["time_us"]} if entry.get("proto") else {}
         elif entry is not None and all(p.value in (entry.get("proto_times_us") or {}) for p in protocols):
             times = entry["proto_times_us"]
@@ -556,13 +562,24 @@ def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: l
             "busbw_GBps": algbw * _collective_for(kind, topology).busbw_factor}
 
 
+def _table_protocols(name: str, allowed: tuple[Protocol, ...] | None) -> tuple[Protocol, ...]:
+    """The protocols a baseline of the table is timed with: every protocol (NVLS and NVLSTree: Simple only, as NCCL
+    runs them), within ``allowed`` (``--protocol``) when given."""
+    from taccl_py.runtime import NVLS_ALGORITHMS, PROTOCOLS
+
+    own = (Protocol.SIMPLE,) if name in NVLS_ALGORITHMS else PROTOCOLS
+    return own if allowed is None else tuple(p for p in own if p in allowed)
+
+
 def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size: int, model: Any,
-                      channels: int | None, root: int, step_overhead_us: float, bound: Bound) -> dict[str, Any]:
-    """One baseline's table entry under the runtime model: its fastest protocol and the time with it."""
+                      channels: int | None, root: int, step_overhead_us: float, bound: Bound,
+                      allowed: tuple[Protocol, ...] | None = None) -> dict[str, Any]:
+    """One baseline's table entry under the runtime model: its fastest protocol (within ``allowed``, None: all) and
+    the time with it."""
     from taccl_py.predict import predict_baseline
 
     pred = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
-                            step_overhead_us=step_overhead_us)
+                            step_overhead_us=step_overhead_us, protocols=_table_protocols(name, allowed))
     entry = {"algorithm": name, **_row(size, pred.sim, bound)}
     del entry["size_bytes"]
     schedule = pred.schedule
@@ -577,7 +594,7 @@ def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size:
 
 
 def _timed_baseline(topology: Topology, kind: CollectiveKind, name: str, size: int, channels: int | None, root: int,
-                    step_overhead_us: float) -> Schedule:
+                    step_overhead_us: float, allowed: tuple[Protocol, ...] | None = None) -> Schedule:
     """The baseline's schedule for ``--schedule-out``: under a runtime model, NVLS, NVLSTree and the tree in the
     chunk steps NCCL takes at ``size`` (the tree with the protocol its row chose) and the ``oneshot`` form fastest
     there, as their rows ran them (``taccl simulate -a FILE.json`` then gives the row's time); every other
@@ -594,13 +611,14 @@ def _timed_baseline(topology: Topology, kind: CollectiveKind, name: str, size: i
     from taccl_py.predict import predict_baseline
 
     timed = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
-                             step_overhead_us=step_overhead_us).schedule
+                             step_overhead_us=step_overhead_us, protocols=_table_protocols(name, allowed)).schedule
     assert isinstance(timed, Schedule)
     return timed
 
 
 def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, channels: int | None, root: int,
-               step_overhead_us: float, path: str, dialect: str, proto: str = "Simple") -> dict[str, Any]:
+               step_overhead_us: float, path: str, dialect: str, proto: str = "Simple",
+               allowed: tuple[Protocol, ...] | None = None) -> dict[str, Any]:
     """Write the baseline as XML, with chunk and channel counts the runtime picks at ``size`` where it can.
 
     When the default channel count gives a program beyond the runtime's limits (more connections between two
@@ -614,7 +632,8 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
     from taccl_py.msccl.lowering import write_program_xml
     from taccl_py.synthesis.loadable import fewer_splits, hierarchical_splits
 
-    timed = _timed_baseline(topology, kind, name, size, channels, root, step_overhead_us) if name == "oneshot" \
+    timed = _timed_baseline(topology, kind, name, size, channels, root, step_overhead_us, allowed) \
+        if name == "oneshot" \
         else None  # the form the row timed (a runtime model may prefer another than the raw links)
     placed = selectable_baseline(topology, kind, name, size, channels=channels, root=root,
                                  step_overhead_us=step_overhead_us, built=timed)
@@ -692,12 +711,15 @@ def _placement_keys(placed: Placement, changed: str, refused: list[str]) -> dict
               help="MSCCL XML dialect for -o.")
 @click.option("--schedule-out", type=click.Path(dir_okay=False), default=None, metavar="FILE.json",
               help="Write the best baseline (or -a's) as schedule JSON; the form for multicast / in-switch reduction.")
+@click.option("--protocol", "protocol_names", multiple=True, type=click.Choice([p.value for p in Protocol]),
+              help="Under a calibrated runtime model: a protocol the runs allow (NCCL_PROTO); repeat for several. "
+                   "Every baseline and NCCL's choice take the fastest of those only. Default: all.")
 @plot_option
 @json_option
 def baseline_command(topology_spec: str, collective_name: str, size_spec: str, only: str | None,
                      channels: int | None, root: int, step_overhead_us: float, switch_model: str | None,
-                     output: str | None, dialect: str, schedule_out: str | None, plot_path: str | None,
-                     as_json: bool) -> None:
+                     output: str | None, dialect: str, schedule_out: str | None, protocol_names: tuple[str, ...],
+                     plot_path: str | None, as_json: bool) -> None:
     """Every applicable NCCL-style baseline side by side with the lower bound (and, on a calibrated runtime model,
     what NCCL itself would run at each size)."""
     from taccl_py.baselines import ALGORITHMS, applicable_baselines
@@ -713,6 +735,15 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
     if only is not None and only not in ALGORITHMS:
         raise InputError(f"unknown baseline {only!r} (choose one of: {', '.join(ALGORITHMS)})", where="--algorithm")
     names = [only] if only else applicable_baselines(topology, kind, root=root)
+    protocols = tuple(Protocol(p) for p in protocol_names) or None
+    if protocols is not None:
+        if runtime_model_for(topology) is None:
+            raise InputError("chooses among the calibrated runtime model's protocols; the raw-link model has none "
+                             "(drop --ideal, or use a topology with a runtime model)", where="--protocol")
+        kept = [n for n in names if _table_protocols(n, protocols)]
+        if not kept:
+            raise InputError(f"{', '.join(names)} run(s) Simple only (NCCL's NVLS); allow Simple", where="--protocol")
+        names = kept
     if not names:
         raise InputError(f"no baseline runs {kind.value} on {topology.name}", where="--collective")
     if output and len(sizes) > 1:
@@ -728,7 +759,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
     if output:
         check_xml_root(kind, root, dialect)
     check_picture_path(plot_path, "--plot")
-    rows = _baseline_rows(topology, kind, sizes, names, channels, root, step_overhead_us, progress_enabled(as_json))
+    rows = _baseline_rows(topology, kind, sizes, names, channels, root, step_overhead_us, progress_enabled(as_json),
+                          protocols)
     if plot_path:
         write_algbw_plot(plot_path, f"NCCL-style baselines, {kind.value} on {topology.name} ({topology.num_gpus} GPUs)",
                          sizes, {name: [r["baselines"][k]["time_us"] for r in rows] for k, name in enumerate(names)},
@@ -749,7 +781,7 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
             chosen = unicast
         proto = next((e.get("proto") for e in rows[0]["baselines"] if e["algorithm"] == chosen), None) or "Simple"
         placed = _write_xml(topology, kind, sizes[0], chosen, channels, root, step_overhead_us, output, dialect,
-                            proto)
+                            proto, protocols)
         written = {"path": output, "algorithm": chosen, "dialect": dialect, "proto": proto, **placed}
         if not_xml:
             written["note"] = not_xml
@@ -759,11 +791,14 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         best = only or rows[0]["best"]
         if best is None:
             raise Infeasible("no baseline was correct on this topology; nothing to write to --schedule-out")
-        save_schedule(_timed_baseline(topology, kind, best, sizes[0], channels, root, step_overhead_us), topology,
+        save_schedule(_timed_baseline(topology, kind, best, sizes[0], channels, root, step_overhead_us, protocols),
+                      topology,
                       schedule_out)
     model = runtime_model_for(topology)
     head: dict[str, Any] = {"topology": topology.name, "collective": kind.value,
                             "model": "ideal" if model is None else model.name, **switch_model_keys(topology)}
+    if protocols is not None:
+        head["protocols"] = [p.value for p in protocols]
     if written:
         head["xml"] = written
     if schedule_out:
@@ -791,8 +826,9 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         chosen = [r for r in rows if r.get("nccl")]
         if chosen and model is not None:
             out_console.print(make_table(
-                f"What NCCL itself would run: the fastest of its algorithms and protocols under {model.name} "
-                "(NCCL's own tuning may pick otherwise)",
+                f"What NCCL itself would run: the fastest of its algorithms and protocols"
+                f"{'' if protocols is None else ' (NCCL_PROTO=' + ','.join(p.value for p in protocols) + ')'} "
+                f"under {model.name} (NCCL's own tuning may pick otherwise)",
                 ["size (B)", "algorithm", "proto", "time (us)", "algbw", "busbw"],
                 [[r["size_bytes"], r["nccl"]["algorithm"], r["nccl"]["proto"], _num(r["nccl"]["time_us"]),
                   _num(r["nccl"]["algbw_GBps"]), _num(r["nccl"]["busbw_GBps"])] for r in chosen]))
