@@ -35,6 +35,8 @@ def run(quick: bool) -> dict[str, Any]:
         cases.append({"name": case.name, "url": case.url, "role": case.role, "note": case.note,
                       "hardware": case.hardware, "harness": case.harness, "topology": case.topology,
                       "ranks": case.ranks, "collective": case.collective, "rows": [r.as_dict() for r in rows],
+                      "algorithms": None if case.algorithms is None else list(case.algorithms),
+                      "protocols": None if case.protocols is None else [p.value for p in case.protocols],
                       "run": " ".join([case.source.name, case.collective, *sorted(f"{k}={v}" for k, v in
                                                                                   case.select.items())])})
     return {"cases": cases, "large_target": LARGE_TARGET, "small_target": SMALL_TARGET,
@@ -48,6 +50,13 @@ def _size(n: int) -> str:
     return f"{n:,}"
 
 
+def _allowed(case: dict[str, Any]) -> str:
+    """What the case's run allowed, as NCCL's variables (empty: NCCL's own choice among all)."""
+    named = [f"{var}={','.join(values)}" for var, values in (("NCCL_ALGO", case.get("algorithms")),
+                                                             ("NCCL_PROTO", case.get("protocols"))) if values]
+    return f", predicted with {' '.join(named)}" if named else ""
+
+
 def _verdict(rows: list[dict[str, Any]]) -> str:
     missed = [r for r in rows if not r["met"]]
     return "met" if rows and not missed else f"not met ({len(missed)} of {len(rows)} rows)"
@@ -57,7 +66,8 @@ def render(data: dict[str, Any], figures: Path) -> str:
     offsets = data.get("harness_offsets", {})
     lines = [
         "Predicted busbw (what NCCL runs under the calibrated runtime model: the fastest of its algorithms "
-        "and protocols at that size, `taccl_py/predict.py`) against the busbw of published nccl-tests runs "
+        "and protocols at that size, `taccl_py/predict.py`, among those a case names: its run's NCCL_ALGO and "
+        "NCCL_PROTO, or what it is known to have run) against the busbw of published nccl-tests runs "
         "(a log's out-of-place time; a table's published figure). Targets: within "
         f"{data['large_target']:.0%} at sizes >= 1 MB, within {data['small_target']:.0%} below. "
         "Calibration rows are what the runtime figures were fitted on (`taccl profile fit --runtime`, "
@@ -85,7 +95,7 @@ def render(data: dict[str, Any], figures: Path) -> str:
                        f"{len(small)} | {worst} | {_verdict(rows)} |")
         body += ["", f"### {case['name']}", "",
                  f"{case['ranks']} ranks, {case['collective']}, topology `{case['topology']}`, harness "
-                 f"{case['harness']}; source: {case['url']}." + (f" {case['note']}." if case["note"] else ""), "",
+                 f"{case['harness']}{_allowed(case)}; source: {case['url']}." + (f" {case['note']}." if case["note"] else ""), "",
                  "| size (B) | published busbw | predicted busbw | algorithm | proto | error | target met | "
                  "in-place busbw |",
                  "|---|---|---|---|---|---|---|---|"]
