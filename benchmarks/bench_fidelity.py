@@ -51,10 +51,11 @@ def _size(n: int) -> str:
 
 
 def _allowed(case: dict[str, Any]) -> str:
-    """What the case's run allowed, as NCCL's variables (empty: NCCL's own choice among all)."""
-    named = [f"{var}={','.join(values)}" for var, values in (("NCCL_ALGO", case.get("algorithms")),
-                                                             ("NCCL_PROTO", case.get("protocols"))) if values]
-    return f", predicted with {' '.join(named)}" if named else ""
+    """The algorithms and protocols the case is predicted among (what its run allowed, or is taken to have run: the
+    note says which); empty for NCCL's own choice among all."""
+    named = [f"{what} {', '.join(values)}" for what, values in (("algorithms", case.get("algorithms")),
+                                                                ("protocols", case.get("protocols"))) if values]
+    return f", predicted among {' and '.join(named)} (see the note)" if named else ""
 
 
 def _verdict(rows: list[dict[str, Any]]) -> str:
@@ -66,8 +67,8 @@ def render(data: dict[str, Any], figures: Path) -> str:
     offsets = data.get("harness_offsets", {})
     lines = [
         "Predicted busbw (what NCCL runs under the calibrated runtime model: the fastest of its algorithms "
-        "and protocols at that size, `taccl_py/predict.py`, among those a case names: its run's NCCL_ALGO and "
-        "NCCL_PROTO, or what it is known to have run) against the busbw of published nccl-tests runs "
+        "and protocols at that size, `taccl_py/predict.py`, among those a case names: what its run allowed, its "
+        "NCCL_ALGO and NCCL_PROTO, or what it is known or taken to have run, as its note says) against the busbw of published nccl-tests runs "
         "(a log's out-of-place time; a table's published figure). Targets: within "
         f"{data['large_target']:.0%} at sizes >= 1 MB, within {data['small_target']:.0%} below. "
         "Calibration rows are what the runtime figures were fitted on (`taccl profile fit --runtime`, "

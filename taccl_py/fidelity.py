@@ -14,7 +14,8 @@ launches every GPU's kernel in turn: a fixed host cost per collective, which dif
 gives its launch offset, fitted on a declared calibration case; it is added to the model's launch
 overheads. ``sizes`` (``LO:HI``) keeps a log's or table's rows of those sizes only (a log split into
 calibration and held-out sizes). ``algorithms`` and ``protocols`` name what the run allowed (its NCCL_ALGO and
-NCCL_PROTO, or what it is known to have run); without them NCCL's choice among all is predicted.
+NCCL_PROTO, or what it is known or taken to have run, which its note says); without them NCCL's choice among all
+is predicted.
 
 For every row NCCL's choice is simulated (:func:`taccl_py.predict.predict_nccl`: the fastest of
 its algorithms and protocols) under the topology's runtime model, and the predicted busbw is
@@ -91,9 +92,11 @@ class FidelityCase:
     rows: str = "all"
     """``all``, or ``even`` / ``odd``: every other row (a log split into calibration and held-out rows)."""
     algorithms: tuple[str, ...] | None = None
-    """The algorithms the run allowed (its ``NCCL_ALGO``); None: NCCL's own choice."""
+    """The algorithms the run allowed (its ``NCCL_ALGO``), or is known or taken to have run (its ``note`` says
+    which); None: NCCL's own choice."""
     protocols: tuple[Protocol, ...] | None = None
-    """The protocols the run allowed (its ``NCCL_PROTO``); None: all of NCCL's."""
+    """The protocols the run allowed (its ``NCCL_PROTO``, known or taken, as for ``algorithms``); None: all of
+    NCCL's (within the runtime model's own)."""
     sizes: tuple[int, int] | None = None
     """Only the rows of sizes in this range (bytes, both ends included); None: every size."""
 

@@ -46,8 +46,8 @@ from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "allowed_protocols", "best_protocol",
-           "load_floor_us", "nccl_algorithms", "nccl_protocols", "nvls_chunk_steps", "predict_baseline", "predict_nccl",
-           "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies", "tree_chunk_steps",
+           "load_floor_us", "model_protocols", "nccl_algorithms", "nccl_protocols", "nvls_chunk_steps",
+           "predict_baseline", "predict_nccl", "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies", "tree_chunk_steps",
            "tree_step_costs"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
@@ -298,7 +298,8 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
                      protocols: tuple[Protocol, ...] = PROTOCOLS, step_overhead_us: float = 0.0,
                      stop: threading.Event | None = None) -> Prediction:
     """``schedule`` under each protocol; the fastest wins (ties: the earlier in ``protocols``). ``stop``: as
-    :func:`_by_protocol` (a prediction started ahead of its need).
+    :func:`_by_protocol` (a prediction started ahead of its need). ``protocols`` are kept to those the model's runs
+    allow (:func:`model_protocols`) unless it allows none of them (then they are timed as asked).
 
     Across machines a transfer over the network starts once the proxies have posted it (the simulator's
     :func:`taccl_py.runtime.proxy_posts`). A schedule of :data:`PRUNE_MIN_TRANSFERS` or more, or on
@@ -308,6 +309,7 @@ def predict_schedule(topology: Topology, schedule: Schedule, size_bytes: float, 
     and without proxy posts, as :func:`predict_baseline` times it.
     """
     kind = schedule.collective.kind
+    protocols = model_protocols(model, kind, protocols) or protocols  # one the model's runs exclude: as asked
     noted = schedule.notes.get("algorithm")
     algorithm = noted if isinstance(noted, str) and noted in NVLS_ALGORITHMS else None
     if algorithm is not None:  # NCCL's NVLS or NVLSTree (a baseline's schedule file): Simple only, NVLS's costs
@@ -356,13 +358,21 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     NCCL's Allgather, ReduceScatter and Allreduce rings, its tree and NVLS, which carry that cost as tuning.cc
     does, in their per-step latencies (the ring's floor, :func:`ring_step_latencies`; the network latencies
     fitted on NCCL's runs).
-    Raises :class:`NotApplicable` as :func:`taccl_py.baselines.baseline` does, and for ``nvls`` without Simple among
-    ``protocols`` (NCCL runs NVLS with Simple only).
+    ``protocols`` are further kept to the model's own (:attr:`~taccl_py.runtime.RuntimeModel.protocols`, its runs'
+    NCCL_PROTO), except for Alltoall (NCCL's point-to-point sends).
+    Raises :class:`NotApplicable` as :func:`taccl_py.baselines.baseline` does, for ``nvls`` without Simple among
+    ``protocols`` (NCCL runs NVLS with Simple only), and when the model allows none of ``protocols``.
     """
     from taccl_py.baselines import baseline
     from taccl_py.baselines.oneshot import SIMULATED_UP_TO
     from taccl_py.baselines.ring_compact import large_ring_arrays
 
+    runs = model_protocols(model, kind, protocols)
+    if not runs:
+        assert model.protocols is not None
+        raise NotApplicable(f"the runtime model's runs allow {', '.join(p.value for p in model.protocols)} "
+                            f"(NCCL_PROTO), not {', '.join(p.value for p in protocols)}")
+    protocols = runs
     if algorithm in NVLS_ALGORITHMS:
         protocols = _nvls_protocols(protocols, topology)
 
@@ -525,7 +535,7 @@ def ring_step_latencies(topology: Topology, costs: TransferCosts, size_bytes: fl
     chunk = size_bytes / (n * channels * loops)
     widest = widest_gpu_link(topology, "net")
     rate = 0.0 if widest is None else gbps_to_bytes_per_us(widest) * costs.fraction["net"] / channels
-    out["net"] = simple_step_latency(net, chunk, rate) / pieces
+    out["net"] = simple_step_latency(net, chunk, rate, simple_buffer_bytes) / pieces
     return out
 
 
@@ -538,9 +548,9 @@ def tree_chunk_steps(topology: Topology, kind: CollectiveKind, size_bytes: float
                      root: int = 0, channels: int | None = None, *,
                      simple_buffer_bytes: int = SIMPLE_BUFFER_BYTES) -> int:
     """The chunk steps per channel in which the calibrated Simple tree is simulated: NCCL's
-    (:func:`taccl_py.runtime.nccl_tree_pieces` on the runtime's channels and Simple buffer), as long as the schedule stays within
-    :data:`TREE_TRANSFER_BUDGET` transfers or 32 steps (a 512-GPU tree has about 16,000 legs a step: NCCL's 170
-    steps at 1 GB took minutes and gigabytes to simulate). LL and LL128 trees keep the alpha-beta pipeline: they
+    (:func:`taccl_py.runtime.nccl_tree_pieces` on the runtime's channels and Simple buffer), as long as the schedule
+    stays within :data:`TREE_TRANSFER_BUDGET` transfers or 32 steps (a 512-GPU tree has about 16,000 legs a step:
+    NCCL's 170 steps at 1 GB took minutes and gigabytes to simulate). LL and LL128 trees keep the alpha-beta pipeline: they
     forward line by line, finer than their steps."""
     from taccl_py.baselines.common import MAX_PIECES
     from taccl_py.baselines.tree import tree_plan
@@ -605,13 +615,25 @@ def nccl_protocols(kind: CollectiveKind, algorithm: str, size_bytes: float | Non
     return PROTOCOLS
 
 
+def model_protocols(model: RuntimeModel, kind: CollectiveKind,
+                    protocols: tuple[Protocol, ...] = PROTOCOLS) -> tuple[Protocol, ...]:
+    """``protocols`` kept to those the model's runs allow (:attr:`~taccl_py.runtime.RuntimeModel.protocols`, their
+    NCCL_PROTO; None: all); Alltoall keeps them all (NCCL's point-to-point sends pick their own)."""
+    if model.protocols is None or kind is CollectiveKind.ALLTOALL:
+        return protocols
+    return tuple(p for p in protocols if p in model.protocols)
+
+
 def allowed_protocols(kind: CollectiveKind, algorithm: str, size_bytes: float | None = None,
                       num_ranks: int | None = None,
                       protocols: tuple[Protocol, ...] | list[Protocol] | None = None) -> tuple[Protocol, ...]:
     """The protocols of :func:`nccl_protocols` that ``protocols`` (a run's NCCL_PROTO; None: all) allows, in NCCL's
-    order; empty when none is (NVLS under ``NCCL_PROTO=LL``)."""
+    order; empty when none is (NVLS under ``NCCL_PROTO=LL``). Alltoall keeps its own: NCCL's point-to-point sends
+    pick LL or Simple by their threshold (enqueue.cc), which NCCL_PROTO does not enter."""
     own = nccl_protocols(kind, algorithm, size_bytes, num_ranks)
-    return own if protocols is None else tuple(p for p in own if p in protocols)
+    if protocols is None or kind is CollectiveKind.ALLTOALL:
+        return own
+    return tuple(p for p in own if p in protocols)
 
 
 def nccl_algorithms(topology: Topology, kind: CollectiveKind) -> list[str]:

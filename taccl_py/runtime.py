@@ -109,8 +109,6 @@ MAX_RING_PIECES = 16
 """Deepest chunk pipelining the calibrated ring baselines emit per channel (beyond it the latency share is < 1%)."""
 SLICES_PER_CHUNK = RING_CHUNK_STEPS // RING_SLICE_STEPS
 """Simple sends a ring chunk as this many slices (ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS)."""
-SIMPLE_MIN_SLICE_BYTES = SIMPLE_BUFFER_BYTES // NCCL_STEPS * RING_SLICE_STEPS // 32
-"""Smallest Simple slice (prims_simple.h: at least 1/32 of a full slice of 2 steps, 32 KiB)."""
 
 
 def payload_fraction(protocol: Protocol | str) -> float:
@@ -166,12 +164,16 @@ def nccl_tree_pieces(size_bytes: float, channels: int, simple_buffer_bytes: int 
     return max(1, min(MAX_TREE_PIECES, math.ceil(size_bytes / (max(channels, 1) * chunk))))
 
 
-def simple_slice_bytes(chunk: float) -> float:
-    """Bytes of the first slice of a Simple ring step of ``chunk`` bytes (the whole step when it is one slice)."""
-    return min(chunk, max(chunk / SLICES_PER_CHUNK, SIMPLE_MIN_SLICE_BYTES))
+def simple_slice_bytes(chunk: float, simple_buffer_bytes: int = SIMPLE_BUFFER_BYTES) -> float:
+    """Bytes of the first slice of a Simple ring step of ``chunk`` bytes (the whole step when it is one slice): at
+    least 1/32 of a full slice of 2 steps of Simple's buffer (``simple_buffer_bytes``, NCCL_BUFFSIZE: 32 KiB with
+    the default 4 MiB)."""
+    least = simple_buffer_bytes // NCCL_STEPS * RING_SLICE_STEPS // 32
+    return min(chunk, max(chunk / SLICES_PER_CHUNK, least))
 
 
-def simple_step_latency(hop_us: float, chunk: float, rate_bytes_per_us: float) -> float:
+def simple_step_latency(hop_us: float, chunk: float, rate_bytes_per_us: float,
+                        simple_buffer_bytes: int = SIMPLE_BUFFER_BYTES) -> float:
     """The part of a Simple step's latency a pipelined ring does not hide.
 
     Simple moves a step as slices and posts a slice's flag when the slice is written; the next
@@ -179,10 +181,11 @@ def simple_step_latency(hop_us: float, chunk: float, rate_bytes_per_us: float) -
     ``rate_bytes_per_us`` therefore hides the hop latency behind the slices after the first:
     the step costs ``max(chunk / rate, hop + slice / rate)``, i.e. ``chunk / rate`` plus
     ``max(0, hop - (chunk - slice) / rate)``, which this returns. A one-slice step pays the hop in full.
+    ``simple_buffer_bytes`` (NCCL_BUFFSIZE) sets the smallest slice (:func:`simple_slice_bytes`).
     """
     if rate_bytes_per_us <= 0 or chunk <= 0:
         return hop_us
-    return max(0.0, hop_us - (chunk - simple_slice_bytes(chunk)) / rate_bytes_per_us)
+    return max(0.0, hop_us - (chunk - simple_slice_bytes(chunk, simple_buffer_bytes)) / rate_bytes_per_us)
 
 
 def link_class_of(kind: str) -> str:
@@ -363,8 +366,12 @@ class RuntimeModel:
     """Cap trees at tuning.cc's ``maxTreeBw`` per GPU (figures of the NCCL of the A100 era; later NCCLs raised them)."""
     simple_buffer_bytes: int = SIMPLE_BUFFER_BYTES
     """Simple's buffer per connection (NCCL_BUFFSIZE, 4 MiB by default): a step is an eighth of it, so it sets the
-    size of the ring's chunks and the tree's chunk steps. A setting of the runs, not a calibrated figure: Google's
-    A3 Mega profile sets 8 MiB."""
+    size of the ring's chunks, their smallest slice and the tree's chunk steps. A setting of the runs, not a
+    calibrated figure: Google's A3 Mega profile sets 8 MiB."""
+    protocols: tuple[Protocol, ...] | None = None
+    """The protocols the runs allow (NCCL_PROTO), None: all. Another setting of the runs: NCCL's collectives run
+    only these (Alltoall, NCCL's point-to-point sends, picks LL or Simple by its threshold whatever NCCL_PROTO
+    says). A model fitted on runs of one protocol keeps to it: the others' figures were never fitted."""
     net_overhead_us: float = 1.0
     """Least time per step within a machine of a pipelined ring that spans machines, and the proxy's cost per posted
     network send or receive (tuning.cc ``getNetOverhead``, NCCL 2.19 on: 1 us on Intel hosts, 2 us on AMD ones;
@@ -612,10 +619,9 @@ PRESETS: dict[str, RuntimeModel] = {
 def runtime_to_dict(model: RuntimeModel) -> dict[str, Any]:
     """The ``runtime`` object of a topology file: a preset by name, or every figure."""
     preset = PRESETS.get(model.name)
-    if preset is not None and replace(preset, simple_buffer_bytes=model.simple_buffer_bytes) == model:
-        if model.simple_buffer_bytes == preset.simple_buffer_bytes:
-            return {"preset": model.name}
-        return {"preset": model.name, "simple_buffer_bytes": model.simple_buffer_bytes}
+    if preset is not None and replace(preset, simple_buffer_bytes=model.simple_buffer_bytes,
+                                      protocols=model.protocols) == model:
+        return {"preset": model.name, **_run_settings(model)}
     data: dict[str, Any] = {"name": model.name, "efficiency": dict(model.efficiency), "channels": model.channels,
                             "hop_latency_us": {c: {p.value: v for p, v in lat.items()}
                                                for c, lat in model.hop_latency_us.items()},
@@ -639,11 +645,25 @@ def runtime_to_dict(model: RuntimeModel) -> dict[str, Any]:
         data["alltoall_net_share"] = model.alltoall_net_share
     if model.net_overhead_us != 1.0:
         data["net_overhead_us"] = model.net_overhead_us
-    if model.simple_buffer_bytes != SIMPLE_BUFFER_BYTES:
-        data["simple_buffer_bytes"] = model.simple_buffer_bytes
+    data.update(_run_settings(model))
     if model.fitted is not None:
         data["fitted"] = dict(model.fitted)
     return data
+
+
+RUN_SETTINGS = ("simple_buffer_bytes", "protocols")
+"""Keys of a ``runtime`` object that are settings of the runs (NCCL_BUFFSIZE, NCCL_PROTO), not calibrated figures:
+the only ones a preset takes beside its name."""
+
+
+def _run_settings(model: RuntimeModel) -> dict[str, Any]:
+    """The run settings of ``model`` that differ from NCCL's defaults, as a ``runtime`` object has them."""
+    out: dict[str, Any] = {}
+    if model.simple_buffer_bytes != SIMPLE_BUFFER_BYTES:
+        out["simple_buffer_bytes"] = model.simple_buffer_bytes
+    if model.protocols is not None:
+        out["protocols"] = [p.value for p in model.protocols]
+    return out
 
 
 def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
@@ -655,14 +675,15 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
         if name not in PRESETS:
             raise InputError(f"unknown preset {name!r} (known: {', '.join(sorted(PRESETS))})",
                              where=f"{where}: runtime.preset")
-        extra = set(raw) - {"preset", "simple_buffer_bytes"}
+        extra = set(raw) - {"preset", *RUN_SETTINGS}
         if extra:
-            raise InputError(f"a preset takes no other keys than simple_buffer_bytes (got {sorted(extra)})",
+            raise InputError(f"a preset takes no other keys than {' and '.join(RUN_SETTINGS)} (got {sorted(extra)})",
                              where=f"{where}: runtime")
-        return replace(PRESETS[name], simple_buffer_bytes=_buffer_bytes(raw, where))
+        return replace(PRESETS[name], simple_buffer_bytes=_buffer_bytes(raw, where),
+                       protocols=_run_protocols(raw, where))
     known = {"name", "efficiency", "copy_efficiency", "net_overhead_us", "channels", "ll128_channels", "nvls_efficiency",
              "nvls_latency_us", "nvls_half_chunk_bytes", "nvls_tree_share", "alltoall_net_share", "tree_caps",
-             "hop_latency_us", "launch_us", "sources", "fitted", "simple_buffer_bytes"}
+             "hop_latency_us", "launch_us", "sources", "fitted", *RUN_SETTINGS}
     unknown = set(raw) - known
     if unknown:
         raise InputError(f"unknown key(s) {sorted(unknown)}", where=f"{where}: runtime")
@@ -720,7 +741,7 @@ def runtime_from_dict(raw: Any, *, where: str) -> RuntimeModel:
                         sources=tuple(sources), fitted=fitted, ll128_channels=None if ll128 is None else float(ll128),
                         nvls_efficiency=None if nvls is None else float(nvls), tree_caps=tree_caps, **extra_figures,
                         copy_efficiency=copy_efficiency, net_overhead_us=float(overhead),
-                        simple_buffer_bytes=_buffer_bytes(raw, where))
+                        simple_buffer_bytes=_buffer_bytes(raw, where), protocols=_run_protocols(raw, where))
 
 
 MIN_SIMPLE_BUFFER_BYTES = 1 << 16
@@ -738,6 +759,18 @@ def _buffer_bytes(raw: dict[str, Any], where: str) -> int:
                          f"a multiple of {NCCL_STEPS} (NCCL_BUFFSIZE; got {value!r})",
                          where=f"{where}: runtime.simple_buffer_bytes")
     return value
+
+
+def _run_protocols(raw: dict[str, Any], where: str) -> tuple[Protocol, ...] | None:
+    """The ``protocols`` of a ``runtime`` object (NCCL_PROTO) in NCCL's order, None (all) when absent."""
+    value = raw.get("protocols")
+    if value is None:
+        return None
+    names = [p.value for p in PROTOCOLS]
+    if not isinstance(value, list) or not value or not all(v in names for v in value) or len(set(value)) < len(value):
+        raise InputError(f"must be a non-empty list of distinct protocols among {', '.join(names)} (NCCL_PROTO; got "
+                         f"{value!r})", where=f"{where}: runtime.protocols")
+    return tuple(p for p in PROTOCOLS if p.value in value)
 
 
 def _class_numbers(raw: Any, where: str, *, upper: float) -> dict[str, float]:

@@ -79,6 +79,19 @@ def test_tree_pieces_follow_nccl_chunks() -> None:
     assert nccl_tree_pieces(8 << 30, 32) == 256  # 512 loops, capped
 
 
+def test_the_smallest_simple_slice_is_a_share_of_the_buffer() -> None:
+    """prims_simple.h: a slice is at least 1/32 of a full slice of 2 steps: 32 KiB with 4 MiB, 64 KiB with 8 MiB."""
+    from taccl_py.runtime import simple_slice_bytes, simple_step_latency
+
+    assert simple_slice_bytes(128 << 10) == 64 << 10  # half the chunk: above either floor
+    assert simple_slice_bytes(40 << 10) == 32 << 10 and simple_slice_bytes(40 << 10, 8 << 20) == 40 << 10
+    assert simple_slice_bytes(100 << 10, 8 << 20) == 64 << 10
+    # 100 KiB at 1,000 bytes/us behind a 100 us hop: what follows the first slice (50 KiB, or 64 KiB with the
+    # 8 MiB buffer) hides 51.2 or 36.9 us of it
+    assert simple_step_latency(100.0, 100 << 10, 1000.0) == pytest.approx(100.0 - (50 << 10) / 1000.0)
+    assert simple_step_latency(100.0, 100 << 10, 1000.0, 8 << 20) == pytest.approx(100.0 - (36 << 10) / 1000.0)
+
+
 def test_nccl_buffsize_sets_simple_steps_only() -> None:
     """NCCL_BUFFSIZE (``simple_buffer_bytes``) is Simple's buffer: 8 MiB makes 1 MiB steps, so the tree takes half
     the chunk steps and a ring chunk doubles; LL and LL128 keep their own buffers."""
@@ -104,8 +117,56 @@ def test_a_preset_takes_the_runs_buffer_size() -> None:
         with pytest.raises(InputError, match="NCCL_BUFFSIZE") as error:
             runtime_from_dict({"preset": "dgx-h100", "simple_buffer_bytes": bad}, where="t.json")
         assert error.value.where == "t.json: runtime.simple_buffer_bytes"
-    with pytest.raises(InputError, match="no other keys than simple_buffer_bytes"):
+    with pytest.raises(InputError, match="no other keys than simple_buffer_bytes and protocols"):
         runtime_from_dict({"preset": "dgx-h100", "channels": 8}, where="t.json")
+
+
+def test_a_runtime_keeps_to_its_runs_protocols() -> None:
+    """``"protocols"`` (the runs' NCCL_PROTO) reads in NCCL's order, next to a preset or in a full model, and writes
+    back the same; a bad list is one error naming the field."""
+    model = runtime_from_dict({"preset": "dgx-h100", "protocols": ["Simple", "LL"]}, where="t.json")
+    assert model.protocols == (Protocol.LL, Protocol.SIMPLE)
+    assert runtime_to_dict(model) == {"preset": "dgx-h100", "protocols": ["LL", "Simple"]}
+    full = replace(PRESETS["dgx-a100"], name="mine", protocols=(Protocol.SIMPLE,))
+    assert runtime_from_dict(runtime_to_dict(full), where="t.json") == full
+    assert "protocols" not in runtime_to_dict(replace(full, protocols=None))
+    for bad in ([], ["LL9"], ["LL", "LL"], "Simple", [1]):
+        with pytest.raises(InputError, match="NCCL_PROTO") as error:
+            runtime_from_dict({"preset": "dgx-h100", "protocols": bad}, where="t.json")
+        assert error.value.where == "t.json: runtime.protocols"
+
+
+def test_a_models_protocols_bound_what_it_predicts() -> None:
+    """A model whose runs allow Simple only times NCCL's collectives with Simple (a protocol it excludes is not
+    applicable), while Alltoall keeps NCCL's point-to-point pick and a schedule asked for an excluded protocol is
+    timed as asked."""
+    from taccl_py.errors import NotApplicable
+    from taccl_py.predict import (
+        allowed_protocols,
+        model_protocols,
+        predict_baseline,
+        predict_nccl,
+        predict_schedule,
+    )
+
+    topo = resolve_topology("dgx-h100x2")
+    assert topo.runtime is not None
+    simple = replace(topo.runtime, protocols=(Protocol.SIMPLE,))
+    kind = CollectiveKind.ALLREDUCE
+    assert model_protocols(simple, kind) == (Protocol.SIMPLE,)
+    assert model_protocols(simple, CollectiveKind.ALLTOALL) == PROTOCOLS
+    assert allowed_protocols(CollectiveKind.ALLTOALL, "direct", 4096, 16, (Protocol.SIMPLE,)) == (Protocol.LL,)
+    free = predict_nccl(topo, kind, 64 << 10, topo.runtime)
+    kept = predict_nccl(topo, kind, 64 << 10, simple)
+    assert free is not None and kept is not None
+    assert free[1].protocol is not Protocol.SIMPLE and kept[1].protocol is Protocol.SIMPLE
+    with pytest.raises(NotApplicable, match="NCCL_PROTO"):
+        predict_baseline(topo, kind, "ring", 64 << 10, simple, protocols=(Protocol.LL128,))
+    a2a = predict_nccl(topo, CollectiveKind.ALLTOALL, 64 << 10, simple)
+    assert a2a is not None and a2a[1].protocol is Protocol.LL  # 4 KB a peer: below NCCL's point-to-point threshold
+    schedule = baseline(topo, kind, "ring", size_bytes=64 << 10)
+    assert predict_schedule(topo, schedule, 64 << 10, simple).protocol is Protocol.SIMPLE
+    assert predict_schedule(topo, schedule, 64 << 10, simple, protocols=(Protocol.LL,)).protocol is Protocol.LL
 
 
 def test_the_tree_of_a_larger_buffer_pipelines_less() -> None:
@@ -1046,12 +1107,18 @@ def test_a_fit_under_nccl_proto_leaves_the_other_protocols_alone(tmp_path: Path,
     start = topology_from_dict(json.loads(start_file.read_text())).runtime
     assert start is not None
     rows, _, _ = read_timed_rows([str(log)], topo)
+    free = fit_runtime(topo, rows, base=start, max_iterations=1)
+    assert {f.protocol for f in free.rows} - {"Simple"} and "ll128 channels" in free.fitted  # what is held back
     fit = fit_runtime(topo, rows, base=start, max_iterations=2, protocols=(Protocol.SIMPLE,))
     assert {f.protocol for f in fit.rows} == {"Simple"}
-    assert not {"hop LL", "hop LL128", "ll128 channels", "LL launch"} & set(fit.fitted)
+    assert not {"hop LL", "hop LL128", "ll128 channels", "launch LL"} & set(fit.fitted)
+    assert {"hop Simple", "efficiency"} <= set(fit.fitted)
     for p in (Protocol.LL, Protocol.LL128):
         assert fit.model.hop_latency_us["nvlink"][p] == start.hop_latency_us["nvlink"][p]
     assert (fit.model.ll128_channels or fit.model.channels) == (start.ll128_channels or start.channels)
+    launch_ll = fit.model.launch_us[Protocol.LL] - fit.model.launch_us[Protocol.SIMPLE]
+    assert launch_ll == pytest.approx(start.launch_us[Protocol.LL] - start.launch_us[Protocol.SIMPLE])
+    assert fit.model.protocols == (Protocol.SIMPLE,)  # the model keeps to what its runs ran
     assert not any("run fastest with LL" in w for w in fit.warnings)  # no warning about what the runs could not run
     out = tmp_path / "fitted.json"
     with pytest.raises(SystemExit) as exit_info:
@@ -1060,6 +1127,11 @@ def test_a_fit_under_nccl_proto_leaves_the_other_protocols_alone(tmp_path: Path,
     assert exit_info.value.code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["fit"]["protocols"] == ["Simple"] and {r["proto"] for r in report["rows"]} == {"Simple"}
+    assert json.loads(out.read_text())["runtime"]["protocols"] == ["Simple"]
+    with pytest.raises(SystemExit) as exit_info:  # a model that keeps to Simple is not refitted as LL
+        main(["profile", "fit", "--runtime", str(log), "--protocol", "LL", "--into", str(out), "-o",
+              str(tmp_path / "again.json")])
+    assert exit_info.value.code == 2 and "allows Simple (NCCL_PROTO), none of LL" in capsys.readouterr().err
     for args, message in ((["profile", "fit", str(log), "--protocol", "LL"], "--protocol applies to --runtime"),
                           (["profile", "fit", "--runtime", str(log), "--class", "nvls", "--protocol", "Simple",
                             "--into", str(start_file), "-o", str(out)], "--protocol applies to the nvlink, pci and net"),
@@ -1068,11 +1140,20 @@ def test_a_fit_under_nccl_proto_leaves_the_other_protocols_alone(tmp_path: Path,
         with pytest.raises(SystemExit) as exit_info:
             main(args)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
-    with pytest.raises(SystemExit) as exit_info:
-        main(["profile", "check", f"{log}@64KB:1MB", "-t", str(out), "--protocol", "Simple", "--json"])
-    assert exit_info.value.code == 0
-    checked = json.loads(capsys.readouterr().out)
-    assert {r["proto"] for f in checked["files"] for r in f["rows"]} == {"Simple"}
+    start_all = tmp_path / "start-all.json"  # the start model, every protocol: the check picks LL or LL128 there
+    start_all.write_text(start_file.read_text())
+    protos = {}
+    for name, extra in (("free", []), ("simple", ["--protocol", "simple"])):  # NCCL_PROTO's case does not matter
+        with pytest.raises(SystemExit) as exit_info:
+            main(["profile", "check", f"{log}@64B:4KB", "-t", str(start_all), *extra, "--json"])
+        assert exit_info.value.code == 0
+        checked = json.loads(capsys.readouterr().out)
+        protos[name] = {r["proto"] for f in checked["files"] for r in f["rows"]}
+    assert protos["simple"] == {"Simple"} and protos["free"] - {"Simple"}
+    with pytest.raises(SystemExit) as exit_info:  # the model fitted on Simple runs keeps to Simple
+        main(["profile", "check", f"{log}@64B:4KB", "-t", str(out), "--protocol", "LL"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "with no protocol (the protocols --protocol and the runtime model allow)" in err
 
 
 @pytest.mark.slow
@@ -1163,6 +1244,10 @@ def test_a_case_keeps_its_sizes_and_names_its_host_harness(tmp_path: Path) -> No
     first = raw["cases"][0]
     a3 = cases["A3 Mega 2 x 8 H100 all_reduce, odd rows"]  # NCCL_ALGO=Ring,Tree NCCL_PROTO=Simple, run as the tree
     assert a3.protocols == (Protocol.SIMPLE,) and a3.algorithms == ("tree",)
+    a3_model = a3.load_topology(FIXTURES).runtime
+    assert a3_model is not None and a3_model.simple_buffer_bytes == 8 << 20 and a3_model.protocols == (Protocol.SIMPLE,)
+    row = predict_case(replace(a3, protocols=None, algorithms=None), FIXTURES, max_rows=1)[0]
+    assert (row.algorithm, row.proto) == ("tree", "Simple")  # the model's own protocols, without the case's
     assert cases["Galvatron 8 x A100 all_reduce"].protocols is None
     for change, message in (({"harness": "one-process-elsewhere"}, "harness must be per-rank or a name"),
                             ({"protocols": ["LL9"]}, "protocols must be a non-empty list of"),
@@ -1824,6 +1909,23 @@ def test_baseline_under_nccl_proto_times_those_protocols_only(tmp_path: Path,
     assert (out["nccl"]["algorithm"], out["nccl"]["proto"]) == (expected[0], "Simple")
     assert out["nccl"]["time_us"] == pytest.approx(expected[1].sim.time_us, rel=1e-9)
     assert out["xml"]["proto"] == "Simple" and 'proto="Simple"' in xml.read_text()
+    with pytest.raises(SystemExit) as exit_info:  # without -a: NVLS and NVLSTree drop out under LL alone
+        main(["baseline", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "64KB", "--protocol", "LL", "--json"])
+    assert exit_info.value.code == 0
+    names = {e["algorithm"]: e["proto"] for e in json.loads(capsys.readouterr().out)["baselines"]}
+    assert "nvls" not in names and "ring" in names and set(names.values()) == {"LL"}
+    with pytest.raises(SystemExit) as exit_info:  # Alltoall: NCCL's point-to-point sends keep their own pick
+        main(["baseline", "-t", "dgx-a100x2", "-c", "alltoall", "-s", "64KB", "--protocol", "Simple", "--json"])
+    assert exit_info.value.code == 0 and json.loads(capsys.readouterr().out)["nccl"]["proto"] == "LL"
+    a3mega = str(FIXTURES / "a3mega-h100x2.json")  # fitted on NCCL_PROTO=Simple runs: Simple unless asked
+    with pytest.raises(SystemExit) as exit_info:
+        main(["baseline", "-t", a3mega, "-c", "allreduce", "-s", "64KB", "-a", "tree", "--json"])
+    assert exit_info.value.code == 0
+    kept = json.loads(capsys.readouterr().out)
+    assert kept["protocols"] == ["Simple"] and kept["nccl"]["proto"] == "Simple"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["baseline", "-t", a3mega, "-c", "allreduce", "-s", "64KB", "--protocol", "LL128"])
+    assert exit_info.value.code == 2 and "allows Simple only" in capsys.readouterr().err
     for args, message in ((["-a", "nvls", "--protocol", "LL"], "Simple only"),
                           (["--protocol", "LL9"], "LL9")):
         with pytest.raises(SystemExit) as exit_info:

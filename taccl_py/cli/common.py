@@ -24,7 +24,7 @@ from rich.text import Text
 from taccl_py.collectives import CollectiveKind, parse_collective
 from taccl_py.errors import InputError, OutputError
 from taccl_py.limits import MAX_LATENCY_US, MAX_SOLVER_THREADS, limit_text
-from taccl_py.runtime import RuntimeModel
+from taccl_py.runtime import PROTOCOLS, Protocol, RuntimeModel
 from taccl_py.topology import SwitchModel, Topology
 from taccl_py.units import parse_size_range
 
@@ -98,6 +98,12 @@ def load_topology_arg(spec: str, switch_model: str | None = None) -> Topology:
 def switch_model_keys(topology: Topology) -> dict[str, str]:
     """``{"switch_model": ...}`` for a report's JSON when the switches are not cut-through (else nothing)."""
     return {"switch_model": topology.switch_model.value} if topology.store_and_forward else {}
+
+
+def protocols_option(names: Sequence[str]) -> tuple[Protocol, ...] | None:
+    """``--protocol`` values (a run's NCCL_PROTO, any case) as protocols in NCCL's order; None when none is given."""
+    wanted = {n.lower() for n in names}
+    return tuple(p for p in PROTOCOLS if p.value.lower() in wanted) or None
 
 
 def sizes_from(spec: str) -> list[int]:

@@ -22,6 +22,7 @@ from taccl_py.cli.common import (
     out_console,
     progress_enabled,
     progress_line,
+    protocols_option,
     runtime_model_for,
     topology_option,
 )
@@ -149,9 +150,11 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 @click.option("--algorithm", "algorithms", multiple=True, type=click.Choice(list(NCCL_ALGORITHM_NAMES)),
               help="With --runtime: an algorithm the runs allowed (their NCCL_ALGO); repeat for several. Default: "
                    "NCCL's own choice among all. FILE#ALGO[,ALGO] (after any @LO:HI) says it for one file.")
-@click.option("--protocol", "protocols", multiple=True, type=click.Choice([p.value for p in PROTOCOLS]),
+@click.option("--protocol", "protocols", multiple=True,
+              type=click.Choice([p.value for p in PROTOCOLS], case_sensitive=False),
               help="With --runtime: a protocol the runs allowed (their NCCL_PROTO); repeat for several. Default: "
-                   "all of NCCL's. The other protocols' figures are left as they are.")
+                   "all of NCCL's (or --into's runtime's). The other protocols' figures are left as they are, and the "
+                   "fitted model keeps to these (its runtime's protocols).")
 @click.option("--harness-offset", "harness_offset", type=click.FloatRange(0, 1e6), metavar="US",
               help="With --runtime: the host cost per collective of FILE...'s harness (e.g. all_reduce_perf -g 8), "
                    "known from another fit: not fitted, and not written into the model.")
@@ -187,7 +190,7 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
             raise ProfileInputError(f"{flag} applies to --runtime fits only", where=flag)
     if runtime:
         _fit_runtime_cmd(files, output, into, collective, class_name, rows_kept, per_rank, _selection(select),
-                         algorithms, harness_offset, as_json, ranks, protocols=tuple(Protocol(p) for p in protocols))
+                         algorithms, harness_offset, as_json, ranks, protocols=protocols_option(protocols))
         return
     base = None
     if into is not None:
@@ -223,7 +226,7 @@ def _selection(pairs: tuple[str, ...]) -> dict[str, str]:
 def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
                      class_name: str | None, rows_kept: str, per_rank: tuple[str, ...], select: dict[str, str],
                      algorithms: tuple[str, ...], harness_offset: float | None, as_json: bool,
-                     ranks: int | None = None, *, protocols: tuple[Protocol, ...] = ()) -> None:
+                     ranks: int | None = None, *, protocols: tuple[Protocol, ...] | None = None) -> None:
     """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
     from dataclasses import replace
 
@@ -248,10 +251,15 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
                                              per_rank=per_rank, select=select, ranks=ranks)
     warnings += _disturbed_fit_rows(rows)
-    if protocols and class_name in ("nvls", "nvls-tree", "net-alltoall"):
+    if protocols is not None and class_name in ("nvls", "nvls-tree", "net-alltoall"):
         raise ProfileInputError(f"--class {class_name} fits rows whose protocol NCCL fixes (NVLS runs Simple, Alltoall "
                                 "picks by size): --protocol applies to the nvlink, pci and net classes",
                                 where="--protocol")
+    start = base.runtime
+    if class_name in ("nvls", "nvls-tree") and start is not None and start.protocols is not None \
+            and Protocol.SIMPLE not in start.protocols:
+        raise ProfileInputError(f"--class {class_name} fits NVLS, which runs Simple, and --into's runtime allows "
+                                f"{', '.join(p.value for p in start.protocols)} only (NCCL_PROTO)", where="--into")
     if class_name in ("nvls", "nvls-tree"):
         if set(algorithms) - {class_name}:
             raise ProfileInputError(f"--class {class_name} fits rows that ran {class_name}: --algorithm can only be "
@@ -265,7 +273,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
         fit = fit_alltoall_net(base, rows, harness_offset_us=harness_offset)
     else:
         fit = fit_runtime(base, rows, link_class=class_name, algorithms=algorithms or None,
-                          harness_offset_us=harness_offset, protocols=protocols or None)
+                          harness_offset_us=harness_offset, protocols=protocols)
     record: dict[str, object] = {**fit.as_dict(), "files": list(files), "rows_kept": rows_kept}
     if per_rank:
         record["per_rank_files"] = list(per_rank)
@@ -277,7 +285,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
         record["select"] = dict(select)
     if algorithms:
         record["algorithms"] = list(algorithms)
-    if protocols:
+    if protocols is not None:
         record["protocols"] = [p.value for p in protocols]
     label = ", ".join(Path(f).name for f in (*files, *per_rank))
     kept = tuple(s for s in fit.model.sources if not s.startswith((f"{fit.link_class}:", f"{fit.link_class} (")))
@@ -324,8 +332,10 @@ _CHECK_COLUMNS = ("size", "measured us", "predicted us", "measured busbw", "pred
 @click.option("--algorithm", "algorithms", multiple=True, type=click.Choice(list(NCCL_ALGORITHM_NAMES)),
               help="An algorithm the runs allowed (their NCCL_ALGO); repeat for several. Default: NCCL's choice "
                    "among all, predicted. FILE#ALGO[,ALGO] says it for one file.")
-@click.option("--protocol", "protocols", multiple=True, type=click.Choice([p.value for p in PROTOCOLS]),
-              help="A protocol the runs allowed (their NCCL_PROTO); repeat for several. Default: all of NCCL's.")
+@click.option("--protocol", "protocols", multiple=True,
+              type=click.Choice([p.value for p in PROTOCOLS], case_sensitive=False),
+              help="A protocol the runs allowed (their NCCL_PROTO); repeat for several. Default: all of NCCL's (or "
+                   "the topology's runtime's).")
 @click.option("--select", "select", multiple=True, metavar="COLUMN=VALUE",
               help="A published table keeps only the rows with this value in this column (a table holding "
                    "several runs, e.g. machines=1).")
@@ -366,6 +376,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
     if model is None:
         raise ProfileInputError(f"topology {topology.name!r} has no calibrated runtime model to predict with: "
                                 "calibrate one with taccl profile fit --runtime --into", where=topology_spec)
+    allowed = protocols_option(protocols)
     per_file, inputs, warnings = read_timed_files(files, topology, collective=collective, rows_kept=rows_kept,
                                                   select=_selection(select), ranks=ranks)
     for spec, rows in per_file:
@@ -387,20 +398,24 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                             else measured_busbw(row.kind, topology.num_gpus, row.size_bytes, row.in_place_us))
                 out.append((row, predict_row(topology, model, row.kind, row.size_bytes, published,
                                              algorithms=row.algorithms or algorithms or None,
-                                             protocols=tuple(Protocol(p) for p in protocols) or None,
+                                             protocols=allowed,
                                              in_place_busbw=in_place)))
             if all(f.predicted_busbw is None for _, f in out):
-                allowed = out[0][0].algorithms or algorithms
-                raise ProfileInputError(
-                    f"nothing could be predicted for its rows: {', '.join(allowed) if allowed else 'no NCCL algorithm'}"
-                    f" cannot run {', '.join(sorted({r.kind.value for r, _ in out}))} on {topology.name!r}", where=spec)
+                named = out[0][0].algorithms or algorithms
+                ran = ", ".join(sorted({r.kind.value for r, _ in out}))
+                cannot = (f"nothing could be predicted for its rows: "
+                          f"{', '.join(named) if named else 'no NCCL algorithm'} cannot run {ran} on {topology.name!r}")
+                kept = [p.value for p in (allowed or PROTOCOLS) if model.protocols is None or p in model.protocols]
+                if len(kept) < len(PROTOCOLS):
+                    cannot += (f" with {', '.join(kept) or 'no protocol'} (the protocols --protocol and the runtime "
+                               "model allow)")
+                raise ProfileInputError(cannot, where=spec)
             unpredicted = [f for _, f in out if f.predicted_busbw is None]
             if unpredicted:
                 warnings.append(f"{spec}: {len(unpredicted)} row(s) have no prediction (no allowed algorithm runs "
                                 "them on this topology); they count as missed")
             if not algorithms:
-                hints += _other_algorithm_hints(spec, out, topology, model, say,
-                                                protocols=tuple(Protocol(p) for p in protocols) or None)
+                hints += _other_algorithm_hints(spec, out, topology, model, say, protocols=allowed)
             checked.append((spec, out))
     hints += _harness_hints(checked)
     every = [f for _, out in checked for _, f in out]

@@ -33,6 +33,7 @@ from taccl_py.cli.common import (
     out_console,
     progress_enabled,
     progress_line,
+    protocols_option,
     runtime_model_for,
     size_option,
     sizes_from,
@@ -52,7 +53,7 @@ from taccl_py.compact import CompactSchedule
 from taccl_py.endpoint import EndpointMode, memory_traffic
 from taccl_py.errors import Infeasible, InputError
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
-from taccl_py.runtime import Protocol
+from taccl_py.runtime import PROTOCOLS, Protocol
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.symmetry import SYMMETRIC_MIN_GPUS, SymmetricSchedule
@@ -540,7 +541,8 @@ def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: l
         if not protocols:
             continue
         entry = timed.get(name)
-        if entry is not None and set(protocols) == set(_table_protocols(name, allowed)):  # the table's pick is its
+        if entry is not None and set(protocols) == set(_table_protocols(name, kind, allowed)):
+            # NCCL may run what the table timed: the table's pick is its
             times = {entry["proto"]: entry["time_us"]} if entry.get("proto") else {}
         elif entry is not None and all(p.value in (entry.get("proto_times_us") or {}) for p in protocols):
             times = entry["proto_times_us"]
@@ -562,13 +564,14 @@ def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: l
             "busbw_GBps": algbw * _collective_for(kind, topology).busbw_factor}
 
 
-def _table_protocols(name: str, allowed: tuple[Protocol, ...] | None) -> tuple[Protocol, ...]:
+def _table_protocols(name: str, kind: CollectiveKind, allowed: tuple[Protocol, ...] | None) -> tuple[Protocol, ...]:
     """The protocols a baseline of the table is timed with: every protocol (NVLS and NVLSTree: Simple only, as NCCL
-    runs them), within ``allowed`` (``--protocol``) when given."""
-    from taccl_py.runtime import NVLS_ALGORITHMS, PROTOCOLS
+    runs them), within ``allowed`` (``--protocol``, NCCL_PROTO) when given, except for Alltoall (NCCL's
+    point-to-point sends pick LL or Simple by their threshold, whatever NCCL_PROTO says)."""
+    from taccl_py.runtime import NVLS_ALGORITHMS
 
     own = (Protocol.SIMPLE,) if name in NVLS_ALGORITHMS else PROTOCOLS
-    return own if allowed is None else tuple(p for p in own if p in allowed)
+    return own if allowed is None or kind is CollectiveKind.ALLTOALL else tuple(p for p in own if p in allowed)
 
 
 def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size: int, model: Any,
@@ -579,7 +582,7 @@ def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size:
     from taccl_py.predict import predict_baseline
 
     pred = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
-                            step_overhead_us=step_overhead_us, protocols=_table_protocols(name, allowed))
+                            step_overhead_us=step_overhead_us, protocols=_table_protocols(name, kind, allowed))
     entry = {"algorithm": name, **_row(size, pred.sim, bound)}
     del entry["size_bytes"]
     schedule = pred.schedule
@@ -611,7 +614,8 @@ def _timed_baseline(topology: Topology, kind: CollectiveKind, name: str, size: i
     from taccl_py.predict import predict_baseline
 
     timed = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
-                             step_overhead_us=step_overhead_us, protocols=_table_protocols(name, allowed)).schedule
+                             step_overhead_us=step_overhead_us,
+                             protocols=_table_protocols(name, kind, allowed)).schedule
     assert isinstance(timed, Schedule)
     return timed
 
@@ -711,9 +715,11 @@ def _placement_keys(placed: Placement, changed: str, refused: list[str]) -> dict
               help="MSCCL XML dialect for -o.")
 @click.option("--schedule-out", type=click.Path(dir_okay=False), default=None, metavar="FILE.json",
               help="Write the best baseline (or -a's) as schedule JSON; the form for multicast / in-switch reduction.")
-@click.option("--protocol", "protocol_names", multiple=True, type=click.Choice([p.value for p in Protocol]),
+@click.option("--protocol", "protocol_names", multiple=True,
+              type=click.Choice([p.value for p in PROTOCOLS], case_sensitive=False),
               help="Under a calibrated runtime model: a protocol the runs allow (NCCL_PROTO); repeat for several. "
-                   "Every baseline and NCCL's choice take the fastest of those only. Default: all.")
+                   "Every baseline and NCCL's choice take the fastest of those only (Alltoall's point-to-point "
+                   "sends keep NCCL's own pick). Default: the runtime model's (all, unless its file says).")
 @plot_option
 @json_option
 def baseline_command(topology_spec: str, collective_name: str, size_spec: str, only: str | None,
@@ -735,12 +741,20 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
     if only is not None and only not in ALGORITHMS:
         raise InputError(f"unknown baseline {only!r} (choose one of: {', '.join(ALGORITHMS)})", where="--algorithm")
     names = [only] if only else applicable_baselines(topology, kind, root=root)
-    protocols = tuple(Protocol(p) for p in protocol_names) or None
+    protocols = protocols_option(protocol_names)
+    model = runtime_model_for(topology)
+    if protocols is not None and model is None:
+        raise InputError("chooses among the calibrated runtime model's protocols; the raw-link model has none "
+                         "(drop --ideal, or use a topology with a runtime model)", where="--protocol")
+    if model is not None and model.protocols is not None:  # the runs the model was fitted on allow only these
+        kept_protocols = tuple(p for p in (protocols or model.protocols) if p in model.protocols)
+        if not kept_protocols:
+            raise InputError(f"the runtime model of {topology.name!r} allows "
+                             f"{', '.join(p.value for p in model.protocols)} only (its runs' NCCL_PROTO)",
+                             where="--protocol")
+        protocols = kept_protocols
     if protocols is not None:
-        if runtime_model_for(topology) is None:
-            raise InputError("chooses among the calibrated runtime model's protocols; the raw-link model has none "
-                             "(drop --ideal, or use a topology with a runtime model)", where="--protocol")
-        kept = [n for n in names if _table_protocols(n, protocols)]
+        kept = [n for n in names if _table_protocols(n, kind, protocols)]
         if not kept:
             raise InputError(f"{', '.join(names)} run(s) Simple only (NCCL's NVLS); allow Simple", where="--protocol")
         names = kept
@@ -792,9 +806,7 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         if best is None:
             raise Infeasible("no baseline was correct on this topology; nothing to write to --schedule-out")
         save_schedule(_timed_baseline(topology, kind, best, sizes[0], channels, root, step_overhead_us, protocols),
-                      topology,
-                      schedule_out)
-    model = runtime_model_for(topology)
+                      topology, schedule_out)
     head: dict[str, Any] = {"topology": topology.name, "collective": kind.value,
                             "model": "ideal" if model is None else model.name, **switch_model_keys(topology)}
     if protocols is not None:

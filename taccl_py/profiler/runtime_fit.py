@@ -175,8 +175,16 @@ class _Problem:
     def __init__(self, topology: Topology, base: RuntimeModel, link_class: str, rows: Sequence[TimedRow],
                  allowed: Sequence[str] | None = None, protocols: Sequence[Protocol] | None = None) -> None:
         self.topology = topology
-        self.protocols = None if protocols is None else tuple(protocols)
-        """The protocols the runs allowed (their NCCL_PROTO); None: all of NCCL's."""
+        given = None if protocols is None else tuple(protocols)
+        kept = base.protocols
+        self.protocols = kept if given is None else given if kept is None else tuple(p for p in given if p in kept)
+        """The protocols the runs allowed (their NCCL_PROTO, kept to the base model's own); None: all of NCCL's."""
+        if not (self.protocols is None or self.protocols):
+            assert kept is not None and given is not None
+            raise ProfileInputError(f"the runtime model fitted allows {', '.join(p.value for p in kept)} (NCCL_PROTO), "
+                                    f"none of {', '.join(p.value for p in given)}", where="--protocol")
+        if self.protocols is not None:  # the fitted model keeps to them: the others' figures are not fitted
+            base = replace(base, protocols=self.protocols)
         self.base = base
         self.link_class = link_class
         self.rows = list(rows)
@@ -309,7 +317,7 @@ def fit_runtime(topology: Topology, rows: Sequence[TimedRow], *, base: RuntimeMo
         lo = np.maximum(problem.lower, x - radius * (np.abs(x) + problem.scale))
         hi = np.minimum(problem.upper, x + radius * (np.abs(x) + problem.scale))
         lo[~free], hi[~free] = x[~free], x[~free]
-        starts = [x] if iterations > 1 else _starts(x, problem, vary_cap=fit_cap)
+        starts = [x] if iterations > 1 else _starts(x, problem, free)
         candidates = [_nelder_mead(surrogate.cost, start, lo if iterations > 1 else problem.lower,
                                    hi if iterations > 1 else problem.upper, fixed=~free) for start in starts]
         trial = min(candidates, key=surrogate.cost)
@@ -411,18 +419,18 @@ class _Surrogate:
         return total + PRIOR_WEIGHT * len(self.terms) * float(prior @ prior)
 
 
-def _starts(x: np.ndarray, problem: _Problem, *, vary_cap: bool = True) -> list[np.ndarray]:
-    """Starting points of the first, global search: ``x`` and variants with a lower LL128 cap (``vary_cap``) and
-    longer steps.
+def _starts(x: np.ndarray, problem: _Problem, free: np.ndarray) -> list[np.ndarray]:
+    """Starting points of the first, global search: ``x`` and variants with a lower LL128 cap and longer steps, of
+    the figures ``free`` says are fitted.
 
     The fastest-choice structure makes the cost non-convex (a protocol that is never the fastest has no
     say); starting also where LL128 is capped, or Simple's and LL128's steps cost more, lets the search
     find a band where another protocol describes the rows.
     """
     out = []
-    for lanes in (x[5], x[5] / 2, x[5] / 4) if vary_cap else (x[5],):
-        for simple in (x[3], 4 * x[3] + 4):
-            for ll128 in (x[2], 2 * x[2] + 1):
+    for lanes in (x[5], x[5] / 2, x[5] / 4) if free[5] else (x[5],):
+        for simple in (x[3], 4 * x[3] + 4) if free[3] else (x[3],):
+            for ll128 in (x[2], 2 * x[2] + 1) if free[2] else (x[2],):
                 v = x.copy()
                 v[5], v[3], v[2] = lanes, simple, ll128
                 out.append(np.clip(v, problem.lower, problem.upper))
