@@ -45,10 +45,10 @@ from taccl_py.symmetry import SYMMETRIC_MIN_GPUS, SymmetricSchedule
 from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
-__all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "Prediction", "allowed_protocols", "best_protocol",
-           "load_floor_us", "model_protocols", "nccl_algorithms", "nccl_protocols", "nvls_chunk_steps",
-           "predict_baseline", "predict_nccl", "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies", "tree_chunk_steps",
-           "tree_step_costs"]
+__all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "P2P_PROTOCOLS", "Prediction", "allowed_protocols",
+           "best_protocol", "load_floor_us", "model_protocols", "nccl_algorithms", "nccl_protocols",
+           "nvls_chunk_steps", "predict_baseline", "predict_nccl", "predict_program", "predict_schedule",
+           "protocol_floor_us", "ring_step_latencies", "tree_chunk_steps", "tree_step_costs"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 _TUNED_ALGORITHMS = frozenset({"tree", *NVLS_ALGORITHMS})
@@ -368,11 +368,14 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     from taccl_py.baselines.ring_compact import large_ring_arrays
 
     runs = model_protocols(model, kind, protocols)
-    if not runs:
+    if not runs and protocols:
         assert model.protocols is not None
         raise NotApplicable(f"the runtime model's runs allow {', '.join(p.value for p in model.protocols)} "
-                            f"(NCCL_PROTO), not {', '.join(p.value for p in protocols)}")
+                            f"(its NCCL_PROTO), not {', '.join(p.value for p in protocols)}")
     protocols = runs
+    if algorithm in NVLS_ALGORITHMS and model.protocols is not None and Protocol.SIMPLE not in model.protocols:
+        raise NotApplicable(f"NCCL's NVLS runs Simple only, and the runtime model's runs allow "
+                            f"{', '.join(p.value for p in model.protocols)} (its NCCL_PROTO)", where=topology.name)
     if algorithm in NVLS_ALGORITHMS:
         protocols = _nvls_protocols(protocols, topology)
 
@@ -615,13 +618,19 @@ def nccl_protocols(kind: CollectiveKind, algorithm: str, size_bytes: float | Non
     return PROTOCOLS
 
 
+P2P_PROTOCOLS: tuple[Protocol, ...] = (Protocol.LL, Protocol.SIMPLE)
+"""The protocols NCCL's point-to-point sends run (enqueue.cc: LL up to its threshold, else Simple), whatever
+NCCL_PROTO says: Alltoall keeps them under any restriction of the protocols."""
+
+
 def model_protocols(model: RuntimeModel, kind: CollectiveKind,
                     protocols: tuple[Protocol, ...] = PROTOCOLS) -> tuple[Protocol, ...]:
     """``protocols`` kept to those the model's runs allow (:attr:`~taccl_py.runtime.RuntimeModel.protocols`, their
-    NCCL_PROTO; None: all); Alltoall keeps them all (NCCL's point-to-point sends pick their own)."""
-    if model.protocols is None or kind is CollectiveKind.ALLTOALL:
+    NCCL_PROTO; None: all); Alltoall also keeps :data:`P2P_PROTOCOLS` (NCCL's point-to-point sends pick their own)."""
+    if model.protocols is None:
         return protocols
-    return tuple(p for p in protocols if p in model.protocols)
+    return tuple(p for p in protocols if p in model.protocols
+                 or (kind is CollectiveKind.ALLTOALL and p in P2P_PROTOCOLS))
 
 
 def allowed_protocols(kind: CollectiveKind, algorithm: str, size_bytes: float | None = None,
@@ -629,7 +638,7 @@ def allowed_protocols(kind: CollectiveKind, algorithm: str, size_bytes: float | 
                       protocols: tuple[Protocol, ...] | list[Protocol] | None = None) -> tuple[Protocol, ...]:
     """The protocols of :func:`nccl_protocols` that ``protocols`` (a run's NCCL_PROTO; None: all) allows, in NCCL's
     order; empty when none is (NVLS under ``NCCL_PROTO=LL``). Alltoall keeps its own: NCCL's point-to-point sends
-    pick LL or Simple by their threshold (enqueue.cc), which NCCL_PROTO does not enter."""
+    pick LL or Simple by their threshold (enqueue.cc, :data:`P2P_PROTOCOLS`), which NCCL_PROTO does not enter."""
     own = nccl_protocols(kind, algorithm, size_bytes, num_ranks)
     if protocols is None or kind is CollectiveKind.ALLTOALL:
         return own

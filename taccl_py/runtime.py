@@ -390,6 +390,10 @@ class RuntimeModel:
     at once (a direct Allgather) have no figure of their own. Fitted by ``taccl profile fit --runtime --class
     net-alltoall``."""
 
+    def __post_init__(self) -> None:
+        if self.protocols is not None:  # NCCL's order, whatever order they were given in
+            object.__setattr__(self, "protocols", tuple(p for p in PROTOCOLS if p in self.protocols))
+
     def costs(self, protocol: Protocol | str, kind: CollectiveKind, topology: Topology, *,
               algorithm: str | None = None, size_bytes: float | None = None) -> TransferCosts:
         """The per-transfer costs of ``protocol`` for ``kind`` on ``topology``.

@@ -140,6 +140,7 @@ def test_a_models_protocols_bound_what_it_predicts() -> None:
     """A model whose runs allow Simple only times NCCL's collectives with Simple (a protocol it excludes is not
     applicable), while Alltoall keeps NCCL's point-to-point pick and a schedule asked for an excluded protocol is
     timed as asked."""
+    from taccl_py.cli.synth_cmd import _choose_proto
     from taccl_py.errors import NotApplicable
     from taccl_py.predict import (
         allowed_protocols,
@@ -154,7 +155,8 @@ def test_a_models_protocols_bound_what_it_predicts() -> None:
     simple = replace(topo.runtime, protocols=(Protocol.SIMPLE,))
     kind = CollectiveKind.ALLREDUCE
     assert model_protocols(simple, kind) == (Protocol.SIMPLE,)
-    assert model_protocols(simple, CollectiveKind.ALLTOALL) == PROTOCOLS
+    assert model_protocols(simple, CollectiveKind.ALLTOALL) == (Protocol.LL, Protocol.SIMPLE)  # never LL128
+    assert replace(simple, protocols=(Protocol.SIMPLE, Protocol.LL)).protocols == (Protocol.LL, Protocol.SIMPLE)
     assert allowed_protocols(CollectiveKind.ALLTOALL, "direct", 4096, 16, (Protocol.SIMPLE,)) == (Protocol.LL,)
     free = predict_nccl(topo, kind, 64 << 10, topo.runtime)
     kept = predict_nccl(topo, kind, 64 << 10, simple)
@@ -167,6 +169,10 @@ def test_a_models_protocols_bound_what_it_predicts() -> None:
     schedule = baseline(topo, kind, "ring", size_bytes=64 << 10)
     assert predict_schedule(topo, schedule, 64 << 10, simple).protocol is Protocol.SIMPLE
     assert predict_schedule(topo, schedule, 64 << 10, simple, protocols=(Protocol.LL,)).protocol is Protocol.LL
+    # synthesize: its own choice keeps to Simple, --proto LL warns
+    assert _choose_proto(schedule, topo, 64 << 10, None, simple)[0] == "Simple"
+    proto, why, _ = _choose_proto(schedule, topo, 64 << 10, "LL", simple)
+    assert proto == "LL" and "allow Simple only" in why
 
 
 def test_the_tree_of_a_larger_buffer_pipelines_less() -> None:
@@ -1153,7 +1159,12 @@ def test_a_fit_under_nccl_proto_leaves_the_other_protocols_alone(tmp_path: Path,
     with pytest.raises(SystemExit) as exit_info:  # the model fitted on Simple runs keeps to Simple
         main(["profile", "check", f"{log}@64B:4KB", "-t", str(out), "--protocol", "LL"])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "with no protocol (the protocols --protocol and the runtime model allow)" in err
+    assert exit_info.value.code == 2 and err.startswith("taccl: error: --protocol: ") and "allows Simple only" in err
+    with pytest.raises(SystemExit) as exit_info:  # refitting it keeps to Simple, and says so
+        main(["profile", "fit", "--runtime", str(log), "--into", str(out), "-o", str(tmp_path / "again.json"), "--json"])
+    assert exit_info.value.code == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["fit"]["protocols"] == ["Simple"] and any("--into's own protocols" in w for w in again["warnings"])
 
 
 @pytest.mark.slow
@@ -1926,6 +1937,23 @@ def test_baseline_under_nccl_proto_times_those_protocols_only(tmp_path: Path,
     with pytest.raises(SystemExit) as exit_info:
         main(["baseline", "-t", a3mega, "-c", "allreduce", "-s", "64KB", "--protocol", "LL128"])
     assert exit_info.value.code == 2 and "allows Simple only" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # Alltoall there: LL or Simple, never the unfitted LL128
+        main(["baseline", "-t", a3mega, "-c", "alltoall", "-s", "1MB", "--json"])
+    assert exit_info.value.code == 0
+    a2a = json.loads(capsys.readouterr().out)
+    assert {e["proto"] for e in a2a["baselines"]} | {a2a["nccl"]["proto"]} <= {"LL", "Simple"}
+    assert all("LL128" not in (e.get("proto_times_us") or {}) for e in a2a["baselines"])
+    ll_xml = tmp_path / "ll.xml"  # an XML naming a protocol the runs did not allow: timed as written, with a warning
+    with pytest.raises(SystemExit) as exit_info:
+        main(["baseline", "-t", "dgx-h100x2", "-c", "allreduce", "-s", "64KB", "-a", "ring", "--protocol", "LL",
+              "-o", str(ll_xml)])
+    assert exit_info.value.code == 0 and 'proto="LL"' in ll_xml.read_text()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["simulate", "-t", a3mega, "-a", str(ll_xml), "-s", "64KB", "--json"])
+    timed = capsys.readouterr()
+    assert exit_info.value.code == 0 and json.loads(timed.out)["proto"] == "LL"
+    assert "proto='LL', where the runtime model's runs allow Simple only" in timed.err
     for args, message in ((["-a", "nvls", "--protocol", "LL"], "Simple only"),
                           (["--protocol", "LL9"], "LL9")):
         with pytest.raises(SystemExit) as exit_info:

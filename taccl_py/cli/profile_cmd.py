@@ -151,7 +151,7 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
               help="With --runtime: an algorithm the runs allowed (their NCCL_ALGO); repeat for several. Default: "
                    "NCCL's own choice among all. FILE#ALGO[,ALGO] (after any @LO:HI) says it for one file.")
 @click.option("--protocol", "protocols", multiple=True,
-              type=click.Choice([p.value for p in PROTOCOLS], case_sensitive=False),
+              type=click.Choice([p.value for p in PROTOCOLS], case_sensitive=False), metavar="LL|LL128|Simple",
               help="With --runtime: a protocol the runs allowed (their NCCL_PROTO); repeat for several. Default: "
                    "all of NCCL's (or --into's runtime's). The other protocols' figures are left as they are, and the "
                    "fitted model keeps to these (its runtime's protocols).")
@@ -285,8 +285,15 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
         record["select"] = dict(select)
     if algorithms:
         record["algorithms"] = list(algorithms)
-    if protocols is not None:
-        record["protocols"] = [p.value for p in protocols]
+    used = fit.model.protocols
+    if used is not None:
+        record["protocols"] = [p.value for p in used]
+        if protocols is None:
+            warnings.append(f"fitted with --into's own protocols, {', '.join(p.value for p in used)} (its "
+                            "runtime.protocols: the NCCL_PROTO of the runs it was fitted on)")
+        elif used != protocols:
+            warnings.append(f"--protocol {', '.join(p.value for p in protocols)}: --into's runtime allows "
+                            f"{', '.join(p.value for p in used)} only; fitted with those")
     label = ", ".join(Path(f).name for f in (*files, *per_rank))
     kept = tuple(s for s in fit.model.sources if not s.startswith((f"{fit.link_class}:", f"{fit.link_class} (")))
     model = replace(fit.model, name=f"{fit.model.name.removesuffix('+fit')}+fit", fitted=record,
@@ -333,7 +340,7 @@ _CHECK_COLUMNS = ("size", "measured us", "predicted us", "measured busbw", "pred
               help="An algorithm the runs allowed (their NCCL_ALGO); repeat for several. Default: NCCL's choice "
                    "among all, predicted. FILE#ALGO[,ALGO] says it for one file.")
 @click.option("--protocol", "protocols", multiple=True,
-              type=click.Choice([p.value for p in PROTOCOLS], case_sensitive=False),
+              type=click.Choice([p.value for p in PROTOCOLS], case_sensitive=False), metavar="LL|LL128|Simple",
               help="A protocol the runs allowed (their NCCL_PROTO); repeat for several. Default: all of NCCL's (or "
                    "the topology's runtime's).")
 @click.option("--select", "select", multiple=True, metavar="COLUMN=VALUE",
@@ -377,6 +384,10 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
         raise ProfileInputError(f"topology {topology.name!r} has no calibrated runtime model to predict with: "
                                 "calibrate one with taccl profile fit --runtime --into", where=topology_spec)
     allowed = protocols_option(protocols)
+    if allowed is not None and model.protocols is not None and not set(allowed) & set(model.protocols):
+        raise ProfileInputError(f"the runtime model of {topology.name!r} allows "
+                                f"{', '.join(p.value for p in model.protocols)} only (its runs' NCCL_PROTO: "
+                                "runtime.protocols)", where="--protocol")
     per_file, inputs, warnings = read_timed_files(files, topology, collective=collective, rows_kept=rows_kept,
                                                   select=_selection(select), ranks=ranks)
     for spec, rows in per_file:
@@ -403,13 +414,11 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
             if all(f.predicted_busbw is None for _, f in out):
                 named = out[0][0].algorithms or algorithms
                 ran = ", ".join(sorted({r.kind.value for r, _ in out}))
-                cannot = (f"nothing could be predicted for its rows: "
-                          f"{', '.join(named) if named else 'no NCCL algorithm'} cannot run {ran} on {topology.name!r}")
                 kept = [p.value for p in (allowed or PROTOCOLS) if model.protocols is None or p in model.protocols]
-                if len(kept) < len(PROTOCOLS):
-                    cannot += (f" with {', '.join(kept) or 'no protocol'} (the protocols --protocol and the runtime "
-                               "model allow)")
-                raise ProfileInputError(cannot, where=spec)
+                under = "" if len(kept) == len(PROTOCOLS) else f" with {', '.join(kept)} (the protocols allowed)"
+                who = f"{', '.join(named)} cannot" if named else "no NCCL algorithm can"
+                raise ProfileInputError(f"nothing could be predicted for its rows: {who} run {ran} on "
+                                        f"{topology.name!r}{under}", where=spec)
             unpredicted = [f for _, f in out if f.predicted_busbw is None]
             if unpredicted:
                 warnings.append(f"{spec}: {len(unpredicted)} row(s) have no prediction (no allowed algorithm runs "

@@ -374,6 +374,7 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
             if program.kind is None:
                 raise InputError(f"coll={program.coll!r} is not a collective taccl can time", where=algorithm)
             file_kind, what = program.kind, "program"
+            _warn_excluded_proto(algorithm, program.proto, model)
             run = partial(predict_program, program, topology, model=model)
         if kind is not None and kind is not file_kind:
             raise InputError(f"the {what} is for {file_kind.value}, not {kind.value}", where="--collective")
@@ -400,6 +401,16 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
                 elif isinstance(pred.schedule, Schedule):
                     ran.append(pred.schedule)
     return kind, results, protos
+
+
+def _warn_excluded_proto(path: str, proto: str, model: Any) -> None:
+    """Warn when an XML file names a protocol the runtime model's runs did not allow (its ``protocols``, their
+    NCCL_PROTO): the file is timed with it as written, on figures no run of that protocol was fitted on."""
+    if model.protocols is None or proto in {p.value for p in model.protocols}:
+        return
+    err_console.print(f"taccl: warning: {path}: proto={proto!r}, where the runtime model's runs allow "
+                      f"{', '.join(p.value for p in model.protocols)} only (runtime.protocols): timed as written, "
+                      f"with {proto} figures no run of it was fitted on", markup=False, highlight=False)
 
 
 def _warn_nvls_steps(path: str, schedule: Schedule, topology: Topology, sizes: list[int]) -> None:
@@ -564,14 +575,26 @@ def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: l
             "busbw_GBps": algbw * _collective_for(kind, topology).busbw_factor}
 
 
+def _proto_note(kind: CollectiveKind, protocols: tuple[Protocol, ...] | None) -> str:
+    """What the table's title says of the protocols allowed (NCCL_PROTO; Alltoall's sends pick their own)."""
+    if protocols is None:
+        return ""
+    if kind is CollectiveKind.ALLTOALL:
+        return " (Alltoall's point-to-point sends: LL or Simple by size, whatever NCCL_PROTO says)"
+    return f" (NCCL_PROTO={','.join(p.value for p in protocols)})"
+
+
 def _table_protocols(name: str, kind: CollectiveKind, allowed: tuple[Protocol, ...] | None) -> tuple[Protocol, ...]:
     """The protocols a baseline of the table is timed with: every protocol (NVLS and NVLSTree: Simple only, as NCCL
-    runs them), within ``allowed`` (``--protocol``, NCCL_PROTO) when given, except for Alltoall (NCCL's
-    point-to-point sends pick LL or Simple by their threshold, whatever NCCL_PROTO says)."""
+    runs them), within ``allowed`` (``--protocol``, NCCL_PROTO) when given; Alltoall keeps LL and Simple (NCCL's
+    point-to-point sends pick one by their threshold, whatever NCCL_PROTO says)."""
+    from taccl_py.predict import P2P_PROTOCOLS
     from taccl_py.runtime import NVLS_ALGORITHMS
 
     own = (Protocol.SIMPLE,) if name in NVLS_ALGORITHMS else PROTOCOLS
-    return own if allowed is None or kind is CollectiveKind.ALLTOALL else tuple(p for p in own if p in allowed)
+    if allowed is None:
+        return own
+    return tuple(p for p in own if p in allowed or (kind is CollectiveKind.ALLTOALL and p in P2P_PROTOCOLS))
 
 
 def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size: int, model: Any,
@@ -716,7 +739,7 @@ def _placement_keys(placed: Placement, changed: str, refused: list[str]) -> dict
 @click.option("--schedule-out", type=click.Path(dir_okay=False), default=None, metavar="FILE.json",
               help="Write the best baseline (or -a's) as schedule JSON; the form for multicast / in-switch reduction.")
 @click.option("--protocol", "protocol_names", multiple=True,
-              type=click.Choice([p.value for p in PROTOCOLS], case_sensitive=False),
+              type=click.Choice([p.value for p in PROTOCOLS], case_sensitive=False), metavar="LL|LL128|Simple",
               help="Under a calibrated runtime model: a protocol the runs allow (NCCL_PROTO); repeat for several. "
                    "Every baseline and NCCL's choice take the fastest of those only (Alltoall's point-to-point "
                    "sends keep NCCL's own pick). Default: the runtime model's (all, unless its file says).")
@@ -746,17 +769,21 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
     if protocols is not None and model is None:
         raise InputError("chooses among the calibrated runtime model's protocols; the raw-link model has none "
                          "(drop --ideal, or use a topology with a runtime model)", where="--protocol")
-    if model is not None and model.protocols is not None:  # the runs the model was fitted on allow only these
-        kept_protocols = tuple(p for p in (protocols or model.protocols) if p in model.protocols)
+    own = model.protocols if model is not None else None
+    if model is not None and own is not None:  # the runs the model was fitted on allow only these
+        from taccl_py.predict import model_protocols
+
+        kept_protocols = model_protocols(model, kind, protocols or own)
         if not kept_protocols:
-            raise InputError(f"the runtime model of {topology.name!r} allows "
-                             f"{', '.join(p.value for p in model.protocols)} only (its runs' NCCL_PROTO)",
-                             where="--protocol")
+            raise InputError(f"the runtime model of {topology.name!r} allows {', '.join(p.value for p in own)} only "
+                             "(its runs' NCCL_PROTO: runtime.protocols)", where="--protocol")
         protocols = kept_protocols
     if protocols is not None:
         kept = [n for n in names if _table_protocols(n, kind, protocols)]
         if not kept:
-            raise InputError(f"{', '.join(names)} run(s) Simple only (NCCL's NVLS); allow Simple", where="--protocol")
+            why = "--protocol" if protocol_names else f"the runtime model's protocols ({topology.name}: runtime.protocols)"
+            raise InputError(f"{', '.join(names)} run(s) Simple only (NCCL's NVLS), which {why} leaves out",
+                             where="--protocol" if protocol_names else topology_spec)
         names = kept
     if not names:
         raise InputError(f"no baseline runs {kind.value} on {topology.name}", where="--collective")
@@ -838,8 +865,7 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         chosen = [r for r in rows if r.get("nccl")]
         if chosen and model is not None:
             out_console.print(make_table(
-                f"What NCCL itself would run: the fastest of its algorithms and protocols"
-                f"{'' if protocols is None else ' (NCCL_PROTO=' + ','.join(p.value for p in protocols) + ')'} "
+                f"What NCCL itself would run: the fastest of its algorithms and protocols{_proto_note(kind, protocols)} "
                 f"under {model.name} (NCCL's own tuning may pick otherwise)",
                 ["size (B)", "algorithm", "proto", "time (us)", "algbw", "busbw"],
                 [[r["size_bytes"], r["nccl"]["algorithm"], r["nccl"]["proto"], _num(r["nccl"]["time_us"]),

@@ -244,6 +244,9 @@ def _choose_proto(schedule: Schedule, topology: Topology, size: int, proto: str 
         except InputError as exc:  # e.g. GPU memory / channel limits, simulated on the raw-link model only
             why_not = f"; the runtime model does not apply: {exc}"
     if proto is not None:
+        if runtime is not None and runtime.protocols is not None and proto not in {p.value for p in runtime.protocols}:
+            why_not += (f"; the runtime model's runs allow {', '.join(p.value for p in runtime.protocols)} only: its "
+                        f"{proto} figures were not fitted on a run")
         return proto, "--proto" + why_not, prediction
     if prediction is None:
         return Protocol.SIMPLE.value, "default (raw-link model" + why_not + ")", None
