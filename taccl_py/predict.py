@@ -46,7 +46,7 @@ from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "P2P_PROTOCOLS", "Prediction", "allowed_protocols",
-           "best_protocol", "load_floor_us", "model_protocols", "nccl_algorithms", "nccl_protocols",
+           "best_protocol", "kept_protocols", "load_floor_us", "model_protocols", "nccl_algorithms", "nccl_protocols",
            "nvls_chunk_steps", "predict_baseline", "predict_nccl", "predict_program", "predict_schedule",
            "protocol_floor_us", "ring_step_latencies", "tree_chunk_steps", "tree_step_costs"]
 
@@ -623,26 +623,29 @@ P2P_PROTOCOLS: tuple[Protocol, ...] = (Protocol.LL, Protocol.SIMPLE)
 NCCL_PROTO says: Alltoall keeps them under any restriction of the protocols."""
 
 
+def kept_protocols(kind: CollectiveKind, protocols: tuple[Protocol, ...],
+                   allowed: tuple[Protocol, ...] | list[Protocol] | None) -> tuple[Protocol, ...]:
+    """``protocols`` kept to those ``allowed`` (a run's NCCL_PROTO; None: all), in their order; Alltoall also keeps
+    :data:`P2P_PROTOCOLS` (NCCL's point-to-point sends pick their own, which NCCL_PROTO does not enter)."""
+    if allowed is None:
+        return protocols
+    return tuple(p for p in protocols if p in allowed or (kind is CollectiveKind.ALLTOALL and p in P2P_PROTOCOLS))
+
+
 def model_protocols(model: RuntimeModel, kind: CollectiveKind,
                     protocols: tuple[Protocol, ...] = PROTOCOLS) -> tuple[Protocol, ...]:
     """``protocols`` kept to those the model's runs allow (:attr:`~taccl_py.runtime.RuntimeModel.protocols`, their
-    NCCL_PROTO; None: all); Alltoall also keeps :data:`P2P_PROTOCOLS` (NCCL's point-to-point sends pick their own)."""
-    if model.protocols is None:
-        return protocols
-    return tuple(p for p in protocols if p in model.protocols
-                 or (kind is CollectiveKind.ALLTOALL and p in P2P_PROTOCOLS))
+    NCCL_PROTO; None: all), as :func:`kept_protocols` keeps them."""
+    return kept_protocols(kind, protocols, model.protocols)
 
 
 def allowed_protocols(kind: CollectiveKind, algorithm: str, size_bytes: float | None = None,
                       num_ranks: int | None = None,
                       protocols: tuple[Protocol, ...] | list[Protocol] | None = None) -> tuple[Protocol, ...]:
     """The protocols of :func:`nccl_protocols` that ``protocols`` (a run's NCCL_PROTO; None: all) allows, in NCCL's
-    order; empty when none is (NVLS under ``NCCL_PROTO=LL``). Alltoall keeps its own: NCCL's point-to-point sends
-    pick LL or Simple by their threshold (enqueue.cc, :data:`P2P_PROTOCOLS`), which NCCL_PROTO does not enter."""
-    own = nccl_protocols(kind, algorithm, size_bytes, num_ranks)
-    if protocols is None or kind is CollectiveKind.ALLTOALL:
-        return own
-    return tuple(p for p in own if p in protocols)
+    order (:func:`kept_protocols`); empty when none is (NVLS under ``NCCL_PROTO=LL``). Alltoall keeps its own: NCCL's
+    point-to-point sends pick LL or Simple by their threshold (enqueue.cc), which NCCL_PROTO does not enter."""
+    return kept_protocols(kind, nccl_protocols(kind, algorithm, size_bytes, num_ranks), protocols)
 
 
 def nccl_algorithms(topology: Topology, kind: CollectiveKind) -> list[str]:

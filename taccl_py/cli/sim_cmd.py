@@ -588,13 +588,10 @@ def _table_protocols(name: str, kind: CollectiveKind, allowed: tuple[Protocol, .
     """The protocols a baseline of the table is timed with: every protocol (NVLS and NVLSTree: Simple only, as NCCL
     runs them), within ``allowed`` (``--protocol``, NCCL_PROTO) when given; Alltoall keeps LL and Simple (NCCL's
     point-to-point sends pick one by their threshold, whatever NCCL_PROTO says)."""
-    from taccl_py.predict import P2P_PROTOCOLS
+    from taccl_py.predict import kept_protocols
     from taccl_py.runtime import NVLS_ALGORITHMS
 
-    own = (Protocol.SIMPLE,) if name in NVLS_ALGORITHMS else PROTOCOLS
-    if allowed is None:
-        return own
-    return tuple(p for p in own if p in allowed or (kind is CollectiveKind.ALLTOALL and p in P2P_PROTOCOLS))
+    return kept_protocols(kind, (Protocol.SIMPLE,) if name in NVLS_ALGORITHMS else PROTOCOLS, allowed)
 
 
 def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size: int, model: Any,
@@ -773,11 +770,11 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
     if model is not None and own is not None:  # the runs the model was fitted on allow only these
         from taccl_py.predict import model_protocols
 
-        kept_protocols = model_protocols(model, kind, protocols or own)
-        if not kept_protocols:
+        runs = model_protocols(model, kind, protocols or own)
+        if not runs:
             raise InputError(f"the runtime model of {topology.name!r} allows {', '.join(p.value for p in own)} only "
                              "(its runs' NCCL_PROTO: runtime.protocols)", where="--protocol")
-        protocols = kept_protocols
+        protocols = runs
     if protocols is not None:
         kept = [n for n in names if _table_protocols(n, kind, protocols)]
         if not kept:
