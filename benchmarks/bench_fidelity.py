@@ -26,7 +26,14 @@ FIXTURES = HERE.parent / "tests" / "data" / "nccl_tests"
 
 def run(quick: bool) -> dict[str, Any]:
     """Every row of every case (quick mode too: the cases are few)."""
-    from taccl_py.fidelity import LARGE_TARGET, SMALL_TARGET, harness_offsets, load_cases, predict_case
+    from taccl_py.fidelity import (
+        LARGE_TARGET,
+        SMALL_TARGET,
+        harness_hosts,
+        harness_offsets,
+        load_cases,
+        predict_case,
+    )
 
     cases = []
     for case in load_cases(FIXTURES):
@@ -40,7 +47,9 @@ def run(quick: bool) -> dict[str, Any]:
                       "run": " ".join([case.source.name, case.collective, *sorted(f"{k}={v}" for k, v in
                                                                                   case.select.items())])})
     return {"cases": cases, "large_target": LARGE_TARGET, "small_target": SMALL_TARGET,
-            "harness_offsets": harness_offsets(FIXTURES)}
+            "harness_offsets": harness_offsets(FIXTURES),
+            "harness_hosts": {name: {"host_us": host.host_us, "per_channel_us": host.per_channel_us}
+                              for name, host in harness_hosts(FIXTURES).items()}}
 
 
 def _size(n: int) -> str:
@@ -65,6 +74,7 @@ def _verdict(rows: list[dict[str, Any]]) -> str:
 
 def render(data: dict[str, Any], figures: Path) -> str:
     offsets = data.get("harness_offsets", {})
+    hosts = data.get("harness_hosts", {})
     lines = [
         "Predicted busbw (what NCCL runs under the calibrated runtime model: the fastest of its algorithms "
         "and protocols at that size, `taccl_py/predict.py`, among those a case names: what its run allowed, its "
@@ -73,10 +83,13 @@ def render(data: dict[str, Any], figures: Path) -> str:
         f"{data['large_target']:.0%} at sizes >= 1 MB, within {data['small_target']:.0%} below. "
         "Calibration rows are what the runtime figures were fitted on (`taccl profile fit --runtime`, "
         "commands in `tests/data/nccl_tests/README.md`); held-out rows were not used by any fit. Runs made "
-        "with `all_reduce_perf -g 8` (one process launching every GPU) carry their host's launch offset, "
-        "fitted together with one-GPU-per-rank rows, which tell that harness's host cost from NCCL's own "
-        "latency: " + ", ".join(f"{name} {value:.2f} us" for name, value in sorted(offsets.items())
-                                if name != "per-rank")
+        "with `all_reduce_perf -g 8` (one process launching every GPU) carry their host's cost, fitted with "
+        "one-GPU-per-rank rows, which tell it from NCCL's own: added to the model's launch ("
+        + ", ".join(f"{name} {value:.2f} us" for name, value in sorted(offsets.items()) if name != "per-rank")
+        + ")" + ("" if not hosts else ", or overlapping the GPUs' work, a row taking the longer of the GPUs' time "
+                 "and the host's per collective and per channel NCCL's choice runs on ("
+                 + ", ".join(f"{name} {h['host_us']:.2f} us + {h['per_channel_us']:.4f} us per channel"
+                             for name, h in sorted(hosts.items())) + ")")
         + " (the case's `harness`; `one-process` is the Azure A100 host's, used for -g 8 runs of hosts "
         "whose own cost is not measured). Bounds and the "
         "published-comparison tables elsewhere stay on the raw-link model (`taccl --ideal`).",

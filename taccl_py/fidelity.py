@@ -10,9 +10,11 @@ a shipped name), the collective, the ranks, how nccl-tests was launched (``harne
 
 ``harness``: ``per-rank`` (one GPU per process, MPI or torchrun: what applications run) or a name of
 the manifest's ``harness`` object, one per host whose ``all_reduce_perf -g 8`` cost is known (one thread
-launches every GPU's kernel in turn: a fixed host cost per collective, which differs between hosts). Each
-gives its launch offset, fitted on a declared calibration case; it is added to the model's launch
-overheads. ``sizes`` (``LO:HI``) keeps a log's or table's rows of those sizes only (a log split into
+launches every GPU's kernel in turn: a host cost per collective, which differs between hosts), fitted on a
+declared calibration case. An entry gives either a launch offset (``launch_offset_us``), added to the model's
+launch overheads, or an overlapped host cost (``host_us`` and ``host_per_channel_us``,
+:class:`taccl_py.harness.OverlappedHost`): a row then takes the longer of the predicted GPU time and the host's
+time on the channels NCCL's choice runs on. ``sizes`` (``LO:HI``) keeps a log's or table's rows of those sizes only (a log split into
 calibration and held-out sizes). ``algorithms`` and ``protocols`` name what the run allowed (its NCCL_ALGO and
 NCCL_PROTO, or what it is known or taken to have run, which its note says); without them NCCL's choice among all
 is predicted.
@@ -37,15 +39,16 @@ from typing import Any
 
 from taccl_py.collectives import Collective, CollectiveKind, parse_collective
 from taccl_py.errors import InputError
+from taccl_py.harness import OverlappedHost
 from taccl_py.predict import predict_nccl
 from taccl_py.profiler.nccl_tests import BINARY_MODELS, parse_nccl_tests_log
 from taccl_py.profiler.tables import read_timing_table
-from taccl_py.runtime import NCCL_ALGORITHM_NAMES, Protocol, RuntimeModel, with_launch_offset
+from taccl_py.runtime import NCCL_ALGORITHM_NAMES, Protocol, RuntimeModel, nccl_channels, with_launch_offset
 from taccl_py.topology import Topology
 from taccl_py.units import algbw_gbps, parse_size_bounds
 
 __all__ = ["LARGE_BYTES", "LARGE_TARGET", "PER_RANK", "ROLES", "SMALL_TARGET", "FidelityCase", "FidelityRow",
-           "PublishedRow", "harness_offsets", "load_cases", "measured_busbw", "predict_case", "predict_row",
+           "PublishedRow", "harness_hosts", "harness_offsets", "load_cases", "measured_busbw", "predict_case", "predict_row",
            "published_rows", "target_for", "too_far_apart"]
 
 LARGE_BYTES = 1 << 20
@@ -213,7 +216,8 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
     """The cases of ``directory/manifest.json``."""
     root, raw = _manifest(directory)
     where = str(root / "manifest.json")
-    harnesses = _harness_offsets(raw, where)
+    offsets, hosts = _harnesses(raw, where)
+    harnesses = {**offsets, **hosts}
     cases = []
     entries = raw.get("cases", [])
     if not isinstance(entries, list):
@@ -267,26 +271,42 @@ def load_cases(directory: str | os.PathLike[str]) -> list[FidelityCase]:
 
 
 def harness_offsets(directory: str | os.PathLike[str]) -> dict[str, float]:
-    """Launch offset (us) of each harness: ``per-rank`` (0) and every entry of the manifest's ``harness`` object."""
+    """Launch offset (us) of each harness that adds one: ``per-rank`` (0) and every entry of the manifest's
+    ``harness`` object that gives ``launch_offset_us``."""
     root, raw = _manifest(directory)
-    return _harness_offsets(raw, str(root / "manifest.json"))
+    return _harnesses(raw, str(root / "manifest.json"))[0]
 
 
-def _harness_offsets(raw: dict[str, Any], where: str) -> dict[str, float]:
-    out = {PER_RANK: 0.0}
+def harness_hosts(directory: str | os.PathLike[str]) -> dict[str, OverlappedHost]:
+    """The overlapped host cost of each harness of the manifest's ``harness`` object that gives ``host_us``."""
+    root, raw = _manifest(directory)
+    return _harnesses(raw, str(root / "manifest.json"))[1]
+
+
+def _us(entry: dict[str, Any], key: str, name: str, where: str) -> float:
+    value = entry[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
+        raise InputError(f"harness {name!r}: {key} must be a number of us in 0..1e6 (got {value!r})", where=where)
+    return float(value)
+
+
+def _harnesses(raw: dict[str, Any], where: str) -> tuple[dict[str, float], dict[str, OverlappedHost]]:
+    offsets = {PER_RANK: 0.0}
+    hosts: dict[str, OverlappedHost] = {}
     harnesses = raw.get("harness", {})
     if not isinstance(harnesses, dict):
         raise InputError("harness must be an object", where=where)
     for name, entry in harnesses.items():
-        if name == PER_RANK or not isinstance(entry, dict) or "launch_offset_us" not in entry:
-            raise InputError(f"harness {name!r}: expected an object with launch_offset_us (and a name other than "
-                             f"{PER_RANK}, whose offset is 0)", where=where)
-        value = entry["launch_offset_us"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
-            raise InputError(f"harness {name!r}: launch_offset_us must be a number of us in 0..1e6 (got {value!r})",
+        if name == PER_RANK or not isinstance(entry, dict) or ("launch_offset_us" in entry) == ("host_us" in entry):
+            raise InputError(f"harness {name!r}: expected an object with launch_offset_us, or host_us (and "
+                             f"host_per_channel_us), and a name other than {PER_RANK}, whose offset is 0",
                              where=where)
-        out[name] = float(value)
-    return out
+        if "launch_offset_us" in entry:
+            offsets[name] = _us(entry, "launch_offset_us", name, where)
+        else:
+            per_channel = _us(entry, "host_per_channel_us", name, where) if "host_per_channel_us" in entry else 0.0
+            hosts[name] = OverlappedHost(_us(entry, "host_us", name, where), per_channel)
+    return offsets, hosts
 
 
 def published_rows(case: FidelityCase) -> list[PublishedRow]:
@@ -320,11 +340,12 @@ def published_rows(case: FidelityCase) -> list[PublishedRow]:
 
 
 def case_model(case: FidelityCase, topology: Topology, offsets: dict[str, float]) -> RuntimeModel:
-    """The topology's runtime model with the case's harness launch offset added."""
+    """The topology's runtime model with the case's harness launch offset added (none for a harness whose host
+    cost overlaps the GPUs' work)."""
     model = topology.runtime
     if model is None:
         raise InputError("the topology has no runtime model to predict with", where=case.topology)
-    return with_launch_offset(model, offsets[case.harness])
+    return with_launch_offset(model, offsets.get(case.harness, 0.0))
 
 
 def predict_case(case: FidelityCase, directory: str | os.PathLike[str], *,
@@ -334,25 +355,32 @@ def predict_case(case: FidelityCase, directory: str | os.PathLike[str], *,
     topology = case.load_topology(root)
     if topology.num_gpus != case.ranks:
         raise InputError(f"{case.ranks} ranks but the topology has {topology.num_gpus} GPUs", where=case.name)
-    model = case_model(case, topology, harness_offsets(root))
+    offsets, hosts = _harnesses(_manifest(root)[1], str(root / "manifest.json"))
+    model = case_model(case, topology, offsets)
     return [predict_row(topology, model, case.kind, pub.size_bytes, pub.busbw_GBps, algorithms=case.algorithms,
-                        protocols=case.protocols, in_place_busbw=pub.in_place_busbw_GBps)
+                        protocols=case.protocols, in_place_busbw=pub.in_place_busbw_GBps,
+                        host=hosts.get(case.harness))
             for pub in published_rows(case)[:max_rows]]
 
 
 def predict_row(topology: Topology, model: RuntimeModel, kind: CollectiveKind, size_bytes: int,
                 published_busbw: float, *, algorithms: tuple[str, ...] | None = None,
                 protocols: tuple[Protocol, ...] | None = None,
-                in_place_busbw: float | None = None) -> FidelityRow:
+                in_place_busbw: float | None = None, host: OverlappedHost | None = None) -> FidelityRow:
     """One published size against NCCL's predicted choice under ``model`` (among ``algorithms`` and ``protocols``,
     None: all of NCCL's); the predicted busbw is None when no algorithm applies or completes. ``in_place_busbw``:
-    the same run's in-place measurement of the size, kept beside it."""
+    the same run's in-place measurement of the size, kept beside it. ``host``: the harness's host cost, which
+    overlaps the GPUs' work (the row takes the longer of the two; NCCL's choice is the GPUs' fastest)."""
     best = predict_nccl(topology, kind, size_bytes, model, algorithms=algorithms, protocols=protocols)
     if best is None:
         return FidelityRow(size_bytes, published_busbw, None, None, None, in_place_busbw=in_place_busbw)
     name, pred = best
-    return FidelityRow(size_bytes, published_busbw, pred.sim.busbw_GBps, name, pred.protocol.value, pred.sim.time_us,
-                       in_place_busbw)
+    time_us, busbw = pred.sim.time_us, pred.sim.busbw_GBps
+    if host is not None and time_us is not None:
+        channels = nccl_channels(name, pred.protocol, size_bytes, topology.num_gpus, model.channels)
+        time_us = host.time_us(time_us, channels)
+        busbw = measured_busbw(kind, topology.num_gpus, size_bytes, time_us)
+    return FidelityRow(size_bytes, published_busbw, busbw, name, pred.protocol.value, time_us, in_place_busbw)
 
 
 def measured_busbw(kind: CollectiveKind, ranks: int, size_bytes: int, time_us: float) -> float:

@@ -51,12 +51,40 @@ from taccl_py.units import gbps_to_bytes_per_us
 if TYPE_CHECKING:  # the topology module refers back to this one only for types
     from taccl_py.topology import Topology
 
-__all__ = ["COPY_KINDS", "LINK_CLASSES", "MAX_TREE_PIECES", "NCCL_ALGORITHM_NAMES", "NCCL_NVLS_CHANNELS", "NVLS_ALGORITHMS",
-           "NVLS_ONE_PHASE_KINDS", "PRESETS", "Protocol", "RuntimeModel",
-           "TransferCosts", "gpus_per_machine", "link_class_of", "nccl_nvls_chunk_bytes", "nccl_nvls_occupancy",
-           "nccl_nvls_pieces", "nccl_ring_pieces", "nccl_tree_pieces",
-           "payload_fraction", "post_instant", "proxy_posts", "runtime_from_dict", "runtime_to_dict", "simple_step_latency", "takes_copy_share", "widest_gpu_link",
-           "wire_bytes", "with_figures", "with_launch_offset"]
+__all__ = [
+    "COPY_KINDS",
+    "LINK_CLASSES",
+    "MAX_TREE_PIECES",
+    "NCCL_ALGORITHM_NAMES",
+    "NCCL_MAX_THREADS",
+    "NCCL_NVLS_CHANNELS",
+    "NCCL_THREAD_THRESHOLD",
+    "NVLS_ALGORITHMS",
+    "NVLS_ONE_PHASE_KINDS",
+    "PRESETS",
+    "Protocol",
+    "RuntimeModel",
+    "TransferCosts",
+    "gpus_per_machine",
+    "link_class_of",
+    "nccl_channels",
+    "nccl_nvls_chunk_bytes",
+    "nccl_nvls_occupancy",
+    "nccl_nvls_pieces",
+    "nccl_ring_pieces",
+    "nccl_tree_pieces",
+    "payload_fraction",
+    "post_instant",
+    "proxy_posts",
+    "runtime_from_dict",
+    "runtime_to_dict",
+    "simple_step_latency",
+    "takes_copy_share",
+    "widest_gpu_link",
+    "wire_bytes",
+    "with_figures",
+    "with_launch_offset",
+]
 
 
 class Protocol(StrEnum):
@@ -147,6 +175,32 @@ def nccl_ring_pieces(protocol: Protocol | str, size_bytes: float, num_ranks: int
     """
     per_loop = chunk_bytes(protocol, simple_buffer_bytes) * max(num_ranks, 1) * max(channels, 1)
     return max(1, min(MAX_RING_PIECES, math.ceil(size_bytes / per_loop)))
+
+
+NCCL_MAX_THREADS = {Protocol.LL: 512, Protocol.LL128: 640, Protocol.SIMPLE: 512}
+"""Threads per channel NCCL gives a ring or tree by protocol (``NCCL_LL_MAX_NTHREADS``, ``NCCL_LL128_MAX_NTHREADS``,
+``NCCL_SIMPLE_MAX_NTHREADS``; Simple's ring gets 256 only where the ring is no faster than PCIe)."""
+NCCL_THREAD_THRESHOLD = {Protocol.LL: 8, Protocol.LL128: 8, Protocol.SIMPLE: 64}
+"""Bytes per thread below which NCCL gives a collective fewer channels (``NCCL_*_THREAD_THRESHOLD``; a ring's LL
+threshold is this times the ranks)."""
+
+
+def nccl_channels(algorithm: str, protocol: Protocol | str, size_bytes: float, num_ranks: int, channels: int) -> int:
+    """The channels NCCL runs a collective of ``size_bytes`` on (its buffer's bytes, as nccl-tests counts them).
+
+    A ring or tree starts from all of the communicator's ``channels`` and drops one while the buffer holds fewer
+    than ``channels x threads x threshold`` bytes (enqueue.cc ``topoGetAlgoInfo``, NCCL 2.19 on): a ring's LL gets
+    every channel from 32 KB a channel on 8 ranks, LL128 from 5 KB, Simple from 32 KB. NVLS runs on its own
+    :data:`NCCL_NVLS_CHANNELS`; point-to-point sends (``direct``) are not reduced here (``channels``).
+    """
+    if algorithm in NVLS_ALGORITHMS:
+        return NCCL_NVLS_CHANNELS
+    if algorithm not in ("ring", "tree"):
+        return max(1, channels)
+    p = Protocol(protocol)
+    threshold = NCCL_THREAD_THRESHOLD[p] * (max(num_ranks, 1) if algorithm == "ring" and p is Protocol.LL else 1)
+    per_channel = NCCL_MAX_THREADS[p] * threshold
+    return max(1, min(channels, math.floor(size_bytes / per_channel)))  # NCCL's loop, in closed form
 
 
 MAX_TREE_PIECES = 256
@@ -526,16 +580,17 @@ _H100_NET = ("net (per-step latency per protocol, Simple efficiency): fitted by 
              "https://github.com/NVIDIA/nccl-tests/issues/267) on every other row of two 2 x 8 H100 runs of "
              "nccl-tests#309 (https://github.com/NVIDIA/nccl-tests/issues/309), one GPU per rank, 8 x 400 Gb/s "
              "InfiniBand NICs per machine: the Dell XE9680 run's (NCCL 2.26.2, NCCL's default algorithm, its tree at "
-             "these sizes) from 512 B to 256 KB, and the ring-only run's from 64 MB: 4.0 % rms over the 9 rows "
-             "(worst 8.0 %); 0.9535 of 50 GB/s is 47.7 GB/s per NIC; the other rows of both runs are held out")
+             "these sizes) from 512 B to 256 KB, and the ring-only run's from 64 MB: 4.7 % rms over the 9 rows "
+             "(worst 7.7 %); 0.9465 of 50 GB/s is 47.3 GB/s per NIC; LL128's step is only bounded (one row runs it); "
+             "the other rows of both runs are held out")
 
 _H100_NVLS_TREE = ("nvls-tree (the share of NVLS's NVLink rate NVLSTree's NVLS phases reach): fitted by `taccl profile fit "
                    "--runtime --per-rank 'tests/data/nccl_tests/nccl_tests_309_h100x2_xe9680_all_reduce.log@2MB:16GB"
                    "#nvls-tree' --rows even --class nvls-tree --into dgx-h100x2-nvls -o FILE` (after the network fit; "
                    "from 1, NVLS's own rate) on every other row from 2 MB of the Dell XE9680 2 x 8 H100 run of "
                    "nccl-tests#309 (https://github.com/NVIDIA/nccl-tests/issues/309; NCCL 2.26.2, one GPU per rank, "
-                   "NVLSTree at these sizes per NCCL's maintainer in the thread): 0.9339, 3.9 % rms in time over the 7 rows "
-                   "(worst 7.7 %); with NVLS's own rate the run's largest rows were 10-12 % fast (2 machines reached "
+                   "NVLSTree at these sizes per NCCL's maintainer in the thread): 0.9278, 4.3 % rms in time over the 7 rows "
+                   "(worst 9.6 %, the 2 MB row); with NVLS's own rate the run's largest rows were 10-12 % fast (2 machines reached "
                    "one machine's NVLS busbw); the odd rows and the 4 and 8-machine runs of the thread are held out")
 
 _A100_FIT = ("nvlink (per-step latency per protocol, LL's launch latency, Simple efficiency and its share for copies, "
@@ -570,19 +625,22 @@ _A100_NET_ALLTOALL = ("net-alltoall (the share of the network's rate Alltoall's 
 _H100_FIT = ("nvlink (per-step latency per protocol, Simple efficiency and its share for copies, LL128 cap): fitted by "
              "`taccl profile fit --runtime tests/data/nccl_tests/together_h100x8_all_reduce_ring.log "
              "tests/data/nccl_tests/together_h100x8_all_gather_ring.log --per-rank "
-             "tests/data/nccl_tests/dgxc_h100x8_all_reduce.log@64B:512KB --algorithm ring --into "
-             "tests/data/nccl_tests/dgx-h100-start.json -o FILE` (from tuning.cc's latencies and NVLink 370 of 450 GB/s: "
-             "S. Jeaugey, NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/212) on Together AI's ring-only "
-             "all_reduce_perf and all_gather_perf of 8 x H100 SXM (NCCL 2.26.2, 8 B..8 GB, -g 8 in one process: "
-             "https://github.com/togethercomputer/together-nccl-tests/tree/6698e53c1dc519f8ab54f72193630849f5abf178/"
-             "benchmarks/H100/results/20260305_220944) together with the one-GPU-per-process all_reduce_perf of "
-             "NVIDIA DGX Cloud's 8 x H100 at 64 B..512 KB (https://github.com/NVIDIA/dgxc-benchmarking/blob/"
-             "46e420155bec6e791fd720f1ce7430781271d5e6/nccl/README.md; taken to run the ring there: the log does not "
-             "say; its times jump at 1 MB, and from 2 MB they match Azure's NVLS-only run), "
-             "which tell that host's -g 8 cost (20.25 us, not kept here) from NCCL's own latency: 6.6 % rms over the 70 "
-             "rows (worst 26.1 %, DGX Cloud's 4 KB row, 23.6 us between 17.1 and 17.4); LL's latency is only bounded "
-             "(one row runs LL, the 128 B Allgather, LL128 the others up to 128 MB); the same host's "
-             "reduce_scatter_perf is held out")
+             "tests/data/nccl_tests/together_h100x8_all_reduce_ring.log@4MB:8GB --per-rank "
+             "tests/data/nccl_tests/together_h100x8_all_gather_ring.log@8MB:8GB --per-rank "
+             "tests/data/nccl_tests/dgxc_h100x8_all_reduce.log@64B:512KB --algorithm ring --overlap --into "
+             "tests/data/nccl_tests/dgx-h100-offset-fit.json -o FILE` (from the figures of the earlier fit that added a "
+             "launch offset to the -g 8 rows, itself from tuning.cc's latencies and NVLink 370 of 450 GB/s: "
+             "S. Jeaugey, NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/212) on the one-GPU-per-process "
+             "all_reduce_perf of NVIDIA DGX Cloud's 8 x H100 at 64 B..512 KB (https://github.com/NVIDIA/dgxc-benchmarking/"
+             "blob/46e420155bec6e791fd720f1ce7430781271d5e6/nccl/README.md; taken to run the ring there: the log does not "
+             "say; from 2 MB its times match Azure's NVLS-only run) and on the sizes where the GPUs bind Together AI's "
+             "ring-only all_reduce_perf (from 4 MB) and all_gather_perf (from 8 MB) of 8 x H100 SXM (NCCL 2.26.2, "
+             "-g 8 in one process: https://github.com/togethercomputer/together-nccl-tests/tree/"
+             "6698e53c1dc519f8ab54f72193630849f5abf178/benchmarks/H100/results/20260305_220944; the first size whose "
+             "time is 10 % above the most the log takes up to 1 MB): 6.4 % rms over those 37 rows (worst 27.1 %, DGX "
+             "Cloud's 4 KB row, 23.6 us between 17.1 and 17.4); that host's harness, whose launches overlap the "
+             "GPUs' work, is fitted after them on the whole of both logs (35.51 us + 0.2174 us per channel, 3.7 % rms "
+             "over 56 rows, not kept here); the same host's reduce_scatter_perf is held out")
 
 _H100_NVLS = ("nvls (NVLS's latency beyond Simple's launch, its share of NVLink with chunks of any size, the chunk at "
               "which it reaches half that share): fitted by `taccl profile fit --runtime "
@@ -595,9 +653,9 @@ _H100_NVLS = ("nvls (NVLS's latency beyond Simple's launch, its share of NVLink 
               "f350e7e65b82cfcb9220b32b582bc34342d9c1a6/Azure%20Results/ND_H100_v5_results.md) and of DGX Cloud's "
               "one-GPU-per-process all_reduce from 2 MB (NCCL's choice there is NVLS: its busbw is within 6 % of "
               "Azure's NVLS-only run at every size from 2 MB), simulated in NCCL's NVLS chunk steps (enqueue.cc: 16 to "
-              "128 KB by size) on the channels that hold data (below 2 MB NCCL's NVLS loop leaves some idle): 5.4 % rms "
-              "over the 19 rows (worst 16.4 %, Azure's 64 KB row); the launch offset fitted on the -g 8 rows (0 us) is "
-              "that host's, not kept here; the other rows of both runs are held out")
+              "128 KB by size) on the channels that hold data (below 2 MB NCCL's NVLS loop leaves some idle): 5.2 % rms "
+              "over the 19 rows (worst 15.7 %, Azure's 64 KB row); the launch offset fitted on the -g 8 rows (0.51 us) "
+              "is that host's, not kept here; the other rows of both runs are held out")
 
 PRESETS: dict[str, RuntimeModel] = {
     "dgx-a100": RuntimeModel(
@@ -609,12 +667,12 @@ PRESETS: dict[str, RuntimeModel] = {
         ll128_channels=7.722, tree_caps=True, copy_efficiency={"nvlink": 0.8586}, net_overhead_us=2.0,
         alltoall_net_share=0.8671, sources=(_A100_FIT, _A100_NET, _A100_NET_ALLTOALL, _NCCL_SOURCE)),
     "dgx-h100": RuntimeModel(
-        name="dgx-h100", efficiency={"nvlink": 0.8292, "pci": 1.0, "net": 0.9535}, channels=32,
-        hop_latency_us={"nvlink": {Protocol.LL: 1.444, Protocol.LL128: 0.5298, Protocol.SIMPLE: 4.868},
+        name="dgx-h100", efficiency={"nvlink": 0.8138, "pci": 1.0, "net": 0.9465}, channels=32,
+        hop_latency_us={"nvlink": {Protocol.LL: 0.9652, Protocol.LL128: 0.5686, Protocol.SIMPLE: 3.049},
                         "pci": dict(NCCL_HOP_LATENCY_US["pci"]),
-                        "net": {Protocol.LL: 3.221, Protocol.LL128: 8.04, Protocol.SIMPLE: 9.6}},
-        ll128_channels=32.0, copy_efficiency={"nvlink": 0.8055}, nvls_efficiency=0.6747, nvls_latency_us=8.917,
-        nvls_half_chunk_bytes=5804.0, nvls_tree_share=0.9339,
+                        "net": {Protocol.LL: 6.389, Protocol.LL128: 7.636, Protocol.SIMPLE: 9.6}},
+        ll128_channels=13.01, copy_efficiency={"nvlink": 0.7615}, nvls_efficiency=0.6618, nvls_latency_us=11.67,
+        nvls_half_chunk_bytes=7184.0, nvls_tree_share=0.9278,
         sources=(_H100_FIT, _H100_NVLS, _H100_NET, _H100_NVLS_TREE, _NCCL_SOURCE)),
 }
 """Calibrated runtime models of the shipped machine families (their clusters share them)."""

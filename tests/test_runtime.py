@@ -701,27 +701,27 @@ MISSED_ROWS = {
     "nccl#527 p4dn 8 x A100 all_reduce": set(),
     "nccl-tests#290 8 x H100 all_reduce": set(),
     "Together 8 x H100 all_reduce (ring, calibration)": set(),
-    "Together 8 x H100 all_gather (ring, calibration)": {8 << 20},
-    "Together 8 x H100 reduce_scatter (ring)": {1 << 20, 2 << 20},
-    "Together 8 x H100 all_reduce (NVLS enabled, NCCL's choice)": {2 << 20},
-    "Together 8 x H100 all_reduce (NVLS disabled, NCCL's choice)": {2 << 20},
-    "Together 8 x H100 all_reduce (ring, earlier session)": {512 << 10, 2 << 20, 4 << 20},
-    "Together 8 x H100 all_gather (NVLS enabled, NCCL's choice)": {1 << 20, 8 << 20, 16 << 20},
-    "Together 8 x H100 reduce_scatter (NVLS enabled, NCCL's choice)": {1 << 20},
+    "Together 8 x H100 all_gather (ring, calibration)": set(),
+    "Together 8 x H100 reduce_scatter (ring)": set(),
+    "Together 8 x H100 all_reduce (NVLS enabled, NCCL's choice)": {8 << 20},
+    "Together 8 x H100 all_reduce (NVLS disabled, NCCL's choice)": set(),
+    "Together 8 x H100 all_reduce (ring, earlier session)": {512 << 10},
+    "Together 8 x H100 all_gather (NVLS enabled, NCCL's choice)": set(),
+    "Together 8 x H100 reduce_scatter (NVLS enabled, NCCL's choice)": set(),
     "DGX Cloud 8 x H100 all_reduce, 64 B..512 KB (per rank, calibration)": {4 << 10},
-    "DGX Cloud 8 x H100 all_reduce, 1 MB (per rank)": {1 << 20},
+    "DGX Cloud 8 x H100 all_reduce, 1 MB (per rank)": set(),
     "DGX Cloud 8 x H100 all_reduce, 2 MB..16 GB, even rows (per rank, NVLS, calibration)": set(),
     "DGX Cloud 8 x H100 all_reduce, 2 MB..16 GB, odd rows (per rank, NVLS)": set(),
     "Azure ND H100 v5 all_reduce (NVLS), even rows (calibration)": set(),
     "Azure ND H100 v5 all_reduce (NVLS), odd rows": {8 << 20},
-    "nccl-tests#309 2 x 8 H100 all_reduce (ring), 1 MB..32 MB": {1 << e for e in range(20, 26)},
+    "nccl-tests#309 2 x 8 H100 all_reduce (ring), 1 MB..32 MB": {1 << e for e in range(20, 25)},
     "nccl-tests#309 2 x 8 H100 all_reduce (ring), 64 MB..8 GB, even rows (calibration)": set(),
-    "nccl-tests#309 2 x 8 H100 all_reduce (ring), 64 MB..8 GB, odd rows": set(),
+    "nccl-tests#309 2 x 8 H100 all_reduce (ring), 64 MB..8 GB, odd rows": {128 << 20},
     "nccl-tests#309 2 x 8 H100 all_reduce, 64 B..256 B (XE9680)": {256},
     "nccl-tests#309 2 x 8 H100 all_reduce, 512 B..256 KB, even rows (XE9680, calibration)": set(),
     "nccl-tests#309 2 x 8 H100 all_reduce, 512 B..256 KB, odd rows (XE9680)": set(),
     "nccl-tests#309 2 x 8 H100 all_reduce, 512 KB..1 MB (XE9680, NVLSTree)": set(),
-    "nccl-tests#309 2 x 8 H100 all_reduce, 2 MB..16 GB, even rows (XE9680, NVLSTree, calibration)": set(),
+    "nccl-tests#309 2 x 8 H100 all_reduce, 2 MB..16 GB, even rows (XE9680, NVLSTree, calibration)": {2 << 20},
     "nccl-tests#309 2 x 8 H100 all_reduce, 2 MB..16 GB, odd rows (XE9680, NVLSTree)": set(),
 }
 """Per cited run (the quick ones), the sizes whose prediction misses its target, as benchmarks/RESULTS.md reports
@@ -762,7 +762,7 @@ def test_the_docs_fidelity_table_is_the_benchmarks() -> None:
     both = sum(abs(r["in_place_error"]) > r["target"] for r in rest)
     assert (f"{apart} of the {len(twice)} such rows are too far apart; {near} others are within the target of the "
             f"in-place time; of the other {len(rest)}, {both} miss against both times, the model's misses whatever "
-            f"the run's spread, and {len(rest) - both} are borderline") in words
+            f"the run's spread, and {len(rest) - both} {'is' if len(rest) - both == 1 else 'are'} borderline") in words
 
 
 @given(out_us=st.floats(1.0, 1e5), in_us=st.floats(1.0, 1e5), size=st.sampled_from([4096, 1 << 20]),
@@ -817,7 +817,7 @@ def test_published_runs_stay_where_they_were_measured() -> None:
     nvls = predict_case(cases["Azure ND H100 v5 all_reduce (NVLS), odd rows"], FIXTURES)
     assert {(r.algorithm, r.proto) for r in nvls} == {("nvls", "Simple")}
     one = predict_case(cases["DGX Cloud 8 x H100 all_reduce, 1 MB (per rank)"], FIXTURES)
-    assert (one[0].algorithm, one[0].proto) == ("ring", "LL128")  # the model's choice, not NCCL's (docs: Limits)
+    assert (one[0].algorithm, one[0].proto) == ("ring", "LL128") and one[0].met  # the model's choice (docs: Limits)
 
 
 # ------------------------------------------------------------------------ taccl profile fit --runtime
@@ -1238,7 +1238,8 @@ def test_a_file_keeps_the_sizes_after_its_at_sign(tmp_path: Path, capsys: pytest
 def test_a_case_keeps_its_sizes_and_names_its_host_harness(tmp_path: Path) -> None:
     """A log split by size into a calibration and a held-out case; a case's harness is per-rank or one the
     manifest names (a host whose -g 8 cost was fitted), anything else is refused."""
-    from taccl_py.fidelity import harness_offsets
+    from taccl_py.fidelity import harness_hosts, harness_offsets
+    from taccl_py.harness import OverlappedHost
 
     cases = {c.name: c for c in load_cases(FIXTURES)}
     small = published_rows(cases["DGX Cloud 8 x H100 all_reduce, 64 B..512 KB (per rank, calibration)"])
@@ -1248,8 +1249,12 @@ def test_a_case_keeps_its_sizes_and_names_its_host_harness(tmp_path: Path) -> No
     assert [r.size_bytes for r in small] == [64 << k for k in range(14)] and [r.size_bytes for r in one] == [1 << 20]
     assert [r.size_bytes for r in even] == [2 << k for k in range(20, 34, 2)]  # sizes first, then every other row
     assert [r.size_bytes for r in odd] == [4 << k for k in range(20, 34, 2)]
-    offsets = harness_offsets(FIXTURES)
-    assert offsets["per-rank"] == 0.0 and offsets["one-process-together"] != offsets["one-process"]
+    offsets, hosts = harness_offsets(FIXTURES), harness_hosts(FIXTURES)
+    assert offsets["per-rank"] == 0.0 and offsets["one-process"] == 25.09 and "one-process-together" not in offsets
+    assert hosts == {"one-process-together": OverlappedHost(35.51, 0.2174)}  # its host overlaps the GPUs' work
+    together = predict_case(cases["Together 8 x H100 all_reduce (ring, calibration)"], FIXTURES)
+    assert [r.predicted_us for r in together[:3]] == [pytest.approx(35.51 + 0.2174)] * 3  # one channel: the host's
+    assert together[-1].predicted_us > 10 * 35.51  # 8 GB: the GPUs' time, nothing added
     assert cases["Together 8 x H100 reduce_scatter (ring)"].harness == "one-process-together"
     raw = json.loads((FIXTURES / "manifest.json").read_text())
     first = raw["cases"][0]
@@ -1278,6 +1283,72 @@ def test_a_case_keeps_its_sizes_and_names_its_host_harness(tmp_path: Path) -> No
     (tmp_path / "manifest.json").write_text(json.dumps(raw))
     with pytest.raises(InputError, match="a name other than per-rank"):
         harness_offsets(tmp_path)
+    del raw["harness"]["per-rank"]
+    for entry, message in (({"launch_offset_us": 3.0, "host_us": 30.0}, "with launch_offset_us, or host_us"),
+                           ({"host_us": -1}, "host_us must be a number of us"),
+                           ({"host_us": 30.0, "host_per_channel_us": "x"}, "host_per_channel_us must be")):
+        raw["harness"]["elsewhere"] = entry
+        (tmp_path / "manifest.json").write_text(json.dumps(raw))
+        with pytest.raises(InputError, match=message):
+            harness_offsets(tmp_path)
+
+
+def test_runtime_fit_overlaps_the_harness_with_the_gpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-process log whose host (30 us + 0.5 us a channel) overlaps the GPUs' work: the figures are fitted on
+    the per-rank rows, then the host's two costs on the log, where the host binds; none of it enters the model."""
+    from taccl_py.fidelity import predict_row
+    from taccl_py.harness import OverlappedHost
+    from taccl_py.predict import predict_nccl
+    from taccl_py.profiler.runtime_fit import fit_overlapped_host, read_timed_rows
+    from taccl_py.runtime import NCCL_BASE_LATENCY_US, nccl_channels
+
+    topo = switch_star(4, 100.0, 0.5)
+    truth = RuntimeModel(name="truth", efficiency={"nvlink": 0.7}, channels=8)
+    host = OverlappedHost(30.0, 0.5)
+
+    def times(size: int) -> tuple[float, float]:
+        found = predict_nccl(topo, CollectiveKind.ALLREDUCE, size, truth)
+        assert found is not None and found[1].sim.time_us is not None
+        gpu = found[1].sim.time_us
+        used = nccl_channels(found[0], found[1].protocol, size, 4, truth.channels)
+        return round(gpu, 2), round(host.time_us(gpu, used), 2)
+
+    sizes = [1 << e for e in range(10, 29)]
+    measured = {s: times(s) for s in sizes}
+    assert sum(m > g for g, m in measured.values()) >= 6  # the host binds the small sizes ...
+    assert measured[1 << 28][0] == measured[1 << 28][1]  # ... and hides under the GPUs at the large ones
+    log = tmp_path / "all_reduce.log"
+    log.write_text(_nccl_tests_text([(s, measured[s][1]) for s in sizes], 4))
+    per_rank = tmp_path / "per_rank.log"
+    per_rank.write_text(_nccl_tests_text([(s, measured[s][0]) for s in sizes], 4))
+    rows, _, _ = read_timed_rows([str(log)], topo)
+    fit = fit_overlapped_host(topo, truth, rows)
+    assert fit.host.host_us == pytest.approx(30.0, abs=0.3) and fit.host.per_channel_us == pytest.approx(0.5, abs=0.05)
+    assert fit.max_error < 0.01 and sum(fit.host_bound) == sum(m > g for g, m in measured.values())
+    row = predict_row(topo, truth, CollectiveKind.ALLREDUCE, 1024, 1.0, host=fit.host)
+    assert row.predicted_us == pytest.approx(measured[1024][1], rel=0.01)  # the fidelity table's overlapped row
+
+    start = _start_file(tmp_path, topo)
+    out = tmp_path / "fitted.json"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["profile", "fit", "--runtime", str(log), "--per-rank", str(per_rank), "--overlap", "--into", str(start),
+              "-o", str(out), "--json"])
+    assert exit_info.value.code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["fit"]["harness_host"]["host_us"] == pytest.approx(30.0, abs=1.0)
+    assert report["fit"]["harness_host"]["per_channel_us"] == pytest.approx(0.5, abs=0.1)
+    assert "harness_launch_offset_us" not in report["fit"] and report["fit"]["rms_error"] < 0.03
+    assert sum(r.get("host_bound", False) for r in report["rows"]) >= 6
+    fitted = json.loads(out.read_text())["runtime"]
+    assert fitted["launch_us"] == {p.value: v for p, v in NCCL_BASE_LATENCY_US.items()}  # the host stays out
+    for extra, message in (([], "give both"), (["--harness-offset", "5"], "no --harness-offset")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["profile", "fit", "--runtime", str(log), *(["--per-rank", str(per_rank)] if extra else []),
+                  "--overlap", *extra, "--into", str(start), "-o", str(out)])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # --overlap is a --runtime option
+        main(["profile", "fit", str(log), "--overlap"])
+    assert exit_info.value.code == 2 and "--overlap applies to --runtime" in capsys.readouterr().err
 
 
 def test_runtime_fit_refuses_what_it_cannot_fit(tmp_path: Path) -> None:
@@ -1726,21 +1797,39 @@ def test_profile_check_notes_missed_sizes_the_in_place_time_meets(capsys: pytest
 
 def test_profile_check_offers_the_launch_offset_of_a_one_process_log(capsys: pytest.CaptureFixture[str]) -> None:
     """Together's ring Allreduce ran -g 8 (one process launching 8 GPUs): without taccl --launch-offset the check
-    misses most rows and a hint gives the offset that fits them (19.6 us, where the joint fit found 20.25) and how
-    many rows it puts within target; with the offset given, no hint. A one-GPU-per-process log gets none."""
+    misses most rows and a hint gives the offset that fits them best (18.2 us) and how many rows it puts within
+    target; with the offset given, no hint. A one-GPU-per-process log gets none. (An added offset is the check's
+    approximation of that host, whose launches overlap the GPUs' work: the fidelity table's harness, fitted by
+    profile fit --runtime --overlap, puts all 29 rows within target.)"""
     log = str(FIXTURES / "together_h100x8_all_reduce_ring.log")
     with pytest.raises(SystemExit):
         main(["profile", "check", log, "-t", "dgx-h100", "--json"])
     hints = [h for h in json.loads(capsys.readouterr().out)["hints"] if "--launch-offset" in h]
     assert len(hints) == 1 and "one thread launched 8 GPUs (nccl-tests -g)" in hints[0], hints
     offset = float(re.search(r"--launch-offset ([0-9.]+)", hints[0]).group(1))  # type: ignore[union-attr]
-    assert offset == pytest.approx(19.6, abs=0.5) and "29 of the 29 rows checked are within target" in hints[0]
+    assert offset == pytest.approx(18.2, abs=0.5) and "25 of the 29 rows checked are within target" in hints[0]
     assert "shifts" not in hints[0]  # no other file checked
     with pytest.raises(SystemExit):
         main(["--launch-offset", str(offset), "profile", "check", log, "-t", "dgx-h100", "--json"])
     checked = json.loads(capsys.readouterr().out)
-    assert checked["rows_within_target"] == 29 and not [h for h in checked["hints"] if "--launch-offset" in h]
-    per_rank = f"{FIXTURES / 'dgxc_h100x8_all_reduce.log'}@64B:512KB"
+    assert checked["rows_within_target"] == 25 and not [h for h in checked["hints"] if "--launch-offset" in h]
+    with pytest.raises(SystemExit):  # the host as fitted, overlapping the GPUs' work: the fidelity table's rows
+        main(["profile", "check", log, "-t", "dgx-h100", "--host-overlap", "35.51,0.2174", "--json"])
+    overlapped = json.loads(capsys.readouterr().out)
+    assert overlapped["rows_within_target"] == 29 and not [h for h in overlapped["hints"] if "--launch-offset" in h]
+    fidelity = predict_case(next(c for c in load_cases(FIXTURES)
+                                 if c.name == "Together 8 x H100 all_reduce (ring, calibration)"), FIXTURES)
+    assert [r["predicted_us"] for r in overlapped["files"][0]["rows"]] == pytest.approx(
+        [r.predicted_us for r in fidelity], rel=1e-9)
+    for args, message in ((["--host-overlap", "35,x"], "expected US or US,US"),
+                          (["--host-overlap", "1,2,3"], "expected US or US,US"),
+                          (["--launch-offset", "3", "--host-overlap", "35"], "not both")):
+        with pytest.raises(SystemExit) as exit_info:
+            offset_first = args[0] == "--launch-offset"
+            main([*args[:2], "profile", "check", log, "-t", "dgx-h100", *args[2:]] if offset_first
+                 else ["profile", "check", log, "-t", "dgx-h100", *args])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    per_rank = f"{FIXTURES / 'dgxc_h100x8_all_reduce.log'}@64B:1KB"
     with pytest.raises(SystemExit):
         main(["profile", "check", per_rank, "-t", "dgx-h100", "--json"])
     assert not [h for h in json.loads(capsys.readouterr().out)["hints"] if "--launch-offset" in h]
@@ -1748,7 +1837,7 @@ def test_profile_check_offers_the_launch_offset_of_a_one_process_log(capsys: pyt
         main(["profile", "check", log, per_rank, "-t", "dgx-h100", "--json"])
     both = [h for h in json.loads(capsys.readouterr().out)["hints"] if "--launch-offset" in h]
     assert len(both) == 1 and f"it shifts {per_rank} too: check those without it" in both[0]
-    assert "of the 43 rows checked" in both[0]
+    assert "of the 34 rows checked" in both[0]
 
 
 def test_profile_check_reads_the_launches_of_the_runs_it_checks(tmp_path: Path,
@@ -1966,19 +2055,19 @@ def test_baseline_under_nccl_proto_times_those_protocols_only(tmp_path: Path,
 
 
 def test_profile_check_hints_at_the_algorithm_a_run_used(capsys: pytest.CaptureFixture[str]) -> None:
-    """DGX Cloud's default run ran NVLS from 2 MB where the model's fastest is the ring: the check names NVLS for
-    the missed rows it would meet, with the FILE@LO:HI#ALGO that says so; a file that names its algorithm gets
-    no hint."""
-    log = FIXTURES / "dgxc_h100x8_all_reduce.log"
+    """The XE9680 run of nccl-tests#309 (NCCL's default) ran NVLSTree from 512 KB (NCCL's maintainer in the thread)
+    where the model's fastest is its tree, then its ring: the check names NVLSTree for the missed rows it would meet,
+    with the FILE@LO:HI#ALGO that says so; a file that names its algorithm gets no hint."""
+    log = FIXTURES / "nccl_tests_309_h100x2_xe9680_all_reduce.log"
     with pytest.raises(SystemExit):
-        main(["profile", "check", f"{log}@64KB:64MB", "-t", "dgx-h100-nvls", "--json"])
+        main(["profile", "check", f"{log}@64KB:64MB", "-t", "dgx-h100x2-nvls", "--json"])
     hints = json.loads(capsys.readouterr().out)["hints"]
-    assert len(hints) == 1 and hints[0].endswith(f"say so with {log}@2MB:16MB#nvls")
-    assert "4 of the 5 missed allreduce rows (2MB..16MB) are within target as nvls" in hints[0]
+    assert len(hints) == 1 and hints[0].endswith(f"say so with {log}@512KB:64MB#nvls-tree")
+    assert "6 of the 7 missed allreduce rows (512KB..64MB) are within target as nvls-tree" in hints[0]
     with pytest.raises(SystemExit):
-        main(["profile", "check", f"{log}@2MB:16MB#nvls", "-t", "dgx-h100-nvls", "--json"])
+        main(["profile", "check", f"{log}@512KB:64MB#nvls-tree", "-t", "dgx-h100x2-nvls", "--json"])
     named = json.loads(capsys.readouterr().out)
-    assert named["hints"] == [] and named["rows_within_target"] == 4
+    assert named["hints"] == [] and named["rows_within_target"] == 7
 
 
 def test_a_fit_refuses_the_launch_offset_of_predictions(capsys: pytest.CaptureFixture[str]) -> None:

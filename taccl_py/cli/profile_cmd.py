@@ -27,6 +27,7 @@ from taccl_py.cli.common import (
     topology_option,
 )
 from taccl_py.errors import ProfileInputError
+from taccl_py.harness import OverlappedHost
 from taccl_py.limits import MAX_GPUS, MAX_LOCAL_RANKS, MAX_PROFILE_REPEATS
 from taccl_py.profiler.calibration import LinkFit, link_classes
 from taccl_py.profiler.fitting import FitOutcome, FitRequest, fit_measurements
@@ -158,6 +159,12 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 @click.option("--harness-offset", "harness_offset", type=click.FloatRange(0, 1e6), metavar="US",
               help="With --runtime: the host cost per collective of FILE...'s harness (e.g. all_reduce_perf -g 8), "
                    "known from another fit: not fitted, and not written into the model.")
+@click.option("--overlap", "overlap", is_flag=True,
+              help="With --runtime: FILE...'s harness (all_reduce_perf -g N) launches the next collective while the "
+                   "GPUs run this one, so a row takes the longer of the GPUs' time and the host's: the figures are "
+                   "fitted on the --per-rank rows only (give there the sizes of FILE... its GPUs bound, e.g. "
+                   "FILE@4MB:8GB), then the host's cost per collective and per channel on FILE...'s rows; the host's "
+                   "cost is reported, not written into the model.")
 @click.option("--select", "select", multiple=True, metavar="COLUMN=VALUE",
               help="With --runtime: a published table with this column keeps only the rows with this value "
                    "(a table holding several runs, e.g. machines=1).")
@@ -165,7 +172,7 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
             ranks: int | None, group: str | None, class_name: str | None, name: str | None, runtime: bool,
             rows_kept: str, per_rank: tuple[str, ...], algorithms: tuple[str, ...], protocols: tuple[str, ...],
-            harness_offset: float | None, select: tuple[str, ...], as_json: bool) -> None:
+            harness_offset: float | None, overlap: bool, select: tuple[str, ...], as_json: bool) -> None:
     """Fit alpha (us) and bandwidth (GB/s) per link from nccl-tests logs or CSVs.
 
     FILE is an nccl-tests log (sendrecv_perf, all_gather_perf, all_reduce_perf,
@@ -185,12 +192,13 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
                                 where="--launch-offset")
     for flag, given in (("--rows", rows_kept != "all"), ("--per-rank", bool(per_rank)), ("--select", bool(select)),
                         ("--algorithm", bool(algorithms)), ("--protocol", bool(protocols)),
-                        ("--harness-offset", harness_offset is not None)):
+                        ("--harness-offset", harness_offset is not None), ("--overlap", overlap)):
         if given and not runtime:
             raise ProfileInputError(f"{flag} applies to --runtime fits only", where=flag)
     if runtime:
         _fit_runtime_cmd(files, output, into, collective, class_name, rows_kept, per_rank, _selection(select),
-                         algorithms, harness_offset, as_json, ranks, protocols=protocols_option(protocols))
+                         algorithms, harness_offset, as_json, ranks, protocols=protocols_option(protocols),
+                         overlap=overlap)
         return
     base = None
     if into is not None:
@@ -226,14 +234,17 @@ def _selection(pairs: tuple[str, ...]) -> dict[str, str]:
 def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | None, collective: str | None,
                      class_name: str | None, rows_kept: str, per_rank: tuple[str, ...], select: dict[str, str],
                      algorithms: tuple[str, ...], harness_offset: float | None, as_json: bool,
-                     ranks: int | None = None, *, protocols: tuple[Protocol, ...] | None = None) -> None:
-    """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it."""
+                     ranks: int | None = None, *, protocols: tuple[Protocol, ...] | None = None,
+                     overlap: bool = False) -> None:
+    """``profile fit --runtime``: fit the runtime figures of --into to the files and write them into it (with
+    ``overlap``, the figures on the per-rank rows, then FILE...'s harness's overlapped host cost)."""
     from dataclasses import replace
 
     from taccl_py.profiler.runtime_fit import (
         fit_alltoall_net,
         fit_nvls,
         fit_nvls_tree,
+        fit_overlapped_host,
         fit_runtime,
         read_timed_rows,
     )
@@ -248,9 +259,16 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     check_output_file(target, "-o" if output else "--into")
     if harness_offset is not None and not files:
         raise ProfileInputError("the harness offset is that of FILE...'s rows: give FILE", where="--harness-offset")
+    if overlap and (not files or not per_rank or harness_offset is not None):
+        raise ProfileInputError("--overlap fits the figures on --per-rank FILE... and the host cost of FILE...'s "
+                                "harness after them: give both (and no --harness-offset, an added cost)",
+                                where="--overlap")
     rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
                                              per_rank=per_rank, select=select, ranks=ranks)
     warnings += _disturbed_fit_rows(rows)
+    host_rows = [r for r in rows if r.offset] if overlap else []
+    if overlap:
+        rows = [r for r in rows if not r.offset]
     if protocols is not None and class_name in ("nvls", "nvls-tree", "net-alltoall"):
         raise ProfileInputError(f"--class {class_name} fits rows whose protocol NCCL fixes (NVLS runs Simple, Alltoall "
                                 "picks by size): --protocol applies to the nvlink, pci and net classes",
@@ -274,10 +292,16 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     else:
         fit = fit_runtime(base, rows, link_class=class_name, algorithms=algorithms or None,
                           harness_offset_us=harness_offset, protocols=protocols)
+    host = None
+    if overlap:
+        host = fit_overlapped_host(replace(base, runtime=fit.model), fit.model, host_rows,
+                                   algorithms=algorithms or None, protocols=protocols or fit.model.protocols)
     record: dict[str, object] = {**fit.as_dict(), "files": list(files), "rows_kept": rows_kept}
     if per_rank:
         record["per_rank_files"] = list(per_rank)
-    if (per_rank or harness_offset is not None) and files:
+    if host is not None:
+        record["harness_host"] = host.as_dict()
+    elif (per_rank or harness_offset is not None) and files:
         record["harness_launch_offset_us"] = round(fit.figures["launch"], 6)
     if harness_offset is not None:
         record["harness_offset_given"] = True
@@ -305,14 +329,24 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
                    "fit": record, "warnings": all_warnings,
                    "rows": [{"size_bytes": r.row.size_bytes, "measured_us": r.row.time_us,
                              "predicted_us": r.predicted_us, "error": r.error, "algorithm": r.algorithm,
-                             "proto": r.protocol, "per_rank": not r.row.offset} for r in fit.rows]})
+                             "proto": r.protocol, "per_rank": not r.row.offset} for r in fit.rows]
+                   + ([] if host is None else
+                      [{"size_bytes": r.row.size_bytes, "measured_us": r.row.time_us, "predicted_us": r.predicted_us,
+                        "error": r.error, "algorithm": r.algorithm, "proto": r.protocol, "per_rank": False,
+                        "host_bound": bound} for r, bound in zip(host.rows, host.host_bound, strict=True)])})
         return
     _warn(all_warnings)
     for line in inputs:
         out_console.print(f"read {line}", markup=False)
     figures = ", ".join(f"{k} {v:.4g}" for k, v in fit.figures.items())
     out_console.print(f"fitted {fit.link_class}: {figures} (fitted: {', '.join(fit.fitted)})", markup=False)
-    if (per_rank or harness_offset is not None) and files:
+    if host is not None:
+        out_console.print(f"host cost of {', '.join(files)}'s harness, overlapping the GPUs' work: "
+                          f"{host.host.host_us:.4g} us + {host.host.per_channel_us:.4g} us per channel (fitted after "
+                          f"the figures, on its {len(host.rows)} rows: rms error {host.rms_error:.1%}, worst "
+                          f"{host.max_error:.1%}; the host's time is the longer in {sum(host.host_bound)}); it is not "
+                          "written into the model", markup=False)
+    elif (per_rank or harness_offset is not None) and files:
         how = "given" if harness_offset is not None else "fitted"
         out_console.print(f"launch {fit.figures['launch']:.4g} us ({how}) is the harness's of {', '.join(files)} "
                           "(over one GPU per process); it is not written into the model", markup=False)
@@ -320,7 +354,12 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
                                  _RUNTIME_COLUMNS,
                                  [[format_bytes(r.row.size_bytes), float(r.row.time_us), float(r.predicted_us),
                                    f"{r.error:+.1%}", r.algorithm, r.protocol,
-                                   "offset" if r.row.offset else "per-rank"] for r in fit.rows]))
+                                   "offset" if r.row.offset else "per-rank"] for r in fit.rows]
+                                 + ([] if host is None else
+                                    [[format_bytes(r.row.size_bytes), float(r.row.time_us), float(r.predicted_us),
+                                      f"{r.error:+.1%}", r.algorithm, r.protocol,
+                                      "host" if bound else "GPU"]
+                                     for r, bound in zip(host.rows, host.host_bound, strict=True)])))
     out_console.print(f"wrote {target}: runtime model {model.name!r}", markup=False)
 
 
@@ -351,11 +390,16 @@ _CHECK_COLUMNS = ("size", "measured us", "predicted us", "measured busbw", "pred
 @click.option("--ranks", type=click.IntRange(1, MAX_GPUS),
               help="Ranks of every nccl-tests run read (for logs without Rank lines; else their distinct Rank "
                    "lines, or nThread x nGpus).")
+@click.option("--host-overlap", "host_overlap", metavar="US[,US]",
+              help="The host cost of the -g N runs checked (nccl-tests launching several GPUs from one thread), "
+                   "overlapping the GPUs' work: US per collective and, after a comma, US per channel NCCL runs it "
+                   "on; such a row takes the longer of the GPUs' time and the host's (profile fit --runtime "
+                   "--overlap fits them; the Together host's: 35.51,0.2174). Not with taccl --launch-offset.")
 @click.option("--strict", is_flag=True, help="Exit with status 1 when a row misses its target.")
 @json_option
 def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None, rows_kept: str,
               algorithms: tuple[str, ...], protocols: tuple[str, ...], select: tuple[str, ...], plot_path: str | None,
-              ranks: int | None, strict: bool, as_json: bool) -> None:
+              ranks: int | None, host_overlap: str | None, strict: bool, as_json: bool) -> None:
     """Compare nccl-tests logs (or published tables) with the calibrated prediction, size by size.
 
     For every row, NCCL's choice of algorithm and protocol is simulated under the topology's runtime
@@ -365,8 +409,9 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
     figures are from your machines. Every run of a log is read; FILE@LO:HI keeps that file's rows of sizes
     LO to HI, FILE#ALGO[,ALGO] says which algorithms its runs allowed. Runs of
     all_reduce_perf -g 8 (one process launching every GPU) carry a host cost per collective: give it
-    with ``taccl --launch-offset US`` (a hint gives the one that fits such a log best). Notes name the sizes
-    whose in-place time tells the run's own spread from the model's error.
+    with ``taccl --launch-offset US`` (a hint gives the one that fits such a log best), or as a host whose
+    launches overlap the GPUs' work with --host-overlap. Notes name the sizes whose in-place time tells the
+    run's own spread from the model's error.
     """
     from taccl_py.fidelity import LARGE_TARGET, SMALL_TARGET, measured_busbw, predict_row
     from taccl_py.profiler.runtime_fit import read_timed_files
@@ -388,6 +433,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
         raise ProfileInputError(f"the runtime model of {topology.name!r} allows "
                                 f"{', '.join(p.value for p in model.protocols)} only (its runs' NCCL_PROTO: "
                                 "runtime.protocols)", where="--protocol")
+    host = _overlapped_host(host_overlap)
     per_file, inputs, warnings = read_timed_files(files, topology, collective=collective, rows_kept=rows_kept,
                                                   select=_selection(select), ranks=ranks)
     for spec, rows in per_file:
@@ -409,8 +455,8 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                             else measured_busbw(row.kind, topology.num_gpus, row.size_bytes, row.in_place_us))
                 out.append((row, predict_row(topology, model, row.kind, row.size_bytes, published,
                                              algorithms=row.algorithms or algorithms or None,
-                                             protocols=allowed,
-                                             in_place_busbw=in_place)))
+                                             protocols=allowed, in_place_busbw=in_place,
+                                             host=host if row.gpus_per_thread > 1 else None)))
             if all(f.predicted_busbw is None for _, f in out):
                 named = out[0][0].algorithms or algorithms
                 ran = ", ".join(sorted({r.kind.value for r, _ in out}))
@@ -426,7 +472,8 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
             if not algorithms:
                 hints += _other_algorithm_hints(spec, out, topology, model, say, protocols=allowed)
             checked.append((spec, out))
-    hints += _harness_hints(checked)
+    if host is None:
+        hints += _harness_hints(checked)
     every = [f for _, out in checked for _, f in out]
     met = sum(f.met for f in every)
     errors = [f.error for f in every if f.error is not None]
@@ -470,6 +517,24 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
             out_console.print(f"wrote {plot_path}", markup=False)
     if strict and met < len(every):
         raise SystemExit(1)
+
+
+def _overlapped_host(text: str | None) -> OverlappedHost | None:
+    """``--host-overlap US[,US]``: the host's cost per collective and per channel (None when not given)."""
+    if text is None:
+        return None
+    if launch_offset_requested():
+        raise ProfileInputError("give the -g N host's cost one way: added (taccl --launch-offset) or overlapping "
+                                "the GPUs' work (--host-overlap), not both", where="--host-overlap")
+    parts = text.split(",")
+    try:
+        values = [float(p) for p in parts]
+        if not 1 <= len(values) <= 2:
+            raise ValueError
+        return OverlappedHost(*values)
+    except (TypeError, ValueError):
+        raise ProfileInputError(f"expected US or US,US (per collective, per channel; numbers of us in 0..1e6), got "
+                                f"{text!r}", where="--host-overlap") from None
 
 
 def _harness_hints(checked: list[tuple[str, list[tuple[TimedRow, FidelityRow]]]]) -> list[str]:

@@ -44,6 +44,7 @@ import numpy as np
 
 from taccl_py.collectives import CollectiveKind
 from taccl_py.errors import ProfileInputError
+from taccl_py.harness import OverlappedHost
 from taccl_py.predict import allowed_protocols, nccl_algorithms, predict_baseline, predict_nccl
 from taccl_py.profiler.nccl_tests import BINARY_MODELS, binary_from_name, parse_nccl_tests_log, resolve_binary
 from taccl_py.profiler.tables import is_timing_table, read_timing_table
@@ -55,6 +56,7 @@ from taccl_py.runtime import (
     Protocol,
     RuntimeModel,
     link_class_of,
+    nccl_channels,
     takes_copy_share,
     widest_gpu_link,
     with_figures,
@@ -62,9 +64,9 @@ from taccl_py.runtime import (
 from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, parse_size_bounds
 
-__all__ = ["ALLTOALL_NET_FIGURES", "ALLTOALL_NET_FIT_METHOD", "FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES",
-           "NVLS_FIT_METHOD", "NVLS_TREE_FIGURES", "NVLS_TREE_FIT_METHOD", "PRIOR_WEIGHT", "RuntimeFit", "RuntimeFitRow",
-           "TimedRow", "default_link_class", "fit_alltoall_net", "fit_nvls", "fit_nvls_tree", "fit_runtime",
+__all__ = ["ALLTOALL_NET_FIGURES", "ALLTOALL_NET_FIT_METHOD", "FIT_METHOD", "HOST_FIT_METHOD", "MIN_ROWS_PER_PROTOCOL", "NVLS_FIGURES",
+           "NVLS_FIT_METHOD", "NVLS_TREE_FIGURES", "NVLS_TREE_FIT_METHOD", "PRIOR_WEIGHT", "HostFit", "RuntimeFit", "RuntimeFitRow",
+           "TimedRow", "default_link_class", "fit_alltoall_net", "fit_nvls", "fit_nvls_tree", "fit_overlapped_host", "fit_runtime",
            "gpu_link_class", "least_squares_offset", "read_timed_files", "read_timed_rows", "split_algorithm_qualifier", "split_size_qualifier"]
 
 
@@ -487,6 +489,103 @@ def _nelder_mead(f: Any, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, fixe
                 simplex = [simplex[0] + 0.5 * (z - simplex[0]) for z in simplex]
                 values = [f(full(z)) for z in simplex]
     return full(simplex[int(np.argmin(values))])
+
+
+HOST_FIT_METHOD = ("least squares on relative residuals of max(GPU time, host time) per row: the GPU time of NCCL's "
+                   "choice under the fitted model, the host's host_us + per_channel_us x the channels it runs on; "
+                   "non-negative linear least squares on the rows the host binds, repeated until they hold, then "
+                   "Nelder-Mead on the exact cost")
+
+
+@dataclass(frozen=True)
+class HostFit:
+    """The overlapped host cost of a harness fitted on its rows, each predicted as the longer of the GPUs' time and
+    the host's (:class:`taccl_py.harness.OverlappedHost`)."""
+
+    host: OverlappedHost
+    rows: tuple[RuntimeFitRow, ...]
+    host_bound: tuple[bool, ...]
+    """Per row, whether the host's time is the longer (the row tells the host's cost, not the GPUs')."""
+    method: str = HOST_FIT_METHOD
+
+    @property
+    def rms_error(self) -> float:
+        return math.sqrt(sum(r.error ** 2 for r in self.rows) / len(self.rows)) if self.rows else 0.0
+
+    @property
+    def max_error(self) -> float:
+        return max((abs(r.error) for r in self.rows), default=0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host_us": round(self.host.host_us, 6), "per_channel_us": round(self.host.per_channel_us, 6),
+                "method": self.method, "rows": len(self.rows), "host_bound_rows": sum(self.host_bound),
+                "rms_error": round(self.rms_error, 6), "max_error": round(self.max_error, 6)}
+
+
+def fit_overlapped_host(topology: Topology, model: RuntimeModel, rows: Sequence[TimedRow], *,
+                        algorithms: Sequence[str] | None = None,
+                        protocols: Sequence[Protocol] | None = None) -> HostFit:
+    """The host cost of the harness of ``rows`` (nccl-tests ``-g N``), overlapping the GPUs' work under ``model``.
+
+    Each row's GPU time is NCCL's choice under ``model`` (among the row's ``#ALGO``, else ``algorithms``, and
+    ``protocols``), on the channels :func:`taccl_py.runtime.nccl_channels` gives it; the row is predicted as the
+    longer of that and ``host_us + per_channel_us x channels``, both fitted (at least 0).
+
+    Raises
+    ------
+    ProfileInputError
+        No rows, a row that is not a positive time, or one that no NCCL algorithm runs under ``model``.
+    """
+    where = "taccl profile fit --runtime --overlap"
+    if not rows:
+        raise ProfileInputError("no rows of the harness to fit its host cost on", where=where)
+    _check_measured(rows, where)
+    allowed = None if protocols is None else tuple(protocols)
+    gpu, channels, choice = [], [], []
+    for r in rows:
+        own = r.algorithms if r.algorithms is not None else (tuple(algorithms) if algorithms else None)
+        best = predict_nccl(topology, r.kind, r.size_bytes, model, algorithms=own, protocols=allowed)
+        gpu_us = None if best is None else best[1].sim.time_us
+        if best is None or gpu_us is None:
+            raise ProfileInputError(f"no NCCL algorithm runs {r.kind.value} of {format_bytes(r.size_bytes)} under the "
+                                    "fitted model", where=r.origin or where)
+        name, pred = best
+        gpu.append(float(gpu_us))
+        channels.append(float(nccl_channels(name, pred.protocol, r.size_bytes, topology.num_gpus, model.channels)))
+        choice.append((name, pred.protocol.value))
+    g, c, m = np.array(gpu), np.array(channels), np.array([r.time_us for r in rows])
+
+    def cost(v: np.ndarray) -> float:
+        resid = np.maximum(g, v[0] + v[1] * c) / m - 1.0
+        return float(resid @ resid)
+
+    x = _host_least_squares(g, c, m)
+    hi = np.array([float(m.max()), float(m.max() / max(c.max(), 1.0))])
+    x = min((x, _nelder_mead(cost, x, np.zeros(2), hi, fixed=np.zeros(2, bool))), key=cost)
+    host = OverlappedHost(float(x[0]), float(x[1]))
+    times = np.maximum(g, host.host_us + host.per_channel_us * c)
+    fitted = tuple(RuntimeFitRow(r, float(t), a, p) for r, t, (a, p) in zip(rows, times, choice, strict=True))
+    return HostFit(host, fitted, tuple(bool(v) for v in (host.host_us + host.per_channel_us * c > g)))
+
+
+def _host_least_squares(g: np.ndarray, c: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """(host_us, per_channel_us) by non-negative least squares on the rows the host binds, repeated until they hold
+    (starting from the rows measured above their GPU time)."""
+    bound = m > g
+    x = np.zeros(2)
+    for _ in range(50):
+        if not bound.any():
+            break
+        a = np.column_stack([np.ones(int(bound.sum())), c[bound]]) / m[bound, None]
+        x, *_ = np.linalg.lstsq(a, np.ones(int(bound.sum())), rcond=None)
+        if x[1] < 0:  # the per-channel part at its bound: the host's fixed part alone
+            x = np.array([float(np.sum(1.0 / m[bound]) / np.sum(1.0 / m[bound] ** 2)), 0.0])
+        x = np.maximum(x, 0.0)
+        now = x[0] + x[1] * c > g
+        if np.array_equal(now, bound):
+            break
+        bound = now
+    return x
 
 
 NVLS_FIT_METHOD = ("least squares on relative residuals: each row simulated as the nvls baseline in NCCL's chunk steps "
