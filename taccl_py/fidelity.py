@@ -290,6 +290,10 @@ def _us(entry: dict[str, Any], key: str, name: str, where: str) -> float:
     return float(value)
 
 
+_HARNESS_KEYS = {"calibrated_on", "about"}
+"""The keys of a harness entry besides its cost: what it was fitted on and what it is."""
+
+
 def _harnesses(raw: dict[str, Any], where: str) -> tuple[dict[str, float], dict[str, OverlappedHost]]:
     offsets = {PER_RANK: 0.0}
     hosts: dict[str, OverlappedHost] = {}
@@ -301,6 +305,11 @@ def _harnesses(raw: dict[str, Any], where: str) -> tuple[dict[str, float], dict[
             raise InputError(f"harness {name!r}: expected an object with launch_offset_us, or host_us (and "
                              f"host_per_channel_us), and a name other than {PER_RANK}, whose offset is 0",
                              where=where)
+        unknown = sorted(set(entry) - _HARNESS_KEYS - ({"launch_offset_us"} if "launch_offset_us" in entry
+                                                          else {"host_us", "host_per_channel_us"}))
+        if unknown:
+            raise InputError(f"harness {name!r}: unknown key(s) {', '.join(unknown)} (an added cost gives "
+                             "launch_offset_us, an overlapping one host_us and host_per_channel_us)", where=where)
         if "launch_offset_us" in entry:
             offsets[name] = _us(entry, "launch_offset_us", name, where)
         else:

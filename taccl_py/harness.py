@@ -10,7 +10,7 @@ one thread launch every GPU's kernel in turn; its host cost per collective can b
   with the channels NCCL splits the collective over (:func:`taccl_py.runtime.nccl_channels`).
 
 The overlapped form is what published runs show where they can tell: Together AI's ``-g 8`` H100 runs with NVLS
-take, from 4 MB, the time DGX Cloud's one-GPU-per-process run takes (within 3 %), with no host cost added; below,
+take, from 2 MB to 8 GB, the time DGX Cloud's one-GPU-per-process run takes (within 3 %), with no host cost added; below,
 their times stay on a floor of 35-45 us that rises with the size (the channels) while the GPUs' time is well under it.
 """
 

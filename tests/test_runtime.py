@@ -1286,7 +1286,9 @@ def test_a_case_keeps_its_sizes_and_names_its_host_harness(tmp_path: Path) -> No
     del raw["harness"]["per-rank"]
     for entry, message in (({"launch_offset_us": 3.0, "host_us": 30.0}, "with launch_offset_us, or host_us"),
                            ({"host_us": -1}, "host_us must be a number of us"),
-                           ({"host_us": 30.0, "host_per_channel_us": "x"}, "host_per_channel_us must be")):
+                           ({"host_us": 30.0, "host_per_channel_us": "x"}, "host_per_channel_us must be"),
+                           ({"host_us": 30.0, "host_per_channel": 0.2}, "unknown key.s. host_per_channel"),
+                           ({"launch_offset_us": 3.0, "host_per_channel_us": 0.2}, "unknown key.s. host_per_channel_us")):
         raw["harness"]["elsewhere"] = entry
         (tmp_path / "manifest.json").write_text(json.dumps(raw))
         with pytest.raises(InputError, match=message):
@@ -1341,7 +1343,14 @@ def test_runtime_fit_overlaps_the_harness_with_the_gpus(tmp_path: Path, capsys: 
     assert sum(r.get("host_bound", False) for r in report["rows"]) >= 6
     fitted = json.loads(out.read_text())["runtime"]
     assert fitted["launch_us"] == {p.value: v for p, v in NCCL_BASE_LATENCY_US.items()}  # the host stays out
-    for extra, message in (([], "give both"), (["--harness-offset", "5"], "no --harness-offset")):
+    small = [r for r in rows if r.size_bytes <= 8 << 10]  # one channel each: the per-channel cost is not told
+    alone = fit_overlapped_host(topo, truth, small)
+    assert alone.host.per_channel_us == 0.0 and alone.host.host_us == pytest.approx(30.5, abs=0.3)
+    assert len(alone.warnings) == 1 and "all run on one number of channels" in alone.warnings[0]
+    gpu_rows = [replace(r, time_us=measured[r.size_bytes][0]) for r in rows if r.size_bytes >= 1 << 24]
+    hidden = fit_overlapped_host(topo, truth, gpu_rows)  # the GPUs bind every row: nothing tells the host
+    assert not any(hidden.host_bound) and "no row is above its GPU time" in hidden.warnings[0]
+    for extra, message in (([], "give both"), (["--harness-offset", "5"], "--harness-offset gives one added to it")):
         with pytest.raises(SystemExit) as exit_info:
             main(["profile", "fit", "--runtime", str(log), *(["--per-rank", str(per_rank)] if extra else []),
                   "--overlap", *extra, "--into", str(start), "-o", str(out)])
@@ -1782,7 +1791,7 @@ def test_profile_check_notes_missed_sizes_the_in_place_time_meets(capsys: pytest
     miss. A published table's rows have no in-place time; a log that timed each size once neither."""
     log = FIXTURES / "together_h100x8_all_reduce_ring_220043.log"
     with pytest.raises(SystemExit):
-        main(["--launch-offset", "20.25", "profile", "check", f"{log}@256KB:1MB", "-t", "dgx-h100", "--json"])
+        main(["profile", "check", f"{log}@256KB:1MB", "-t", "dgx-h100", "--host-overlap", "35.51,0.2174", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert len(data["notes"]) == 1 and "512KB: 69.21 us out-of-place, 44.23 us in place" in data["notes"][0]
     assert "within the target of the in-place one" in data["notes"][0]

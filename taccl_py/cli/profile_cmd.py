@@ -162,7 +162,7 @@ def _report_fit(outcome: FitOutcome, output: str | None, as_json: bool) -> None:
 @click.option("--overlap", "overlap", is_flag=True,
               help="With --runtime: FILE...'s harness (all_reduce_perf -g N) launches the next collective while the "
                    "GPUs run this one, so a row takes the longer of the GPUs' time and the host's: the figures are "
-                   "fitted on the --per-rank rows only (give there the sizes of FILE... its GPUs bound, e.g. "
+                   "fitted on the --per-rank rows only (give there the sizes where FILE...'s GPUs bind, e.g. "
                    "FILE@4MB:8GB), then the host's cost per collective and per channel on FILE...'s rows; the host's "
                    "cost is reported, not written into the model.")
 @click.option("--select", "select", multiple=True, metavar="COLUMN=VALUE",
@@ -259,16 +259,21 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     check_output_file(target, "-o" if output else "--into")
     if harness_offset is not None and not files:
         raise ProfileInputError("the harness offset is that of FILE...'s rows: give FILE", where="--harness-offset")
-    if overlap and (not files or not per_rank or harness_offset is not None):
+    if overlap and harness_offset is not None:
+        raise ProfileInputError("--overlap fits a host cost that overlaps the GPUs' work; --harness-offset gives one "
+                                "added to it: not both", where="--overlap")
+    if overlap and (not files or not per_rank):
         raise ProfileInputError("--overlap fits the figures on --per-rank FILE... and the host cost of FILE...'s "
-                                "harness after them: give both (and no --harness-offset, an added cost)",
-                                where="--overlap")
+                                "harness after them: give both", where="--overlap")
     rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
                                              per_rank=per_rank, select=select, ranks=ranks)
     warnings += _disturbed_fit_rows(rows)
     host_rows = [r for r in rows if r.offset] if overlap else []
     if overlap:
         rows = [r for r in rows if not r.offset]
+        if not any(r.gpus_per_thread > 1 for r in host_rows):
+            warnings.append(f"--overlap: no run of {', '.join(files)} launched several GPUs from one thread "
+                            "(nccl-tests -g N): the host cost fitted is that of one GPU per process")
     if protocols is not None and class_name in ("nvls", "nvls-tree", "net-alltoall"):
         raise ProfileInputError(f"--class {class_name} fits rows whose protocol NCCL fixes (NVLS runs Simple, Alltoall "
                                 "picks by size): --protocol applies to the nvlink, pci and net classes",
@@ -323,7 +328,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     model = replace(fit.model, name=f"{fit.model.name.removesuffix('+fit')}+fit", fitted=record,
                     sources=(*kept, f"{fit.link_class}: fitted by taccl profile fit --runtime from {label}"))
     save_topology(replace(base, runtime=model), target)
-    all_warnings = [*warnings, *fit.warnings]
+    all_warnings = [*warnings, *fit.warnings, *(() if host is None else host.warnings)]
     if as_json:
         emit_json({"command": "profile fit", "mode": "runtime", "inputs": inputs, "output": target,
                    "fit": record, "warnings": all_warnings,
@@ -338,7 +343,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     _warn(all_warnings)
     for line in inputs:
         out_console.print(f"read {line}", markup=False)
-    figures = ", ".join(f"{k} {v:.4g}" for k, v in fit.figures.items())
+    figures = ", ".join(f"{k} {v:.4g}" for k, v in fit.figures.items() if not (host is not None and k == "launch"))
     out_console.print(f"fitted {fit.link_class}: {figures} (fitted: {', '.join(fit.fitted)})", markup=False)
     if host is not None:
         out_console.print(f"host cost of {', '.join(files)}'s harness, overlapping the GPUs' work: "
@@ -470,10 +475,13 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                 warnings.append(f"{spec}: {len(unpredicted)} row(s) have no prediction (no allowed algorithm runs "
                                 "them on this topology); they count as missed")
             if not algorithms:
-                hints += _other_algorithm_hints(spec, out, topology, model, say, protocols=allowed)
+                hints += _other_algorithm_hints(spec, out, topology, model, say, protocols=allowed, host=host)
             checked.append((spec, out))
     if host is None:
         hints += _harness_hints(checked)
+    elif not any(row.gpus_per_thread > 1 for _, out in checked for row, _ in out):
+        warnings.append("--host-overlap: no run checked launched several GPUs from one thread (nccl-tests -g N); "
+                        "the host cost applies to none of its rows")
     every = [f for _, out in checked for _, f in out]
     met = sum(f.met for f in every)
     errors = [f.error for f in every if f.error is not None]
@@ -571,7 +579,8 @@ def _harness_hints(checked: list[tuple[str, list[tuple[TimedRow, FidelityRow]]]]
 
 def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], topology: Topology,
                            model: Any, say: Callable[[str], None], *,
-                           protocols: tuple[Protocol, ...] | None = None) -> list[str]:
+                           protocols: tuple[Protocol, ...] | None = None,
+                           host: OverlappedHost | None = None) -> list[str]:
     """Where the model's choice misses rows that another of NCCL's algorithms would meet: NCCL's own tuning may
     have run that one there (it does not always run the model's fastest), which ``FILE@LO:HI#ALGO`` can say.
     Rows whose file names its algorithms are left alone; a hint needs two missed rows or more, most of them met."""
@@ -589,7 +598,8 @@ def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], t
                 continue
             say(f"trying {name} on the missed rows of {Path(_file_of(spec)).name}")
             met = [row for row, f in rows if f.algorithm != name and predict_row(
-                topology, model, kind, row.size_bytes, f.published_busbw, algorithms=(name,), protocols=protocols).met]
+                topology, model, kind, row.size_bytes, f.published_busbw, algorithms=(name,), protocols=protocols,
+                host=host if row.gpus_per_thread > 1 else None).met]
             if len(met) >= 2 and 2 * len(met) > len(rows):
                 lo, hi = format_bytes(min(r.size_bytes for r in met)), format_bytes(max(r.size_bytes for r in met))
                 hints.append(f"{spec}: {len(met)} of the {len(rows)} missed {kind.value} rows ({lo}..{hi}) are within "

@@ -119,8 +119,22 @@ class RuntimeFitRow:
         return self.predicted_us / self.row.time_us - 1.0
 
 
+class _RowErrors:
+    """The relative errors of a fit's rows, summed up."""
+
+    rows: tuple[RuntimeFitRow, ...]
+
+    @property
+    def rms_error(self) -> float:
+        return math.sqrt(sum(r.error ** 2 for r in self.rows) / len(self.rows)) if self.rows else 0.0
+
+    @property
+    def max_error(self) -> float:
+        return max((abs(r.error) for r in self.rows), default=0.0)
+
+
 @dataclass(frozen=True)
-class RuntimeFit:
+class RuntimeFit(_RowErrors):
     """The fitted model, the figures (fitted or kept), the rows and how well they are described."""
 
     model: RuntimeModel
@@ -131,14 +145,6 @@ class RuntimeFit:
     iterations: int
     warnings: tuple[str, ...] = field(default=())
     method: str = FIT_METHOD
-
-    @property
-    def rms_error(self) -> float:
-        return math.sqrt(sum(r.error ** 2 for r in self.rows) / len(self.rows)) if self.rows else 0.0
-
-    @property
-    def max_error(self) -> float:
-        return max((abs(r.error) for r in self.rows), default=0.0)
 
     def as_dict(self) -> dict[str, Any]:
         return {"link_class": self.link_class, "figures": {k: round(v, 6) for k, v in self.figures.items()},
@@ -494,11 +500,12 @@ def _nelder_mead(f: Any, x0: np.ndarray, lo: np.ndarray, hi: np.ndarray, *, fixe
 HOST_FIT_METHOD = ("least squares on relative residuals of max(GPU time, host time) per row: the GPU time of NCCL's "
                    "choice under the fitted model, the host's host_us + per_channel_us x the channels it runs on; "
                    "non-negative linear least squares on the rows the host binds, repeated until they hold, then "
-                   "Nelder-Mead on the exact cost")
+                   "Nelder-Mead on the exact cost; the per-channel cost only where the rows above their GPU time run "
+                   "on two channel counts or more")
 
 
 @dataclass(frozen=True)
-class HostFit:
+class HostFit(_RowErrors):
     """The overlapped host cost of a harness fitted on its rows, each predicted as the longer of the GPUs' time and
     the host's (:class:`taccl_py.harness.OverlappedHost`)."""
 
@@ -506,15 +513,8 @@ class HostFit:
     rows: tuple[RuntimeFitRow, ...]
     host_bound: tuple[bool, ...]
     """Per row, whether the host's time is the longer (the row tells the host's cost, not the GPUs')."""
+    warnings: tuple[str, ...] = ()
     method: str = HOST_FIT_METHOD
-
-    @property
-    def rms_error(self) -> float:
-        return math.sqrt(sum(r.error ** 2 for r in self.rows) / len(self.rows)) if self.rows else 0.0
-
-    @property
-    def max_error(self) -> float:
-        return max((abs(r.error) for r in self.rows), default=0.0)
 
     def as_dict(self) -> dict[str, Any]:
         return {"host_us": round(self.host.host_us, 6), "per_channel_us": round(self.host.per_channel_us, 6),
@@ -559,33 +559,56 @@ def fit_overlapped_host(topology: Topology, model: RuntimeModel, rows: Sequence[
         resid = np.maximum(g, v[0] + v[1] * c) / m - 1.0
         return float(resid @ resid)
 
-    x = _host_least_squares(g, c, m)
-    hi = np.array([float(m.max()), float(m.max() / max(c.max(), 1.0))])
-    x = min((x, _nelder_mead(cost, x, np.zeros(2), hi, fixed=np.zeros(2, bool))), key=cost)
+    # the per-channel cost is told only by rows above their GPU time on two channel counts or more
+    per_channel = len(set(c[m > g].tolist())) >= 2
+    x = _host_least_squares(g, c, m, per_channel=per_channel)
+    hi = np.array([float(m.max()), float(m.max() / max(c.max(), 1.0)) if per_channel else 0.0])
+    x = min((x, _nelder_mead(cost, x, np.zeros(2), hi, fixed=np.array([False, not per_channel]))), key=cost)
     host = OverlappedHost(float(x[0]), float(x[1]))
     times = np.maximum(g, host.host_us + host.per_channel_us * c)
+    bound = tuple(bool(v) for v in (host.host_us + host.per_channel_us * c > g))
+    warnings = []
+    if not any(bound):
+        warnings.append("no row is above its GPU time at the fitted figures: the harness's host cost is not told by "
+                        "these rows (0 us is only the least it can be)")
+    elif not per_channel:
+        warnings.append("the rows above their GPU time all run on one number of channels: the host's cost per "
+                        "channel is not told by them and is kept at 0")
     fitted = tuple(RuntimeFitRow(r, float(t), a, p) for r, t, (a, p) in zip(rows, times, choice, strict=True))
-    return HostFit(host, fitted, tuple(bool(v) for v in (host.host_us + host.per_channel_us * c > g)))
+    return HostFit(host, fitted, bound, tuple(warnings))
 
 
-def _host_least_squares(g: np.ndarray, c: np.ndarray, m: np.ndarray) -> np.ndarray:
+def _host_least_squares(g: np.ndarray, c: np.ndarray, m: np.ndarray, *, per_channel: bool) -> np.ndarray:
     """(host_us, per_channel_us) by non-negative least squares on the rows the host binds, repeated until they hold
-    (starting from the rows measured above their GPU time)."""
+    (starting from the rows measured above their GPU time); ``per_channel`` False keeps the per-channel cost at 0."""
     bound = m > g
     x = np.zeros(2)
     for _ in range(50):
         if not bound.any():
             break
-        a = np.column_stack([np.ones(int(bound.sum())), c[bound]]) / m[bound, None]
-        x, *_ = np.linalg.lstsq(a, np.ones(int(bound.sum())), rcond=None)
-        if x[1] < 0:  # the per-channel part at its bound: the host's fixed part alone
-            x = np.array([float(np.sum(1.0 / m[bound]) / np.sum(1.0 / m[bound] ** 2)), 0.0])
-        x = np.maximum(x, 0.0)
+        x = _nonnegative_pair(c[bound], m[bound], per_channel=per_channel)
         now = x[0] + x[1] * c > g
         if np.array_equal(now, bound):
             break
         bound = now
     return x
+
+
+def _nonnegative_pair(c: np.ndarray, m: np.ndarray, *, per_channel: bool) -> np.ndarray:
+    """The (a, b) >= 0 minimizing sum(((a + b c) / m - 1)^2): the unconstrained solution, else the best with one of
+    them at 0 (the two-variable case of non-negative least squares)."""
+    w = 1.0 / m
+
+    def alone(column: np.ndarray) -> float:  # the best factor of one column, at least 0
+        return max(0.0, float((column * w) @ np.ones_like(m) / ((column * w) @ (column * w))))
+
+    candidates = [np.array([alone(np.ones_like(m)), 0.0])]
+    if per_channel:
+        candidates.append(np.array([0.0, alone(c)]))
+        both, *_ = np.linalg.lstsq(np.column_stack([w, c * w]), np.ones_like(m), rcond=None)
+        if (both >= 0).all():
+            candidates.append(both)
+    return min(candidates, key=lambda v: float(((v[0] + v[1] * c) * w - 1.0) @ ((v[0] + v[1] * c) * w - 1.0)))
 
 
 NVLS_FIT_METHOD = ("least squares on relative residuals: each row simulated as the nvls baseline in NCCL's chunk steps "
