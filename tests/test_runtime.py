@@ -1320,7 +1320,7 @@ def test_runtime_fit_overlaps_the_harness_with_the_gpus(tmp_path: Path, capsys: 
     assert sum(m > g for g, m in measured.values()) >= 6  # the host binds the small sizes ...
     assert measured[1 << 28][0] == measured[1 << 28][1]  # ... and hides under the GPUs at the large ones
     log = tmp_path / "all_reduce.log"
-    log.write_text(_nccl_tests_text([(s, measured[s][1]) for s in sizes], 4))
+    log.write_text(_nccl_tests_text([(s, measured[s][1]) for s in sizes], 4).replace("nGpus 1", "nGpus 4"))
     per_rank = tmp_path / "per_rank.log"
     per_rank.write_text(_nccl_tests_text([(s, measured[s][0]) for s in sizes], 4))
     rows, _, _ = read_timed_rows([str(log)], topo)
@@ -1340,7 +1340,7 @@ def test_runtime_fit_overlaps_the_harness_with_the_gpus(tmp_path: Path, capsys: 
     assert report["fit"]["harness_host"]["host_us"] == pytest.approx(30.0, abs=1.0)
     assert report["fit"]["harness_host"]["per_channel_us"] == pytest.approx(0.5, abs=0.1)
     assert "harness_launch_offset_us" not in report["fit"] and report["fit"]["rms_error"] < 0.03
-    assert sum(r.get("host_bound", False) for r in report["rows"]) >= 6
+    assert sum(r.get("host_bound", False) for r in report["rows"]) >= 6 and not report["warnings"]
     fitted = json.loads(out.read_text())["runtime"]
     assert fitted["launch_us"] == {p.value: v for p, v in NCCL_BASE_LATENCY_US.items()}  # the host stays out
     small = [r for r in rows if r.size_bytes <= 8 << 10]  # one channel each: the per-channel cost is not told
@@ -1830,6 +1830,12 @@ def test_profile_check_offers_the_launch_offset_of_a_one_process_log(capsys: pyt
                                  if c.name == "Together 8 x H100 all_reduce (ring, calibration)"), FIXTURES)
     assert [r["predicted_us"] for r in overlapped["files"][0]["rows"]] == pytest.approx(
         [r.predicted_us for r in fidelity], rel=1e-9)
+    per_rank_log = f"{FIXTURES / 'dgxc_h100x8_all_reduce.log'}@64B:1KB"
+    with pytest.raises(SystemExit):  # a log that says one GPU per process keeps the model's own times
+        main(["profile", "check", per_rank_log, "-t", "dgx-h100", "--host-overlap", "35.51", "--json"])
+    alone = json.loads(capsys.readouterr().out)
+    assert all(r["predicted_us"] < 30 for r in alone["files"][0]["rows"])
+    assert any("ran one GPU per process" in w for w in alone["warnings"])
     for args, message in ((["--host-overlap", "35,x"], "expected US or US,US"),
                           (["--host-overlap", "1,2,3"], "expected US or US,US"),
                           (["--launch-offset", "3", "--host-overlap", "35"], "not both")):

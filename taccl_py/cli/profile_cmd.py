@@ -246,7 +246,7 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
         fit_nvls_tree,
         fit_overlapped_host,
         fit_runtime,
-        read_timed_rows,
+        read_timed_files,
     )
 
     if into is None:
@@ -265,15 +265,17 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     if overlap and (not files or not per_rank):
         raise ProfileInputError("--overlap fits the figures on --per-rank FILE... and the host cost of FILE...'s "
                                 "harness after them: give both", where="--overlap")
-    rows, inputs, warnings = read_timed_rows(files, base, collective=collective, rows_kept=rows_kept,
-                                             per_rank=per_rank, select=select, ranks=ranks)
+    per_file, inputs, warnings = read_timed_files(files, base, collective=collective, rows_kept=rows_kept,
+                                                  per_rank=per_rank, select=select, ranks=ranks)
+    rows = [row for _, file_rows in per_file for row in file_rows]
     warnings += _disturbed_fit_rows(rows)
     host_rows = [r for r in rows if r.offset] if overlap else []
     if overlap:
         rows = [r for r in rows if not r.offset]
-        if not any(r.gpus_per_thread > 1 for r in host_rows):
-            warnings.append(f"--overlap: no run of {', '.join(files)} launched several GPUs from one thread "
-                            "(nccl-tests -g N): the host cost fitted is that of one GPU per process")
+        single = [spec for spec, file_rows in per_file[:len(files)] if _one_gpu_per_process(spec, file_rows)]
+        if single:
+            warnings.append(f"--overlap: {', '.join(single)} ran one GPU per process (its log's nGpus): the host "
+                            "cost fitted on it is not that of a -g N harness")
     if protocols is not None and class_name in ("nvls", "nvls-tree", "net-alltoall"):
         raise ProfileInputError(f"--class {class_name} fits rows whose protocol NCCL fixes (NVLS runs Simple, Alltoall "
                                 "picks by size): --protocol applies to the nvlink, pci and net classes",
@@ -452,6 +454,10 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
     with progress_line(progress_enabled(as_json)) as say:
         for spec, rows in per_file:
             out: list[tuple[TimedRow, FidelityRow]] = []
+            applied = None if host is None or _one_gpu_per_process(spec, rows) else host
+            if host is not None and applied is None:
+                warnings.append(f"--host-overlap: {spec} ran one GPU per process (its log's nGpus): the host cost "
+                                "is not applied to its rows")
             for row in rows:
                 done += 1
                 say(f"predicting {Path(spec).name}: row {done}/{total} ({format_bytes(row.size_bytes)})")
@@ -460,8 +466,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                             else measured_busbw(row.kind, topology.num_gpus, row.size_bytes, row.in_place_us))
                 out.append((row, predict_row(topology, model, row.kind, row.size_bytes, published,
                                              algorithms=row.algorithms or algorithms or None,
-                                             protocols=allowed, in_place_busbw=in_place,
-                                             host=host if row.gpus_per_thread > 1 else None)))
+                                             protocols=allowed, in_place_busbw=in_place, host=applied)))
             if all(f.predicted_busbw is None for _, f in out):
                 named = out[0][0].algorithms or algorithms
                 ran = ", ".join(sorted({r.kind.value for r, _ in out}))
@@ -475,13 +480,10 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                 warnings.append(f"{spec}: {len(unpredicted)} row(s) have no prediction (no allowed algorithm runs "
                                 "them on this topology); they count as missed")
             if not algorithms:
-                hints += _other_algorithm_hints(spec, out, topology, model, say, protocols=allowed, host=host)
+                hints += _other_algorithm_hints(spec, out, topology, model, say, protocols=allowed, host=applied)
             checked.append((spec, out))
     if host is None:
         hints += _harness_hints(checked)
-    elif not any(row.gpus_per_thread > 1 for _, out in checked for row, _ in out):
-        warnings.append("--host-overlap: no run checked launched several GPUs from one thread (nccl-tests -g N); "
-                        "the host cost applies to none of its rows")
     every = [f for _, out in checked for _, f in out]
     met = sum(f.met for f in every)
     errors = [f.error for f in every if f.error is not None]
@@ -599,7 +601,7 @@ def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], t
             say(f"trying {name} on the missed rows of {Path(_file_of(spec)).name}")
             met = [row for row, f in rows if f.algorithm != name and predict_row(
                 topology, model, kind, row.size_bytes, f.published_busbw, algorithms=(name,), protocols=protocols,
-                host=host if row.gpus_per_thread > 1 else None).met]
+                host=host).met]
             if len(met) >= 2 and 2 * len(met) > len(rows):
                 lo, hi = format_bytes(min(r.size_bytes for r in met)), format_bytes(max(r.size_bytes for r in met))
                 hints.append(f"{spec}: {len(met)} of the {len(rows)} missed {kind.value} rows ({lo}..{hi}) are within "
@@ -654,6 +656,14 @@ def _in_place_notes(spec: str, out: list[tuple[TimedRow, FidelityRow]]) -> list[
                      "out-of-place time but is within the target of the in-place one, which lies off the out-of-place "
                      "one's band: the run's own spread is part of the miss")
     return notes
+
+
+def _one_gpu_per_process(spec: str, rows: list[TimedRow]) -> bool:
+    """Whether ``spec`` is a log whose runs say they launched one GPU per thread (a published table does not say
+    how its runs were launched)."""
+    from taccl_py.profiler.tables import is_timing_table
+
+    return not is_timing_table(_file_of(spec)) and all(row.gpus_per_thread == 1 for row in rows)
 
 
 def _file_of(spec: str) -> str:
