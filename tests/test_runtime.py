@@ -1347,6 +1347,12 @@ def test_runtime_fit_overlaps_the_harness_with_the_gpus(tmp_path: Path, capsys: 
     alone = fit_overlapped_host(topo, truth, small)
     assert alone.host.per_channel_us == 0.0 and alone.host.host_us == pytest.approx(30.5, abs=0.3)
     assert len(alone.warnings) == 1 and "all run on one number of channels" in alone.warnings[0]
+    assert not alone.per_channel_fitted and alone.as_dict()["per_channel_fitted"] is False
+    import numpy as np
+
+    from taccl_py.profiler.runtime_fit import _nonnegative_pair
+    same = np.array([4.0, 4.0, 4.0])  # one channel count: no split of the cost between the two parts
+    assert _nonnegative_pair(same, np.array([31.0, 32.0, 33.0]), per_channel=True)[1] == 0.0
     gpu_rows = [replace(r, time_us=measured[r.size_bytes][0]) for r in rows if r.size_bytes >= 1 << 24]
     hidden = fit_overlapped_host(topo, truth, gpu_rows)  # the GPUs bind every row: nothing tells the host
     assert not any(hidden.host_bound) and "no row is above its GPU time" in hidden.warnings[0]
@@ -1835,7 +1841,7 @@ def test_profile_check_offers_the_launch_offset_of_a_one_process_log(capsys: pyt
         main(["profile", "check", per_rank_log, "-t", "dgx-h100", "--host-overlap", "35.51", "--json"])
     alone = json.loads(capsys.readouterr().out)
     assert all(r["predicted_us"] < 30 for r in alone["files"][0]["rows"])
-    assert any("ran one GPU per process" in w for w in alone["warnings"])
+    assert any("do not say they launched several GPUs" in w for w in alone["warnings"])
     for args, message in ((["--host-overlap", "35,x"], "expected US or US,US"),
                           (["--host-overlap", "1,2,3"], "expected US or US,US"),
                           (["--launch-offset", "3", "--host-overlap", "35"], "not both")):

@@ -32,6 +32,7 @@ from taccl_py.limits import MAX_GPUS, MAX_LOCAL_RANKS, MAX_PROFILE_REPEATS
 from taccl_py.profiler.calibration import LinkFit, link_classes
 from taccl_py.profiler.fitting import FitOutcome, FitRequest, fit_measurements
 from taccl_py.profiler.report import FitRow, fit_to_json, rows_from_fits, rows_from_topology, write_plot
+from taccl_py.profiler.tables import is_timing_table
 from taccl_py.runtime import NCCL_ALGORITHM_NAMES, PROTOCOLS, Protocol
 from taccl_py.topology import Topology
 from taccl_py.topology_io import load_topology, save_topology
@@ -272,10 +273,11 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     host_rows = [r for r in rows if r.offset] if overlap else []
     if overlap:
         rows = [r for r in rows if not r.offset]
-        single = [spec for spec, file_rows in per_file[:len(files)] if _one_gpu_per_process(spec, file_rows)]
+        single = [spec for spec, file_rows in per_file[:len(files)] if _single_gpu_rows(spec, file_rows)]
         if single:
-            warnings.append(f"--overlap: {', '.join(single)} ran one GPU per process (its log's nGpus): the host "
-                            "cost fitted on it is not that of a -g N harness")
+            warnings.append(f"--overlap: {', '.join(single)} has runs that do not say they launched several GPUs "
+                            "from one thread (nccl-tests -g N): the host cost fitted on them is not that of a -g N "
+                            "harness")
     if protocols is not None and class_name in ("nvls", "nvls-tree", "net-alltoall"):
         raise ProfileInputError(f"--class {class_name} fits rows whose protocol NCCL fixes (NVLS runs Simple, Alltoall "
                                 "picks by size): --protocol applies to the nvlink, pci and net classes",
@@ -398,10 +400,11 @@ _CHECK_COLUMNS = ("size", "measured us", "predicted us", "measured busbw", "pred
               help="Ranks of every nccl-tests run read (for logs without Rank lines; else their distinct Rank "
                    "lines, or nThread x nGpus).")
 @click.option("--host-overlap", "host_overlap", metavar="US[,US]",
-              help="The host cost of the -g N runs checked (nccl-tests launching several GPUs from one thread), "
-                   "overlapping the GPUs' work: US per collective and, after a comma, US per channel NCCL runs it "
-                   "on; such a row takes the longer of the GPUs' time and the host's (profile fit --runtime "
-                   "--overlap fits them; the Together host's: 35.51,0.2174). Not with taccl --launch-offset.")
+              help="The host cost of the -g N runs checked (nccl-tests launching several GPUs from one thread) and "
+                   "of published tables (which do not say how they were launched), overlapping the GPUs' work: US "
+                   "per collective and, after a comma, US per channel NCCL runs it on; such a row takes the longer "
+                   "of the GPUs' time and the host's (profile fit --runtime --overlap fits them; the Together "
+                   "host's: 35.51,0.2174). Not with taccl --launch-offset.")
 @click.option("--strict", is_flag=True, help="Exit with status 1 when a row misses its target.")
 @json_option
 def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None, rows_kept: str,
@@ -454,10 +457,11 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
     with progress_line(progress_enabled(as_json)) as say:
         for spec, rows in per_file:
             out: list[tuple[TimedRow, FidelityRow]] = []
-            applied = None if host is None or _one_gpu_per_process(spec, rows) else host
-            if host is not None and applied is None:
-                warnings.append(f"--host-overlap: {spec} ran one GPU per process (its log's nGpus): the host cost "
-                                "is not applied to its rows")
+            table = host is not None and is_timing_table(_file_of(spec))
+            single = 0 if host is None else _single_gpu_rows(spec, rows)
+            if single:
+                warnings.append(f"--host-overlap: {single} row(s) of {spec} are of runs that do not say they launched "
+                                "several GPUs from one thread (nccl-tests -g N): the host cost is not applied to them")
             for row in rows:
                 done += 1
                 say(f"predicting {Path(spec).name}: row {done}/{total} ({format_bytes(row.size_bytes)})")
@@ -466,7 +470,8 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                             else measured_busbw(row.kind, topology.num_gpus, row.size_bytes, row.in_place_us))
                 out.append((row, predict_row(topology, model, row.kind, row.size_bytes, published,
                                              algorithms=row.algorithms or algorithms or None,
-                                             protocols=allowed, in_place_busbw=in_place, host=applied)))
+                                             protocols=allowed, in_place_busbw=in_place,
+                                             host=host if table or row.gpus_per_thread > 1 else None)))
             if all(f.predicted_busbw is None for _, f in out):
                 named = out[0][0].algorithms or algorithms
                 ran = ", ".join(sorted({r.kind.value for r, _ in out}))
@@ -480,7 +485,8 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
                 warnings.append(f"{spec}: {len(unpredicted)} row(s) have no prediction (no allowed algorithm runs "
                                 "them on this topology); they count as missed")
             if not algorithms:
-                hints += _other_algorithm_hints(spec, out, topology, model, say, protocols=allowed, host=applied)
+                hints += _other_algorithm_hints(spec, out, topology, model, say, protocols=allowed,
+                                                host=host, table=table)
             checked.append((spec, out))
     if host is None:
         hints += _harness_hints(checked)
@@ -582,7 +588,7 @@ def _harness_hints(checked: list[tuple[str, list[tuple[TimedRow, FidelityRow]]]]
 def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], topology: Topology,
                            model: Any, say: Callable[[str], None], *,
                            protocols: tuple[Protocol, ...] | None = None,
-                           host: OverlappedHost | None = None) -> list[str]:
+                           host: OverlappedHost | None = None, table: bool = False) -> list[str]:
     """Where the model's choice misses rows that another of NCCL's algorithms would meet: NCCL's own tuning may
     have run that one there (it does not always run the model's fastest), which ``FILE@LO:HI#ALGO`` can say.
     Rows whose file names its algorithms are left alone; a hint needs two missed rows or more, most of them met."""
@@ -601,7 +607,7 @@ def _other_algorithm_hints(spec: str, out: list[tuple[TimedRow, FidelityRow]], t
             say(f"trying {name} on the missed rows of {Path(_file_of(spec)).name}")
             met = [row for row, f in rows if f.algorithm != name and predict_row(
                 topology, model, kind, row.size_bytes, f.published_busbw, algorithms=(name,), protocols=protocols,
-                host=host).met]
+                host=host if table or row.gpus_per_thread > 1 else None).met]
             if len(met) >= 2 and 2 * len(met) > len(rows):
                 lo, hi = format_bytes(min(r.size_bytes for r in met)), format_bytes(max(r.size_bytes for r in met))
                 hints.append(f"{spec}: {len(met)} of the {len(rows)} missed {kind.value} rows ({lo}..{hi}) are within "
@@ -658,12 +664,12 @@ def _in_place_notes(spec: str, out: list[tuple[TimedRow, FidelityRow]]) -> list[
     return notes
 
 
-def _one_gpu_per_process(spec: str, rows: list[TimedRow]) -> bool:
-    """Whether ``spec`` is a log whose runs say they launched one GPU per thread (a published table does not say
-    how its runs were launched)."""
-    from taccl_py.profiler.tables import is_timing_table
-
-    return not is_timing_table(_file_of(spec)) and all(row.gpus_per_thread == 1 for row in rows)
+def _single_gpu_rows(spec: str, rows: list[TimedRow]) -> int:
+    """How many of ``spec``'s rows are of log runs that do not say they launched several GPUs from one thread (a
+    published table does not say how its runs were launched: none of its rows counts)."""
+    if is_timing_table(_file_of(spec)):
+        return 0
+    return sum(row.gpus_per_thread == 1 for row in rows)
 
 
 def _file_of(spec: str) -> str:

@@ -514,11 +514,13 @@ class HostFit(_RowErrors):
     host_bound: tuple[bool, ...]
     """Per row, whether the host's time is the longer (the row tells the host's cost, not the GPUs')."""
     warnings: tuple[str, ...] = ()
+    per_channel_fitted: bool = True
+    """Whether the rows told the cost per channel (host-bound rows on two channel counts or more); else it is 0."""
     method: str = HOST_FIT_METHOD
 
     def as_dict(self) -> dict[str, Any]:
         return {"host_us": round(self.host.host_us, 6), "per_channel_us": round(self.host.per_channel_us, 6),
-                "method": self.method, "rows": len(self.rows), "host_bound_rows": sum(self.host_bound),
+                "per_channel_fitted": self.per_channel_fitted, "method": self.method, "rows": len(self.rows), "host_bound_rows": sum(self.host_bound),
                 "rms_error": round(self.rms_error, 6), "max_error": round(self.max_error, 6)}
 
 
@@ -560,10 +562,17 @@ def fit_overlapped_host(topology: Topology, model: RuntimeModel, rows: Sequence[
         return float(resid @ resid)
 
     # the per-channel cost is told only by rows above their GPU time on two channel counts or more
+    def fit(per_channel: bool) -> np.ndarray:
+        x = _host_least_squares(g, c, m, per_channel=per_channel)
+        hi = np.array([float(m.max()), float(m.max() / max(c.max(), 1.0)) if per_channel else 0.0])
+        return min((x, _nelder_mead(cost, x, np.zeros(2), hi, fixed=np.array([False, not per_channel]))), key=cost)
+
+    # the cost per channel is told only by rows the host binds on two channel counts or more, at the fit too
     per_channel = len(set(c[m > g].tolist())) >= 2
-    x = _host_least_squares(g, c, m, per_channel=per_channel)
-    hi = np.array([float(m.max()), float(m.max() / max(c.max(), 1.0)) if per_channel else 0.0])
-    x = min((x, _nelder_mead(cost, x, np.zeros(2), hi, fixed=np.array([False, not per_channel]))), key=cost)
+    x = fit(per_channel)
+    if per_channel and len(set(c[x[0] + x[1] * c > g].tolist())) < 2:
+        per_channel = False
+        x = fit(per_channel)
     host = OverlappedHost(float(x[0]), float(x[1]))
     times = np.maximum(g, host.host_us + host.per_channel_us * c)
     bound = tuple(bool(v) for v in (host.host_us + host.per_channel_us * c > g))
@@ -575,7 +584,7 @@ def fit_overlapped_host(topology: Topology, model: RuntimeModel, rows: Sequence[
         warnings.append("the rows above their GPU time all run on one number of channels: the host's cost per "
                         "channel is not told by them and is kept at 0")
     fitted = tuple(RuntimeFitRow(r, float(t), a, p) for r, t, (a, p) in zip(rows, times, choice, strict=True))
-    return HostFit(host, fitted, bound, tuple(warnings))
+    return HostFit(host, fitted, bound, tuple(warnings), per_channel)
 
 
 def _host_least_squares(g: np.ndarray, c: np.ndarray, m: np.ndarray, *, per_channel: bool) -> np.ndarray:
@@ -598,6 +607,7 @@ def _nonnegative_pair(c: np.ndarray, m: np.ndarray, *, per_channel: bool) -> np.
     """The (a, b) >= 0 minimizing sum(((a + b c) / m - 1)^2): the unconstrained solution, else the best with one of
     them at 0 (the two-variable case of non-negative least squares)."""
     w = 1.0 / m
+    per_channel = per_channel and bool(np.ptp(c) > 0)  # one channel count: the two columns are one
 
     def alone(column: np.ndarray) -> float:  # the best factor of one column, at least 0
         return max(0.0, float((column * w) @ np.ones_like(m) / ((column * w) @ (column * w))))
