@@ -273,7 +273,8 @@ def _fit_runtime_cmd(files: tuple[str, ...], output: str | None, into: str | Non
     host_rows = [r for r in rows if r.offset] if overlap else []
     if overlap:
         rows = [r for r in rows if not r.offset]
-        single = [spec for spec, file_rows in per_file[:len(files)] if _single_gpu_rows(spec, file_rows)]
+        single = [spec for spec, file_rows in per_file[:len(files)]
+                  if _single_gpu_rows(file_rows, table=is_timing_table(_file_of(spec)))]
         if single:
             warnings.append(f"--overlap: {', '.join(single)} has runs that do not say they launched several GPUs "
                             "from one thread (nccl-tests -g N): the host cost fitted on them is not that of a -g N "
@@ -458,7 +459,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
         for spec, rows in per_file:
             out: list[tuple[TimedRow, FidelityRow]] = []
             table = host is not None and is_timing_table(_file_of(spec))
-            single = 0 if host is None else _single_gpu_rows(spec, rows)
+            single = 0 if host is None else _single_gpu_rows(rows, table=table)
             if single:
                 warnings.append(f"--host-overlap: {single} row(s) of {spec} are of runs that do not say they launched "
                                 "several GPUs from one thread (nccl-tests -g N): the host cost is not applied to them")
@@ -664,12 +665,10 @@ def _in_place_notes(spec: str, out: list[tuple[TimedRow, FidelityRow]]) -> list[
     return notes
 
 
-def _single_gpu_rows(spec: str, rows: list[TimedRow]) -> int:
-    """How many of ``spec``'s rows are of log runs that do not say they launched several GPUs from one thread (a
-    published table does not say how its runs were launched: none of its rows counts)."""
-    if is_timing_table(_file_of(spec)):
-        return 0
-    return sum(row.gpus_per_thread == 1 for row in rows)
+def _single_gpu_rows(rows: list[TimedRow], *, table: bool) -> int:
+    """How many of a file's rows are of log runs that do not say they launched several GPUs from one thread (a
+    published ``table`` does not say how its runs were launched: none of its rows counts)."""
+    return 0 if table else sum(row.gpus_per_thread == 1 for row in rows)
 
 
 def _file_of(spec: str) -> str:

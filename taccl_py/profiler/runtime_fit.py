@@ -574,8 +574,9 @@ def fit_overlapped_host(topology: Topology, model: RuntimeModel, rows: Sequence[
         per_channel = False
         x = fit(per_channel)
     host = OverlappedHost(float(x[0]), float(x[1]))
-    times = np.maximum(g, host.host_us + host.per_channel_us * c)
-    bound = tuple(bool(v) for v in (host.host_us + host.per_channel_us * c > g))
+    host_times = host.host_us + host.per_channel_us * c
+    times = np.maximum(g, host_times)
+    bound = tuple(bool(v) for v in host_times > g)
     warnings = []
     if not any(bound):
         warnings.append("no row is above its GPU time at the fitted figures: the harness's host cost is not told by "
