@@ -40,10 +40,10 @@ from typing import Any
 from taccl_py.collectives import Collective, CollectiveKind, parse_collective
 from taccl_py.errors import InputError
 from taccl_py.harness import OverlappedHost
-from taccl_py.predict import predict_nccl
+from taccl_py.predict import overlapped_time_us, predict_nccl
 from taccl_py.profiler.nccl_tests import BINARY_MODELS, parse_nccl_tests_log
 from taccl_py.profiler.tables import read_timing_table
-from taccl_py.runtime import NCCL_ALGORITHM_NAMES, Protocol, RuntimeModel, nccl_channels, with_launch_offset
+from taccl_py.runtime import NCCL_ALGORITHM_NAMES, Protocol, RuntimeModel, with_launch_offset
 from taccl_py.topology import Topology
 from taccl_py.units import algbw_gbps, parse_size_bounds
 
@@ -386,8 +386,8 @@ def predict_row(topology: Topology, model: RuntimeModel, kind: CollectiveKind, s
     name, pred = best
     time_us, busbw = pred.sim.time_us, pred.sim.busbw_GBps
     if host is not None and time_us is not None:
-        channels = nccl_channels(name, pred.protocol, size_bytes, topology.num_gpus, model.channels)
-        time_us = host.time_us(time_us, channels)
+        time_us = overlapped_time_us(host, time_us, name, pred.protocol, size_bytes, topology, model)
+        assert time_us is not None
         busbw = measured_busbw(kind, topology.num_gpus, size_bytes, time_us)
     return FidelityRow(size_bytes, published_busbw, busbw, name, pred.protocol.value, time_us, in_place_busbw)
 

@@ -24,6 +24,7 @@ from taccl_py.collectives import CollectiveKind
 from taccl_py.compact import CompactSchedule, compact
 from taccl_py.errors import NotApplicable
 from taccl_py.fast_sim import runs_compiled
+from taccl_py.harness import OverlappedHost
 from taccl_py.runtime import (
     NVLS_ALGORITHMS,
     NVLS_ONE_PHASE_KINDS,
@@ -33,6 +34,7 @@ from taccl_py.runtime import (
     RuntimeModel,
     TransferCosts,
     gpus_per_machine,
+    nccl_channels,
     nccl_nvls_pieces,
     nccl_ring_pieces,
     nccl_tree_pieces,
@@ -47,7 +49,7 @@ from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "P2P_PROTOCOLS", "Prediction", "allowed_protocols",
            "best_protocol", "kept_protocols", "load_floor_us", "model_protocols", "nccl_algorithms", "nccl_protocols",
-           "nvls_chunk_steps", "predict_baseline", "predict_nccl", "predict_program", "predict_schedule",
+           "nvls_chunk_steps", "overlapped_time_us", "predict_baseline", "predict_nccl", "predict_program", "predict_schedule",
            "protocol_floor_us", "ring_step_latencies", "tree_chunk_steps", "tree_step_costs"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
@@ -699,6 +701,16 @@ def predict_program(program: object, topology: Topology, size_bytes: float, mode
     else:
         sim = simulate_program(program, topology, size_bytes, options)
     return Prediction(sim, p, None, {p.value: sim.time_us})
+
+
+def overlapped_time_us(host: OverlappedHost, gpu_us: float | None, algorithm: str, protocol: Protocol | str,
+                       size_bytes: float, topology: Topology, model: RuntimeModel) -> float | None:
+    """NCCL's ``algorithm`` with ``protocol`` timed ``gpu_us`` on the GPUs, as a ``-g N`` harness whose host
+    overlaps their work times it: the longer of the two, the host's over the channels NCCL runs it on
+    (:func:`taccl_py.runtime.nccl_channels`). None stays None (an incorrect run)."""
+    if gpu_us is None:
+        return None
+    return host.time_us(gpu_us, nccl_channels(algorithm, protocol, size_bytes, topology.num_gpus, model.channels))
 
 
 def best_protocol(topology: Topology, schedule: Schedule, size_bytes: float, model: RuntimeModel) -> Protocol:

@@ -318,7 +318,7 @@ def test_check_reports_missed_rows_and_strict_fails(tmp_path: Path, capsys: pyte
     """Galvatron's -g 8 log at 1-2 MB: both rows are slower than predicted beyond 10 % (RESULTS.md says so too)."""
     log = f"{NCCL_TESTS / 'galvatron_a100x8_all_reduce.log'}@1MB:2MB"
     plot = tmp_path / "check.png"
-    args = ["--launch-offset", "25.09", "profile", "check", log, "-t", "dgx-a100"]
+    args = ["--host-overlap", "42.81,0.32", "profile", "check", log, "-t", "dgx-a100"]
     code, out, err = run([*args, "--plot", str(plot)], capsys)
     assert code == 0, err
     assert out.count("MISSED") == 2 and "0 of 2 rows within target" in out

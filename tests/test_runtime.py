@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -662,7 +663,7 @@ def test_a_bad_manifest_case_is_one_line(tmp_path: Path, change: dict[str, objec
     (tmp_path / "manifest.json").write_text(json.dumps(raw))
     with pytest.raises(InputError, match=message):
         load_cases(tmp_path)
-    raw["harness"]["one-process"]["launch_offset_us"] = "x"
+    raw["harness"]["one-process-azure-h100"]["launch_offset_us"] = "x"
     (tmp_path / "manifest.json").write_text(json.dumps(raw))
     with pytest.raises(InputError, match="launch_offset_us must be a number"):
         harness_offsets(tmp_path)
@@ -1250,8 +1251,9 @@ def test_a_case_keeps_its_sizes_and_names_its_host_harness(tmp_path: Path) -> No
     assert [r.size_bytes for r in even] == [2 << k for k in range(20, 34, 2)]  # sizes first, then every other row
     assert [r.size_bytes for r in odd] == [4 << k for k in range(20, 34, 2)]
     offsets, hosts = harness_offsets(FIXTURES), harness_hosts(FIXTURES)
-    assert offsets["per-rank"] == 0.0 and offsets["one-process"] == 25.09 and "one-process-together" not in offsets
-    assert hosts == {"one-process-together": OverlappedHost(35.51, 0.2174)}  # its host overlaps the GPUs' work
+    assert offsets == {"per-rank": 0.0, "one-process-azure-h100": 0.51}
+    assert hosts == {"one-process": OverlappedHost(42.81, 0.32),  # these hosts overlap the GPUs' work
+                     "one-process-together": OverlappedHost(35.51, 0.2174)}
     together = predict_case(cases["Together 8 x H100 all_reduce (ring, calibration)"], FIXTURES)
     assert [r.predicted_us for r in together[:3]] == [pytest.approx(35.51 + 0.2174)] * 3  # one channel: the host's
     assert together[-1].predicted_us > 10 * 35.51  # 8 GB: the GPUs' time, nothing added
@@ -1938,13 +1940,13 @@ def test_a_baselines_schedule_file_times_as_its_row(tmp_path: Path, capsys: pyte
     assert timed["time_us"] == pytest.approx(entry["time_us"], rel=1e-12) and timed["proto"] == entry["proto"]
 
 
-@pytest.mark.parametrize("option", [["--ideal"], ["--launch-offset", "3"]])
+@pytest.mark.parametrize("option", [["--ideal"], ["--launch-offset", "3"], ["--host-overlap", "40"]])
 def test_an_option_of_taccl_itself_after_the_command_says_where_it_goes(capsys: pytest.CaptureFixture[str],
                                                                        option: list[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB", *option])
     assert done.value.code == 2
-    value = " US" if option[0] == "--launch-offset" else ""
+    value = {"--launch-offset": " US", "--host-overlap": " US[,US]"}.get(option[0], "")
     assert capsys.readouterr().err == (f"taccl: error: {option[0]} is an option of taccl itself: give it before the "
                                        f"command (taccl {option[0]}{value} baseline ...)\n")
 
@@ -2119,3 +2121,85 @@ def test_a_oneshot_xml_is_the_form_its_calibrated_row_timed(tmp_path: Path, caps
         main(["simulate", "-t", "dgx-a100x2", "-s", "16KB", "-a", str(xml), "--json"])
     timed = json.loads(capsys.readouterr().out)
     assert timed["time_us"] == pytest.approx(entry["time_us"], rel=1e-9) and timed["proto"] == entry["proto"]
+
+
+def test_host_overlap_times_baseline_and_simulate_as_a_g_n_harness(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``taccl --host-overlap US,US``: every NCCL time is the longer of the GPUs' and the host's over the channels
+    NCCL runs it on; NCCL's choice and the protocols stay the GPUs' (the host does not change what NCCL runs); the
+    Done-when curve is the fidelity table's calibration case, row by row."""
+    from taccl_py.runtime import nccl_channels
+
+    def run(args: list[str]) -> dict[str, Any]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 0
+        return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+    command = ["baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB:8GB", "-a", "ring", "--json"]
+    alone, hosted = run(command), run(["--host-overlap", "42.81,0.32", *command])
+    assert hosted["host_overlap"] == {"host_us": 42.81, "per_channel_us": 0.32} and "host_overlap" not in alone
+    bound = 0
+    for plain, row in zip(alone["rows"], hosted["rows"], strict=True):
+        choice = row["nccl"]
+        assert (choice["algorithm"], choice["proto"]) == (plain["nccl"]["algorithm"], plain["nccl"]["proto"])
+        assert choice["gpu_time_us"] == pytest.approx(plain["nccl"]["time_us"], rel=1e-12)
+        channels = nccl_channels(choice["algorithm"], choice["proto"], row["size_bytes"], 8, 24)
+        host = 42.81 + 0.32 * channels
+        assert choice["time_us"] == pytest.approx(max(choice["gpu_time_us"], host), rel=1e-12)
+        bound += host > choice["gpu_time_us"]
+        entry = row["baselines"][0]
+        assert entry["gpu_time_us"] == pytest.approx(plain["baselines"][0]["time_us"], rel=1e-12)
+        assert entry["busbw_GBps"] == pytest.approx(
+            row["size_bytes"] / entry["time_us"] / 1e3 * 2 * 7 / 8, rel=1e-9)
+    assert 5 <= bound < len(hosted["rows"])  # the host binds the small sizes only
+    case = next(c for c in load_cases(FIXTURES) if c.name == "Azure ND A100 v4 all_reduce (calibration)")
+    published = predict_case(case, FIXTURES)
+    assert [r["nccl"]["time_us"] for r in hosted["rows"]] == pytest.approx(
+        [r.predicted_us for r in published], rel=1e-9)
+    small = run(["--host-overlap", "42.81", "simulate", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB", "-a", "ring",
+                 "--json"])
+    assert small["time_us"] == pytest.approx(42.81) and small["gpu_time_us"] < 42.81
+    xml = tmp_path / "ring.xml"
+    run(["baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB", "-a", "ring", "-o", str(xml), "--json"])
+    from taccl_py.msccl import load_program
+
+    timed = run(["--host-overlap", "40,1", "simulate", "-t", "dgx-a100", "-s", "1KB", "-a", str(xml), "--json"])
+    assert timed["time_us"] == pytest.approx(40 + load_program(str(xml)).nchannels)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--ideal", "--host-overlap", "40", "baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB"], "--ideal"),
+    (["--launch-offset", "3", "--host-overlap", "40", "baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB"],
+     "not both"),
+    (["--host-overlap", "40,x", "simulate", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB", "-a", "ring"],
+     "expected US or US,US"),
+    (["--host-overlap", "40", "baseline", "-t", "ndv2x2", "-c", "allreduce", "-s", "1KB"], "no calibrated runtime"),
+    (["--host-overlap", "40", "synthesize", "-t", "dgx-a100", "-c", "allgather", "-s", "1KB"],
+     "applies to simulate, baseline and profile check"),
+    (["--host-overlap", "40", "simulate", "-t", "dgx-a100", "-c", "allgather+reducescatter", "-s", "1KB"],
+     "applies to simulate, baseline and profile check"),
+    (["--host-overlap", "40", "profile", "fit", "--runtime", str(FIXTURES / "azure_nda100v4_all_reduce.csv"),
+      "--into", "dgx-a100", "-o", "x.json"], "--overlap"),
+    (["--host-overlap", "40", "profile", "check", str(FIXTURES / "azure_nda100v4_all_reduce.csv"), "-t", "dgx-a100",
+      "--host-overlap", "40"], "give the host once"),
+])
+def test_host_overlap_is_refused_where_it_does_not_apply(capsys: pytest.CaptureFixture[str], args: list[str],
+                                                         message: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("taccl: error: --host-overlap") and message in err
+    assert err.count("\n") == 1
+
+
+def test_profile_check_takes_the_host_from_taccl_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    """``taccl --host-overlap H profile check`` checks as ``profile check --host-overlap H`` does."""
+    log = f"{FIXTURES / 'azure_nda100v4_all_reduce.csv'}@1KB:4MB"
+    outs = []
+    for args in (["--host-overlap", "42.81,0.32", "profile", "check", log, "-t", "dgx-a100", "--json"],
+                 ["profile", "check", log, "-t", "dgx-a100", "--host-overlap", "42.81,0.32", "--json"]):
+        with pytest.raises(SystemExit):
+            main(args)
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0] == outs[1] and outs[0]["rows_within_target"] == 13

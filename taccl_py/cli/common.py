@@ -23,6 +23,7 @@ from rich.text import Text
 
 from taccl_py.collectives import CollectiveKind, parse_collective
 from taccl_py.errors import InputError, OutputError
+from taccl_py.harness import OverlappedHost
 from taccl_py.limits import MAX_LATENCY_US, MAX_SOLVER_THREADS, limit_text
 from taccl_py.runtime import PROTOCOLS, Protocol, RuntimeModel
 from taccl_py.topology import SwitchModel, Topology
@@ -441,15 +442,56 @@ def launch_offset_requested() -> float:
     return float(ctx.find_root().params.get("launch_offset") or 0.0) if ctx is not None else 0.0
 
 
-def runtime_model_for(topology: Topology) -> RuntimeModel | None:
+def parse_host_overlap(text: str, where: str = "--host-overlap") -> OverlappedHost:
+    """``US[,US]``: a ``-g N`` host's cost per collective and per channel, overlapping the GPUs' work."""
+    from taccl_py.harness import OverlappedHost
+
+    try:
+        values = [float(p) for p in text.split(",")]
+        if not 1 <= len(values) <= 2:
+            raise ValueError
+        return OverlappedHost(*values)
+    except (TypeError, ValueError):
+        raise InputError(f"expected US or US,US (per collective, per channel; numbers of us in 0..1e6), got "
+                         f"{text!r}", where=where) from None
+
+
+def host_overlap_requested() -> OverlappedHost | None:
+    """The ``taccl --host-overlap US[,US]`` (None when not given); refused with ``--launch-offset`` or ``--ideal``."""
+    ctx = click.get_current_context(silent=True)
+    text = ctx.find_root().params.get("host_overlap") if ctx is not None else None
+    if text is None:
+        return None
+    if launch_offset_requested():
+        raise InputError("give the -g N host's cost one way: added (--launch-offset) or overlapping the GPUs' work "
+                         "(--host-overlap), not both", where="--host-overlap")
+    if ideal_requested():
+        raise InputError("a host overlapping the GPUs' work applies to the calibrated runtime model, not to the "
+                         "raw-link model of --ideal", where="--host-overlap")
+    return parse_host_overlap(str(text))
+
+
+HOST_OVERLAP_COMMANDS = "simulate, baseline and profile check"
+"""The commands ``taccl --host-overlap`` applies to (what an nccl-tests ``-g N`` table is held next to)."""
+
+
+def runtime_model_for(topology: Topology, *, host_overlap: bool = False) -> RuntimeModel | None:
     """The topology's calibrated runtime model, unless ``--ideal`` (then None: the raw-link model).
 
-    ``taccl --launch-offset`` is added to its launch overheads (a harness's host cost). Store-and-forward
-    switches are a raw-link model of their own: with a runtime model too, one line asks for ``--ideal``
-    (the calibrated costs are per step of a cut-through route).
+    ``taccl --launch-offset`` is added to its launch overheads (a harness's host cost). ``taccl --host-overlap``
+    is applied by the commands that pass ``host_overlap`` (:func:`host_overlap_requested`; the others refuse it).
+    Store-and-forward switches are a raw-link model of their own: with a runtime model too, one line asks for
+    ``--ideal`` (the calibrated costs are per step of a cut-through route).
     """
     from taccl_py.runtime import with_launch_offset
 
+    host = host_overlap_requested()
+    if host is not None and not host_overlap:
+        raise InputError(f"a -g N host overlapping the GPUs' work applies to {HOST_OVERLAP_COMMANDS} (NCCL's "
+                         "collectives timed next to an nccl-tests table); drop it here", where="--host-overlap")
+    if host is not None and topology.runtime is None:
+        raise InputError(f"topology {topology.name!r} has no calibrated runtime model for a host to overlap",
+                         where="--host-overlap")
     offset = launch_offset_requested()
     if offset and ideal_requested():
         raise InputError("a launch offset applies to the calibrated runtime model, not to the raw-link model of "
@@ -467,9 +509,13 @@ def runtime_model_for(topology: Topology) -> RuntimeModel | None:
     return model
 
 
-def model_note(model: RuntimeModel | None) -> str:
-    """One line saying which model the times are on (bounds always on the raw-link model)."""
+def model_note(model: RuntimeModel | None, host: OverlappedHost | None = None) -> str:
+    """One line saying which model the times are on (bounds always on the raw-link model), and the host a
+    ``-g N`` harness overlaps with the GPUs' work, when given."""
     if model is None:
         return "times on the raw-link model (ideal); bounds on the raw-link model"
+    overlapped = "" if host is None else (
+        f"; each time the longer of the GPUs' and a -g N host's {host.host_us:g} us + {host.per_channel_us:g} us per "
+        "channel (--host-overlap)")
     return (f"times on the calibrated runtime model {model.name!r} (protocol per size, per-step and launch overheads; "
-            "taccl --ideal for the raw-link model); bounds on the raw-link model")
+            f"taccl --ideal for the raw-link model){overlapped}; bounds on the raw-link model")

@@ -76,9 +76,15 @@ class _Commands(click.Group):
                    "launch overheads; shipped DGX A100 / H100 carry them). Bounds are always on the raw-link model.")
 @click.option("--launch-offset", "launch_offset", type=click.FloatRange(0, 1e6), default=0.0, metavar="US",
               help="Add US microseconds per collective to the calibrated runtime model's launch: what a benchmark "
-                   "harness adds beyond one GPU per process (nccl-tests -g 8 on the calibrated DGX A100 host: 25.09). "
-                   "Not with --ideal.")
-def cli(ideal: bool, launch_offset: float) -> None:
+                   "harness adds beyond one GPU per process, in series with the GPUs' work (the Azure ND H100 v5 host's "
+                   "nccl-tests -g 8: 0.51; a host that overlaps it: --host-overlap). Not with --ideal.")
+@click.option("--host-overlap", "host_overlap", metavar="US[,US]",
+              help="For simulate, baseline and profile check: a -g N harness's host (nccl-tests launching every GPU "
+                   "from one thread) whose launches overlap the GPUs' work: US per collective and, after a comma, US "
+                   "per channel the collective runs on; each time is the longer of the GPUs' and the host's "
+                   "(profile fit --runtime --overlap fits them; the Azure ND A100 v4 host's: 42.81,0.32, Together's H100 "
+                   "host's: 35.51,0.2174). Not with --ideal or --launch-offset.")
+def cli(ideal: bool, launch_offset: float, host_overlap: str | None) -> None:
     """Synthesize, verify and time collective algorithms for multi-GPU topologies.
 
     Units: time in microseconds, sizes in bytes (K/M/G binary, as nccl-tests),
@@ -101,7 +107,7 @@ def _leave(status: int) -> NoReturn:
     sys.exit(status)
 
 
-_TOP_LEVEL_OPTIONS = {"--ideal": "", "--launch-offset": " US"}
+_TOP_LEVEL_OPTIONS = {"--ideal": "", "--launch-offset": " US", "--host-overlap": " US[,US]"}
 """Options of ``taccl`` itself (with the value they take), which a user may put after the command by mistake."""
 
 

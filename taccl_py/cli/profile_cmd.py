@@ -14,12 +14,14 @@ from taccl_py.cli.common import (
     check_output_file,
     emit_json,
     err_console,
+    host_overlap_requested,
     ideal_requested,
     json_option,
     launch_offset_requested,
     load_topology_arg,
     make_table,
     out_console,
+    parse_host_overlap,
     progress_enabled,
     progress_line,
     protocols_option,
@@ -191,6 +193,9 @@ def fit_cmd(files: tuple[str, ...], output: str | None, into: str | None, collec
         raise ProfileInputError("taccl --launch-offset adds a harness's cost to predictions; a fit takes the known "
                                 "cost of its FILE...'s harness as --harness-offset US (profile fit --runtime)",
                                 where="--launch-offset")
+    if host_overlap_requested() is not None:
+        raise ProfileInputError("taccl --host-overlap applies a -g N host to predictions; a fit finds its FILE...'s "
+                                "host with --overlap (profile fit --runtime)", where="--host-overlap")
     for flag, given in (("--rows", rows_kept != "all"), ("--per-rank", bool(per_rank)), ("--select", bool(select)),
                         ("--algorithm", bool(algorithms)), ("--protocol", bool(protocols)),
                         ("--harness-offset", harness_offset is not None), ("--overlap", overlap)):
@@ -435,7 +440,7 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
     if ideal_requested():
         raise ProfileInputError("profile check compares the calibrated runtime model's predictions with "
                                 "measurements; drop --ideal", where="--ideal")
-    model = runtime_model_for(topology)
+    model = runtime_model_for(topology, host_overlap=True)
     if model is None:
         raise ProfileInputError(f"topology {topology.name!r} has no calibrated runtime model to predict with: "
                                 "calibrate one with taccl profile fit --runtime --into", where=topology_spec)
@@ -537,21 +542,18 @@ def check_cmd(files: tuple[str, ...], topology_spec: str, collective: str | None
 
 
 def _overlapped_host(text: str | None) -> OverlappedHost | None:
-    """``--host-overlap US[,US]``: the host's cost per collective and per channel (None when not given)."""
+    """``--host-overlap US[,US]`` of profile check, or else ``taccl --host-overlap``: the host's cost per collective
+    and per channel (None when neither is given)."""
+    given = host_overlap_requested()
     if text is None:
-        return None
+        return given
+    if given is not None:
+        raise ProfileInputError("give the host once: taccl --host-overlap or profile check --host-overlap",
+                                where="--host-overlap")
     if launch_offset_requested():
         raise ProfileInputError("give the -g N host's cost one way: added (taccl --launch-offset) or overlapping "
                                 "the GPUs' work (--host-overlap), not both", where="--host-overlap")
-    parts = text.split(",")
-    try:
-        values = [float(p) for p in parts]
-        if not 1 <= len(values) <= 2:
-            raise ValueError
-        return OverlappedHost(*values)
-    except (TypeError, ValueError):
-        raise ProfileInputError(f"expected US or US,US (per collective, per channel; numbers of us in 0..1e6), got "
-                                f"{text!r}", where="--host-overlap") from None
+    return parse_host_overlap(text)
 
 
 def _harness_hints(checked: list[tuple[str, list[tuple[TimedRow, FidelityRow]]]]) -> list[str]:

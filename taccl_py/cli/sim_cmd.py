@@ -26,6 +26,7 @@ from taccl_py.cli.common import (
     collective_from,
     emit_json,
     err_console,
+    host_overlap_requested,
     json_option,
     load_topology_arg,
     make_table,
@@ -52,13 +53,14 @@ from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.compact import CompactSchedule
 from taccl_py.endpoint import EndpointMode, memory_traffic
 from taccl_py.errors import Infeasible, InputError
+from taccl_py.harness import OverlappedHost
 from taccl_py.limits import MAX_BANDWIDTH_GBPS, MIN_BANDWIDTH_GBPS
 from taccl_py.runtime import PROTOCOLS, Protocol
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
 from taccl_py.symmetry import SYMMETRIC_MIN_GPUS, SymmetricSchedule
 from taccl_py.topology import MAX_COMM_CHANNELS, Endpoint, Topology
-from taccl_py.units import format_bytes
+from taccl_py.units import algbw_gbps, format_bytes
 
 if TYPE_CHECKING:
     from taccl_py.baselines.selectable import Placement
@@ -115,14 +117,24 @@ def _check_overhead(step_overhead_us: float) -> None:
     check_step_overhead(step_overhead_us)
 
 
-def _row(size: int, sim: SimResult, bound: Bound) -> dict[str, Any]:
-    """The per-size keys of the JSON contract."""
-    row: dict[str, Any] = {"size_bytes": size, "correct": sim.correct, "time_us": sim.time_us,
-                           "algbw_GBps": sim.algbw_GBps, "busbw_GBps": sim.busbw_GBps,
-                           "bound_us": bound.bound_us, "efficiency": bound.efficiency(sim.time_us)}
+def _row(size: int, sim: SimResult, bound: Bound, overlapped_us: float | None = None) -> dict[str, Any]:
+    """The per-size keys of the JSON contract. ``overlapped_us``: the time with a ``-g N`` host overlapping the
+    GPUs' work (``taccl --host-overlap``), which the row then gives, the GPUs' own as ``gpu_time_us``."""
+    time_us = sim.time_us if overlapped_us is None else overlapped_us
+    algbw = algbw_gbps(size, time_us) if time_us else None
+    row: dict[str, Any] = {"size_bytes": size, "correct": sim.correct, "time_us": time_us, "algbw_GBps": algbw,
+                           "busbw_GBps": None if algbw is None else algbw * sim.collective.busbw_factor,
+                           "bound_us": bound.bound_us, "efficiency": bound.efficiency(time_us)}
+    if overlapped_us is not None:
+        row["gpu_time_us"] = sim.time_us
     if not sim.correct:
         row["error"] = sim.error
     return row
+
+
+def _host_keys(host: OverlappedHost | None) -> dict[str, Any]:
+    """The JSON keys of ``taccl --host-overlap`` (none without it)."""
+    return {} if host is None else {"host_overlap": {"host_us": host.host_us, "per_channel_us": host.per_channel_us}}
 
 
 def _switch_note(topology: Topology) -> str:
@@ -246,7 +258,8 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
     _check_overhead(step_overhead_us)
     topology = apply_endpoint_options(load_topology_arg(topology_spec, switch_model), memory_bandwidth, comm_channels,
                                       channel_bandwidth)
-    runtime_model_for(topology)  # store-and-forward with a calibrated runtime model: refused before any work
+    runtime_model_for(topology, host_overlap=not is_concurrent(collective_name))  # refused before any work: a
+    # store-and-forward topology with a calibrated runtime model, a -g N host for collectives run at once
     sizes = sizes_from(size_spec)
     check_picture_path(plot_path, "--plot")
     check_picture_path(timeline_path, "--timeline")
@@ -270,17 +283,19 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
     kind = collective_from(collective_name) if collective_name else None
     schedules: list[Schedule] = []  # per size (or the one of a schedule file), for the memory report
     ran: list[Schedule] = []  # what a calibrated baseline ran at the first size (NCCL's ring in pieces)
-    model = runtime_model_for(topology)
+    model = runtime_model_for(topology, host_overlap=True)
+    host = host_overlap_requested()
     if model is not None and (topology.has_endpoint_limits or mode is not EndpointMode.GPU):
         raise InputError("GPU memory / channel limits are simulated on the raw-link model only; add taccl --ideal",
                          where="--endpoint")
     protos: list[str] = []
+    overlapped: list[float | None] = []
     if model is not None:
         if channels is not None and (_is_json(algorithm) or _is_xml(algorithm)):
             raise InputError("applies to baselines only, not to a file", where="--channels")
-        kind, results, protos = _simulate_calibrated(algorithm, topology, kind, sizes, channels, root,
-                                                     step_overhead_us, model, progress_enabled(as_json),
-                                                     ran if timeline_path else None)
+        kind, results, protos, overlapped = _simulate_calibrated(algorithm, topology, kind, sizes, channels, root,
+                                                                 step_overhead_us, model, progress_enabled(as_json),
+                                                                 ran if timeline_path else None, host)
     elif _is_json(algorithm) or _is_xml(algorithm):
         if channels is not None:
             raise InputError("applies to baselines only, not to a file", where="--channels")
@@ -302,8 +317,8 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
                     results.append((size, _simulate_baseline(topology, kind, algorithm, channels, root, size, options,
                                                              representatives=timeline_path is None)))
     rows = [_row(size, sim, lower_bound(topology, kind, size, root=root, step_overhead_us=step_overhead_us,
-                                        endpoint=mode))
-            for size, sim in results]
+                                        endpoint=mode), overlapped[k] if overlapped else None)
+            for k, (size, sim) in enumerate(results)]
     for row, proto in zip(rows, protos, strict=False):
         row["proto"] = proto
     endpoint_report = topology.has_endpoint_limits or mode is not EndpointMode.GPU
@@ -312,7 +327,7 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
             row["endpoint"] = mode.value
             row.update(_memory_keys(schedules[min(k, len(schedules) - 1)], row["size_bytes"]))
     head = {"topology": topology.name, "collective": kind.value, "algorithm": algorithm,
-            "model": "ideal" if model is None else model.name, **switch_model_keys(topology)}
+            "model": "ideal" if model is None else model.name, **_host_keys(host), **switch_model_keys(topology)}
     if as_json:
         emit_json({**head, **rows[0]} if len(rows) == 1 else {**head, "correct": all(r["correct"] for r in rows),
                                                                  "rows": rows})
@@ -326,7 +341,7 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
             for c, r in zip(cells, rows, strict=True):
                 c.append(r.get("proto", "-"))
         out_console.print(make_table(title, columns, cells))
-        out_console.print(model_note(model), markup=False)
+        out_console.print(model_note(model, host), markup=False)
         if endpoint_report and schedules:
             ratio = rows[0]["memory_bytes_per_network_byte"]
             out_console.print(f"endpoint {mode.value}; memory bytes per network byte: gpu-driven {ratio['gpu']:.3f}, "
@@ -348,23 +363,27 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
 
 def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKind | None, sizes: list[int],
                          channels: int | None, root: int, step_overhead_us: float, model: Any, show: bool,
-                         ran: list[Schedule] | None = None
-                         ) -> tuple[CollectiveKind, list[tuple[int, SimResult]], list[str]]:
+                         ran: list[Schedule] | None = None, host: OverlappedHost | None = None
+                         ) -> tuple[CollectiveKind, list[tuple[int, SimResult]], list[str], list[float | None]]:
     """Every size under the runtime model: an XML file with its own ``proto``, anything else with the fastest.
 
     ``ran``, when given, receives the schedule a baseline ran at the first size, in the order of its result's
     per-transfer arrays (NCCL's ring in its pieces; a timeline draws it), simulated in full as the ideal path
-    does for a timeline (no representatives: the critical path is drawn too)."""
-    from taccl_py.predict import predict_baseline, predict_program, predict_schedule
+    does for a timeline (no representatives: the critical path is drawn too). ``host``: a ``-g N`` host
+    overlapping the GPUs' work; the last list gives each size's time with it (empty without one), over the
+    channels NCCL runs a baseline on, an XML file's ``nchannels``, a schedule file's channels."""
+    from taccl_py.predict import overlapped_time_us, predict_baseline, predict_program, predict_schedule
 
     results: list[tuple[int, SimResult]] = []
     protos: list[str] = []
+    overlapped: list[float | None] = []
     if _is_json(algorithm) or _is_xml(algorithm):
         if _is_json(algorithm):
             from taccl_py.schedule import load_schedule
 
             schedule = load_schedule(algorithm, topology)
             file_kind, what = schedule.collective.kind, "schedule"
+            file_channels = int(schedule.notes.get("channels") or 1)
             run = partial(predict_schedule, topology, schedule, model=model, step_overhead_us=step_overhead_us)
             _warn_nvls_steps(algorithm, schedule, topology, sizes)
         else:
@@ -374,6 +393,7 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
             if program.kind is None:
                 raise InputError(f"coll={program.coll!r} is not a collective taccl can time", where=algorithm)
             file_kind, what = program.kind, "program"
+            file_channels = program.nchannels
             _warn_excluded_proto(algorithm, program.proto, model)
             run = partial(predict_program, program, topology, model=model)
         if kind is not None and kind is not file_kind:
@@ -385,7 +405,10 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
                 pred = run(size_bytes=size)
                 results.append((size, pred.sim))
                 protos.append(pred.protocol.value if what == "schedule" else program.proto)  # as the XML names it
-        return kind, results, protos
+                if host is not None:
+                    overlapped.append(None if pred.sim.time_us is None
+                                      else host.time_us(pred.sim.time_us, file_channels))
+        return kind, results, protos, overlapped
     if kind is None:
         raise InputError("is required unless --algorithm is an XML or JSON file", where="--collective")
     with progress_line(show) as say:
@@ -395,12 +418,15 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
                                     step_overhead_us=step_overhead_us, representatives=ran is None)
             results.append((size, pred.sim))
             protos.append(pred.protocol.value)
+            if host is not None:
+                overlapped.append(overlapped_time_us(host, pred.sim.time_us, algorithm, pred.protocol, size,
+                                                     topology, model))
             if ran is not None and k == 0:  # in full (no representatives): as arrays or as a schedule
                 if isinstance(pred.schedule, CompactSchedule):
                     ran.append(pred.schedule.to_schedule())
                 elif isinstance(pred.schedule, Schedule):
                     ran.append(pred.schedule)
-    return kind, results, protos
+    return kind, results, protos, overlapped
 
 
 def _warn_excluded_proto(path: str, proto: str, model: Any) -> None:
@@ -477,7 +503,8 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
     from taccl_py.baselines.offload import OFFLOAD_ALGORITHMS
     from taccl_py.fast_sim import simulate_compact, simulate_large
 
-    model = runtime_model_for(topology)
+    model = runtime_model_for(topology, host_overlap=True)
+    host = host_overlap_requested()
     options = SimOptions(step_overhead_us=step_overhead_us)
     out = []
     with progress_line(show) as say:
@@ -489,7 +516,7 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                 say(_step_text(f"simulating {name}", k, sizes))
                 if model is not None:  # calibrated: the protocol the runtime model finds fastest at this size
                     entries.append(_calibrated_entry(topology, kind, name, size, model, channels, root,
-                                                     step_overhead_us, bound, protocols))
+                                                     step_overhead_us, bound, protocols, host))
                     continue
                 fast = _by_representatives(topology, kind, name, channels, size, options)
                 if fast is not None:  # a large symmetric ring or direct: the same figures from its representatives
@@ -519,13 +546,14 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                     entry["description"] = schedule.notes.get("description")
                 entries.append(entry)
             timed = [e for e in entries if e["time_us"] is not None]
-            best = min(timed, key=lambda e: e["time_us"])["algorithm"] if timed else None
+            # with a -g N host, times it binds tie: the GPUs' fastest among them
+            best = min(timed, key=lambda e: (e["time_us"], e.get("gpu_time_us", 0.0)))["algorithm"] if timed else None
             unicast = [e for e in timed if e["algorithm"] not in OFFLOAD_ALGORITHMS]
             row = {"size_bytes": size, "bound_us": bound.bound_us, "bound_algbw_GBps": bound.algbw_GBps,
                    "best": best, "baselines": entries}
             if model is not None:
                 row["nccl"] = _nccl_choice(topology, kind, size, entries, model, channels, root, step_overhead_us,
-                                           protocols)
+                                           protocols, host)
             if len(unicast) < len(timed):  # switch offload on this topology: say what the bound assumed
                 row["best_unicast"] = min(unicast, key=lambda e: e["time_us"])["algorithm"] if unicast else None
                 row["bound_assumes"] = bound.assumes
@@ -535,15 +563,17 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
 
 def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: list[dict[str, Any]], model: Any,
                  channels: int | None, root: int, step_overhead_us: float,
-                 allowed: tuple[Protocol, ...] | None = None) -> dict[str, Any] | None:
+                 allowed: tuple[Protocol, ...] | None = None, host: OverlappedHost | None = None
+                 ) -> dict[str, Any] | None:
     """What NCCL itself runs at ``size`` under the runtime model, as ``profile check`` predicts it (with the table's
     ``--channels`` and ``--step-overhead``): the fastest of NCCL's algorithms, each with the protocols NCCL runs it
     with (Simple for NVLS, Alltoall's by its point-to-point threshold). The table's entries are reused; an NCCL
     algorithm ``-a`` left out, or a protocol NCCL is held to that the table skipped as slower, is timed here.
-    ``allowed``: the protocols the run allows (``--protocol``, its NCCL_PROTO); None: all. None when no NCCL
+    ``allowed``: the protocols the run allows (``--protocol``, its NCCL_PROTO); None: all. ``host``: a ``-g N``
+    host overlapping the GPUs' work, applied to the choice (NCCL chooses on the GPUs' times). None when no NCCL
     algorithm applies or completes."""
     from taccl_py.errors import NotApplicable
-    from taccl_py.predict import allowed_protocols, nccl_algorithms, predict_baseline
+    from taccl_py.predict import allowed_protocols, nccl_algorithms, overlapped_time_us, predict_baseline
 
     timed = {e["algorithm"]: e for e in entries}
     best: tuple[float, str, str] | None = None
@@ -554,7 +584,7 @@ def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: l
         entry = timed.get(name)
         if entry is not None and set(protocols) == set(_table_protocols(name, kind, allowed)):
             # NCCL may run what the table timed: the table's pick is its
-            times = {entry["proto"]: entry["time_us"]} if entry.get("proto") else {}
+            times = {entry["proto"]: entry.get("gpu_time_us", entry["time_us"])} if entry.get("proto") else {}
         elif entry is not None and all(p.value in (entry.get("proto_times_us") or {}) for p in protocols):
             times = entry["proto_times_us"]
         else:
@@ -569,10 +599,13 @@ def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: l
                 best = (t, name, p.value)
     if best is None:
         return None
-    time_us, name, proto = best
-    algbw = size / time_us / 1e3
-    return {"algorithm": name, "proto": proto, "time_us": time_us, "algbw_GBps": algbw,
-            "busbw_GBps": algbw * _collective_for(kind, topology).busbw_factor}
+    gpu_us, name, proto = best
+    time_us = gpu_us if host is None else overlapped_time_us(host, gpu_us, name, proto, size, topology, model)
+    assert time_us is not None
+    algbw = algbw_gbps(size, time_us)
+    choice = {"algorithm": name, "proto": proto, "time_us": time_us, "algbw_GBps": algbw,
+              "busbw_GBps": algbw * _collective_for(kind, topology).busbw_factor}
+    return choice if host is None else {**choice, "gpu_time_us": gpu_us}
 
 
 def _proto_note(kind: CollectiveKind, protocols: tuple[Protocol, ...] | None) -> str:
@@ -596,14 +629,18 @@ def _table_protocols(name: str, kind: CollectiveKind, allowed: tuple[Protocol, .
 
 def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size: int, model: Any,
                       channels: int | None, root: int, step_overhead_us: float, bound: Bound,
-                      allowed: tuple[Protocol, ...] | None = None) -> dict[str, Any]:
+                      allowed: tuple[Protocol, ...] | None = None, host: OverlappedHost | None = None
+                      ) -> dict[str, Any]:
     """One baseline's table entry under the runtime model: its fastest protocol (within ``allowed``, None: all) and
-    the time with it."""
-    from taccl_py.predict import predict_baseline
+    the time with it; with ``host`` (a ``-g N`` host overlapping the GPUs' work) the entry's time is the longer of
+    the two, ``proto_times_us`` the GPUs' (what the protocol is chosen on)."""
+    from taccl_py.predict import overlapped_time_us, predict_baseline
 
     pred = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
                             step_overhead_us=step_overhead_us, protocols=_table_protocols(name, kind, allowed))
-    entry = {"algorithm": name, **_row(size, pred.sim, bound)}
+    overlapped = None if host is None else overlapped_time_us(host, pred.sim.time_us, name, pred.protocol, size,
+                                                               topology, model)
+    entry = {"algorithm": name, **_row(size, pred.sim, bound, overlapped)}
     del entry["size_bytes"]
     schedule = pred.schedule
     entry["proto"] = pred.protocol.value
@@ -627,7 +664,7 @@ def _timed_baseline(topology: Topology, kind: CollectiveKind, name: str, size: i
     from taccl_py.baselines import baseline
     from taccl_py.runtime import NVLS_ALGORITHMS
 
-    model = runtime_model_for(topology)
+    model = runtime_model_for(topology, host_overlap=True)
     if model is None or (name not in NVLS_ALGORITHMS and name not in ("oneshot", "tree")):
         return baseline(topology, kind, name, channels=channels, root=root, size_bytes=size,
                         step_overhead_us=step_overhead_us)
@@ -700,14 +737,18 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
 def _file_time(topology: Topology, schedule: Schedule, size: int, step_overhead_us: float, proto: str
                ) -> float | None:
     """The written schedule's time on the model the table uses (the runtime model with the file's protocol)."""
-    model = runtime_model_for(topology)
+    model = runtime_model_for(topology, host_overlap=True)
     if model is None:
         return simulate(topology, schedule, size, SimOptions(step_overhead_us=step_overhead_us)).time_us
     from taccl_py.predict import predict_schedule
     from taccl_py.runtime import Protocol
 
-    return predict_schedule(topology, schedule, size, model, protocols=(Protocol(proto),),
-                            step_overhead_us=step_overhead_us).sim.time_us
+    time_us = predict_schedule(topology, schedule, size, model, protocols=(Protocol(proto),),
+                               step_overhead_us=step_overhead_us).sim.time_us
+    host = host_overlap_requested()
+    if host is None or time_us is None:
+        return time_us
+    return host.time_us(time_us, int(schedule.notes.get("channels") or 1))
 
 
 def _placement_keys(placed: Placement, changed: str, refused: list[str]) -> dict[str, Any]:
@@ -753,7 +794,7 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
 
     _check_overhead(step_overhead_us)
     topology = load_topology_arg(topology_spec, switch_model)
-    runtime_model_for(topology)  # store-and-forward with a calibrated runtime model: refused before any work
+    runtime_model_for(topology, host_overlap=True)  # store-and-forward with a calibrated runtime model: refused before any work
     kind = collective_from(collective_name)
     sizes = sizes_from(size_spec)
     if not 0 <= root < topology.num_gpus:
@@ -762,7 +803,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         raise InputError(f"unknown baseline {only!r} (choose one of: {', '.join(ALGORITHMS)})", where="--algorithm")
     names = [only] if only else applicable_baselines(topology, kind, root=root)
     protocols = protocols_option(protocol_names)
-    model = runtime_model_for(topology)
+    model = runtime_model_for(topology, host_overlap=True)
+    host = host_overlap_requested()
     if protocols is not None and model is None:
         raise InputError("chooses among the calibrated runtime model's protocols; the raw-link model has none "
                          "(drop --ideal, or use a topology with a runtime model)", where="--protocol")
@@ -832,7 +874,8 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
         save_schedule(_timed_baseline(topology, kind, best, sizes[0], channels, root, step_overhead_us, protocols),
                       topology, schedule_out)
     head: dict[str, Any] = {"topology": topology.name, "collective": kind.value,
-                            "model": "ideal" if model is None else model.name, **switch_model_keys(topology)}
+                            "model": "ideal" if model is None else model.name, **_host_keys(host),
+                            **switch_model_keys(topology)}
     if protocols is not None:
         head["protocols"] = [p.value for p in protocols]
     if written:
@@ -867,7 +910,7 @@ def baseline_command(topology_spec: str, collective_name: str, size_spec: str, o
                 ["size (B)", "algorithm", "proto", "time (us)", "algbw", "busbw"],
                 [[r["size_bytes"], r["nccl"]["algorithm"], r["nccl"]["proto"], _num(r["nccl"]["time_us"]),
                   _num(r["nccl"]["algbw_GBps"]), _num(r["nccl"]["busbw_GBps"])] for r in chosen]))
-        out_console.print(model_note(model), markup=False)
+        out_console.print(model_note(model, host), markup=False)
         for r in rows:
             for e in r["baselines"]:
                 if e.get("description"):
