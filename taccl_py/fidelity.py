@@ -386,7 +386,7 @@ def predict_row(topology: Topology, model: RuntimeModel, kind: CollectiveKind, s
     name, pred = best
     time_us, busbw = pred.sim.time_us, pred.sim.busbw_GBps
     if host is not None and time_us is not None:
-        time_us = overlapped_time_us(host, time_us, name, pred.protocol, size_bytes, topology, model)
+        time_us = overlapped_time_us(host, time_us, name, kind, pred.protocol, size_bytes, topology, model)
         assert time_us is not None
         busbw = measured_busbw(kind, topology.num_gpus, size_bytes, time_us)
     return FidelityRow(size_bytes, published_busbw, busbw, name, pred.protocol.value, time_us, in_place_busbw)

@@ -48,9 +48,10 @@ from taccl_py.topology import Topology
 from taccl_py.units import gbps_to_bytes_per_us
 
 __all__ = ["NCCL_ALGORITHMS", "P2P_LL_THRESHOLD_BYTES", "P2P_PROTOCOLS", "Prediction", "allowed_protocols",
-           "best_protocol", "kept_protocols", "load_floor_us", "model_protocols", "nccl_algorithms", "nccl_protocols",
-           "nvls_chunk_steps", "overlapped_time_us", "predict_baseline", "predict_nccl", "predict_program", "predict_schedule",
-           "protocol_floor_us", "ring_step_latencies", "tree_chunk_steps", "tree_step_costs"]
+           "best_protocol", "host_channels", "kept_protocols", "load_floor_us", "model_protocols", "nccl_algorithms",
+           "nccl_protocols", "nvls_chunk_steps", "overlapped_time_us", "predict_baseline", "predict_nccl",
+           "predict_program", "predict_schedule", "protocol_floor_us", "ring_step_latencies", "tree_chunk_steps",
+           "tree_step_costs"]
 
 _PIECED_RINGS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE)
 _TUNED_ALGORITHMS = frozenset({"tree", *NVLS_ALGORITHMS})
@@ -703,14 +704,25 @@ def predict_program(program: object, topology: Topology, size_bytes: float, mode
     return Prediction(sim, p, None, {p.value: sim.time_us})
 
 
-def overlapped_time_us(host: OverlappedHost, gpu_us: float | None, algorithm: str, protocol: Protocol | str,
-                       size_bytes: float, topology: Topology, model: RuntimeModel) -> float | None:
-    """NCCL's ``algorithm`` with ``protocol`` timed ``gpu_us`` on the GPUs, as a ``-g N`` harness whose host
-    overlaps their work times it: the longer of the two, the host's over the channels NCCL runs it on
-    (:func:`taccl_py.runtime.nccl_channels`). None stays None (an incorrect run)."""
+def host_channels(algorithm: str, kind: CollectiveKind, protocol: Protocol | str, size_bytes: float,
+                  topology: Topology, model: RuntimeModel, own: int | None = None) -> int:
+    """The channels a ``-g N`` host launches ``algorithm`` on: NCCL's for NCCL's own algorithms of ``kind``
+    (:data:`NCCL_ALGORITHMS`, :func:`taccl_py.runtime.nccl_channels`), else the schedule's ``own`` (1 when unknown),
+    as the file written from it is timed."""
+    if algorithm in NCCL_ALGORITHMS.get(kind, ()):
+        return nccl_channels(algorithm, protocol, size_bytes, topology.num_gpus, model.channels)
+    return max(int(own or 1), 1)
+
+
+def overlapped_time_us(host: OverlappedHost, gpu_us: float | None, algorithm: str, kind: CollectiveKind,
+                       protocol: Protocol | str, size_bytes: float, topology: Topology, model: RuntimeModel,
+                       own: int | None = None) -> float | None:
+    """``algorithm`` with ``protocol`` timed ``gpu_us`` on the GPUs, as a ``-g N`` harness whose host overlaps
+    their work times it: the longer of the two, the host's over :func:`host_channels`. None stays None (an
+    incorrect run)."""
     if gpu_us is None:
         return None
-    return host.time_us(gpu_us, nccl_channels(algorithm, protocol, size_bytes, topology.num_gpus, model.channels))
+    return host.time_us(gpu_us, host_channels(algorithm, kind, protocol, size_bytes, topology, model, own))
 
 
 def best_protocol(topology: Topology, schedule: Schedule, size_bytes: float, model: RuntimeModel) -> Protocol:

@@ -475,6 +475,14 @@ HOST_OVERLAP_COMMANDS = "simulate, baseline and profile check"
 """The commands ``taccl --host-overlap`` applies to (what an nccl-tests ``-g N`` table is held next to)."""
 
 
+def check_host_overlap_applies(command: str | None, applies: tuple[str, ...]) -> None:
+    """Refuse ``taccl --host-overlap`` before ``command`` runs unless it is one of ``applies`` (a group's
+    subcommand: ``taccl profile check``, not ``profile show``)."""
+    if command is not None and command not in applies:
+        raise InputError(f"a -g N host overlapping the GPUs' work applies to {HOST_OVERLAP_COMMANDS} (NCCL's "
+                         f"collectives timed next to an nccl-tests table), not to {command}", where="--host-overlap")
+
+
 def runtime_model_for(topology: Topology, *, host_overlap: bool = False) -> RuntimeModel | None:
     """The topology's calibrated runtime model, unless ``--ideal`` (then None: the raw-link model).
 
@@ -487,8 +495,9 @@ def runtime_model_for(topology: Topology, *, host_overlap: bool = False) -> Runt
 
     host = host_overlap_requested()
     if host is not None and not host_overlap:
-        raise InputError(f"a -g N host overlapping the GPUs' work applies to {HOST_OVERLAP_COMMANDS} (NCCL's "
-                         "collectives timed next to an nccl-tests table); drop it here", where="--host-overlap")
+        raise InputError(f"a -g N host overlapping the GPUs' work applies to {HOST_OVERLAP_COMMANDS} of one "
+                         "collective at a time (NCCL's collectives timed next to an nccl-tests table); drop it here",
+                         where="--host-overlap")
     if host is not None and topology.runtime is None:
         raise InputError(f"topology {topology.name!r} has no calibrated runtime model for a host to overlap",
                          where="--host-overlap")

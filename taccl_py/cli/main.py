@@ -84,12 +84,18 @@ class _Commands(click.Group):
                    "per channel the collective runs on; each time is the longer of the GPUs' and the host's "
                    "(profile fit --runtime --overlap fits them; the Azure ND A100 v4 host's: 42.81,0.32, Together's H100 "
                    "host's: 35.51,0.2174). Not with --ideal or --launch-offset.")
-def cli(ideal: bool, launch_offset: float, host_overlap: str | None) -> None:
+@click.pass_context
+def cli(ctx: click.Context, ideal: bool, launch_offset: float, host_overlap: str | None) -> None:
     """Synthesize, verify and time collective algorithms for multi-GPU topologies.
 
     Units: time in microseconds, sizes in bytes (K/M/G binary, as nccl-tests),
     bandwidth in GB/s of 1e9 bytes. Every command that prints figures accepts --json.
     """
+    if host_overlap is not None:  # read (a bad value is an error whatever the command) and kept to where it applies
+        from taccl_py.cli.common import check_host_overlap_applies, parse_host_overlap
+
+        parse_host_overlap(host_overlap)
+        check_host_overlap_applies(ctx.invoked_subcommand, ("simulate", "baseline", "profile"))
 
 
 def _leave(status: int) -> NoReturn:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from taccl_py.cli.common import (
+    check_host_overlap_applies,
     check_output_file,
     emit_json,
     err_console,
@@ -52,7 +53,8 @@ _COLUMNS = ("link class", "alpha us", "GB/s", "R^2", "rms resid %", "samples", "
 
 
 @click.group("profile")
-def profile() -> None:
+@click.pass_context
+def profile(ctx: click.Context) -> None:
     """Fit per-link latency and bandwidth from measurements into a topology.
 
     \b
@@ -61,6 +63,10 @@ def profile() -> None:
     taccl profile show fitted.json --plot fit.png      the fitted table (and plot)
     taccl profile check my.log -t my.json              measured vs calibrated prediction per size
     """
+    if host_overlap_requested() is not None:
+        sub = ctx.invoked_subcommand
+        check_host_overlap_applies(sub and f"profile {sub}", ("profile check", "profile fit"))  # fit says what
+        # it takes instead
 
 
 def _warn(warnings: tuple[str, ...] | list[str]) -> None:

@@ -132,6 +132,11 @@ def _row(size: int, sim: SimResult, bound: Bound, overlapped_us: float | None = 
     return row
 
 
+def _fastest(entry: dict[str, Any]) -> tuple[float, float]:
+    """A table entry's rank among the baselines: its time, then (times a ``-g N`` host binds tie) the GPUs'."""
+    return entry["time_us"], entry.get("gpu_time_us", 0.0)
+
+
 def _host_keys(host: OverlappedHost | None) -> dict[str, Any]:
     """The JSON keys of ``taccl --host-overlap`` (none without it)."""
     return {} if host is None else {"host_overlap": {"host_us": host.host_us, "per_channel_us": host.per_channel_us}}
@@ -285,6 +290,9 @@ def simulate_command(topology_spec: str, collective_name: str | None, size_spec:
     ran: list[Schedule] = []  # what a calibrated baseline ran at the first size (NCCL's ring in pieces)
     model = runtime_model_for(topology, host_overlap=True)
     host = host_overlap_requested()
+    if host is not None and timeline_path:
+        raise InputError("draws the GPUs' work, which a -g N host's time is not part of: not with taccl "
+                         "--host-overlap", where="--timeline")
     if model is not None and (topology.has_endpoint_limits or mode is not EndpointMode.GPU):
         raise InputError("GPU memory / channel limits are simulated on the raw-link model only; add taccl --ideal",
                          where="--endpoint")
@@ -419,8 +427,9 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
             results.append((size, pred.sim))
             protos.append(pred.protocol.value)
             if host is not None:
-                overlapped.append(overlapped_time_us(host, pred.sim.time_us, algorithm, pred.protocol, size,
-                                                     topology, model))
+                own = pred.schedule.notes.get("channels") if pred.schedule is not None else None
+                overlapped.append(overlapped_time_us(host, pred.sim.time_us, algorithm, kind, pred.protocol, size,
+                                                     topology, model, own))
             if ran is not None and k == 0:  # in full (no representatives): as arrays or as a schedule
                 if isinstance(pred.schedule, CompactSchedule):
                     ran.append(pred.schedule.to_schedule())
@@ -547,7 +556,7 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                 entries.append(entry)
             timed = [e for e in entries if e["time_us"] is not None]
             # with a -g N host, times it binds tie: the GPUs' fastest among them
-            best = min(timed, key=lambda e: (e["time_us"], e.get("gpu_time_us", 0.0)))["algorithm"] if timed else None
+            best = min(timed, key=_fastest)["algorithm"] if timed else None
             unicast = [e for e in timed if e["algorithm"] not in OFFLOAD_ALGORITHMS]
             row = {"size_bytes": size, "bound_us": bound.bound_us, "bound_algbw_GBps": bound.algbw_GBps,
                    "best": best, "baselines": entries}
@@ -555,7 +564,7 @@ def _baseline_rows(topology: Topology, kind: CollectiveKind, sizes: list[int], n
                 row["nccl"] = _nccl_choice(topology, kind, size, entries, model, channels, root, step_overhead_us,
                                            protocols, host)
             if len(unicast) < len(timed):  # switch offload on this topology: say what the bound assumed
-                row["best_unicast"] = min(unicast, key=lambda e: e["time_us"])["algorithm"] if unicast else None
+                row["best_unicast"] = min(unicast, key=_fastest)["algorithm"] if unicast else None
                 row["bound_assumes"] = bound.assumes
             out.append(row)
     return out
@@ -600,7 +609,7 @@ def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: l
     if best is None:
         return None
     gpu_us, name, proto = best
-    time_us = gpu_us if host is None else overlapped_time_us(host, gpu_us, name, proto, size, topology, model)
+    time_us = gpu_us if host is None else overlapped_time_us(host, gpu_us, name, kind, proto, size, topology, model)
     assert time_us is not None
     algbw = algbw_gbps(size, time_us)
     choice = {"algorithm": name, "proto": proto, "time_us": time_us, "algbw_GBps": algbw,
@@ -638,8 +647,9 @@ def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size:
 
     pred = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
                             step_overhead_us=step_overhead_us, protocols=_table_protocols(name, kind, allowed))
-    overlapped = None if host is None else overlapped_time_us(host, pred.sim.time_us, name, pred.protocol, size,
-                                                               topology, model)
+    own = pred.schedule.notes.get("channels") if pred.schedule is not None else None
+    overlapped = None if host is None else overlapped_time_us(host, pred.sim.time_us, name, kind, pred.protocol, size,
+                                                               topology, model, own)
     entry = {"algorithm": name, **_row(size, pred.sim, bound, overlapped)}
     del entry["size_bytes"]
     schedule = pred.schedule
