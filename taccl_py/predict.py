@@ -464,7 +464,8 @@ def _fastest_oneshot_allreduce(topology: Topology, channels: int | None, root: i
     """The ``oneshot`` Allreduce form that is fastest under ``options``' runtime costs at ``size_bytes``.
 
     The baseline picks its form on the raw-link model; under a runtime's costs (proxy posts, per-step latencies)
-    another may win: on two DGX A100s at 16 KB the form the raw links prefer takes 52.8 us, another 23.3.
+    another may win: on two DGX A100s at 16 KB the form the raw links prefer (rotated) takes 22.4 us, the
+    hierarchical one 19.9.
     Ties keep the forms' order (:data:`~taccl_py.baselines.oneshot.ALLREDUCE_FORMS`); up to
     :data:`~taccl_py.baselines.oneshot.SIMULATED_UP_TO` GPUs, as the baseline simulates its own choice."""
     from taccl_py.baselines import baseline

@@ -2145,6 +2145,7 @@ def test_host_overlap_times_baseline_and_simulate_as_a_g_n_harness(tmp_path: Pat
         assert (choice["algorithm"], choice["proto"]) == (plain["nccl"]["algorithm"], plain["nccl"]["proto"])
         assert choice["gpu_time_us"] == pytest.approx(plain["nccl"]["time_us"], rel=1e-12)
         channels = nccl_channels(choice["algorithm"], choice["proto"], row["size_bytes"], 8, 24)
+        assert choice["host_channels"] == channels
         host = 42.81 + 0.32 * channels
         assert choice["time_us"] == pytest.approx(max(choice["gpu_time_us"], host), rel=1e-12)
         bound += host > choice["gpu_time_us"]
@@ -2183,7 +2184,8 @@ def test_host_overlap_times_a_baseline_of_its_own_as_the_file_written_from_it(tm
         out = tmp_path / f"{name}.json"
         row = run([*host, "baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "4KB", "-a", name, "--schedule-out",
                    str(out), "--json"])["baselines"][0]
-        assert row["time_us"] == pytest.approx(40 + (row["channels"] or 1)) and row["gpu_time_us"] < 40
+        assert row["host_channels"] == (row["channels"] or 1)
+        assert row["time_us"] == pytest.approx(40 + row["host_channels"]) and row["gpu_time_us"] < 40
         timed = run([*host, "simulate", "-t", "dgx-a100", "-s", "4KB", "-a", str(out), "--json"])
         assert timed["time_us"] == pytest.approx(row["time_us"], rel=1e-12)
     table = run([*host, "baseline", "-t", "dgx-h100-nvls", "-c", "allreduce", "-s", "1KB:1MB", "--json"])
@@ -2226,6 +2228,13 @@ def test_host_overlap_is_refused_where_it_does_not_apply(capsys: pytest.CaptureF
     where = "--timeline" if "--timeline" in args else "--host-overlap"
     assert exit_info.value.code == 2 and err.startswith(f"taccl: error: {where}") and message in err
     assert err.count("\n") == 1
+
+
+def test_a_subcommands_help_is_not_refused_for_an_option_of_taccl_itself(capsys: pytest.CaptureFixture[str]) -> None:
+    for args in (["--host-overlap", "40", "bound", "--help"], ["--host-overlap", "40", "profile", "show", "--help"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("Usage: taccl ")
 
 
 def test_profile_check_takes_the_host_from_taccl_itself(capsys: pytest.CaptureFixture[str]) -> None:

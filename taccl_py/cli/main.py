@@ -16,6 +16,9 @@ from typing import NoReturn
 
 INTERRUPTED_STATUS = 130
 """Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
+HELP_ASKED = "taccl.help_asked"
+"""The context's ``meta`` key saying a subcommand's ``--help`` is asked for (options of taccl itself are then not
+checked against the subcommand)."""
 
 try:
     import click
@@ -60,6 +63,12 @@ class _Commands(click.Group):
         self.add_command(workload_cmd.workload)
         self._loaded = True
 
+    def invoke(self, ctx: click.Context) -> object:
+        # whether a subcommand's help was asked for: an option of taccl itself is then not checked against it
+        rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        ctx.meta[HELP_ASKED] = any(arg in ("--help", "-h") for arg in rest[1:])
+        return super().invoke(ctx)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         self._load()
         return super().get_command(ctx, cmd_name)
@@ -95,7 +104,8 @@ def cli(ctx: click.Context, ideal: bool, launch_offset: float, host_overlap: str
         from taccl_py.cli.common import check_host_overlap_applies, parse_host_overlap
 
         parse_host_overlap(host_overlap)
-        check_host_overlap_applies(ctx.invoked_subcommand, ("simulate", "baseline", "profile"))
+        if not ctx.meta.get(HELP_ASKED):
+            check_host_overlap_applies(ctx.invoked_subcommand, ("simulate", "baseline", "profile"))
 
 
 def _leave(status: int) -> NoReturn:

@@ -63,7 +63,9 @@ def profile(ctx: click.Context) -> None:
     taccl profile show fitted.json --plot fit.png      the fitted table (and plot)
     taccl profile check my.log -t my.json              measured vs calibrated prediction per size
     """
-    if host_overlap_requested() is not None:
+    from taccl_py.cli.main import HELP_ASKED
+
+    if host_overlap_requested() is not None and not ctx.meta.get(HELP_ASKED):
         sub = ctx.invoked_subcommand
         check_host_overlap_applies(sub and f"profile {sub}", ("profile check", "profile fit"))  # fit says what
         # it takes instead

@@ -582,7 +582,7 @@ def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: l
     host overlapping the GPUs' work, applied to the choice (NCCL chooses on the GPUs' times). None when no NCCL
     algorithm applies or completes."""
     from taccl_py.errors import NotApplicable
-    from taccl_py.predict import allowed_protocols, nccl_algorithms, overlapped_time_us, predict_baseline
+    from taccl_py.predict import allowed_protocols, host_channels, nccl_algorithms, predict_baseline
 
     timed = {e["algorithm"]: e for e in entries}
     best: tuple[float, str, str] | None = None
@@ -609,12 +609,12 @@ def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: l
     if best is None:
         return None
     gpu_us, name, proto = best
-    time_us = gpu_us if host is None else overlapped_time_us(host, gpu_us, name, kind, proto, size, topology, model)
-    assert time_us is not None
+    charged = None if host is None else host_channels(name, kind, proto, size, topology, model)
+    time_us = gpu_us if host is None or charged is None else host.time_us(gpu_us, charged)
     algbw = algbw_gbps(size, time_us)
     choice = {"algorithm": name, "proto": proto, "time_us": time_us, "algbw_GBps": algbw,
               "busbw_GBps": algbw * _collective_for(kind, topology).busbw_factor}
-    return choice if host is None else {**choice, "gpu_time_us": gpu_us}
+    return choice if host is None else {**choice, "gpu_time_us": gpu_us, "host_channels": charged}
 
 
 def _proto_note(kind: CollectiveKind, protocols: tuple[Protocol, ...] | None) -> str:
@@ -643,14 +643,17 @@ def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size:
     """One baseline's table entry under the runtime model: its fastest protocol (within ``allowed``, None: all) and
     the time with it; with ``host`` (a ``-g N`` host overlapping the GPUs' work) the entry's time is the longer of
     the two, ``proto_times_us`` the GPUs' (what the protocol is chosen on)."""
-    from taccl_py.predict import overlapped_time_us, predict_baseline
+    from taccl_py.predict import host_channels, predict_baseline
 
     pred = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
                             step_overhead_us=step_overhead_us, protocols=_table_protocols(name, kind, allowed))
     own = pred.schedule.notes.get("channels") if pred.schedule is not None else None
-    overlapped = None if host is None else overlapped_time_us(host, pred.sim.time_us, name, kind, pred.protocol, size,
-                                                               topology, model, own)
+    charged = None if host is None else host_channels(name, kind, pred.protocol, size, topology, model, own)
+    overlapped = None if host is None or charged is None or pred.sim.time_us is None \
+        else host.time_us(pred.sim.time_us, charged)
     entry = {"algorithm": name, **_row(size, pred.sim, bound, overlapped)}
+    if charged is not None:
+        entry["host_channels"] = charged
     del entry["size_bytes"]
     schedule = pred.schedule
     entry["proto"] = pred.protocol.value
