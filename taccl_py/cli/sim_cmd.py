@@ -379,7 +379,8 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
     per-transfer arrays (NCCL's ring in its pieces; a timeline draws it), simulated in full as the ideal path
     does for a timeline (no representatives: the critical path is drawn too). ``host``: a ``-g N`` host
     overlapping the GPUs' work; the last list gives each size's time with it (empty without one), over the
-    channels NCCL runs a baseline on, an XML file's ``nchannels``, a schedule file's channels."""
+    channels :func:`taccl_py.predict.host_channels` gives a baseline, an XML file's ``nchannels``, a schedule
+    file's channels."""
     from taccl_py.predict import overlapped_time_us, predict_baseline, predict_program, predict_schedule
 
     results: list[tuple[int, SimResult]] = []
