@@ -444,8 +444,6 @@ def launch_offset_requested() -> float:
 
 def parse_host_overlap(text: str, where: str = "--host-overlap") -> OverlappedHost:
     """``US[,US]``: a ``-g N`` host's cost per collective and per channel, overlapping the GPUs' work."""
-    from taccl_py.harness import OverlappedHost
-
     try:
         values = [float(p) for p in text.split(",")]
         if not 1 <= len(values) <= 2:
