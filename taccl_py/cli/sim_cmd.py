@@ -64,6 +64,7 @@ from taccl_py.units import algbw_gbps, format_bytes
 
 if TYPE_CHECKING:
     from taccl_py.baselines.selectable import Placement
+    from taccl_py.predict import Prediction
 
 __all__ = ["COMMANDS", "baseline_command", "bound_command", "simulate_command"]
 
@@ -130,6 +131,17 @@ def _row(size: int, sim: SimResult, bound: Bound, overlapped_us: float | None = 
     if not sim.correct:
         row["error"] = sim.error
     return row
+
+
+def _with_host(host: OverlappedHost, pred: Prediction, algorithm: str, kind: CollectiveKind, size: int,
+               topology: Topology, model: Any) -> tuple[int, float | None]:
+    """A baseline's prediction under a ``-g N`` host overlapping the GPUs' work: the channels the host is charged on
+    (:func:`taccl_py.predict.host_channels`, the schedule's own for a baseline NCCL does not run) and the time."""
+    from taccl_py.predict import host_channels
+
+    own = pred.schedule.notes.get("channels") if pred.schedule is not None else None
+    charged = host_channels(algorithm, kind, pred.protocol, size, topology, model, own)
+    return charged, None if pred.sim.time_us is None else host.time_us(pred.sim.time_us, charged)
 
 
 def _fastest(entry: dict[str, Any]) -> tuple[float, float]:
@@ -381,7 +393,7 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
     overlapping the GPUs' work; the last list gives each size's time with it (empty without one), over the
     channels :func:`taccl_py.predict.host_channels` gives a baseline, an XML file's ``nchannels``, a schedule
     file's channels."""
-    from taccl_py.predict import overlapped_time_us, predict_baseline, predict_program, predict_schedule
+    from taccl_py.predict import predict_baseline, predict_program, predict_schedule
 
     results: list[tuple[int, SimResult]] = []
     protos: list[str] = []
@@ -428,9 +440,7 @@ def _simulate_calibrated(algorithm: str, topology: Topology, kind: CollectiveKin
             results.append((size, pred.sim))
             protos.append(pred.protocol.value)
             if host is not None:
-                own = pred.schedule.notes.get("channels") if pred.schedule is not None else None
-                overlapped.append(overlapped_time_us(host, pred.sim.time_us, algorithm, kind, pred.protocol, size,
-                                                     topology, model, own))
+                overlapped.append(_with_host(host, pred, algorithm, kind, size, topology, model)[1])
             if ran is not None and k == 0:  # in full (no representatives): as arrays or as a schedule
                 if isinstance(pred.schedule, CompactSchedule):
                     ran.append(pred.schedule.to_schedule())
@@ -644,14 +654,11 @@ def _calibrated_entry(topology: Topology, kind: CollectiveKind, name: str, size:
     """One baseline's table entry under the runtime model: its fastest protocol (within ``allowed``, None: all) and
     the time with it; with ``host`` (a ``-g N`` host overlapping the GPUs' work) the entry's time is the longer of
     the two, ``proto_times_us`` the GPUs' (what the protocol is chosen on)."""
-    from taccl_py.predict import host_channels, predict_baseline
+    from taccl_py.predict import predict_baseline
 
     pred = predict_baseline(topology, kind, name, size, model, channels=channels, root=root,
                             step_overhead_us=step_overhead_us, protocols=_table_protocols(name, kind, allowed))
-    own = pred.schedule.notes.get("channels") if pred.schedule is not None else None
-    charged = None if host is None else host_channels(name, kind, pred.protocol, size, topology, model, own)
-    overlapped = None if host is None or charged is None or pred.sim.time_us is None \
-        else host.time_us(pred.sim.time_us, charged)
+    charged, overlapped = (None, None) if host is None else _with_host(host, pred, name, kind, size, topology, model)
     entry = {"algorithm": name, **_row(size, pred.sim, bound, overlapped)}
     if charged is not None:
         entry["host_channels"] = charged

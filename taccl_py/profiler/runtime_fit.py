@@ -561,7 +561,6 @@ def fit_overlapped_host(topology: Topology, model: RuntimeModel, rows: Sequence[
         resid = np.maximum(g, v[0] + v[1] * c) / m - 1.0
         return float(resid @ resid)
 
-    # the per-channel cost is told only by rows above their GPU time on two channel counts or more
     def fit(per_channel: bool) -> np.ndarray:
         x = _host_least_squares(g, c, m, per_channel=per_channel)
         hi = np.array([float(m.max()), float(m.max() / max(c.max(), 1.0)) if per_channel else 0.0])
