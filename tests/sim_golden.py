@@ -6,7 +6,9 @@ path) that ``simulate`` and ``simulate_program`` gave when the file was written.
 recomputes every case and compares (times to 1e-9 relative, messages exactly). The cases:
 
 * ``baselines``: every applicable NCCL-style baseline of every collective on every shipped topology up to
-  72 GPUs, at 1 KB, 1 MB and 1 GB (and Broadcast/Reduce from the last rank on the small ones);
+  72 GPUs, at 1 KB, 1 MB and 1 GB (and Broadcast/Reduce from the last rank on the small ones); the 1 GB ones on
+  more than :data:`COMPILED_GPUS` GPUs are simulated by the compiled kernel where it covers them (the same
+  results as the Python simulator, which runs every other case);
 * ``programs``: the XML timing of lowered baselines and of the third-party files in ``tests/vectors/msccl``
   (the broken ones too: their verdict, and the makespan of a valid but wrong one);
 * ``perturbed``: baselines with random ``after`` edges, ``not_before_us``, channel moves and a step overhead
@@ -36,6 +38,8 @@ from typing import Any
 
 from taccl_py.baselines import applicable_baselines, baseline
 from taccl_py.collectives import CollectiveKind
+from taccl_py.compact import compact
+from taccl_py.fast_sim import simulate_compact
 from taccl_py.library import SHIPPED_NAMES, resolve_topology, switch_star
 from taccl_py.msccl import Program, load_program, lower_schedule, simulate_program, write_xml
 from taccl_py.schedule import Op, Schedule, Transfer
@@ -52,6 +56,11 @@ MAX_GPUS = 72
 """Shipped topologies up to this many GPUs (mi250x8, 128 GPUs, is left to the benchmark)."""
 FAST_GPUS = 8
 """Baselines on topologies up to this many GPUs are the fast part of the test; the rest is marked slow."""
+COMPILED_GPUS = 16
+"""Baselines of 1 GB on topologies of more than this many GPUs run through the compiled kernel
+(:func:`taccl_py.fast_sim.simulate_compact`, which gives the Python simulator's results exactly:
+``tests/test_fast_sim.py``), so the fixture's largest cases take seconds; the Python simulator still runs
+every other case."""
 FAST_LOWERED = ("ring8", "dgx-a100")
 """Topologies whose lowered baselines are timed in the fast part."""
 REL = 1e-9
@@ -121,8 +130,10 @@ def _baseline_case(name: str, kind: CollectiveKind, algorithm: str, size: int, r
     def run() -> dict[str, Any]:
         topo = topology(name)
         schedule = baseline(topo, kind, algorithm, root=root, size_bytes=size)
-        return {"schedule": schedule_digest(schedule), "transfers": len(schedule),
-                **record(simulate(topo, schedule, size))}
+        compiled = size == GB and topo.num_gpus > COMPILED_GPUS and not any(
+            t.exchange is not None or t.group is not None for t in schedule.transfers)  # what arrays can hold
+        result = simulate_compact(topo, compact(schedule), size) if compiled else simulate(topo, schedule, size)
+        return {"schedule": schedule_digest(schedule), "transfers": len(schedule), **record(result)}
     key = f"{name}/{kind.value}/{algorithm}/{size}" + (f"/root{root}" if root else "")
     return Case("baselines", key, name, topology(name).num_gpus > FAST_GPUS, run)
 
