@@ -716,14 +716,14 @@ def host_channels(algorithm: str, kind: CollectiveKind, protocol: Protocol | str
 
 
 def overlapped_time_us(host: OverlappedHost, gpu_us: float | None, algorithm: str, kind: CollectiveKind,
-                       protocol: Protocol | str, size_bytes: float, topology: Topology, model: RuntimeModel,
-                       own: int | None = None) -> float | None:
+                       protocol: Protocol | str, size_bytes: float, topology: Topology,
+                       model: RuntimeModel) -> float | None:
     """``algorithm`` with ``protocol`` timed ``gpu_us`` on the GPUs, as a ``-g N`` harness whose host overlaps
     their work times it: the longer of the two, the host's over :func:`host_channels`. None stays None (an
     incorrect run)."""
     if gpu_us is None:
         return None
-    return host.time_us(gpu_us, host_channels(algorithm, kind, protocol, size_bytes, topology, model, own))
+    return host.time_us(gpu_us, host_channels(algorithm, kind, protocol, size_bytes, topology, model))
 
 
 def best_protocol(topology: Topology, schedule: Schedule, size_bytes: float, model: RuntimeModel) -> Protocol:

@@ -2123,6 +2123,14 @@ def test_a_oneshot_xml_is_the_form_its_calibrated_row_timed(tmp_path: Path, caps
     assert timed["time_us"] == pytest.approx(entry["time_us"], rel=1e-9) and timed["proto"] == entry["proto"]
 
 
+def _json_run(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """``taccl ARGS`` in process: it exits 0; its --json output."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
 def test_host_overlap_times_baseline_and_simulate_as_a_g_n_harness(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """``taccl --host-overlap US,US``: every NCCL time is the longer of the GPUs' and the host's over the channels
@@ -2131,10 +2139,7 @@ def test_host_overlap_times_baseline_and_simulate_as_a_g_n_harness(tmp_path: Pat
     from taccl_py.runtime import nccl_channels
 
     def run(args: list[str]) -> dict[str, Any]:
-        with pytest.raises(SystemExit) as exit_info:
-            main(args)
-        assert exit_info.value.code == 0
-        return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+        return _json_run(args, capsys)
 
     command = ["baseline", "-t", "dgx-a100", "-c", "allreduce", "-s", "1KB:8GB", "-a", "ring", "--json"]
     alone, hosted = run(command), run(["--host-overlap", "42.81,0.32", *command])
@@ -2174,10 +2179,7 @@ def test_host_overlap_times_a_baseline_of_its_own_as_the_file_written_from_it(tm
     """A baseline NCCL does not run is charged the host on its own channels, as the file written from it is timed;
     times the host binds tie, and the table's best (and best unicast) is then the GPUs' fastest of them."""
     def run(args: list[str]) -> dict[str, Any]:
-        with pytest.raises(SystemExit) as exit_info:
-            main(args)
-        assert exit_info.value.code == 0
-        return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+        return _json_run(args, capsys)
 
     host = ["--host-overlap", "40,1"]
     for name in ("rd", "oneshot"):

@@ -66,9 +66,8 @@ def profile(ctx: click.Context) -> None:
     from taccl_py.cli.main import HELP_ASKED
 
     if host_overlap_requested() is not None and not ctx.meta.get(HELP_ASKED):
-        sub = ctx.invoked_subcommand
-        check_host_overlap_applies(sub and f"profile {sub}", ("profile check", "profile fit"))  # fit says what
-        # it takes instead
+        sub = ctx.invoked_subcommand  # profile fit is let through: it says what it takes instead (--overlap)
+        check_host_overlap_applies(sub and f"profile {sub}", ("profile check", "profile fit"))
 
 
 def _warn(warnings: tuple[str, ...] | list[str]) -> None:

@@ -625,7 +625,7 @@ def _nccl_choice(topology: Topology, kind: CollectiveKind, size: int, entries: l
     algbw = algbw_gbps(size, time_us)
     choice = {"algorithm": name, "proto": proto, "time_us": time_us, "algbw_GBps": algbw,
               "busbw_GBps": algbw * _collective_for(kind, topology).busbw_factor}
-    return choice if host is None else {**choice, "gpu_time_us": gpu_us, "host_channels": charged}
+    return choice if charged is None else {**choice, "gpu_time_us": gpu_us, "host_channels": charged}
 
 
 def _proto_note(kind: CollectiveKind, protocols: tuple[Protocol, ...] | None) -> str:
