@@ -144,8 +144,20 @@ class Schedule:
     def with_transfers(self, transfers: Iterable[Transfer]) -> Schedule:
         return replace(self, transfers=tuple(transfers))
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_checked"}  # not the memo (and its topology)
+
     def structural_error(self, topology: Topology) -> str | None:
-        """First reason the schedule cannot run on ``topology`` at all, or None."""
+        """First reason the schedule cannot run on ``topology`` at all, or None. Found once for the topology it was
+        last asked about (the schedule is immutable): a fit simulates the same baseline hundreds of times."""
+        checked = self.__dict__.get("_checked")
+        if checked is not None and checked[0] is topology:
+            return checked[1]
+        problem = self._structural_error(topology)
+        object.__setattr__(self, "_checked", (topology, problem))
+        return problem
+
+    def _structural_error(self, topology: Topology) -> str | None:
         n = self.collective.num_ranks
         if n != topology.num_gpus:
             return f"collective has {n} ranks but topology {topology.name!r} has {topology.num_gpus} GPUs"

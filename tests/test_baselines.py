@@ -452,3 +452,53 @@ def test_subnormal_latency_does_not_break_pipelining() -> None:
     topology = ring(3, 1.0, 1e-310)
     for kind, algorithm in (("broadcast", "ring"), ("broadcast", "tree"), ("allreduce", "tree")):
         run(topology, baseline(topology, kind, algorithm, size_bytes=4096), 4096)
+
+
+def test_a_baseline_built_again_is_the_one_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """baseline() returns the schedule it built last for the same arguments (schedules are immutable), builds again
+    for any other argument, and keeps at most MEMO_TRANSFERS transfers, each schedule at most a quarter of them."""
+    import taccl_py.baselines as baselines
+
+    topo = resolve_topology("dgx-a100")
+    first = baseline(topo, "allreduce", "ring", size_bytes=2**20)
+    assert baseline(topo, CollectiveKind.ALLREDUCE, "ring", size_bytes=2**20) is first
+    assert baseline(resolve_topology("dgx-a100"), "allreduce", "ring", size_bytes=2**20) is first  # an equal topology
+    other = baseline(topo, "allreduce", "ring", size_bytes=2**30, chunk_factor=16)
+    assert other is not first and len(other.transfers) > len(first.transfers)
+    assert baseline(topo, "allreduce", "tree", size_bytes=2**20) is not first
+    with pytest.raises(InputError):  # arguments are checked before the memo is looked at
+        baseline(topo, "allreduce", "ring", channels=0)
+
+    monkeypatch.setattr(baselines, "_built", type(baselines._built)())
+    monkeypatch.setattr(baselines, "_built_transfers", [0])
+    monkeypatch.setattr(baselines, "MEMO_TRANSFERS", 4 * len(other.transfers))  # room for four of them
+
+    def build(size: int) -> Schedule:
+        return baseline(topo, "allreduce", "ring", size_bytes=size, chunk_factor=16)
+
+    four = [build(2**k) for k in (27, 28, 29, 30)]
+    assert [build(2**k) for k in (27, 28, 29, 30)] == four and all(
+        build(2**k) is s for k, s in zip((27, 28, 29, 30), four, strict=True))
+    fifth = build(2**31)  # the least recently used (2**27) goes
+    assert baselines._built_transfers[0] == sum(len(s.transfers) for s in baselines._built.values()) == 4 * len(
+        fifth.transfers)
+    assert build(2**28) is four[1] and build(2**31) is fifth and build(2**27) is not four[0]
+    monkeypatch.setattr(baselines, "MEMO_TRANSFERS", 4 * len(other.transfers) - 4)  # now over a quarter: not kept
+    assert build(2**32) is not build(2**32)
+
+def test_a_schedules_structural_check_is_the_topologys_it_is_asked_about() -> None:
+    """Schedule.structural_error is found once per topology (a fit simulates one schedule hundreds of times): asked
+    about another topology it answers for that one, and a pickled schedule does not carry the answer."""
+    import pickle
+
+    ring8 = ring(8)
+    schedule = baseline(ring8, "allgather", "ring")
+    assert schedule.structural_error(ring8) is None
+    assert schedule.structural_error(ring8) is None
+    twelve = ring(12)
+    assert "12 GPUs" in (schedule.structural_error(twelve) or "")
+    fewer = Topology(ring8.name, 8, ring8.links[:-1])  # the ring's last link gone
+    assert "does not exist" in (schedule.structural_error(fewer) or "")
+    assert schedule.structural_error(ring8) is None
+    copy = pickle.loads(pickle.dumps(schedule))
+    assert copy == schedule and "_checked" not in copy.__dict__

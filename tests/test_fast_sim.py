@@ -269,10 +269,13 @@ def test_available_memory_is_capped_by_the_cgroup(monkeypatch: pytest.MonkeyPatc
     assert fast_sim._available_memory_bytes() is None
 
 
-def test_posted_transfers_take_the_kernel_from_fewer_transfers() -> None:
+def test_posted_transfers_take_the_kernel_from_fewer_transfers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under a runtime's proxy posts the Python simulator re-solves at nearly every start, so the kernel takes
-    schedules from POSTED_MIN_TRANSFERS transfers (not FAST_MIN_TRANSFERS), with the same result."""
+    schedules from POSTED_MIN_TRANSFERS transfers (not FAST_MIN_TRANSFERS), with the same result, even before it
+    is ready (:func:`kernel_ready`)."""
     from taccl_py import fast_sim
+
+    monkeypatch.setattr(fast_sim, "kernel_ready", lambda: False)
     from taccl_py.runtime import Protocol
 
     topo = resolve_topology("dgx-a100x4")
@@ -286,6 +289,50 @@ def test_posted_transfers_take_the_kernel_from_fewer_transfers() -> None:
     _same(simulate(topo, schedule, 2**26, SimOptions(costs=costs)), posted)
     unposted = SimOptions(costs=replace(costs, post_us=0.0))
     assert simulate_large(topo, schedule, 2**26, unposted).notes.get("simulator") != "compiled"
+
+
+def test_a_ready_kernel_takes_schedules_from_fewer_transfers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the kernel is loaded (or in numba's cache), simulate_large takes it from WARM_MIN_TRANSFERS on, with the
+    same result; not before it is ready, and never below that."""
+    from taccl_py import fast_sim
+
+    topo = resolve_topology("dgx-a100x2")
+    schedule = baseline(topo, "allreduce", "tree")
+    assert fast_sim.WARM_MIN_TRANSFERS <= len(schedule.transfers) < fast_sim.FAST_MIN_TRANSFERS
+    simulate_compact(topo, compact(schedule), 2**20)  # the kernel, loaded or compiled
+    assert fast_sim.kernel_ready()
+    ready = simulate_large(topo, schedule, 2**26)
+    assert ready.notes.get("simulator") == "compiled"
+    _same(simulate(topo, schedule, 2**26), ready)
+    small = baseline(resolve_topology("dgx-a100"), "allreduce", "ring")
+    assert len(small.transfers) < fast_sim.WARM_MIN_TRANSFERS
+    assert simulate_large(resolve_topology("dgx-a100"), small, 2**26).notes.get("simulator") != "compiled"
+    monkeypatch.setattr(fast_sim, "kernel_ready", lambda: False)
+    assert simulate_large(topo, schedule, 2**26).notes.get("simulator") != "compiled"
+
+
+def test_kernel_ready_reads_numbas_cache_without_compiling(tmp_path: Path) -> None:
+    """A new process finds the kernel an earlier one compiled (numba's cache, read through its internals: this
+    checks they still say what kernel_ready takes them to say), and not in an empty cache."""
+    import os
+    import subprocess
+    import sys
+
+    from taccl_py import fast_sim
+
+    topo = resolve_topology("dgx-a100")
+    simulate_compact(topo, compact(baseline(topo, "allreduce", "ring")), 2**20)  # compiled, so cached, here
+    probe = ("from taccl_py import fast_kernel, fast_sim; loaded = bool(fast_kernel.run.signatures); "
+             "print(loaded, fast_sim.kernel_ready(), bool(fast_kernel.run.signatures))")
+
+    def ask(**env: str) -> str:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                              env={**os.environ, **env}, timeout=120)
+        return done.stdout.strip()
+
+    assert fast_sim.kernel_ready()
+    assert ask() == "False True False"  # ready, from the cache, and nothing compiled or loaded to say so
+    assert ask(NUMBA_CACHE_DIR=str(tmp_path)) == "False False False"
 
 
 @pytest.mark.slow

@@ -13,6 +13,8 @@ ones (Broadcast, Reduce, trees) pick their depth from ``size_bytes`` when given.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from taccl_py.baselines.common import Leg, NotApplicable
@@ -35,7 +37,7 @@ from taccl_py.errors import InputError
 from taccl_py.schedule import Schedule
 from taccl_py.topology import Topology
 
-__all__ = ["ALGORITHMS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan", "applicable_baselines",
+__all__ = ["ALGORITHMS", "MEMO_TRANSFERS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan", "applicable_baselines",
            "baseline", "ring_plan", "tree_plan"]
 
 ALGORITHMS = ("ring", "tree", "direct", "rd", "oneshot", "hier", "hier-lb", *OFFLOAD_ALGORITHMS)
@@ -85,6 +87,16 @@ def _machine_aligned(ring: Ring, plan: RingPlan) -> tuple[int, ...]:
     return ring.order
 
 
+MEMO_TRANSFERS = 200_000
+""":func:`baseline` keeps the baselines it built last, up to this many transfers in all (each of at most a quarter of
+it): a runtime fit or a fidelity check builds the same few once per row and per iteration (an NVLS fit: 580 builds
+of 5 schedules). Schedules are immutable, so the one kept is the one returned."""
+
+_built: OrderedDict[tuple[object, ...], Schedule] = OrderedDict()
+_built_transfers = [0]
+_built_lock = threading.Lock()
+
+
 def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, channels: int | None = None,
              chunk_factor: int | None = None, root: int = 0, size_bytes: float | None = None,
              step_overhead_us: float = 0.0, form: str | None = None, pieces: int | None = None) -> Schedule:
@@ -101,6 +113,30 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
     """
     kind = _kind(kind)
     _check_args(topology, algorithm, channels, chunk_factor, root)
+    key = (topology, kind, algorithm, channels, chunk_factor, root, size_bytes, step_overhead_us, form, pieces)
+    with _built_lock:
+        kept = _built.get(key)
+        if kept is not None:
+            _built.move_to_end(key)
+            return kept
+    schedule = _build(topology, kind, algorithm, channels, chunk_factor, root, size_bytes, step_overhead_us, form,
+                      pieces)
+    count = len(schedule.transfers)
+    if count <= MEMO_TRANSFERS // 4:
+        with _built_lock:
+            if key not in _built:
+                _built[key] = schedule
+                _built_transfers[0] += count
+                while _built_transfers[0] > MEMO_TRANSFERS:
+                    _, dropped = _built.popitem(last=False)
+                    _built_transfers[0] -= len(dropped.transfers)
+    return schedule
+
+
+def _build(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None, chunk_factor: int | None,
+           root: int, size_bytes: float | None, step_overhead_us: float, form: str | None,
+           pieces: int | None) -> Schedule:
+    """:func:`baseline`, built."""
     if form is not None and algorithm != "oneshot":
         raise InputError(f"only the oneshot baseline has forms (got {algorithm!r})", where="form")
     if pieces is not None and algorithm != "tree":
