@@ -18,6 +18,7 @@ mask's row has every bit.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,9 +35,9 @@ from taccl_py.topology import Topology
 from taccl_py.units import format_bytes, gbps_to_bytes_per_us
 
 __all__ = ["DENSE_KEYS_PER_SLOT", "FAST_MIN_TRANSFERS", "FULL_BYTES_PER_PAIR", "FULL_BYTES_PER_ROUTE",
-           "FULL_BYTES_PER_TRANSFER", "POSTED_MIN_TRANSFERS", "WARM_MIN_TRANSFERS", "fast_error",
-           "full_simulation_bytes", "full_simulation_error", "kernel_ready", "numbered_pairs", "runs_compiled",
-           "simulate_compact", "simulate_large"]
+           "FULL_BYTES_PER_TRANSFER", "LOAD_MIN_TRANSFERS", "POSTED_MIN_TRANSFERS", "WARM_MIN_TRANSFERS",
+           "fast_error", "full_simulation_bytes", "full_simulation_error", "kernel_ready", "numbered_pairs",
+           "runs_compiled", "simulate_compact", "simulate_large"]
 
 FAST_MIN_TRANSFERS = 100_000
 """From this many transfers :func:`simulate_large` uses the compiled kernel (below it, Python is as quick as the
@@ -370,6 +371,8 @@ def simulate_large(topology: Topology, schedule: Schedule, size_bytes: float,
     """
     options = options or SimOptions()
     if not runs_compiled(topology, schedule, options):
+        if len(schedule.transfers) >= WARM_MIN_TRANSFERS and _covers(topology, schedule, options):
+            _in_python[0] += len(schedule.transfers)  # what the kernel could have run, once loaded
         return simulate(topology, schedule, size_bytes, options)
     return simulate_compact(topology, compact(schedule), size_bytes, options)
 
@@ -378,29 +381,44 @@ def runs_compiled(topology: Topology, schedule: Schedule | CompactSchedule, opti
     """Whether :func:`simulate_large` (a schedule) or :func:`simulate_compact` (arrays) runs the compiled kernel."""
     if isinstance(schedule, CompactSchedule):
         return fast_error(schedule, topology, options) is None
-    transfers = schedule.transfers
+    count = len(schedule.transfers)
     posted = options.costs is not None and options.costs.post_us > 0
-    large = len(transfers) >= (POSTED_MIN_TRANSFERS if posted else FAST_MIN_TRANSFERS)
-    if not (large or len(transfers) >= WARM_MIN_TRANSFERS) or topology.has_endpoint_limits \
-            or topology.store_and_forward or not _kernel_options(options) \
-            or any(t.exchange is not None or t.group is not None for t in transfers):
+    large = count >= (POSTED_MIN_TRANSFERS if posted else FAST_MIN_TRANSFERS)
+    if not (large or count >= WARM_MIN_TRANSFERS) or not _covers(topology, schedule, options):
         return False
-    return large or kernel_ready()
+    return large or kernel_ready(count)
 
 
-_KERNEL_ON_DISK: list[bool] = []  # numba's cache, looked at once per process
+def _covers(topology: Topology, schedule: Schedule, options: SimOptions) -> bool:
+    """Whether the kernel can run this schedule at all (whatever its size)."""
+    return not (topology.has_endpoint_limits or topology.store_and_forward or not _kernel_options(options)
+                or any(t.exchange is not None or t.group is not None for t in schedule.transfers))
 
 
-def kernel_ready() -> bool:
-    """Whether the compiled simulator runs without being compiled first: it is loaded in this process, or an earlier
-    one compiled it into numba's cache (any compiled run, or ``python -m taccl_py.warmup``)."""
-    from taccl_py import fast_kernel
+LOAD_MIN_TRANSFERS = 20_000
+"""Loading the kernel from numba's cache takes about half a second (numba's import with it): :func:`kernel_ready`
+has it loaded for a run of this many transfers, or once this process has simulated as many in Python that the
+kernel could have run (a check or fit of hundreds of small runs), not for a single small run (``taccl simulate``
+of 3,840 transfers: 0.2 s in Python)."""
 
-    if fast_kernel.run.signatures:
+_in_python = [0]  # transfers simulate_large ran in Python that the kernel covers, from WARM_MIN_TRANSFERS each
+_kernel_on_disk: list[bool] = []  # numba's cache, looked at once per process
+
+
+def kernel_ready(transfers: int = 0) -> bool:
+    """Whether the compiled simulator runs, for a run of ``transfers``, without being compiled first: it is loaded
+    in this process, or an earlier one compiled it into numba's cache (any compiled run, or ``python -m
+    taccl_py.warmup``) and it is worth loading (:data:`LOAD_MIN_TRANSFERS`)."""
+    loaded = sys.modules.get("taccl_py.fast_kernel")
+    if loaded is not None and loaded.run.signatures:
         return True
-    if not _KERNEL_ON_DISK:
-        _KERNEL_ON_DISK.append(_in_numba_cache(fast_kernel.run))
-    return _KERNEL_ON_DISK[0]
+    if transfers + _in_python[0] < LOAD_MIN_TRANSFERS:
+        return False
+    if not _kernel_on_disk:
+        from taccl_py import fast_kernel
+
+        _kernel_on_disk.append(_in_numba_cache(fast_kernel.run))
+    return _kernel_on_disk[0]
 
 
 def _in_numba_cache(kernel: Any) -> bool:

@@ -9,6 +9,7 @@ mutations (faults, deadlocks, broken structure), and the ring baselines built as
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -275,7 +276,7 @@ def test_posted_transfers_take_the_kernel_from_fewer_transfers(monkeypatch: pyte
     is ready (:func:`kernel_ready`)."""
     from taccl_py import fast_sim
 
-    monkeypatch.setattr(fast_sim, "kernel_ready", lambda: False)
+    monkeypatch.setattr(fast_sim, "kernel_ready", lambda _transfers=0: False)
     from taccl_py.runtime import Protocol
 
     topo = resolve_topology("dgx-a100x4")
@@ -307,7 +308,7 @@ def test_a_ready_kernel_takes_schedules_from_fewer_transfers(monkeypatch: pytest
     small = baseline(resolve_topology("dgx-a100"), "allreduce", "ring")
     assert len(small.transfers) < fast_sim.WARM_MIN_TRANSFERS
     assert simulate_large(resolve_topology("dgx-a100"), small, 2**26).notes.get("simulator") != "compiled"
-    monkeypatch.setattr(fast_sim, "kernel_ready", lambda: False)
+    monkeypatch.setattr(fast_sim, "kernel_ready", lambda _transfers=0: False)
     assert simulate_large(topo, schedule, 2**26).notes.get("simulator") != "compiled"
 
 
@@ -323,7 +324,7 @@ def test_kernel_ready_reads_numbas_cache_without_compiling(tmp_path: Path) -> No
     topo = resolve_topology("dgx-a100")
     simulate_compact(topo, compact(baseline(topo, "allreduce", "ring")), 2**20)  # compiled, so cached, here
     probe = ("from taccl_py import fast_kernel, fast_sim; loaded = bool(fast_kernel.run.signatures); "
-             "print(loaded, fast_sim.kernel_ready(), bool(fast_kernel.run.signatures))")
+             "print(loaded, fast_sim.kernel_ready(fast_sim.LOAD_MIN_TRANSFERS), bool(fast_kernel.run.signatures))")
 
     def ask(**env: str) -> str:
         done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
@@ -333,6 +334,42 @@ def test_kernel_ready_reads_numbas_cache_without_compiling(tmp_path: Path) -> No
     assert fast_sim.kernel_ready()
     assert ask() == "False True False"  # ready, from the cache, and nothing compiled or loaded to say so
     assert ask(NUMBA_CACHE_DIR=str(tmp_path)) == "False False False"
+
+
+def test_a_process_loads_the_cached_kernel_once_small_runs_add_up() -> None:
+    """A new process keeps small runs in Python (loading the kernel costs more than one of them) until it has
+    simulated LOAD_MIN_TRANSFERS transfers the kernel covers; then it loads the kernel from numba's cache and runs
+    the rest compiled, with the same times. Runs below WARM_MIN_TRANSFERS, or the kernel cannot run, do not count."""
+    import subprocess
+    import sys
+
+    topo = resolve_topology("dgx-a100x2")
+    simulate_compact(topo, compact(baseline(topo, "allreduce", "tree")), 2**20)  # compiled, so cached, here
+    probe = """
+import json
+from taccl_py import fast_sim
+from taccl_py.baselines import baseline
+from taccl_py.library import resolve_topology
+from dataclasses import replace
+from taccl_py.topology import SwitchModel
+topo = resolve_topology("dgx-a100x2")
+tree = baseline(topo, "allreduce", "tree")
+small = baseline(resolve_topology("dgx-a100"), "allreduce", "ring")
+for _ in range(50):
+    fast_sim.simulate_large(resolve_topology("dgx-a100"), small, 2**20)
+relayed = replace(topo, switch_model=SwitchModel.STORE_AND_FORWARD)  # the kernel does not run it: not counted
+for _ in range(8):
+    fast_sim.simulate_large(relayed, tree, 2**20)
+ways = [fast_sim.simulate_large(topo, tree, 2**20).notes.get("simulator", "python") for _ in range(8)]
+print(json.dumps([len(tree.transfers), fast_sim.LOAD_MIN_TRANSFERS, ways,
+                  fast_sim.simulate_large(topo, tree, 2**26).time_us]))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300)
+    count, load_from, ways, time_us = json.loads(done.stdout)
+    python_runs = -(-load_from // count) - 1  # then the next run, with these, reaches LOAD_MIN_TRANSFERS
+    assert 1 < python_runs < len(ways)
+    assert ways == ["python"] * python_runs + ["compiled"] * (len(ways) - python_runs)
+    assert time_us == simulate(topo, baseline(topo, "allreduce", "tree"), 2**26).time_us
 
 
 @pytest.mark.slow

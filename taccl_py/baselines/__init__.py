@@ -37,8 +37,8 @@ from taccl_py.errors import InputError
 from taccl_py.schedule import Schedule
 from taccl_py.topology import Topology
 
-__all__ = ["ALGORITHMS", "MEMO_TRANSFERS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan", "applicable_baselines",
-           "baseline", "ring_plan", "tree_plan"]
+__all__ = ["ALGORITHMS", "MEMO_TRANSFERS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan",
+           "applicable_baselines", "baseline", "ring_plan", "tree_plan"]
 
 ALGORITHMS = ("ring", "tree", "direct", "rd", "oneshot", "hier", "hier-lb", *OFFLOAD_ALGORITHMS)
 """Baseline names, in the order tables list them (the last ones need multicast or reduce switches)."""
