@@ -486,6 +486,7 @@ def test_a_baseline_built_again_is_the_one_kept(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(baselines, "MEMO_TRANSFERS", 4 * len(other.transfers) - 4)  # now over a quarter: not kept
     assert build(2**32) is not build(2**32)
 
+
 def test_a_schedules_structural_check_is_the_topologys_it_is_asked_about() -> None:
     """Schedule.structural_error is found once per topology (a fit simulates one schedule hundreds of times): asked
     about another topology it answers for that one, and a pickled schedule does not carry the answer."""

@@ -275,9 +275,9 @@ def test_posted_transfers_take_the_kernel_from_fewer_transfers(monkeypatch: pyte
     schedules from POSTED_MIN_TRANSFERS transfers (not FAST_MIN_TRANSFERS), with the same result, even before it
     is ready (:func:`kernel_ready`)."""
     from taccl_py import fast_sim
+    from taccl_py.runtime import Protocol
 
     monkeypatch.setattr(fast_sim, "kernel_ready", lambda _transfers=0: False)
-    from taccl_py.runtime import Protocol
 
     topo = resolve_topology("dgx-a100x4")
     assert topo.runtime is not None
@@ -312,6 +312,7 @@ def test_a_ready_kernel_takes_schedules_from_fewer_transfers(monkeypatch: pytest
     assert simulate_large(topo, schedule, 2**26).notes.get("simulator") != "compiled"
 
 
+@pytest.mark.slow
 def test_kernel_ready_reads_numbas_cache_without_compiling(tmp_path: Path) -> None:
     """A new process finds the kernel an earlier one compiled (numba's cache, read through its internals: this
     checks they still say what kernel_ready takes them to say), and not in an empty cache."""
@@ -336,6 +337,7 @@ def test_kernel_ready_reads_numbas_cache_without_compiling(tmp_path: Path) -> No
     assert ask(NUMBA_CACHE_DIR=str(tmp_path)) == "False False False"
 
 
+@pytest.mark.slow
 def test_a_process_loads_the_cached_kernel_once_small_runs_add_up() -> None:
     """A new process keeps small runs in Python (loading the kernel costs more than one of them) until it has
     simulated LOAD_MIN_TRANSFERS transfers the kernel covers; then it loads the kernel from numba's cache and runs
@@ -347,10 +349,10 @@ def test_a_process_loads_the_cached_kernel_once_small_runs_add_up() -> None:
     simulate_compact(topo, compact(baseline(topo, "allreduce", "tree")), 2**20)  # compiled, so cached, here
     probe = """
 import json
+from dataclasses import replace
 from taccl_py import fast_sim
 from taccl_py.baselines import baseline
 from taccl_py.library import resolve_topology
-from dataclasses import replace
 from taccl_py.topology import SwitchModel
 topo = resolve_topology("dgx-a100x2")
 tree = baseline(topo, "allreduce", "tree")
@@ -358,7 +360,7 @@ small = baseline(resolve_topology("dgx-a100"), "allreduce", "ring")
 for _ in range(50):
     fast_sim.simulate_large(resolve_topology("dgx-a100"), small, 2**20)
 relayed = replace(topo, switch_model=SwitchModel.STORE_AND_FORWARD)  # the kernel does not run it: not counted
-for _ in range(8):
+for _ in range(2):
     fast_sim.simulate_large(relayed, tree, 2**20)
 ways = [fast_sim.simulate_large(topo, tree, 2**20).notes.get("simulator", "python") for _ in range(8)]
 print(json.dumps([len(tree.transfers), fast_sim.LOAD_MIN_TRANSFERS, ways,
