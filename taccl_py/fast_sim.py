@@ -46,10 +46,10 @@ half a second)."""
 
 WARM_MIN_TRANSFERS = 500
 """Once the kernel is ready without compiling (:func:`kernel_ready`), :func:`simulate_large` uses it from this many
-transfers: each run is then 2 to 6 times quicker than in Python (measured 2026-11-29, ring and tree baselines on
-one and two DGX A100 under Simple's costs: 3.9 against 8.9 ms at 896 transfers, 34 against 210 ms at 3,840; at
-112, 1.2 against 1.6 ms), which is what a command running hundreds of them (``taccl profile check``, ``fit``)
-feels."""
+transfers: each run is then 2 to 6 times quicker than in Python (measured 2026-11-29, :func:`simulate` against
+:func:`simulate_compact` on the ring and tree baselines of ``dgx-a100`` and ``dgx-a100x2`` under Simple's costs:
+3.9 against 8.9 ms at 896 transfers, 34 against 210 ms at 3,840; at 112, 1.2 against 1.6 ms), which is what a
+command running hundreds of them (``taccl profile check``, ``fit``) feels."""
 
 
 POSTED_MIN_TRANSFERS = 1_000
