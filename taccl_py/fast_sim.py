@@ -36,8 +36,8 @@ from taccl_py.units import format_bytes, gbps_to_bytes_per_us
 
 __all__ = ["DENSE_KEYS_PER_SLOT", "FAST_MIN_TRANSFERS", "FULL_BYTES_PER_PAIR", "FULL_BYTES_PER_ROUTE",
            "FULL_BYTES_PER_TRANSFER", "LOAD_MIN_TRANSFERS", "POSTED_MIN_TRANSFERS", "WARM_MIN_TRANSFERS",
-           "fast_error", "full_simulation_bytes", "full_simulation_error", "kernel_ready", "numbered_pairs",
-           "runs_compiled", "simulate_compact", "simulate_large"]
+           "fast_error", "full_simulation_bytes", "full_simulation_error", "kernel_covers", "kernel_ready",
+           "numbered_pairs", "runs_compiled", "simulate_compact", "simulate_large"]
 
 FAST_MIN_TRANSFERS = 100_000
 """From this many transfers :func:`simulate_large` uses the compiled kernel (below it, Python is as quick as the
@@ -370,27 +370,35 @@ def simulate_large(topology: Topology, schedule: Schedule, size_bytes: float,
     :mod:`taccl_py.fast_kernel`.
     """
     options = options or SimOptions()
-    if not runs_compiled(topology, schedule, options):
-        if len(schedule.transfers) >= WARM_MIN_TRANSFERS and _covers(topology, schedule, options):
-            _in_python[0] += len(schedule.transfers)  # what the kernel could have run, once loaded
-        return simulate(topology, schedule, size_bytes, options)
-    return simulate_compact(topology, compact(schedule), size_bytes, options)
+    compiled, covered = _kernel_choice(topology, schedule, options)
+    if compiled:
+        return simulate_compact(topology, compact(schedule), size_bytes, options)
+    if covered:
+        _in_python[0] += len(schedule.transfers)  # what the kernel would have run, once loaded
+    return simulate(topology, schedule, size_bytes, options)
 
 
 def runs_compiled(topology: Topology, schedule: Schedule | CompactSchedule, options: SimOptions) -> bool:
     """Whether :func:`simulate_large` (a schedule) or :func:`simulate_compact` (arrays) runs the compiled kernel."""
     if isinstance(schedule, CompactSchedule):
         return fast_error(schedule, topology, options) is None
+    return _kernel_choice(topology, schedule, options)[0]
+
+
+def _kernel_choice(topology: Topology, schedule: Schedule, options: SimOptions) -> tuple[bool, bool]:
+    """Whether :func:`simulate_large` runs ``schedule`` in the kernel, and whether the kernel would once ready
+    (it covers the run, large or of :data:`WARM_MIN_TRANSFERS` transfers or more)."""
     count = len(schedule.transfers)
     posted = options.costs is not None and options.costs.post_us > 0
     large = count >= (POSTED_MIN_TRANSFERS if posted else FAST_MIN_TRANSFERS)
-    if not (large or count >= WARM_MIN_TRANSFERS) or not _covers(topology, schedule, options):
-        return False
-    return large or kernel_ready(count)
+    if not (large or count >= WARM_MIN_TRANSFERS) or not kernel_covers(topology, schedule, options):
+        return False, False
+    return large or kernel_ready(count), True
 
 
-def _covers(topology: Topology, schedule: Schedule, options: SimOptions) -> bool:
-    """Whether the kernel can run this schedule at all (whatever its size)."""
+def kernel_covers(topology: Topology, schedule: Schedule, options: SimOptions) -> bool:
+    """Whether the kernel can run this schedule at all, whatever its size: no exchanges or network groups, no
+    endpoint limits or store-and-forward switches, no option but the step overhead and a runtime's costs."""
     return not (topology.has_endpoint_limits or topology.store_and_forward or not _kernel_options(options)
                 or any(t.exchange is not None or t.group is not None for t in schedule.transfers))
 

@@ -39,7 +39,7 @@ from typing import Any
 from taccl_py.baselines import applicable_baselines, baseline
 from taccl_py.collectives import CollectiveKind
 from taccl_py.compact import compact
-from taccl_py.fast_sim import simulate_compact
+from taccl_py.fast_sim import kernel_covers, simulate_compact
 from taccl_py.library import SHIPPED_NAMES, resolve_topology, switch_star
 from taccl_py.msccl import Program, load_program, lower_schedule, simulate_program, write_xml
 from taccl_py.schedule import Op, Schedule, Transfer
@@ -130,8 +130,7 @@ def _baseline_case(name: str, kind: CollectiveKind, algorithm: str, size: int, r
     def run() -> dict[str, Any]:
         topo = topology(name)
         schedule = baseline(topo, kind, algorithm, root=root, size_bytes=size)
-        compiled = size == GB and topo.num_gpus > COMPILED_GPUS and not any(
-            t.exchange is not None or t.group is not None for t in schedule.transfers)  # what arrays can hold
+        compiled = size == GB and topo.num_gpus > COMPILED_GPUS and kernel_covers(topo, schedule, SimOptions())
         result = simulate_compact(topo, compact(schedule), size) if compiled else simulate(topo, schedule, size)
         return {"schedule": schedule_digest(schedule), "transfers": len(schedule), **record(result)}
     key = f"{name}/{kind.value}/{algorithm}/{size}" + (f"/root{root}" if root else "")
