@@ -16,6 +16,7 @@ every run (exit status, command, first error line) to FILE to see what the fuzz 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -24,6 +25,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import click
 import pytest
@@ -35,6 +37,8 @@ from taccl_py.baselines import baseline
 from taccl_py.cli.main import cli
 from taccl_py.library import ring
 from taccl_py.msccl import write_schedule_xml
+from taccl_py.profiler import live
+from taccl_py.profiler.measurements import Sample, write_measurements_csv
 from taccl_py.schedule import save_schedule
 from taccl_py.topology_io import save_topology
 
@@ -254,6 +258,32 @@ def _short_run_guard(path: tuple[str, ...], argv: list[str]) -> list[str]:
                      for arg in (option, value)]]
 
 
+LIVE_PING_PONG = (("profile", "run"), ("--nproc", "3", "--output", "@out.xml"))
+"""The one fuzz case that spawns real ranks where PyTorch is installed; the others measure with
+:func:`_recorded_ping_pong`. The live path's own tests are tests/test_profiler_live.py."""
+
+
+def _recorded_ping_pong(config: live.PingPongConfig, nproc: int, output: str) -> None:
+    """Stands in for :func:`live.run_local`: its checks, then the CSV its rank 0 writes, on a fixed line.
+
+    The fuzz tests what the command makes of its arguments; a real ping-pong per accepted argument (up to 16
+    processes each) cost CI minutes and timed nothing.
+    """
+    live.check_local_run(config, nproc)
+    samples = [Sample(src, dst, size, 3.0 + size / 2e3, repeat) for src, dst in config.pairs
+               for size in config.sizes for repeat in range(config.repeats)]
+    write_measurements_csv(output, samples, comments=[f"fuzz stand-in for {nproc} local ranks"])
+
+
+@contextlib.contextmanager
+def _ping_pong_for(case: tuple[tuple[str, ...], tuple[Any, ...]] | None) -> Iterator[None]:
+    if case is not None and (case[0], tuple(map(str, case[1]))) == LIVE_PING_PONG:
+        yield
+        return
+    with mock.patch.object(live, "run_local", _recorded_ping_pong):
+        yield
+
+
 @pytest.mark.slow
 @FUZZ_SETTINGS
 @given(data=st.data())
@@ -261,11 +291,16 @@ def test_random_arguments_never_crash(data: st.DataObject, files: dict[str, str]
                                       capsys: pytest.CaptureFixture[str]) -> None:
     path, command = data.draw(st.sampled_from(COMMANDS), label="command")
     argv = _short_run_guard(path, [*path, *_resolve(data.draw(_args_for(command), label="args"), files)])
-    code, out, err = run(argv, capsys)
+    with _ping_pong_for(None):
+        code, out, err = run(argv, capsys)
     _check_outcome(code, out, err, argv)
 
 
 ONE_ABSURD = _one_absurd_cases()
+
+
+def test_one_case_spawns_real_ranks() -> None:
+    assert LIVE_PING_PONG in [(path, tuple(map(str, args))) for path, args in ONE_ABSURD]
 
 
 @pytest.mark.slow
@@ -275,7 +310,8 @@ def test_one_absurd_argument_never_crashes(case: tuple[tuple[str, ...], tuple[An
     """Each absurd value of each parameter once, everything else valid: one check at a time, exhaustively."""
     path, args = case
     argv = _short_run_guard(path, [*path, *_resolve(list(args), files)])
-    code, out, err = run(argv, capsys)
+    with _ping_pong_for(case):
+        code, out, err = run(argv, capsys)
     _check_outcome(code, out, err, argv)
 
 
