@@ -12,6 +12,7 @@ ring step relays through other GPUs as several legs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -167,7 +168,8 @@ def hamiltonian_path(members: Sequence[int], start: int, space: SearchSpace, *, 
     ``start``; ``reverse`` searches on reversed routes (the path is returned
     as walked backwards from ``start``). Depth-first branch and bound on the
     bottleneck route cost; neighbours are tried cheapest first, then fewest
-    onward options first (Warnsdorff), so structured graphs are solved at once.
+    onward options first (Warnsdorff), so structured graphs are solved at once,
+    and the search ends at a path no other can beat (one at the lower bound).
     """
     n = len(members)
     if n == 1:
@@ -184,26 +186,49 @@ def hamiltonian_path(members: Sequence[int], start: int, space: SearchSpace, *, 
         nbrs.sort()
         adjacency[g] = nbrs
     dense = max(len(v) for v in adjacency.values()) > 16
-    visited = {start}
+    # Warnsdorff's count, kept as the path grows and shrinks: free[g] is how many of g's neighbours are off it
+    free = {g: len(nbrs) for g, nbrs in adjacency.items()}
+    feeds: dict[int, list[int]] = {g: [] for g in members}
+    cheapest_in = dict.fromkeys(members, math.inf)
+    for g, nbrs in adjacency.items():
+        for c, h in nbrs:
+            feeds[h].append(g)
+            cheapest_in[h] = min(cheapest_in[h], c)
+    # No path's bottleneck is below its cheapest way out of start and into each other member: a path at that
+    # bound cannot be beaten, so the search stops there.
+    floor = max(adjacency[start][0][0] if adjacency[start] else math.inf,
+                *(c for g, c in cheapest_in.items() if g != start))
+    visited: set[int] = set()
+
+    def visit(g: int) -> None:
+        visited.add(g)
+        for f in feeds[g]:
+            free[f] -= 1
+
+    def leave(g: int) -> None:
+        visited.discard(g)
+        for f in feeds[g]:
+            free[f] += 1
+
+    def options(g: int) -> list[tuple[float, int]]:
+        nbrs = [(c, h) for c, h in adjacency[g] if h not in visited]
+        if not dense:
+            nbrs.sort(key=lambda ch: (ch[0], free[ch[1]], ch[1]))
+        return nbrs
+
+    visit(start)
     path = [start]
     bottleneck = [0.0]
     best: list[int] | None = None
     best_cost = float("inf")
     spent = 0
     limit = budget + 4 * n
-
-    def options(g: int) -> list[int]:
-        nbrs = [(c, h) for c, h in adjacency[g] if h not in visited]
-        if not dense:
-            nbrs.sort(key=lambda ch: (ch[0], sum(1 for _, x in adjacency[ch[1]] if x not in visited), ch[1]))
-        return [h for _, h in nbrs]
-
     stack = [iter(options(start))]
     while stack:
-        nxt = next(stack[-1], None)
-        if nxt is None:
+        step = next(stack[-1], None)
+        if step is None:
             stack.pop()
-            visited.discard(path.pop())
+            leave(path.pop())
             bottleneck.pop()
             continue
         spent += 1
@@ -211,12 +236,9 @@ def hamiltonian_path(members: Sequence[int], start: int, space: SearchSpace, *, 
             break
         if spent > 4 * limit:
             break
-        if nxt in visited or nxt not in member_set:
-            continue
+        c, nxt = step
         if end is not None and nxt == end and len(path) + 1 < n:
             continue
-        c = cost(path[-1], nxt)
-        assert c is not None
         bn = max(bottleneck[-1], c)
         if bn >= best_cost:
             continue
@@ -229,9 +251,11 @@ def hamiltonian_path(members: Sequence[int], start: int, space: SearchSpace, *, 
                 if bn >= best_cost:
                     continue
             best, best_cost = [*path, nxt], bn
+            if best_cost <= floor:
+                break
             continue
         path.append(nxt)
-        visited.add(nxt)
+        visit(nxt)
         bottleneck.append(bn)
         stack.append(iter(options(nxt)))
     return best
