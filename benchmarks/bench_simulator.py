@@ -79,7 +79,7 @@ def _rss_mib() -> float:
 def run_case(case: Case, cpu: int | None) -> dict[str, Any]:
     """Build and simulate ``case`` in this process; the child side of the benchmark."""
     pinned = _pin(cpu)
-    from taccl_py.baselines import baseline
+    from taccl_py.baselines import baseline, forget_built
     from taccl_py.baselines.layout import ring_plan
     from taccl_py.baselines.tree import tree_plan
     from taccl_py.bounds import lower_bound
@@ -92,6 +92,7 @@ def run_case(case: Case, cpu: int | None) -> dict[str, Any]:
     for _ in range(case.repeats):
         ring_plan.cache_clear()
         tree_plan.cache_clear()
+        forget_built()
         schedule = result = None
         gc.collect()
         started = time.perf_counter()

@@ -38,7 +38,7 @@ from taccl_py.schedule import Schedule
 from taccl_py.topology import Topology
 
 __all__ = ["ALGORITHMS", "MEMO_TRANSFERS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan",
-           "applicable_baselines", "baseline", "ring_plan", "tree_plan"]
+           "applicable_baselines", "baseline", "forget_built", "ring_plan", "tree_plan"]
 
 ALGORITHMS = ("ring", "tree", "direct", "rd", "oneshot", "hier", "hier-lb", *OFFLOAD_ALGORITHMS)
 """Baseline names, in the order tables list them (the last ones need multicast or reduce switches)."""
@@ -131,6 +131,13 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
                     _, dropped = _built.popitem(last=False)
                     _built_transfers[0] -= len(dropped.transfers)
     return schedule
+
+
+def forget_built() -> None:
+    """Drop the baselines :func:`baseline` keeps, so that the next call builds again (a benchmark timing builds)."""
+    with _built_lock:
+        _built.clear()
+        _built_transfers[0] = 0
 
 
 def _build(topology: Topology, kind: CollectiveKind, algorithm: str, channels: int | None, chunk_factor: int | None,
