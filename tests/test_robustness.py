@@ -403,14 +403,27 @@ def test_a_directory_as_algorithm(name: str, tmp_path: Path, capsys: pytest.Capt
 
 
 # ------------------------------------------------------------------ Ctrl-C
-@pytest.mark.parametrize("phase", ["synthesize", "write_xml", "save_schedule"])
+@pytest.mark.parametrize("phase", ["synthesize", "compiled kernel", "write_xml", "save_schedule"])
 def test_ctrl_c_in_each_synthesize_phase(phase: str, ring4: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    """A Ctrl-C while solving, while writing the XML or the schedule: one line, exit 130, no file left."""
+    """A Ctrl-C while solving, in a compiled kernel, while writing the XML or the schedule: one line, exit 130, no
+    file left."""
     def interrupt(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    if phase == "synthesize":
+    def interrupt_in_numba(*args: object, **kwargs: object) -> None:
+        """As numba reports a Ctrl-C that lands while it loads a cached kernel: SystemErrors raised from it."""
+        try:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as exc:
+                raise SystemError("<function _numba_unpickle> returned a result with an exception set") from exc
+        except SystemError as exc:
+            raise SystemError("CPUDispatcher(<function run>) returned a result with an exception set") from exc
+
+    if phase == "compiled kernel":
+        monkeypatch.setattr(synth_cmd, "synthesize", interrupt_in_numba)
+    elif phase == "synthesize":
         monkeypatch.setattr(synth_cmd, "synthesize", interrupt)
     elif phase == "write_xml":
         monkeypatch.setattr("taccl_py.msccl.writer.write_xml", interrupt)
@@ -422,6 +435,16 @@ def test_ctrl_c_in_each_synthesize_phase(phase: str, ring4: Path, tmp_path: Path
     assert (code, err) == (130, "taccl: interrupted\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == (["out.xml", "ring4.json"] if phase == "save_schedule"
                                                           else ["ring4.json"])
+
+
+def test_a_system_error_that_is_not_an_interrupt_is_not_hidden(ring4: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise SystemError("a real bug")
+
+    monkeypatch.setattr(synth_cmd, "synthesize", broken)
+    with pytest.raises(SystemError, match="a real bug"):
+        run(["synthesize", "-t", str(ring4), "-c", "allgather", "-s", "1KB", "--time-limit", "5"], capsys)
 
 
 @pytest.mark.slow

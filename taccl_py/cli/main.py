@@ -123,6 +123,19 @@ def _leave(status: int) -> NoReturn:
     sys.exit(status)
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was caused by a Ctrl-C: numba reports one that lands while it loads or runs a compiled
+    kernel as a ``SystemError`` raised from the ``KeyboardInterrupt``."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 _TOP_LEVEL_OPTIONS = {"--ideal": "", "--launch-offset": " US", "--host-overlap": " US[,US]"}
 """Options of ``taccl`` itself (with the value they take), which a user may put after the command by mistake."""
 
@@ -138,6 +151,11 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"taccl: error: {exc}", err=True)
         _leave(exc.exit_status)
     except (click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("taccl: interrupted", err=True)
+        _leave(INTERRUPTED_STATUS)
+    except SystemError as exc:
+        if not _interrupted(exc):
+            raise
         click.echo("taccl: interrupted", err=True)
         _leave(INTERRUPTED_STATUS)
     except click.exceptions.NoArgsIsHelpError as exc:  # bare `taccl` or `taccl topo`: the help, not an error line
