@@ -153,11 +153,6 @@ def main(argv: list[str] | None = None) -> None:
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("taccl: interrupted", err=True)
         _leave(INTERRUPTED_STATUS)
-    except SystemError as exc:
-        if not _interrupted(exc):
-            raise
-        click.echo("taccl: interrupted", err=True)
-        _leave(INTERRUPTED_STATUS)
     except click.exceptions.NoArgsIsHelpError as exc:  # bare `taccl` or `taccl topo`: the help, not an error line
         click.echo(exc.format_message(), err=True)
         sys.exit(2)
@@ -177,6 +172,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as exc:  # a Ctrl-C that a library reported as its own error
+        if not _interrupted(exc):
+            raise
+        click.echo("taccl: interrupted", err=True)
+        _leave(INTERRUPTED_STATUS)
     sys.exit(status if isinstance(status, int) else 0)
 
 
