@@ -187,12 +187,14 @@ def hamiltonian_path(members: Sequence[int], start: int, space: SearchSpace, *, 
         adjacency[g] = nbrs
     dense = max(len(v) for v in adjacency.values()) > 16
     # Warnsdorff's count, kept as the path grows and shrinks: free[g] is how many of g's neighbours are off it
+    # (a dense search tries the cheapest first only, and keeps no count)
     free = {g: len(nbrs) for g, nbrs in adjacency.items()}
     feeds: dict[int, list[int]] = {g: [] for g in members}
     cheapest_in = dict.fromkeys(members, math.inf)
     for g, nbrs in adjacency.items():
         for c, h in nbrs:
-            feeds[h].append(g)
+            if not dense:
+                feeds[h].append(g)
             cheapest_in[h] = min(cheapest_in[h], c)
     # No path's bottleneck is below its cheapest way out of start and into each other member: a path at that
     # bound cannot be beaten, so the search stops there.
