@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -70,42 +71,38 @@ class CompactSchedule:
 
 
 def compact(schedule: Schedule) -> CompactSchedule:
-    """``schedule`` as arrays; it must have no exchanges or network groups (``ValueError`` otherwise)."""
+    """``schedule`` as arrays; it must have no exchanges or network groups (``ValueError`` otherwise).
+
+    Built a column at a time (one pass over the transfers per field, then one array each): a few times quicker
+    than filling the arrays transfer by transfer, which on a large ring took longer than the compiled run.
+    """
     transfers = schedule.transfers
-    n = len(transfers)
-    src = np.empty(n, np.int32)
-    dst = np.empty(n, np.int32)
-    channel = np.empty(n, np.int32)
-    reduce = np.empty(n, np.bool_)
-    route = np.empty(n, np.int32)
-    chunk_ptr = np.empty(n + 1, np.int64)
-    chunk_ptr[0] = 0
-    chunks: list[int] = []
-    route_id: dict[tuple[int, ...], int] = {}
-    after_ptr = np.zeros(n + 1, np.int64)
-    after: list[int] = []
-    not_before = np.full(n, math.nan)
-    timed = False
     for i, t in enumerate(transfers):
         if t.exchange is not None or t.group is not None:
             raise ValueError(f"transfer {i}: exchanges and network groups have no compact form")
-        src[i], dst[i], channel[i] = t.src, t.dst, t.channel
-        reduce[i] = t.op is Op.REDUCE
-        r = route_id.get(t.route)
-        if r is None:
-            r = route_id[t.route] = len(route_id)
-        route[i] = r
-        chunks.extend(t.chunks)
-        chunk_ptr[i + 1] = len(chunks)
-        after.extend(t.after)
-        after_ptr[i + 1] = len(after)
-        if t.not_before_us is not None:
-            not_before[i] = t.not_before_us
-            timed = True
-    return CompactSchedule(schedule.collective, src, dst, channel, reduce, chunk_ptr, np.array(chunks, np.int32),
-                           route, tuple(route_id), after_ptr if after else None,
-                           np.array(after, np.int32) if after else None, not_before if timed else None,
+    src = np.array([t.src for t in transfers], np.int32)
+    dst = np.array([t.dst for t in transfers], np.int32)
+    channel = np.array([t.channel for t in transfers], np.int32)
+    reduce = np.array([t.op is Op.REDUCE for t in transfers], np.bool_)
+    route_id: dict[tuple[int, ...], int] = {}
+    route = np.array([route_id.setdefault(t.route, len(route_id)) for t in transfers], np.int32)
+    chunk_ptr = _offsets([len(t.chunks) for t in transfers])
+    chunks = np.fromiter(chain.from_iterable(t.chunks for t in transfers), np.int32, int(chunk_ptr[-1]))
+    after_ptr = _offsets([len(t.after) for t in transfers])
+    after = np.fromiter(chain.from_iterable(t.after for t in transfers), np.int32, int(after_ptr[-1]))
+    not_before = [t.not_before_us for t in transfers]
+    timed = any(v is not None for v in not_before)
+    return CompactSchedule(schedule.collective, src, dst, channel, reduce, chunk_ptr, chunks, route,
+                           tuple(route_id), after_ptr if len(after) else None, after if len(after) else None,
+                           np.array([math.nan if v is None else v for v in not_before], np.float64) if timed else None,
                            name=schedule.name, topology=schedule.topology, notes=dict(schedule.notes))
+
+
+def _offsets(counts: list[int]) -> np.ndarray:
+    """The CSR offsets of rows of ``counts`` items: 0, then the running totals (int64, one more than the rows)."""
+    out = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
 
 
 def _route_check(topology: Topology, route: tuple[int, ...]) -> tuple[object, object, str | None]:

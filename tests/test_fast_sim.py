@@ -80,6 +80,40 @@ def test_random_schedules_time_exactly_as_in_python(data: st.DataObject) -> None
     _both(topo, schedule, size, overhead=data.draw(st.sampled_from([0.0, 0.25])))
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_compact_form_gives_back_every_transfer(data: st.DataObject) -> None:
+    """compact() column by column: each transfer comes back whole (chunks, route, op, channel, waits), and the
+    arrays have the kernel's types."""
+    topo = data.draw(topologies(max_gpus=6))
+    kind = data.draw(st.sampled_from(["allgather", "reducescatter"]))
+    schedule = data.draw(spanning_tree_allgathers(topo) if kind == "allgather" else
+                         spanning_tree_reductions(topo, CollectiveKind(kind)))
+    schedule = data.draw(with_waits(schedule))
+    transfers = list(schedule.transfers)
+    if data.draw(st.booleans()) and len(transfers) > 1:  # a transfer carrying several chunks, on another channel
+        first = transfers[0]
+        extra = tuple(c for c in range(schedule.collective.num_chunks) if c not in first.chunks)[:2]
+        transfers[0] = replace(first, chunks=first.chunks + extra, channel=3)
+    schedule = schedule.with_transfers(transfers)
+    arrays = compact(schedule)
+    assert arrays.to_schedule().transfers == schedule.transfers
+    assert (arrays.src.dtype, arrays.chunks.dtype, arrays.chunk_ptr.dtype, arrays.reduce.dtype) == (
+        np.int32, np.int32, np.int64, np.bool_)
+    assert len(arrays.routes) == len({t.route for t in schedule.transfers})
+    assert (arrays.after is None) == all(not t.after for t in schedule.transfers)
+    assert (arrays.not_before_us is None) == all(t.not_before_us is None for t in schedule.transfers)
+
+
+def test_compact_refuses_exchanges_and_network_groups_naming_the_transfer() -> None:
+    schedule = baseline(resolve_topology("ring8"), "allgather", "ring")
+    grouped = schedule.with_transfers([*schedule.transfers[:2], replace(schedule.transfers[2], group=0),
+                                       *schedule.transfers[3:]])
+    with pytest.raises(ValueError, match=r"^transfer 2: exchanges and network groups have no compact form$"):
+        compact(grouped)
+    assert len(compact(schedule.with_transfers([]))) == 0
+
+
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
