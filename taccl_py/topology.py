@@ -314,6 +314,19 @@ class Topology:
         best = self._dijkstra(src, through_gpus=through_gpus)
         return {g: self._route_back(best, src, g) for g in range(self.num_gpus) if g != src and g in best}
 
+    @cached_property
+    def _relay_cache(self) -> dict[int, dict[int, Route]]:
+        return {}
+
+    def relay_route(self, src: int, dst: int) -> Route | None:
+        """Lowest-latency route from GPU ``src`` to GPU ``dst`` relaying through other GPUs where it must (the
+        route :meth:`shortest_path` gives); ``None`` when ``dst`` is unreachable. The routes from each source are
+        found once (one search per source, not per pair: a direct Alltoall asks for every pair)."""
+        cache = self._relay_cache
+        if src not in cache:
+            cache[src] = self.gpu_routes_from(src, through_gpus=True)
+        return cache[src].get(dst)
+
     def shortest_path(self, src: Vertex, dst: Vertex, *, through_gpus: bool = True) -> Route | None:
         """Lowest-latency route between any two vertices (may relay through GPUs if allowed)."""
         best = self._dijkstra(src, through_gpus=through_gpus)

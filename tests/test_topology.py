@@ -95,6 +95,20 @@ def test_gpu_route_goes_through_switches_only() -> None:
     assert Topology("line3", 3, line(3)).shortest_path(0, 2) is not None
 
 
+
+@settings(max_examples=40, deadline=None)
+@given(topologies(max_gpus=7))
+def test_relay_routes_are_the_shortest_paths_found_once_per_source(topology: Topology) -> None:
+    """relay_route answers from one search per source what shortest_path searches for per pair."""
+    for src in topology.gpus:
+        for dst in topology.gpus:
+            if src != dst:
+                assert topology.relay_route(src, dst) == topology.shortest_path(src, dst, through_gpus=True)
+    line3 = Topology("line3", 3, line(3))
+    relayed = line3.relay_route(0, 2)
+    assert relayed is not None and line3.route_vertices(relayed) == (0, 1, 2)
+    assert ndv2_cluster(2).relay_route(0, 15) == ndv2_cluster(2).shortest_path(0, 15)
+
 def test_route_from_vertices_names_the_missing_link() -> None:
     topology = star(3)
     assert topology.route_from_vertices([0, "sw", 1]) == (topology.link_index[(0, "sw")],

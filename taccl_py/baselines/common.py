@@ -42,7 +42,7 @@ def legs_between(topology: Topology, src: int, dst: int) -> tuple[Leg, ...]:
     route = topology.gpu_route(src, dst)
     if route is not None:
         return (Leg(src, dst, route),)
-    path = topology.shortest_path(src, dst, through_gpus=True)
+    path = topology.relay_route(src, dst)
     if path is None:  # check_topology guarantees GPUs reach each other
         raise NotApplicable(f"GPU {src} cannot reach GPU {dst}", where=topology.name)
     legs: list[Leg] = []
