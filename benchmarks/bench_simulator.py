@@ -104,6 +104,8 @@ def run_case(case: Case, cpu: int | None) -> dict[str, Any]:
         topology = resolve_topology(case.topology)
         schedule = baseline(topology, case.collective, case.algorithm, channels=case.channels, size_bytes=case.size)
         built = time.perf_counter()
+        # which engine simulate_large takes: asked inside the engine's time, as simulate_large asks it too (and, below
+        # its threshold, imports numba on the way, which the command pays)
         engines.append("compiled" if runs_compiled(topology, schedule, SimOptions()) else "python")
         engine_result = simulate_large(topology, schedule, case.size)
         engine_done = time.perf_counter()
@@ -190,8 +192,8 @@ def render(data: dict[str, Any], figures: Path) -> str:
              "(`taccl_py.baselines.baseline`: ring or tree plan, then the transfers). Engine s: the first run of the "
              "simulator `taccl simulate` runs (`taccl_py.fast_sim.simulate_large`: the compiled kernel from 100,000 "
              "transfers, loading it from numba's cache on the way, and from 500 once it is worth loading, "
-             "docs/simulator.md; else the Python simulator), and the best of the later repeats; first run s: build + engine, what the command pays after its imports, which the "
-             "target bounds. Python s: `taccl_py.simulator.simulate`, the reference engine, on the same schedule "
+             "docs/simulator.md; else the Python simulator), and the best of the later repeats; first run s: "
+             "build + engine, what the command pays after its imports, which the target bounds. Python s: `taccl_py.simulator.simulate`, the reference engine, on the same schedule "
              "(dependency graph, fluid max-min events, post-condition check); both engines must agree (verdict and "
              "time). Peak MiB is the process's peak RSS over both engines "
              f"(about {imports:.0f} MiB of it is Python and the imports). "

@@ -73,8 +73,8 @@ class CompactSchedule:
 def compact(schedule: Schedule) -> CompactSchedule:
     """``schedule`` as arrays; it must have no exchanges or network groups (``ValueError`` otherwise).
 
-    Built a column at a time (one pass over the transfers per field, then one array each): a few times quicker
-    than filling the arrays transfer by transfer, which on a large ring took longer than the compiled run.
+    Built a column at a time (one pass over the transfers per field, then one array each), about twice as quick
+    as filling the arrays transfer by transfer (130,048 transfers: 0.075 s against 0.16).
     """
     transfers = schedule.transfers
     for i, t in enumerate(transfers):
