@@ -214,10 +214,17 @@ class Schedule:
                             "transfers")
             if at != t.dst:
                 return f"transfer {i}: route ends at {at!r}, not at rank {t.dst}"
+        sound: set[tuple[object, ...]] = set()  # member shapes already checked: each piece of a block repeats them
         for first, end in network_groups(self.transfers):
+            members = self.transfers[first:end]
+            head = members[0]
+            shape = tuple((t.src, t.dst, t.route, t.op, t.exchange) for t in members)
+            if shape in sound and all(t.chunks == head.chunks for t in members):
+                continue  # group_error's verdict rests on the shape and on the members carrying the same chunks
             problem = group_error(topology, self.transfers, first, end)
             if problem:
                 return problem
+            sound.add(shape)
         return None
 
 

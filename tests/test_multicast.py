@@ -9,6 +9,7 @@ the program), and a schedule without groups is timed as before.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -121,6 +122,37 @@ def test_malformed_groups_are_rejected(members: list[Transfer], message: str) ->
     topo = switch_star(3, 10.0, 1.0, multicast=True, reduce=True)  # links: g->switch = 2g, switch->g = 2g+1
     problem = Schedule(Collective(AG, 3), tuple(members)).structural_error(topo)
     assert problem is not None and message in problem
+
+
+def test_a_repeated_group_shape_is_still_checked_for_its_chunks() -> None:
+    """The structure check judges each group shape once; a later group of a sound shape that carries different
+    chunks in its members is still found, and so is a later group of a new, broken shape."""
+    topo = switch_star(3, 10.0, 1.0, multicast=True, reduce=True)
+    sound = [t for c in range(3) for t in multicast(topo, c, [d for d in range(3) if d != c], (c,), c)]
+    assert Schedule(Collective(AG, 3), tuple(sound)).structural_error(topo) is None
+    again = [replace(t, group=3 + t.group, chunks=(t.chunks[0] + 3,)) for t in sound]
+    mixed = [*again[:4], replace(again[4], chunks=(2,)), *again[5:]]  # group 5 (the shape of group 2): its first member
+    problem = Schedule(Collective(AG, 3, 2), tuple(sound + mixed)).structural_error(topo)
+    assert problem == "transfer 10: group 5: member 11 carries chunks [5], not [2] as the first"
+    copied = [replace(t, op=Op.COPY) for t in in_switch_reduce(topo, [1, 2], [0], (0,), 9)]  # a new shape, broken
+    problem = Schedule(Collective(RS, 3), tuple(copied)).structural_error(topo)
+    assert problem is not None and "2 senders combine in the network" in problem
+
+
+def test_shared_switch_searches_give_the_trees_and_routes_of_separate_ones() -> None:
+    from taccl_py.baselines.offload import AggregationTree, SwitchReach, best_root
+    from taccl_py.library import resolve_topology
+
+    topo = resolve_topology("dgx-h100x2-nvls-sharp")
+    reach = SwitchReach(topo)
+    for gpus in ([0, 1, 2, 3, 4, 5, 6, 7], [3, 11], list(range(16))):
+        root = best_root(topo, gpus)
+        assert best_root(topo, gpus, reach) == root
+        alone, shared = AggregationTree(topo, root, gpus), AggregationTree(topo, root, gpus, reach)
+        for s in gpus:
+            for d in gpus:
+                if s != d:
+                    assert shared.route(s, d) == alone.route(s, d) == shared.route(s, d)
 
 
 # ------------------------------------------------------------------ a two-level tree

@@ -546,3 +546,33 @@ def test_a_runs_nccl_proto_limits_the_choice() -> None:
     assert free[1].protocol is not Protocol.SIMPLE and simple[1].protocol is Protocol.SIMPLE
     assert simple[1].sim.time_us is not None and free[1].sim.time_us is not None
     assert simple[1].sim.time_us > free[1].sim.time_us
+
+
+@pytest.mark.parametrize(("name", "algorithm"), [("dgx-h100x2-nvls-sharp", "sharp"), ("dgx-a100x2", "direct")])
+def test_a_baseline_no_protocol_changes_is_built_once_for_all_of_them(monkeypatch: pytest.MonkeyPatch, name: str,
+                                                                       algorithm: str) -> None:
+    """SHARP and the direct baseline take no step overhead, so every protocol times the one schedule: built once,
+    with the times of building it for each protocol."""
+    import taccl_py.baselines as baselines
+    from taccl_py.collectives import CollectiveKind
+    from taccl_py.library import resolve_topology
+
+    topo = resolve_topology(name)
+    assert topo.runtime is not None
+    kind = CollectiveKind.ALLREDUCE if algorithm == "sharp" else CollectiveKind.ALLTOALL
+    calls: list[str] = []
+    build = baselines._build
+
+    def counted(*args: Any) -> Any:
+        calls.append(args[2])
+        return build(*args)
+
+    baselines.forget_built()
+    monkeypatch.setattr(baselines, "_build", counted)
+    once = predict.predict_baseline(topo, kind, algorithm, 1 << 20, topo.runtime)
+    assert calls == [algorithm] and len(once.times_us) == len(PROTOCOLS) >= 2
+    for p in PROTOCOLS:  # each protocol alone builds its own: the same times
+        baselines.forget_built()
+        alone = predict.predict_baseline(topo, kind, algorithm, 1 << 20, topo.runtime, protocols=(p,))
+        assert alone.times_us == {p.value: once.times_us[p.value]}
+    baselines.forget_built()

@@ -45,7 +45,7 @@ from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.topology import Route, Topology, Vertex
 
-__all__ = ["OFFLOAD_ALGORITHMS", "AggregationTree", "check_offload", "offload_schedule"]
+__all__ = ["OFFLOAD_ALGORITHMS", "AggregationTree", "SwitchReach", "check_offload", "offload_schedule"]
 
 OFFLOAD_ALGORITHMS = ("multicast", "nvls", "sharp", "nvls-tree")
 _KINDS = {"multicast": (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST),
@@ -55,15 +55,34 @@ _MAX_PIECES = 64
 _MIN_PIECE_BYTES = 1 << 20
 
 
-class AggregationTree:
-    """Every GPU of ``gpus``'s lowest-latency path up to ``root``; routes go up to a common ancestor and down."""
+class SwitchReach:
+    """Per switch, the lowest-latency routes to it from every vertex through switches (one search on the reversed
+    topology per switch, found once however many groups of GPUs ask: every machine and rail picks its root)."""
 
-    def __init__(self, topology: Topology, root: Vertex, gpus: Sequence[int]) -> None:
+    def __init__(self, topology: Topology) -> None:
+        self.reversed = topology.reversed()
+        self._to: dict[Vertex, dict[int, tuple[float, int, int]]] = {}
+
+    def to(self, switch: Vertex) -> dict[int, tuple[float, int, int]]:
+        """Vertex id -> (latency, hops, the link toward ``switch``), as :meth:`Topology._dijkstra` on the reversed
+        topology gives it."""
+        found = self._to.get(switch)
+        if found is None:
+            found = self._to[switch] = self.reversed._dijkstra(switch, through_gpus=False)
+        return found
+
+
+class AggregationTree:
+    """Every GPU of ``gpus``'s lowest-latency path up to ``root``; routes go up to a common ancestor and down.
+    ``reach``: the topology's :class:`SwitchReach`, shared by the trees of one schedule (else found here)."""
+
+    def __init__(self, topology: Topology, root: Vertex, gpus: Sequence[int], reach: SwitchReach | None = None) -> None:
         self.topology = topology
         self.root = root
-        best = topology.reversed()._dijkstra(root, through_gpus=False)
+        best = (reach or SwitchReach(topology)).to(root)
         vid = topology.vertex_id
         self.up: dict[Vertex, int] = {}  # vertex -> its link toward the root
+        self._routes: dict[tuple[int, int], Route] = {}
         for g in gpus:
             v: Vertex = g
             while v != root:
@@ -81,6 +100,11 @@ class AggregationTree:
         return out
 
     def route(self, src: int, dst: int) -> Route:
+        """Up from ``src`` to the first vertex on ``dst``'s path, then down to ``dst`` (found once per pair: every
+        piece of a block takes the same route)."""
+        known = self._routes.get((src, dst))
+        if known is not None:
+            return known
         up, down = self.chain(src), self.chain(dst)
         common = set(up)
         meet = next(v for v in down if v in common)
@@ -93,19 +117,21 @@ class AggregationTree:
                 raise NotApplicable(f"no link {parent!r} -> {child!r} back down the aggregation tree",
                                     where=self.topology.name)
             hops.append(link)
-        return tuple(hops)
+        route = self._routes[(src, dst)] = tuple(hops)
+        return route
 
 
-def best_root(topology: Topology, gpus: Sequence[int]) -> Vertex:
-    """The switch every GPU of ``gpus`` reaches with the least worst latency (ties: fewer hops, then name)."""
-    rev = topology.reversed()
+def best_root(topology: Topology, gpus: Sequence[int], reach: SwitchReach | None = None) -> Vertex:
+    """The switch every GPU of ``gpus`` reaches with the least worst latency (ties: fewer hops, then name).
+    ``reach``: the topology's :class:`SwitchReach`, to share its searches between calls."""
+    reach = reach or SwitchReach(topology)
     vid = topology.vertex_id
     best: tuple[float, int, str] | None = None
     for switch in topology.switches:
-        reach = rev._dijkstra(switch.name, through_gpus=False)
-        if any(vid[g] not in reach for g in gpus):
+        to = reach.to(switch.name)
+        if any(vid[g] not in to for g in gpus):
             continue
-        key = (max(reach[vid[g]][0] for g in gpus), max(reach[vid[g]][1] for g in gpus), switch.name)
+        key = (max(to[vid[g]][0] for g in gpus), max(to[vid[g]][1] for g in gpus), switch.name)
         if best is None or key < best:
             best = key
     if best is None:
@@ -127,7 +153,8 @@ def _group(members: list[Transfer], tag: int) -> list[Transfer]:
 
 def _multicast(topology: Topology, kind: CollectiveKind, root: int, c: int, name: str = "multicast") -> Schedule:
     n = topology.num_gpus
-    tree = AggregationTree(topology, best_root(topology, range(n)), range(n))
+    reach = SwitchReach(topology)
+    tree = AggregationTree(topology, best_root(topology, range(n), reach), range(n), reach)
     out: list[Transfer] = []
     sources = range(n) if kind is CollectiveKind.ALLGATHER else [root]
     for j in range(c):
@@ -140,7 +167,8 @@ def _multicast(topology: Topology, kind: CollectiveKind, root: int, c: int, name
 
 def _nvls(topology: Topology, kind: CollectiveKind, c: int) -> Schedule:
     n = topology.num_gpus
-    tree = AggregationTree(topology, best_root(topology, range(n)), range(n))
+    reach = SwitchReach(topology)
+    tree = AggregationTree(topology, best_root(topology, range(n), reach), range(n), reach)
     out: list[Transfer] = []
     for j in range(c):
         for b in range(n):
@@ -188,9 +216,10 @@ def _sharp(topology: Topology, c: int) -> Schedule:
     n = topology.num_gpus
     machines = _equal_machines(topology, "the SHARP Allreduce")
     size = len(machines[0])
-    inside = [AggregationTree(topology, best_root(topology, m), m) for m in machines]
+    reach = SwitchReach(topology)
+    inside = [AggregationTree(topology, best_root(topology, m, reach), m, reach) for m in machines]
     rails = [[m[r] for m in machines] for r in range(size)]
-    across = [AggregationTree(topology, best_root(topology, rail), rail) for rail in rails]
+    across = [AggregationTree(topology, best_root(topology, rail, reach), rail, reach) for rail in rails]
     for t in across:  # on two machines the owners' exchange needs no switch to add; SHARP's still does it there
         if not _root_can(topology, t, "reduce"):
             raise NotApplicable(f"the SHARP Allreduce needs the switch joining a rail across machines to reduce "
@@ -215,7 +244,8 @@ def _sharp(topology: Topology, c: int) -> Schedule:
 def _nvls_tree(topology: Topology, c: int) -> Schedule:
     n = topology.num_gpus
     machines = _equal_machines(topology, "NVLSTree")
-    inside = [AggregationTree(topology, best_root(topology, m), m) for m in machines]
+    reach = SwitchReach(topology)
+    inside = [AggregationTree(topology, best_root(topology, m, reach), m, reach) for m in machines]
     for t in inside:
         if not (_root_can(topology, t, "reduce") and _root_can(topology, t, "multicast")):
             raise NotApplicable(f"NVLSTree needs every machine's switch to reduce and multicast ({t.root!r} does not)",
