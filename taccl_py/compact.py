@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from taccl_py.collectives import Collective
-from taccl_py.schedule import Op, Schedule, Transfer
+from taccl_py.schedule import Op, Schedule, Transfer, check_route
 from taccl_py.topology import Topology
 
 __all__ = ["CompactSchedule", "compact", "compact_error"]
@@ -105,31 +105,6 @@ def _offsets(counts: list[int]) -> np.ndarray:
     return out
 
 
-def _route_check(topology: Topology, route: tuple[int, ...]) -> tuple[object, object, str | None]:
-    """(where the route starts, where it ends, the first problem after hop 0's start) of one route.
-
-    The start is None when the route is empty or its first link does not exist
-    (the problem then says so); the transfer's own check adds the start and the end.
-    """
-    links = topology.links
-    if not route:
-        return None, None, "empty route"
-    if not 0 <= route[0] < len(links):
-        return None, None, f"route names link {route[0]}, which does not exist"
-    at: object = links[route[0]].src
-    start = at
-    for k, li in enumerate(route):
-        if not 0 <= li < len(links):
-            return start, None, f"route names link {li}, which does not exist"
-        link = links[li]
-        if link.src != at:
-            return start, None, f"route is not connected at hop {k} ({at!r} then link {link.src!r}->{link.dst!r})"
-        at = link.dst
-        if k < len(route) - 1 and topology.is_gpu(at):
-            return start, None, f"route passes through GPU {at}; relaying through a GPU takes two transfers"
-    return start, at, None
-
-
 def compact_error(schedule: CompactSchedule, topology: Topology) -> str | None:
     """The first reason the schedule cannot run on ``topology`` (as :meth:`Schedule.structural_error` words it).
 
@@ -181,7 +156,7 @@ def compact_error(schedule: CompactSchedule, topology: Topology) -> str | None:
             found.append((i, 6, f"transfer {i}: 'after' refers to itself (a transfer cannot wait for its own commit)"
                           if a[k] == i else f"transfer {i}: 'after' names transfer {a[k]}, which does not exist"))
     # routes: each distinct route checked once, then its ends against every transfer's ranks
-    checks = [_route_check(topology, route) for route in schedule.routes]
+    checks = [check_route(topology, route) for route in schedule.routes]
     route = schedule.route
 
     def per_route(values: list[int]) -> np.ndarray:

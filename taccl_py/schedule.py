@@ -44,7 +44,7 @@ from taccl_py.errors import InputError, ScheduleError, TopologyError
 from taccl_py.limits import MAX_CHUNK_COPIES, MAX_CHUNK_FACTOR, MAX_GPUS, MAX_START_US, limit_text
 from taccl_py.topology import Route, Topology
 
-__all__ = ["Op", "Schedule", "Transfer", "exchange_blocks", "group_error", "load_schedule", "network_groups",
+__all__ = ["Op", "Schedule", "Transfer", "check_route", "exchange_blocks", "group_error", "load_schedule", "network_groups",
            "read_tag", "save_schedule", "schedule_from_dict", "schedule_to_dict"]
 
 SCHEDULE_FORMAT = "taccl_py-schedule/1"
@@ -168,6 +168,7 @@ class Schedule:
         closed_groups: set[int] = set()
         previous: int | None = None
         previous_group: int | None = None
+        route_checks: dict[Route, tuple[object, object, str | None]] = {}  # each distinct route checked once
         for i, t in enumerate(self.transfers):
             if t.exchange != previous:
                 if previous is not None:
@@ -199,21 +200,19 @@ class Schedule:
                     return f"transfer {i}: 'after' refers to itself (a transfer cannot wait for its own commit)"
                 if not 0 <= a < count:
                     return f"transfer {i}: 'after' names transfer {a}, which does not exist"
-            if not t.route:
-                return f"transfer {i}: empty route"
-            at: object = t.src
-            for k, li in enumerate(t.route):
-                if not 0 <= li < len(links):
-                    return f"transfer {i}: route names link {li}, which does not exist"
-                link = links[li]
-                if link.src != at:
-                    return f"transfer {i}: route is not connected at hop {k} ({at!r} then link {link.src!r}->{link.dst!r})"
-                at = link.dst
-                if k < len(t.route) - 1 and topology.is_gpu(at):
-                    return (f"transfer {i}: route passes through GPU {at}; relaying through a GPU takes two "
-                            "transfers")
-            if at != t.dst:
-                return f"transfer {i}: route ends at {at!r}, not at rank {t.dst}"
+            checked = route_checks.get(t.route)
+            if checked is None:
+                checked = route_checks[t.route] = check_route(topology, t.route)
+            start, end, problem = checked
+            if start is None:  # empty, or its first link does not exist
+                return f"transfer {i}: {problem}"
+            if start != t.src:
+                link = links[t.route[0]]
+                return f"transfer {i}: route is not connected at hop 0 ({t.src!r} then link {link.src!r}->{link.dst!r})"
+            if problem:
+                return f"transfer {i}: {problem}"
+            if end != t.dst:
+                return f"transfer {i}: route ends at {end!r}, not at rank {t.dst}"
         sound: set[tuple[object, ...]] = set()  # member shapes already checked: each piece of a block repeats them
         for first, end in network_groups(self.transfers):
             members = self.transfers[first:end]
@@ -226,6 +225,32 @@ class Schedule:
                 return problem
             sound.add(shape)
         return None
+
+
+def check_route(topology: Topology, route: Route) -> tuple[object, object, str | None]:
+    """(where ``route`` starts, where it ends, the first problem after hop 0's start) of one route, worded as
+    :meth:`Schedule.structural_error` words it.
+
+    The start is None when the route is empty or its first link does not exist (the problem then says so); a
+    transfer's own check adds its sender against the start and its receiver against the end.
+    """
+    links = topology.links
+    if not route:
+        return None, None, "empty route"
+    if not 0 <= route[0] < len(links):
+        return None, None, f"route names link {route[0]}, which does not exist"
+    at: object = links[route[0]].src
+    start = at
+    for k, li in enumerate(route):
+        if not 0 <= li < len(links):
+            return start, None, f"route names link {li}, which does not exist"
+        link = links[li]
+        if link.src != at:
+            return start, None, f"route is not connected at hop {k} ({at!r} then link {link.src!r}->{link.dst!r})"
+        at = link.dst
+        if k < len(route) - 1 and topology.is_gpu(at):
+            return start, None, f"route passes through GPU {at}; relaying through a GPU takes two transfers"
+    return start, at, None
 
 
 def group_error(topology: Topology, transfers: Sequence[Transfer], first: int, end: int) -> str | None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from helpers import ring, star
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.schedule import Op, Schedule, Transfer
@@ -121,6 +125,59 @@ def test_step_overhead_adds_per_transfer() -> None:
     base = simulate(topo, ring_allgather(topo), 4000).time_us
     slow = simulate(topo, ring_allgather(topo), 4000, SimOptions(step_overhead_us=2.0)).time_us
     assert base is not None and slow == pytest.approx(base + 3 * 2.0)
+
+
+def _route_problem_walked(topology: Topology, t: Transfer) -> str | None:
+    """The test's own route check of one transfer, hop by hop from its sender (the oracle of the one below)."""
+    links = topology.links
+    if not t.route:
+        return "empty route"
+    at: object = t.src
+    for k, li in enumerate(t.route):
+        if not 0 <= li < len(links):
+            return f"route names link {li}, which does not exist"
+        if links[li].src != at:
+            return f"route is not connected at hop {k} ({at!r} then link {links[li].src!r}->{links[li].dst!r})"
+        at = links[li].dst
+        if k < len(t.route) - 1 and topology.is_gpu(at):
+            return f"route passes through GPU {at}; relaying through a GPU takes two transfers"
+    return None if at == t.dst else f"route ends at {at!r}, not at rank {t.dst}"
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_routes_are_checked_once_each_and_worded_as_a_walk_from_the_sender(data: st.DataObject) -> None:
+    """structural_error checks each distinct route once (check_route) and then each transfer's ends: every broken
+    route, on its first transfer and on later ones sharing it, gets the message a hop-by-hop walk gives."""
+    from taccl_py.baselines import baseline
+    from taccl_py.library import resolve_topology
+
+    topo = resolve_topology(data.draw(st.sampled_from(["dgx1", "ndv2x2", "ring8"])))
+    schedule = baseline(topo, CollectiveKind.ALLTOALL, "direct")  # each sender's routes go to every receiver
+    transfers = list(schedule.transfers)
+    count = len(topo.links)
+    hops = st.integers(-1, count)  # -1 and count name no link
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(transfers) - 1))
+        route = list(transfers[i].route)
+        how = data.draw(st.sampled_from(["empty", "replace", "insert", "drop", "another's"] if route else
+                                        ["insert", "another's"]))
+        if how == "empty":
+            route = []
+        elif how == "replace":
+            route[data.draw(st.integers(0, len(route) - 1))] = data.draw(hops)
+        elif how == "insert":
+            route.insert(data.draw(st.integers(0, len(route))), data.draw(hops))
+        elif how == "drop":
+            route.pop(data.draw(st.integers(0, len(route) - 1)))
+        else:  # a route of the same sender: it starts right and may end elsewhere
+            same = [t.route for t in transfers if t.src == transfers[i].src]
+            route = list(data.draw(st.sampled_from(same)))
+        transfers[i] = replace(transfers[i], route=tuple(route))
+    broken = schedule.with_transfers(transfers)
+    want = next((f"transfer {i}: {problem}" for i, t in enumerate(transfers)
+                 if (problem := _route_problem_walked(topo, t)) is not None), None)
+    assert broken.structural_error(topo) == want
 
 
 def test_route_through_gpu_is_rejected() -> None:
