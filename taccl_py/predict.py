@@ -58,10 +58,6 @@ _TUNED_ALGORITHMS = frozenset({"tree", *NVLS_ALGORITHMS})
 """NCCL's algorithms whose per-step latencies carry the proxy's post overhead (no posts), with the rings of
 :data:`_PIECED_RINGS` (their floor, :func:`ring_step_latencies`)."""
 
-_ONE_BUILD_ALGORITHMS = frozenset({"direct", "hier", "hier-lb", "rd", "multicast", "sharp", *NVLS_ALGORITHMS})
-"""Baselines whose schedule no protocol changes (their build takes no step overhead): :func:`predict_baseline`
-builds them once for every protocol it times (a SHARP Allreduce on 128 GPUs is 475,136 transfers)."""
-
 NCCL_ALGORITHMS: dict[CollectiveKind, tuple[str, ...]] = {
     CollectiveKind.ALLREDUCE: ("ring", "tree", "nvls", "nvls-tree"),
     CollectiveKind.ALLGATHER: ("ring", "nvls"),
@@ -370,7 +366,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     Raises :class:`NotApplicable` as :func:`taccl_py.baselines.baseline` does, for ``nvls`` without Simple among
     ``protocols`` (NCCL runs NVLS with Simple only), and when the model allows none of ``protocols``.
     """
-    from taccl_py.baselines import baseline
+    from taccl_py.baselines import BUILT_WITHOUT_STEP_OVERHEAD, baseline
     from taccl_py.baselines.oneshot import SIMULATED_UP_TO
     from taccl_py.baselines.ring_compact import large_ring_arrays
 
@@ -401,7 +397,9 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
     if pieced and plain is None:
         plain = large_ring_arrays(topology, kind, algorithm, channels)
     large = plain is not None and len(plain) >= PRUNE_MIN_TRANSFERS
-    built: list[Schedule] = []  # the one schedule of an algorithm of _ONE_BUILD_ALGORITHMS, once built
+    # the one schedule of a baseline built without step overhead, kept for every protocol (baseline()'s memo
+    # keeps small ones only: a SHARP Allreduce on 128 GPUs is 475,136 transfers)
+    built: list[Schedule] = []
     pruned = (large or topology.num_gpus >= PRUNE_MIN_GPUS) and len(protocols) > 1
     floors = _floors(topology, kind, size_bytes, root, costs_of, protocols) if pruned else {}
     order = tuple(sorted(protocols, key=floors.__getitem__)) if pruned else protocols
@@ -450,7 +448,7 @@ def predict_baseline(topology: Topology, kind: CollectiveKind, algorithm: str, s
             schedule = baseline(topology, kind, algorithm, channels=channels, root=root, size_bytes=size_bytes,
                                 step_overhead_us=step_overhead_us + hop, chunk_factor=pieces_nvls,
                                 pieces=pieces_tree)
-            if algorithm in _ONE_BUILD_ALGORITHMS:
+            if algorithm in BUILT_WITHOUT_STEP_OVERHEAD:
                 built.append(schedule)
         return schedule, SimOptions(step_overhead_us=step_overhead_us, costs=costs)
 

@@ -37,11 +37,14 @@ from taccl_py.errors import InputError
 from taccl_py.schedule import Schedule
 from taccl_py.topology import Topology
 
-__all__ = ["ALGORITHMS", "MEMO_TRANSFERS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan",
+__all__ = ["ALGORITHMS", "BUILT_WITHOUT_STEP_OVERHEAD", "MEMO_TRANSFERS", "Leg", "NotApplicable", "Ring", "RingPlan", "TreePlan",
            "applicable_baselines", "baseline", "forget_built", "ring_plan", "tree_plan"]
 
 ALGORITHMS = ("ring", "tree", "direct", "rd", "oneshot", "hier", "hier-lb", *OFFLOAD_ALGORITHMS)
 """Baseline names, in the order tables list them (the last ones need multicast or reduce switches)."""
+BUILT_WITHOUT_STEP_OVERHEAD = frozenset({"direct", "rd", "hier", "hier-lb", *OFFLOAD_ALGORITHMS})
+"""Baselines whose build takes no ``step_overhead_us``: one schedule serves every overhead (and so every protocol a
+runtime model times it with)."""
 
 _RING_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
                CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
@@ -113,6 +116,8 @@ def baseline(topology: Topology, kind: CollectiveKind | str, algorithm: str, *, 
     """
     kind = _kind(kind)
     _check_args(topology, algorithm, channels, chunk_factor, root)
+    if algorithm in BUILT_WITHOUT_STEP_OVERHEAD:
+        step_overhead_us = 0.0  # one memo entry for every overhead
     key = (topology, kind, algorithm, channels, chunk_factor, root, size_bytes, step_overhead_us, form, pieces)
     with _built_lock:
         kept = _built.get(key)
