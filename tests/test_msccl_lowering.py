@@ -29,6 +29,7 @@ from taccl_py.msccl import (
     write_xml,
 )
 from taccl_py.msccl.ir import StepType
+from taccl_py.msccl.lowering import fewest_connections
 from taccl_py.schedule import Op, Schedule, Transfer, load_schedule
 from taccl_py.simulator import simulate
 from taccl_py.testing import spanning_tree_allgathers, spanning_tree_reductions, topologies
@@ -317,6 +318,55 @@ def test_too_many_channels_between_two_ranks() -> None:
     schedule = Schedule(Collective(K.ALLGATHER, 2, 33), transfers)
     with pytest.raises(LoweringError, match="32 are taken"):
         lower_schedule(schedule, topo)
+    assert fewest_connections(schedule) == 33
+
+
+@pytest.mark.parametrize(("chunks", "floor", "floor_v1"), [(64 * 32, 32, 8), (64 * 32 + 1, 64, 16)])
+def test_fewest_connections_counts_the_halvings_of_a_long_connection(chunks: int, floor: int, floor_v1: int) -> None:
+    """2,048 single-chunk transfers on one connection fill 32 threadblocks of 64 steps; one more takes 64 (the
+    lowering halves): the floor says the lowering must fail before it analyses anything, and it does."""
+    topo = star(2)
+    transfers = tuple(Transfer(0, 1, (j,), route(topo, 0, 1)) for j in range(chunks))
+    schedule = Schedule(Collective(K.ALLGATHER, 2, chunks), transfers)
+    assert (fewest_connections(schedule), fewest_connections(schedule, "v1")) == (floor, floor_v1)
+    if floor > 32:
+        with pytest.raises(LoweringError, match=r"32 are taken \(64 connections"):
+            lower_schedule(schedule, topo)
+
+
+def test_fewest_connections_counts_the_nop_of_a_forwarding_part() -> None:
+    """255 forwards on 1 -> 2 fit 4 parts of 64 steps but for the nop each part after the first takes (its first
+    send waits for the chunk 0 -> 1 delivered): the lowering cuts 8, and the floor says 8, not 4."""
+    topo = star(3)
+    chunks = 255
+    transfers = tuple(Transfer(0, 1, (j,), route(topo, 0, 1)) for j in range(chunks)) + tuple(
+        Transfer(1, 2, (j,), route(topo, 1, 2)) for j in range(chunks))
+    schedule = Schedule(Collective(K.BROADCAST, 3, chunks), transfers)
+    assert fewest_connections(schedule) == 8
+    program = lower_schedule(schedule, topo)
+    assert len({tb.chan for tb in program.gpu(1).threadblocks if tb.send == 2}) == 8
+
+
+@settings(max_examples=15, deadline=None)
+@given(topo=topologies(min_gpus=2, max_gpus=5), c=st.integers(1, 40), data=st.data())
+def test_fewest_connections_is_a_floor_on_the_lowered_connections(topo: Topology, c: int,
+                                                                  data: st.DataObject) -> None:
+    """Every pair of ranks gets at least the floor's channels in the lowered program (one per connection)."""
+    if data.draw(st.booleans()):
+        topo = star(topo.num_gpus)  # direct sends need a route between every two GPUs
+        base = direct_allgather(topo)
+    else:
+        base = ring_allgather(topo)
+    transfers = [Transfer(t.src, t.dst, (k * c + j,), t.route, channel=t.channel)
+                 for t in base.transfers for k in t.chunks for j in range(c)]  # every chunk cut in c
+    schedule = Schedule(Collective(K.ALLGATHER, topo.num_gpus, base.collective.chunk_factor * c), tuple(transfers))
+    program = lower_schedule(schedule, topo)
+    channels: dict[tuple[int, int], set[int]] = {}
+    for gpu in program.gpus:
+        for tb in gpu.threadblocks:
+            if tb.send >= 0:
+                channels.setdefault((gpu.id, tb.send), set()).add(tb.chan)
+    assert fewest_connections(schedule) <= max(len(chans) for chans in channels.values())
 
 
 @pytest.mark.slow
@@ -409,6 +459,24 @@ def test_largest_segment_counts_the_nop_of_a_waiting_segment_start() -> None:
     assert _largest_segment(sizes, 2, [True, True, True, True, False, True, True, True]) == 4
     assert _largest_segment(sizes, 1, [True] * 8) == 8
     assert _largest_segment([3, 1, 1, 1], 4, [True] * 4) == 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 80), min_size=1, max_size=60), st.data())
+def test_largest_segment_is_the_largest_total_of_the_lowerings_cut(sizes: list[int], data: st.DataObject) -> None:
+    """Against a plain walk: transfer i goes to segment i * parts // n, and each segment after the first whose first
+    transfer waits for something carries one step more."""
+    from taccl_py.msccl.lowering import _largest_segment
+
+    parts = data.draw(st.integers(1, len(sizes)))
+    waits = data.draw(st.lists(st.booleans(), min_size=len(sizes), max_size=len(sizes)))
+    for given_waits in (None, waits):
+        totals = [0] * parts
+        for i, size in enumerate(sizes):
+            segment = i * parts // len(sizes)
+            first = i == 0 or (i - 1) * parts // len(sizes) != segment
+            totals[segment] += size + int(given_waits is not None and first and segment > 0 and given_waits[i])
+        assert _largest_segment(sizes, parts, given_waits) == max(totals)
 
 
 # ------------------------------------------------------------------ the XML takes the schedule's time

@@ -15,6 +15,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_runner import only_json, run
@@ -26,6 +27,7 @@ from taccl_py.library import resolve_topology, switch_star
 from taccl_py.msccl import load_program, lower_schedule, save_xml, verify_program
 from taccl_py.msccl.ir import Program
 from taccl_py.msccl.rules import check_rules
+from taccl_py.schedule import Schedule
 from taccl_py.testing import topologies
 from taccl_py.topology import Topology
 from taccl_py.topology_io import save_topology
@@ -106,6 +108,40 @@ def test_fewer_channels_when_the_default_exceeds_the_runtime(tmp_path: Path, cap
                            "12", "-o", str(tmp_path / "asked.xml")], capsys)
     assert code == 1 and "need a channel but all 6 are taken" in stderr  # a limit of the format, not bad input
     assert not (tmp_path / "asked.xml").exists()
+
+
+def test_the_channel_floor_skips_only_lowerings_that_would_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Channel counts whose floor (``fewest_connections``) is above the runtime's channels are passed over without
+    lowering them, and the file and the output are those of lowering every count in turn: NDv2's 16 rings on a
+    runtime of 4 channels, with the floor and with a floor of 0 (every count lowered until one fits)."""
+    from taccl_py.msccl import assembly, lowering
+
+    monkeypatch.setattr(lowering, "MAX_CHANNELS", 4)
+    monkeypatch.setattr(assembly, "MAX_CHANNELS", 4)
+    lowered: list[int] = []
+    real_lower = lowering.lower_schedule
+
+    def counting_lower(schedule: Schedule, *args: Any, **kwargs: Any) -> Any:
+        lowered.append(int(schedule.notes.get("channels") or 1))
+        return real_lower(schedule, *args, **kwargs)
+
+    monkeypatch.setattr(lowering, "lower_schedule", counting_lower)
+    outputs = []
+    for floor in (True, False):
+        if not floor:
+            monkeypatch.setattr(lowering, "fewest_connections", lambda schedule, dialect="v2": 0)
+        lowered.clear()
+        out = tmp_path / f"ring-{floor}.xml"
+        code, stdout, _ = run(["baseline", "-t", "ndv2", "-c", "allgather", "-s", "1MB", "-a", "ring", "-o",
+                               str(out), "--json"], capsys)
+        assert code == 0
+        xml = only_json(stdout)["xml"]
+        del xml["path"]
+        outputs.append((out.read_bytes(), xml, list(lowered)))
+    (with_floor, keys, tried), (without_floor, keys_lowered, tried_all) = outputs
+    assert with_floor == without_floor and keys == keys_lowered
+    assert tried_all == [16, 8] and tried == [8]  # 16 rings need at least 6 connections between two ranks
 
 
 def test_impossible_sizes_are_said_plainly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -87,7 +87,7 @@ class ScheduleOrder:
         """True if ``event_from`` (transfer, START/ARRIVE/COMMIT) waits for ``event_to``, directly or not."""
         source = 3 * event_from[0] + event_from[1]
         target = 3 * event_to[0] + event_to[1]
-        if source == target:
+        if source == target or self._follows_on_connection(event_from, event_to):
             return True
         labels = self._labels
         if labels is None:
@@ -109,7 +109,7 @@ class ScheduleOrder:
         """
         source = 3 * event_from[0] + event_from[1]
         target = 3 * event_to[0] + event_to[1]
-        if source == target:
+        if source == target or self._follows_on_connection(event_from, event_to):
             return True
         labels = self._labels
         if labels is None:
@@ -152,6 +152,17 @@ class ScheduleOrder:
                         return True
                 stack.append(p)
         return False
+
+    def _follows_on_connection(self, event_from: tuple[int, int], event_to: tuple[int, int]) -> bool:
+        """``event_to`` is the start or arrival of a transfer on ``event_from``'s connection, and ``event_from`` a later
+        event there (a later transfer's, or a later one of the same transfer's): a connection delivers in order, so
+        the answer needs no search (the searches would find it at their first step)."""
+        if event_to[1] == COMMIT:
+            return False
+        t_from, t_to = event_from[0], event_to[0]
+        if self.connection_id[t_from] != self.connection_id[t_to]:
+            return False
+        return (self.connection_pos[t_from], event_from[1]) > (self.connection_pos[t_to], event_to[1])
 
     def _search(self, source: int, target: int, labels: tuple[list[int], list[int]] | None) -> bool:
         """Depth-first search from ``source`` over events that could still reach ``target``."""

@@ -56,7 +56,7 @@ from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.simulator import SimResult
 from taccl_py.topology import Topology
 
-__all__ = ["LoweringOptions", "lower_schedule", "write_program_xml", "write_schedule_xml"]
+__all__ = ["LoweringOptions", "exceeds_channels", "fewest_connections", "lower_schedule", "write_program_xml", "write_schedule_xml"]
 
 _MAX_ROUNDS = 40
 
@@ -146,6 +146,59 @@ def write_program_xml(program: Program, path: str | os.PathLike[str], *, dialect
                                 f"{first}")
     save_xml(program, path, dialect)
     return program
+
+
+def fewest_connections(schedule: Schedule, dialect: str = "v2") -> int:
+    """A floor on the connections the lowering needs between the busiest two ranks, without its analysis.
+
+    The lowering cuts a connection with more steps than a threadblock holds in halves until each part fits
+    (:meth:`_Lowering._initial_structure`), a part after the first taking a ``nop`` more when its first send waits
+    for something. Here every transfer counts one step on each side (it takes at least that), and a send waits
+    only where that is sure (an ``after``, or data an earlier transfer delivered to the sender), so each
+    connection gets at most the parts the lowering gives it. Above :data:`MAX_CHANNELS` the lowering must fail;
+    this takes a second where its analysis takes tens (a ring of 500 GPUs).
+    """
+    limit = DIALECTS[dialect].max_steps
+    num_chunks = schedule.collective.num_chunks
+    delivered: set[int] = set()
+    members: dict[BaseConnection, list[bool]] = {}  # connection -> does each transfer's first send surely wait
+    for t in schedule.transfers:
+        chunks = t.chunks
+        if t.after:
+            waits = True
+        elif t.exchange is not None:
+            waits = False  # an exchange member reads before the exchange writes: not sure without the analysis
+        elif len(chunks) == 1:
+            waits = t.src * num_chunks + chunks[0] in delivered
+        else:
+            base = t.src * num_chunks
+            waits = any(base + c in delivered for c in chunks)
+        key = (t.src, t.dst, t.channel)
+        sent = members.get(key)
+        if sent is None:
+            members[key] = [waits]
+        else:
+            sent.append(waits)
+        if len(chunks) == 1:
+            delivered.add(t.dst * num_chunks + chunks[0])
+        else:
+            base = t.dst * num_chunks
+            delivered.update(base + c for c in chunks)
+    between: dict[tuple[int, int], int] = {}
+    for (src, dst, _), waits_list in members.items():
+        count = len(waits_list)
+        parts = 1
+        if count > limit:
+            ones = [1] * count
+            while parts < count and _largest_segment(ones, parts, waits_list) > limit:
+                parts = min(count, parts * 2)
+        between[(src, dst)] = between.get((src, dst), 0) + parts
+    return max(between.values(), default=0)
+
+
+def exceeds_channels(schedule: Schedule, dialect: str = "v2") -> bool:
+    """No lowering of ``schedule`` fits the runtime's channels (:func:`fewest_connections` is above them)."""
+    return fewest_connections(schedule, dialect) > MAX_CHANNELS
 
 
 def _check_options(schedule: Schedule, topology: Topology, options: LoweringOptions) -> None:
@@ -799,12 +852,11 @@ def _largest_segment(sizes: list[int], parts: int, waits: list[bool] | None = No
     segment's last send, so when its first transfer waits for something
     else too, the two dependencies take a ``nop`` step.
     """
-    totals = [0] * parts
-    previous = -1
-    for i, size in enumerate(sizes):
-        segment = i * parts // len(sizes)
-        totals[segment] += size
-        if waits is not None and segment != previous and segment > 0 and waits[i]:
-            totals[segment] += 1
-        previous = segment
-    return max(totals)
+    count = len(sizes)
+    segment = np.arange(count, dtype=np.int64) * parts // count
+    totals = np.asarray(np.bincount(segment, weights=np.asarray(sizes, dtype=np.float64), minlength=parts),
+                        dtype=np.float64)
+    if waits is not None:
+        firsts = np.flatnonzero(np.diff(segment)) + 1  # the first transfer of every segment after the first
+        totals[segment[firsts]] += np.asarray(waits, dtype=np.float64)[firsts]
+    return int(totals.max())

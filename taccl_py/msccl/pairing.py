@@ -229,13 +229,29 @@ def deferred_receives(order: ScheduleOrder, threadblocks: Iterable[Sequence[Item
                 following = (item.send, START)
                 continue
             a = item.recv
-            if following is None or precedes(following, (a, COMMIT)) or (
-                    precedes(following, (a, ARRIVE)) and _commits_on_arrival(order, a, precedes)):
+            if following is None or _writes_in_place(order, a, following, precedes):
                 following = (a, COMMIT)
             else:
                 out.add(a)
                 following = (a, ARRIVE)
     return frozenset(out)
+
+
+def _writes_in_place(order: ScheduleOrder, a: int, following: tuple[int, int], precedes: Precedence) -> bool:
+    """Receive ``a`` may commit in its threadblock before ``following``: that event waits for its commit, or for its
+    arrival when it commits on arrival.
+
+    The same answer in either order of the questions; the order only saves work, since a bounded search that
+    finds nothing takes its whole budget. A send following (a forward) usually waits for the commit; a receive
+    following on the same connection usually waits only for the arrival (connections deliver in order).
+    """
+    commit = (a, COMMIT)
+    on_arrival = (a, ARRIVE)
+    if following[1] == START:
+        return precedes(following, commit) or (precedes(following, on_arrival)
+                                               and _commits_on_arrival(order, a, precedes))
+    return (precedes(following, on_arrival) and _commits_on_arrival(order, a, precedes)) or precedes(following,
+                                                                                                     commit)
 
 
 def delays_nothing(order: ScheduleOrder, items: Sequence[Item], deferred: frozenset[int],
