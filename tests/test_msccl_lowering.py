@@ -330,8 +330,9 @@ def test_fewest_connections_counts_the_halvings_of_a_long_connection(chunks: int
     schedule = Schedule(Collective(K.ALLGATHER, 2, chunks), transfers)
     assert (fewest_connections(schedule), fewest_connections(schedule, "v1")) == (floor, floor_v1)
     if floor > 32:
-        with pytest.raises(LoweringError, match=r"32 are taken \(64 connections"):
+        with pytest.raises(LoweringError, match=r"32 are taken \(at least 64 connections") as refused:
             lower_schedule(schedule, topo)
+        assert refused.value.over == 2.0
 
 
 def test_fewest_connections_counts_the_nop_of_a_forwarding_part() -> None:

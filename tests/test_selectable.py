@@ -110,37 +110,38 @@ def test_fewer_channels_when_the_default_exceeds_the_runtime(tmp_path: Path, cap
     assert not (tmp_path / "asked.xml").exists()
 
 
-def test_the_channel_floor_skips_only_lowerings_that_would_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Channel counts whose floor (``fewest_connections``) is above the runtime's channels are passed over without
-    lowering them, and the file and the output are those of lowering every count in turn: NDv2's 16 rings on a
-    runtime of 4 channels, with the floor and with a floor of 0 (every count lowered until one fits)."""
+def test_the_channel_floor_refuses_before_the_analysis(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A channel count whose floor (``fewest_connections``) is above the runtime's channels is refused before the
+    lowering analyses the schedule, and the file and the output are those of refusing it after: NDv2's 16 rings
+    on a runtime of 4 channels, with the floor and with an empty one."""
     from taccl_py.msccl import assembly, lowering
 
     monkeypatch.setattr(lowering, "MAX_CHANNELS", 4)
     monkeypatch.setattr(assembly, "MAX_CHANNELS", 4)
-    lowered: list[int] = []
-    real_lower = lowering.lower_schedule
+    analysed: list[int] = []
+    real_analyze = lowering.analyze
 
-    def counting_lower(schedule: Schedule, *args: Any, **kwargs: Any) -> Any:
-        lowered.append(int(schedule.notes.get("channels") or 1))
-        return real_lower(schedule, *args, **kwargs)
+    def counting_analyze(schedule: Schedule) -> Any:
+        analysed.append(int(schedule.notes.get("channels") or 1))
+        return real_analyze(schedule)
 
-    monkeypatch.setattr(lowering, "lower_schedule", counting_lower)
+    monkeypatch.setattr(lowering, "analyze", counting_analyze)
     outputs = []
     for floor in (True, False):
         if not floor:
-            monkeypatch.setattr(lowering, "fewest_connections", lambda schedule, dialect="v2": 0)
-        lowered.clear()
+            monkeypatch.setattr(lowering, "_connection_floor", lambda schedule, dialect: ({}, {}))
+        analysed.clear()
         out = tmp_path / f"ring-{floor}.xml"
         code, stdout, _ = run(["baseline", "-t", "ndv2", "-c", "allgather", "-s", "1MB", "-a", "ring", "-o",
                                str(out), "--json"], capsys)
         assert code == 0
         xml = only_json(stdout)["xml"]
         del xml["path"]
-        outputs.append((out.read_bytes(), xml, list(lowered)))
+        outputs.append((out.read_bytes(), xml, list(analysed)))
     (with_floor, keys, tried), (without_floor, keys_lowered, tried_all) = outputs
     assert with_floor == without_floor and keys == keys_lowered
+    assert keys["changed"] == "8 channels: with 16 channels the program exceeds the runtime's limits"
     assert tried_all == [16, 8] and tried == [8]  # 16 rings need at least 6 connections between two ranks
 
 

@@ -711,7 +711,7 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
     from taccl_py.baselines.selectable import placement, selectable_baseline
     from taccl_py.errors import LoweringError
     from taccl_py.msccl import lower_schedule, write_schedule_xml
-    from taccl_py.msccl.lowering import exceeds_channels, write_program_xml
+    from taccl_py.msccl.lowering import write_program_xml
     from taccl_py.synthesis.loadable import fewer_splits, hierarchical_splits
 
     timed = _timed_baseline(topology, kind, name, size, channels, root, step_overhead_us, allowed) \
@@ -721,13 +721,6 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
                                  step_overhead_us=step_overhead_us, built=timed)
     refused: list[str] = []
     while True:
-        have = int(placed.schedule.notes.get("channels") or 1)
-        if channels is None and have > 1 and hierarchical_splits(placed.schedule) is None \
-                and exceeds_channels(placed.schedule, dialect):
-            refused.append(f"{have} channels")  # the lowering would find so too, after its analysis
-            placed = selectable_baseline(topology, kind, name, size, channels=have // 2, root=root,
-                                         step_overhead_us=step_overhead_us)
-            continue
         try:
             write_schedule_xml(placed.schedule, topology, path, dialect=dialect, proto=proto)
             break
@@ -746,6 +739,7 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
                 keys["time_us"] = time_us  # the file's own time: the table's is the schedule with more splits
                 keys["selection"] += f"; the file takes {time_us:.6g} us" if time_us is not None else ""
                 return keys
+            have = int(placed.schedule.notes.get("channels") or 1)
             if channels is not None or have <= 1:
                 if refused:
                     raise LoweringError(f"{exc} (also with {', '.join(refused)})") from None

@@ -56,7 +56,7 @@ from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.simulator import SimResult
 from taccl_py.topology import Topology
 
-__all__ = ["LoweringOptions", "exceeds_channels", "fewest_connections", "lower_schedule", "write_program_xml", "write_schedule_xml"]
+__all__ = ["LoweringOptions", "fewest_connections", "lower_schedule", "write_program_xml", "write_schedule_xml"]
 
 _MAX_ROUNDS = 40
 
@@ -113,6 +113,7 @@ def lower_schedule(schedule: Schedule, topology: Topology, *, dialect: str = "v2
     col = schedule.collective
     in_place_mode = options.in_place if options.in_place is not None else col.kind is not CollectiveKind.ALLTOALL
     expanded = _expand(schedule, options.instances)
+    _check_channels(*_connection_floor(expanded, options.dialect), DIALECTS[options.dialect].max_steps, "at least ")
     # millions of short-lived tuples and no cycles: collections would only walk them again and again
     with paused_gc(len(expanded.transfers) >= _NO_GC_TRANSFERS):
         order = analyze(expanded)
@@ -155,9 +156,15 @@ def fewest_connections(schedule: Schedule, dialect: str = "v2") -> int:
     (:meth:`_Lowering._initial_structure`), a part after the first taking a ``nop`` more when its first send waits
     for something. Here every transfer counts one step on each side (it takes at least that), and a send waits
     only where that is sure (an ``after``, or data an earlier transfer delivered to the sender), so each
-    connection gets at most the parts the lowering gives it. Above :data:`MAX_CHANNELS` the lowering must fail;
-    this takes a second where its analysis takes tens (a ring of 500 GPUs).
+    connection gets at most the parts the lowering gives it. Above :data:`MAX_CHANNELS` the lowering must fail,
+    and :func:`lower_schedule` says so before its analysis (a second where the analysis takes tens, a ring of
+    500 GPUs).
     """
+    return max(_connection_floor(schedule, dialect)[0].values(), default=0)
+
+
+def _connection_floor(schedule: Schedule, dialect: str) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
+    """(floor of :func:`fewest_connections` per pair of ranks, connections per pair before any is cut)."""
     limit = DIALECTS[dialect].max_steps
     num_chunks = schedule.collective.num_chunks
     delivered: set[int] = set()
@@ -185,6 +192,7 @@ def fewest_connections(schedule: Schedule, dialect: str = "v2") -> int:
             base = t.dst * num_chunks
             delivered.update(base + c for c in chunks)
     between: dict[tuple[int, int], int] = {}
+    uncut: dict[tuple[int, int], int] = {}
     for (src, dst, _), waits_list in members.items():
         count = len(waits_list)
         parts = 1
@@ -193,12 +201,22 @@ def fewest_connections(schedule: Schedule, dialect: str = "v2") -> int:
             while parts < count and _largest_segment(ones, parts, waits_list) > limit:
                 parts = min(count, parts * 2)
         between[(src, dst)] = between.get((src, dst), 0) + parts
-    return max(between.values(), default=0)
+        uncut[(src, dst)] = uncut.get((src, dst), 0) + 1
+    return between, uncut
 
 
-def exceeds_channels(schedule: Schedule, dialect: str = "v2") -> bool:
-    """No lowering of ``schedule`` fits the runtime's channels (:func:`fewest_connections` is above them)."""
-    return fewest_connections(schedule, dialect) > MAX_CHANNELS
+def _check_channels(between: dict[tuple[int, int], int], uncut: dict[tuple[int, int], int], limit: int,
+                    qualifier: str = "") -> None:
+    """Fail when two ranks need more connections (``between``: after cutting, ``uncut``: before) than there are
+    channels; ``qualifier`` says whether the count is exact or a floor."""
+    for (src, dst), count in sorted(between.items()):
+        if count > MAX_CHANNELS:
+            why = (f"; {uncut[(src, dst)]} before connections of more than the dialect's {limit} steps per "
+                   "threadblock were cut into threadblocks of their own, halving until each fits"
+                   if uncut[(src, dst)] <= MAX_CHANNELS else "")
+            raise LoweringError(f"connections {src}->{dst} need a channel but all {MAX_CHANNELS} are taken "
+                                f"({qualifier}{count} connections between the two ranks; one connection per peer and "
+                                f"channel{why})", over=count / MAX_CHANNELS)
 
 
 def _check_options(schedule: Schedule, topology: Topology, options: LoweringOptions) -> None:
@@ -388,15 +406,7 @@ class _Lowering:
             pair = key[:2]
             between[pair] = between.get(pair, 0) + segments.get(key, 1)
             uncut[pair] = uncut.get(pair, 0) + 1
-        limit = DIALECTS[self.options.dialect].max_steps
-        for (src, dst), count in sorted(between.items()):
-            if count > MAX_CHANNELS:
-                why = (f"; {uncut[(src, dst)]} before connections of more than the dialect's {limit} steps per "
-                       "threadblock were cut into threadblocks of their own, halving until each fits"
-                       if uncut[(src, dst)] <= MAX_CHANNELS else "")
-                raise LoweringError(f"connections {src}->{dst} need a channel but all {MAX_CHANNELS} are taken "
-                                    f"({count} connections between the two ranks; one connection per peer and "
-                                    f"channel{why})", over=count / MAX_CHANNELS)
+        _check_channels(between, uncut, DIALECTS[self.options.dialect].max_steps)
 
     def _steps(self, t: int, sending: bool) -> int:
         """Steps transfer ``t`` takes on one side at least (copies through scratch, pieces of 71 chunks)."""
