@@ -30,6 +30,7 @@ from taccl_py.library import SHIPPED_NAMES, fully_connected, resolve_topology, r
 from taccl_py.library.grids import switch_tree
 from taccl_py.schedule import Schedule
 from taccl_py.simulator import SimOptions, SimResult, simulate
+from taccl_py.testing import topologies
 from taccl_py.topology import Topology
 
 MiB = 1 << 20
@@ -505,3 +506,45 @@ def test_a_schedules_structural_check_is_the_topologys_it_is_asked_about() -> No
     assert schedule.structural_error(ring8) is None
     copy = pickle.loads(pickle.dumps(schedule))
     assert copy == schedule and "_checked" not in copy.__dict__
+
+
+_RING_BUILDERS = {CollectiveKind.ALLGATHER: "ring_allgather", CollectiveKind.REDUCESCATTER: "ring_reducescatter",
+                  CollectiveKind.ALLREDUCE: "ring_allreduce"}
+
+
+def _ring_waits_agree(topology: Topology, kind: CollectiveKind, channels: int | None, pieces: int) -> None:
+    from taccl_py.baselines import ring as ring_module
+    from taccl_py.baselines.layout import ring_plan
+    from taccl_py.msccl.lowering import fewest_connections, fewest_connections_from_waits, send_waits
+
+    plan = ring_plan(topology, channels)
+    built = getattr(ring_module, _RING_BUILDERS[kind])(plan, topology.name, chunk_factor=plan.channels * pieces)
+    from_plan = ring_module.ring_send_waits(plan, kind, pieces)
+    assert from_plan == send_waits(built)
+    for dialect in ("v1", "v2"):
+        assert fewest_connections_from_waits(from_plan, dialect) == fewest_connections(built, dialect)
+
+
+@pytest.mark.parametrize("kind", list(_RING_BUILDERS))
+def test_ring_send_waits_are_the_built_rings_relays_included(kind: CollectiveKind) -> None:
+    """The sends that surely wait, per connection, known from the ring plan are those the lowering reads from the
+    built ring: a 3 x 3 mesh, whose rings relay through GPUs (the relay's legs wait in the first step too), and a
+    line of 70 GPUs on one channel, whose connections take more steps than a threadblock holds."""
+    from taccl_py.baselines.layout import ring_plan
+    from taccl_py.library import mesh
+
+    grid = mesh((3, 3))
+    assert ring_plan(grid, None).relays
+    for channels in (None, 1, 3):
+        for pieces in (1, 2):
+            _ring_waits_agree(grid, kind, channels, pieces)
+    _ring_waits_agree(mesh((70,)), kind, 1, 1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(topology=topologies(max_gpus=7), kind=st.sampled_from(list(_RING_BUILDERS)),
+       channels=st.sampled_from([None, 1, 2, 4]), pieces=st.integers(1, 3))
+def test_ring_send_waits_are_the_built_rings(topology: Topology, kind: CollectiveKind, channels: int | None,
+                                             pieces: int) -> None:
+    """On random topologies, the plan's waits are the built ring's, connection by connection."""
+    _ring_waits_agree(topology, kind, channels, pieces)

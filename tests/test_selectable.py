@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from taccl_py.baselines import baseline
-from taccl_py.library import resolve_topology, switch_star
+from taccl_py.collectives import CollectiveKind
+from taccl_py.library import mesh, resolve_topology, switch_star
 from taccl_py.msccl import load_program, lower_schedule, save_xml, verify_program
 from taccl_py.msccl.ir import Program
 from taccl_py.msccl.rules import check_rules
@@ -113,36 +114,82 @@ def test_fewer_channels_when_the_default_exceeds_the_runtime(tmp_path: Path, cap
 def test_the_channel_floor_refuses_before_the_analysis(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A channel count whose floor (``fewest_connections``) is above the runtime's channels is refused before the
-    lowering analyses the schedule, and the file and the output are those of refusing it after: NDv2's 16 rings
-    on a runtime of 4 channels, with the floor and with an empty one."""
+    lowering analyses the schedule, or, a ring's, before it is lowered at all (its floor known from the plan), and
+    the file and the output are those of refusing it after the analysis: NDv2 on a runtime of 2 channels, with
+    both floors, with the lowering's alone and with neither. At 1 MB the runtime picks 16 rings, not the plan's 12
+    (so only the built schedule can say: at least 6 connections), then 8 (at least 4, known from the plan), then 4
+    (at least 2: only the analysis finds more) and 2, which fit."""
+    from taccl_py.baselines import selectable
     from taccl_py.msccl import assembly, lowering
 
-    monkeypatch.setattr(lowering, "MAX_CHANNELS", 4)
-    monkeypatch.setattr(assembly, "MAX_CHANNELS", 4)
+    monkeypatch.setattr(lowering, "MAX_CHANNELS", 2)
+    monkeypatch.setattr(assembly, "MAX_CHANNELS", 2)
     analysed: list[int] = []
-    real_analyze = lowering.analyze
+    lowered: list[int] = []
+    real_analyze, real_lower = lowering.analyze, lowering.lower_schedule
 
     def counting_analyze(schedule: Schedule) -> Any:
         analysed.append(int(schedule.notes.get("channels") or 1))
         return real_analyze(schedule)
 
+    def counting_lower(schedule: Schedule, *args: Any, **kwargs: Any) -> Any:
+        lowered.append(int(schedule.notes.get("channels") or 1))
+        return real_lower(schedule, *args, **kwargs)
+
     monkeypatch.setattr(lowering, "analyze", counting_analyze)
+    monkeypatch.setattr(lowering, "lower_schedule", counting_lower)
     outputs = []
-    for floor in (True, False):
-        if not floor:
-            monkeypatch.setattr(lowering, "_connection_floor", lambda schedule, dialect: ({}, {}))
+    refusals: list[tuple[str, list[int]]] = []
+    for floors in ("both", "lowering's", "none"):
+        if floors == "lowering's":
+            monkeypatch.setattr(selectable, "ring_send_waits_at", lambda *args, **kwargs: None)
+        if floors == "none":
+            monkeypatch.setattr(lowering, "_floor_of_waits", lambda members, limit: ({}, {}))
         analysed.clear()
-        out = tmp_path / f"ring-{floor}.xml"
+        lowered.clear()
+        out = tmp_path / f"ring-{floors}.xml"
         code, stdout, _ = run(["baseline", "-t", "ndv2", "-c", "allgather", "-s", "1MB", "-a", "ring", "-o",
                                str(out), "--json"], capsys)
         assert code == 0
         xml = only_json(stdout)["xml"]
         del xml["path"]
-        outputs.append((out.read_bytes(), xml, list(analysed)))
-    (with_floor, keys, tried), (without_floor, keys_lowered, tried_all) = outputs
-    assert with_floor == without_floor and keys == keys_lowered
-    assert keys["changed"] == "8 channels: with 16 channels the program exceeds the runtime's limits"
-    assert tried_all == [16, 8] and tried == [8]  # 16 rings need at least 6 connections between two ranks
+        outputs.append((out.read_bytes(), xml, list(lowered), list(analysed)))
+        lowered.clear()
+        asked = tmp_path / f"asked-{floors}.xml"
+        code, _, stderr = run(["baseline", "-t", "ndv2", "-c", "allgather", "-s", "1MB", "-a", "ring", "--channels",
+                               "8", "-o", str(asked)], capsys)
+        assert code == 1 and not asked.exists()
+        refusals.append((stderr, list(lowered)))
+    (both, keys, *tried), (lowering_only, keys_lowering, *tried_lowering), (none, keys_none, *tried_none) = outputs
+    assert refusals[0][0] == refusals[1][0]  # without either floor the analysis refuses it, with the exact count
+    assert "need a channel but all 2 are taken (at least 3 connections" in refusals[0][0]
+    assert "need a channel but all 2 are taken (3 connections" in refusals[2][0]
+    assert [lowered for _, lowered in refusals] == [[], [8], [8]]  # an explicit count refused from the plan: unbuilt
+    assert both == lowering_only == none and keys == keys_lowering == keys_none
+    assert keys["changed"] == ("2 channels: with 16 channels, 8 channels, 4 channels the program exceeds the "
+                               "runtime's limits")
+    assert tried == [[16, 4, 2], [4, 2]] and tried_lowering == [[16, 8, 4, 2], [4, 2]]  # (lowered, analysed)
+    assert tried_none == [[16, 8, 4, 2], [16, 8, 4, 2]]
+
+
+def test_the_ring_floor_is_the_built_rings() -> None:
+    """:func:`ring_send_waits_at` gives the sends of the ring :func:`selectable_baseline` builds, where that is the
+    default ring (picked at the size), and None where another chunk factor is tried: NDv2 and a 3 x 3 mesh (whose
+    rings relay through GPUs), three kinds, sizes where the runtime picks the default and one where not."""
+    from taccl_py.baselines.selectable import ring_send_waits_at, selectable_baseline
+    from taccl_py.msccl.lowering import send_waits
+
+    for topology in (resolve_topology("ndv2"), mesh((3, 3))):
+        for kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+            for channels in (None, 2):
+                for size in (1 << 20, 48 * KB):
+                    planned = ring_send_waits_at(topology, kind, size, channels=channels)
+                    placed = selectable_baseline(topology, kind, "ring", size, channels=channels)
+                    default = placed.changed == "" and placed.selected
+                    assert (planned is not None) == default, (topology.name, kind, channels, size)
+                    if planned is not None:
+                        assert planned == (placed.schedule.notes["channels"], send_waits(placed.schedule))
+    assert ring_send_waits_at(resolve_topology("ndv2"), CollectiveKind.BROADCAST, 1 << 20) is None
 
 
 def test_impossible_sizes_are_said_plainly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

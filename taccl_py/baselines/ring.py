@@ -24,7 +24,7 @@ from taccl_py.symmetry import SymmetricSchedule, translation_automorphism
 from taccl_py.topology import Topology
 
 __all__ = ["ring_allgather", "ring_allreduce", "ring_broadcast", "ring_reduce", "ring_reducescatter",
-           "ring_representatives", "ring_translation", "symmetric_ring"]
+           "ring_representatives", "ring_send_waits", "ring_translation", "symmetric_ring"]
 
 _COPY, _REDUCE = Op.COPY, Op.REDUCE
 
@@ -130,6 +130,37 @@ def ring_allreduce(plan: RingPlan, topology_name: str = "", *, chunk_factor: int
     _reducescatter_steps(plan, c, pieces, out)
     _allgather_steps(plan, c, pieces, out)
     return _schedule(CollectiveKind.ALLREDUCE, plan, c, out, topology_name, {"pieces": pieces})
+
+
+def ring_send_waits(plan: RingPlan, kind: CollectiveKind, pieces: int = 1) -> dict[tuple[int, int, int], list[bool]]:
+    """Per connection ``(src, dst, channel)`` of the ring ``kind`` (Allgather, ReduceScatter or Allreduce, with
+    ``pieces`` per channel), whether each of its transfers' first send surely waits for data delivered to the sender,
+    in program order: what :func:`taccl_py.msccl.lowering.fewest_connections` reads from the built schedule, known
+    here from the plan alone (the rings of 1,024 GPUs carry millions of transfers).
+
+    A chain's first transfer sends data the sender holds (its own block; ReduceScatter's first partial sum) and
+    every later one data delivered to it, a relay's leg included; Allreduce's Allgather half sends only delivered
+    data. So each connection waits from its second step on, and in its first step wherever a leg is relayed.
+    Connections with the same pattern share one list.
+    """
+    if kind not in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+        raise ValueError(f"no ring send pattern for {kind.value}")
+    n = len(plan.rings[0].order)
+    later_steps = 2 * n - 3 if kind is CollectiveKind.ALLREDUCE else n - 2
+    shared: dict[tuple[tuple[bool, ...], int], list[bool]] = {}
+    out: dict[tuple[int, int, int], list[bool]] = {}
+    for k, ring in enumerate(plan.rings):
+        first_step: dict[tuple[int, int], list[bool]] = {}
+        for step in ring.legs:
+            for q, leg in enumerate(step):
+                first_step.setdefault((leg.src, leg.dst), []).extend([q > 0] * pieces)
+        for (src, dst), first in first_step.items():
+            key = (tuple(first), len(first) * later_steps)
+            waits = shared.get(key)
+            if waits is None:
+                waits = shared[key] = first + [True] * key[1]
+            out[(src, dst, k)] = waits
+    return out
 
 
 def chain_pieces(plan: RingPlan, size_bytes: float | None, step_overhead_us: float) -> int:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from taccl_py.collectives import CollectiveKind
+from taccl_py.collectives import Collective, CollectiveKind
 from taccl_py.msccl.selection import DEFAULT_TYPE_SIZE, size_rule
 from taccl_py.schedule import Schedule
 from taccl_py.topology import Topology
 
-__all__ = ["Placement", "nchunks_per_loop", "placement", "selectable_baseline", "smallest_selected"]
+__all__ = ["Placement", "nchunks_per_loop", "placement", "ring_send_waits_at", "selectable_baseline",
+           "smallest_selected"]
 
 _MAX_CHUNK_FACTOR = 256
 """Largest chunk factor tried (the lowering's offsets and step counts grow with it)."""
@@ -153,3 +154,25 @@ def selectable_baseline(topology: Topology, kind: CollectiveKind, algorithm: str
             if sim.correct and sim.time_us is not None and (best is None or sim.time_us < best[0]):
                 best = (sim.time_us, placed)
     return best[1] if best is not None else first
+
+
+def ring_send_waits_at(topology: Topology, kind: CollectiveKind, size_bytes: int, *, channels: int | None = None,
+                       type_size: int = DEFAULT_TYPE_SIZE) -> tuple[int, dict[tuple[int, int, int], list[bool]]] | None:
+    """(channels, :func:`~taccl_py.baselines.ring.ring_send_waits`) of the ring baseline :func:`selectable_baseline`
+    returns at ``size_bytes`` with ``channels``, from the ring plan alone: what the lowering's floor of connections
+    (:func:`~taccl_py.msccl.lowering.fewest_connections`) counts from, without building the transfers.
+
+    None when that is not the ring as built by default (the runtime would not pick it at the size, so another
+    chunk factor is tried) or ``kind`` is not a ring Allgather, ReduceScatter or Allreduce: then only the built
+    schedule can say. A caller halving the channels until the program fits skips the counts the floor already
+    refuses without building them (a ring of 1,024 GPUs on 8 channels: 8.4 million transfers)."""
+    from taccl_py.baselines.layout import ring_plan
+    from taccl_py.baselines.ring import ring_send_waits
+
+    if kind not in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE):
+        return None
+    plan = ring_plan(topology, channels)
+    default = Collective(kind, topology.num_gpus, plan.channels)  # one piece per channel: ring_allgather's default
+    if not size_rule(kind.value, default.num_ranks, default.num_chunks, size_bytes, type_size).selected:
+        return None
+    return plan.channels, ring_send_waits(plan, kind)

@@ -708,18 +708,38 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
     ``--channels`` is written as asked or not at all. A hierarchical baseline is planned again with fewer
     splits instead (:func:`taccl_py.synthesis.loadable.fewer_splits`).
     """
-    from taccl_py.baselines.selectable import placement, selectable_baseline
+    from taccl_py.baselines.selectable import placement, ring_send_waits_at, selectable_baseline
     from taccl_py.errors import LoweringError
-    from taccl_py.msccl import lower_schedule, write_schedule_xml
+    from taccl_py.msccl import lower_schedule, lowering, write_schedule_xml
     from taccl_py.msccl.lowering import write_program_xml
     from taccl_py.synthesis.loadable import fewer_splits, hierarchical_splits
 
     timed = _timed_baseline(topology, kind, name, size, channels, root, step_overhead_us, allowed) \
         if name == "oneshot" \
         else None  # the form the row timed (a runtime model may prefer another than the raw links)
-    placed = selectable_baseline(topology, kind, name, size, channels=channels, root=root,
-                                 step_overhead_us=step_overhead_us, built=timed)
     refused: list[str] = []
+
+    def unrefused(asked: int | None) -> int | None:
+        """``asked`` channels, or fewer: a ring's counts whose floor of connections, known from its plan, is
+        already above the runtime's channels are refused unbuilt (a ring of 1,024 GPUs on 8 channels: 8.4
+        million transfers), halving, or failing, as a refusal after lowering would."""
+        while name == "ring":
+            planned = ring_send_waits_at(topology, kind, size, channels=asked)
+            if planned is None:
+                break
+            have, waits = planned
+            try:
+                lowering.check_connection_floor(waits, dialect)
+                break
+            except LoweringError as exc:
+                if channels is not None or have <= 1:
+                    raise _refusal(exc, refused) from None
+                refused.append(f"{have} channels")
+                asked = have // 2
+        return asked
+
+    placed = selectable_baseline(topology, kind, name, size, channels=unrefused(channels), root=root,
+                                 step_overhead_us=step_overhead_us, built=timed)
     while True:
         try:
             write_schedule_xml(placed.schedule, topology, path, dialect=dialect, proto=proto)
@@ -741,11 +761,9 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
                 return keys
             have = int(placed.schedule.notes.get("channels") or 1)
             if channels is not None or have <= 1:
-                if refused:
-                    raise LoweringError(f"{exc} (also with {', '.join(refused)})") from None
-                raise
+                raise _refusal(exc, refused) from None
             refused.append(f"{have} channels")
-            placed = selectable_baseline(topology, kind, name, size, channels=have // 2, root=root,
+            placed = selectable_baseline(topology, kind, name, size, channels=unrefused(have // 2), root=root,
                                          step_overhead_us=step_overhead_us)
     changed = placed.changed
     if refused:
@@ -753,6 +771,13 @@ def _write_xml(topology: Topology, kind: CollectiveKind, size: int, name: str, c
                 "the runtime's limits"
         changed = f"{changed}; {fewer}" if changed else fewer
     return _placement_keys(placed, changed, refused)
+
+
+def _refusal(exc: Exception, refused: list[str]) -> Exception:
+    """The error of the last channel count tried, naming those refused before it."""
+    from taccl_py.errors import LoweringError
+
+    return LoweringError(f"{exc} (also with {', '.join(refused)})") if refused else exc
 
 
 def _file_time(topology: Topology, schedule: Schedule, size: int, step_overhead_us: float, proto: str

@@ -26,6 +26,7 @@ dependencies) -> :func:`assemble` (XML threadblocks) -> deadlock check.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -56,7 +57,8 @@ from taccl_py.schedule import Op, Schedule, Transfer
 from taccl_py.simulator import SimResult
 from taccl_py.topology import Topology
 
-__all__ = ["LoweringOptions", "fewest_connections", "lower_schedule", "write_program_xml", "write_schedule_xml"]
+__all__ = ["LoweringOptions", "check_connection_floor", "fewest_connections", "fewest_connections_from_waits",
+           "lower_schedule", "send_waits", "write_program_xml", "write_schedule_xml"]
 
 _MAX_ROUNDS = 40
 
@@ -113,7 +115,7 @@ def lower_schedule(schedule: Schedule, topology: Topology, *, dialect: str = "v2
     col = schedule.collective
     in_place_mode = options.in_place if options.in_place is not None else col.kind is not CollectiveKind.ALLTOALL
     expanded = _expand(schedule, options.instances)
-    _check_channels(*_connection_floor(expanded, options.dialect), DIALECTS[options.dialect].max_steps, "at least ")
+    check_connection_floor(send_waits(expanded), options.dialect)
     # millions of short-lived tuples and no cycles: collections would only walk them again and again
     with paused_gc(len(expanded.transfers) >= _NO_GC_TRANSFERS):
         order = analyze(expanded)
@@ -160,12 +162,25 @@ def fewest_connections(schedule: Schedule, dialect: str = "v2") -> int:
     and :func:`lower_schedule` says so before its analysis (a second where the analysis takes tens, a ring of
     500 GPUs).
     """
-    return max(_connection_floor(schedule, dialect)[0].values(), default=0)
+    return fewest_connections_from_waits(send_waits(schedule), dialect)
 
 
-def _connection_floor(schedule: Schedule, dialect: str) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
-    """(floor of :func:`fewest_connections` per pair of ranks, connections per pair before any is cut)."""
-    limit = DIALECTS[dialect].max_steps
+def fewest_connections_from_waits(waits: Mapping[BaseConnection, Sequence[bool]], dialect: str = "v2") -> int:
+    """:func:`fewest_connections` of a schedule given, per connection ``(src, dst, channel)``, whether each of its
+    transfers' first send surely waits (in program order); a caller that knows these from a plan (a ring's:
+    :func:`taccl_py.baselines.ring.ring_send_waits`) asks without building millions of transfers."""
+    return max(_floor_of_waits(waits, DIALECTS[dialect].max_steps)[0].values(), default=0)
+
+
+def check_connection_floor(waits: Mapping[BaseConnection, Sequence[bool]], dialect: str = "v2") -> None:
+    """Raise the :class:`LoweringError` :func:`lower_schedule` raises before its analysis when the floor of
+    :func:`fewest_connections_from_waits` is above the runtime's channels (nothing when it is not)."""
+    _check_channels(*_floor_of_waits(waits, DIALECTS[dialect].max_steps), DIALECTS[dialect].max_steps, "at least ")
+
+
+def send_waits(schedule: Schedule) -> dict[BaseConnection, list[bool]]:
+    """Per connection, whether each of its transfers' first send surely waits (an ``after``, or data an earlier
+    transfer delivered to the sender), in program order: what :func:`fewest_connections` counts from."""
     num_chunks = schedule.collective.num_chunks
     delivered: set[int] = set()
     members: dict[BaseConnection, list[bool]] = {}  # connection -> does each transfer's first send surely wait
@@ -191,15 +206,24 @@ def _connection_floor(schedule: Schedule, dialect: str) -> tuple[dict[tuple[int,
         else:
             base = t.dst * num_chunks
             delivered.update(base + c for c in chunks)
+    return members
+
+
+def _floor_of_waits(members: Mapping[BaseConnection, Sequence[bool]], limit: int
+                    ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
+    """(parts per pair of ranks when each connection is cut as the lowering cuts it, connections per pair)."""
     between: dict[tuple[int, int], int] = {}
     uncut: dict[tuple[int, int], int] = {}
+    parts_of: dict[int, int] = {}  # the same list object (a plan's connections share theirs) is cut once
     for (src, dst, _), waits_list in members.items():
-        count = len(waits_list)
-        parts = 1
-        if count > limit:
+        parts = parts_of.get(id(waits_list)) if len(waits_list) > limit else 1
+        if parts is None:
+            count = len(waits_list)
             ones = [1] * count
+            parts = 1
             while parts < count and _largest_segment(ones, parts, waits_list) > limit:
                 parts = min(count, parts * 2)
+            parts_of[id(waits_list)] = parts
         between[(src, dst)] = between.get((src, dst), 0) + parts
         uncut[(src, dst)] = uncut.get((src, dst), 0) + 1
     return between, uncut
@@ -854,7 +878,7 @@ def _pieces(count: int) -> list[tuple[int, int]]:
     return [(off, min(step, count - off)) for off in range(0, count, step)]
 
 
-def _largest_segment(sizes: list[int], parts: int, waits: list[bool] | None = None) -> int:
+def _largest_segment(sizes: list[int], parts: int, waits: Sequence[bool] | None = None) -> int:
     """The most steps any segment gets when ``sizes`` (one per transfer) are cut into ``parts`` as the lowering does.
 
     ``waits`` (sending side): whether each transfer's first send waits for
