@@ -312,7 +312,9 @@ class Topology:
         """Lowest-latency routes from GPU ``src`` to every GPU it reaches (through switches only, or relaying
         through other GPUs too when ``through_gpus``); ties as :meth:`gpu_route`'s."""
         best = self._dijkstra(src, through_gpus=through_gpus)
-        return {g: self._route_back(best, src, g) for g in range(self.num_gpus) if g != src and g in best}
+        start = self.vertex_id[src]
+        known: dict[int, Route] = {start: ()}  # routes share their beginnings: each vertex's is built once
+        return {g: self._route_back(best, start, g, known) for g in range(self.num_gpus) if g != src and g in best}
 
     @cached_property
     def _relay_cache(self) -> dict[int, dict[int, Route]]:
@@ -333,15 +335,26 @@ class Topology:
         target = self.vertex_id[dst]
         return self._route_back(best, self.vertex_id[src], target) if target in best else None
 
-    def _route_back(self, best: dict[int, tuple[float, int, int]], start: int, target: int) -> Route:
-        """The route :meth:`_dijkstra`'s ``best`` reached vertex id ``target`` by, from vertex id ``start``."""
-        path: list[int] = []
+    def _route_back(self, best: dict[int, tuple[float, int, int]], start: int, target: int,
+                    known: dict[int, Route] | None = None) -> Route:
+        """The route :meth:`_dijkstra`'s ``best`` reached vertex id ``target`` by, from vertex id ``start``.
+
+        ``known``: routes from ``start`` already built, by vertex id (holding ``start``'s empty route); the route
+        to every vertex passed is added to it."""
+        if known is None:
+            known = {start: ()}
+        vid, links = self.vertex_id, self.links
+        passed: list[tuple[int, int]] = []  # (vertex id, the link reaching it), from the target back
         v = target
-        while v != start:
+        while v not in known:
             li = best[v][2]
-            path.append(li)
-            v = self.vertex_id[self.links[li].src]
-        return tuple(reversed(path))
+            passed.append((v, li))
+            v = vid[links[li].src]
+        route = known[v]
+        for v, li in reversed(passed):
+            route = (*route, li)
+            known[v] = route
+        return route
 
     def gpu_neighbors(self, gpu: int) -> tuple[int, ...]:
         """GPUs reachable from ``gpu`` through switches only (one logical hop)."""

@@ -163,3 +163,16 @@ def test_every_random_topology_is_valid_and_strongly_connected(topology: Topolog
     graph = topology.to_networkx()
     reach = nx.descendants(graph, 0) | {0}
     assert set(topology.gpus) <= reach
+
+
+@settings(max_examples=40, deadline=None)
+@given(topology=topologies(max_gpus=8, max_switches=3))
+def test_routes_from_a_gpu_are_its_routes_one_by_one(topology: Topology) -> None:
+    """The routes from one GPU to every other, built sharing their beginnings, are those found for each pair
+    alone, relaying through GPUs or not (ties included)."""
+    for through_gpus in (False, True):
+        for s in topology.gpus:
+            routes = topology.gpu_routes_from(s, through_gpus=through_gpus)
+            for d in topology.gpus:
+                alone = topology.shortest_path(s, d, through_gpus=through_gpus) if d != s else None
+                assert routes.get(d) == alone
