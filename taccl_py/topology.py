@@ -192,6 +192,13 @@ class Topology:
         return tuple(tuple(x) for x in out)
 
     @cached_property
+    def _out_arcs(self) -> tuple[tuple[tuple[int, int, float], ...], ...]:
+        """Per vertex id, (link index, head vertex id, latency) of each link leaving it, in :attr:`out_links`
+        order: what a route search reads per step, with no link or vertex looked up."""
+        vid, links = self.vertex_id, self.links
+        return tuple(tuple((li, vid[links[li].dst], links[li].latency) for li in out) for out in self.out_links)
+
+    @cached_property
     def in_links(self) -> tuple[tuple[int, ...], ...]:
         """Link indices entering each vertex, by dense vertex id."""
         inc: list[list[int]] = [[] for _ in self.vertices]
@@ -271,26 +278,26 @@ class Topology:
 
     def _dijkstra(self, source: Vertex, *, through_gpus: bool) -> dict[int, tuple[float, int, int]]:
         """Shortest routes from ``source`` by (latency, hops); returns id -> (lat, hops, via link)."""
-        vid = self.vertex_id
-        start = vid[source]
+        start = self.vertex_id[source]
         best: dict[int, tuple[float, int, int]] = {start: (0.0, 0, -1)}
         heap: list[tuple[float, int, int]] = [(0.0, 0, start)]
         done: set[int] = set()
-        links = self.links
+        arcs, num_gpus = self._out_arcs, self.num_gpus
+        pop, push = heapq.heappop, heapq.heappush
         while heap:
-            lat, hops, u = heapq.heappop(heap)
+            lat, hops, u = pop(heap)
             if u in done:
                 continue
             done.add(u)
-            if u != start and u < self.num_gpus and not through_gpus:
+            if u != start and u < num_gpus and not through_gpus:
                 continue  # data rests on a GPU: a route does not pass through one
-            for li in self.out_links[u]:
-                v = vid[links[li].dst]
-                cand = (lat + links[li].latency, hops + 1, li)
+            hops += 1
+            for li, v, link_latency in arcs[u]:
+                reach = lat + link_latency
                 old = best.get(v)
-                if old is None or cand[:2] < old[:2]:
-                    best[v] = cand
-                    heapq.heappush(heap, (cand[0], cand[1], v))
+                if old is None or reach < old[0] or (reach == old[0] and hops < old[1]):
+                    best[v] = (reach, hops, li)
+                    push(heap, (reach, hops, v))
         return best
 
     @cached_property

@@ -176,3 +176,39 @@ def test_routes_from_a_gpu_are_its_routes_one_by_one(topology: Topology) -> None
             for d in topology.gpus:
                 alone = topology.shortest_path(s, d, through_gpus=through_gpus) if d != s else None
                 assert routes.get(d) == alone
+
+
+@settings(max_examples=40, deadline=None)
+@given(topology=topologies(max_gpus=8, max_switches=3))
+def test_routes_are_shortest_by_latency_then_hops(topology: Topology) -> None:
+    """Every route from a GPU has the least latency, then the fewest links, of any path (through switches only,
+    or relaying through GPUs too): against a plain relaxation of every link until nothing improves."""
+    ids = topology.vertex_id
+    for through_gpus in (False, True):
+        for s in topology.gpus:
+            reach: dict[int, tuple[float, int]] = {ids[s]: (0.0, 0)}
+            changed = True
+            while changed:
+                changed = False
+                for link in topology.links:
+                    u, v = ids[link.src], ids[link.dst]
+                    if u not in reach or (u != ids[s] and u < topology.num_gpus and not through_gpus):
+                        continue
+                    found = (reach[u][0] + link.latency, reach[u][1] + 1)
+                    if v not in reach or found < reach[v]:
+                        reach[v] = found
+                        changed = True
+            routes = topology.gpu_routes_from(s, through_gpus=through_gpus)
+            assert set(routes) == {g for g in topology.gpus if g != s and g in reach}
+            for g, route in routes.items():
+                assert (sum(topology.links[i].latency for i in route), len(route)) == reach[g]  # summed as found
+
+
+def test_a_route_found_first_gives_way_to_one_as_fast_with_fewer_links() -> None:
+    """GPU 0 reaches GPU 1 in 2 us by three links (found first: its switches are nearer) and by two: the route
+    takes the two."""
+    links = (Link(0, "a", 100.0, 0.5), Link("a", "b", 100.0, 0.5), Link("b", 1, 100.0, 1.0),
+             Link(0, "c", 100.0, 1.5), Link("c", 1, 100.0, 0.5), Link(1, "a", 100.0, 0.5), Link("a", 0, 100.0, 0.5))
+    topology = Topology("tie", 2, links, (Switch("a"), Switch("b"), Switch("c")))
+    route = topology.gpu_route(0, 1)
+    assert route is not None and topology.route_vertices(route) == (0, "c", 1)
